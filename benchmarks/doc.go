@@ -1,0 +1,2 @@
+// Package benchmarks holds the performance harness for SPEC §9.
+package benchmarks

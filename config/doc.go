@@ -1,0 +1,2 @@
+// Package config loads and validates the syncpipe YAML configuration.
+package config

@@ -1,0 +1,3 @@
+// Package checksum computes PowerSync-compatible operation checksums and
+// replica ids.
+package checksum
