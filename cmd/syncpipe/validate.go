@@ -2,13 +2,45 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"io"
+
+	"github.com/syncpipe/syncpipe/config"
 )
 
-func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errNotYet
+// configFlag registers the --config flag every config-driven command takes.
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", "", "path of the syncpipe YAML configuration (required)")
 }
 
-func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errNotYet
+// loadConfig loads and validates the file, printing every problem with its
+// position to stderr. Problems in the file are usage errors (exit code 2).
+func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
+	if path == "" {
+		return nil, usagef("--config is required")
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		errs := config.AsErrors(err)
+		for _, e := range errs {
+			fmt.Fprintln(stderr, e.Error())
+		}
+		return nil, usagef("%s: %d problem(s) found", path, len(errs))
+	}
+	return cfg, nil
+}
+
+func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("validate", stderr)
+	path := configFlag(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s))\n", *path, len(cfg.EffectivePipelines()))
+	return nil
 }
