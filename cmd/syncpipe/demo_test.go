@@ -23,6 +23,7 @@ func TestDemoStopsAndCleansUpOnInterrupt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	runCtx, interrupt := context.WithCancel(ctx)
+	defer interrupt()
 	pr, pw := io.Pipe()
 	var stderr strings.Builder
 	done := make(chan int, 1)
