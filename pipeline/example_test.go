@@ -1,0 +1,97 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+)
+
+// memSink is a custom sink. A real one would hold a storage connection and
+// return from Write only once the batch is durable.
+type memSink struct{ rows []string }
+
+func (s *memSink) Write(_ context.Context, b pipeline.Batch[string, int]) error {
+	s.rows = append(s.rows, b.Items...)
+	return nil
+}
+
+// A three-stage pipeline: read chunks, evaluate them on two workers, write
+// them to a custom sink, and commit progress in order.
+func Example() {
+	p := pipeline.New[int](pipeline.Config{Name: "example"})
+	chunk := 0
+	rows := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[int, int](
+		func(context.Context) (pipeline.Batch[int, int], error) {
+			if chunk == 3 {
+				return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+			}
+			chunk++
+			return pipeline.Batch[int, int]{Rows: 2, Progress: chunk, Items: []int{2 * chunk, 2*chunk + 1}}, nil
+		}))
+	ops := pipeline.Process(rows, pipeline.StageConfig{Name: "eval", Workers: 2, Ordered: true},
+		func(_ context.Context, b pipeline.Batch[int, int]) (pipeline.Batch[string, int], error) {
+			out := make([]string, len(b.Items))
+			for i, v := range b.Items {
+				out[i] = fmt.Sprintf("op%d", v)
+			}
+			return pipeline.Derive(b, out), nil
+		})
+	sink := &memSink{}
+	flushed := pipeline.Flush(ops, pipeline.StageConfig{Name: "write"}, []pipeline.Writer[string, int]{sink})
+	pipeline.Commit(flushed, pipeline.StageConfig{Name: "commit"}, func(_ context.Context, b pipeline.Batch[string, int]) error {
+		fmt.Println("committed chunk", b.Progress)
+		return nil
+	})
+	if err := p.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println(strings.Join(sink.rows, " "))
+	// Output:
+	// committed chunk 1
+	// committed chunk 2
+	// committed chunk 3
+	// op2 op3 op4 op5 op6 op7
+}
+
+// Units run most urgent first; a Pipeline inside a unit yields by itself
+// when more urgent work arrives.
+func ExampleScheduler() {
+	s := pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: 1})
+	for _, u := range []pipeline.Unit{
+		{Key: "stream of reprocessing group", Kind: "stream", Priority: 4},
+		{Key: "snapshot of active group", Kind: "snapshot", Priority: 1},
+		{Key: "stream of active group", Kind: "stream", Priority: 2},
+	} {
+		u.Run = func(context.Context) error {
+			fmt.Println("run", u.Key)
+			return nil
+		}
+		if err := s.Submit(u); err != nil {
+			fmt.Println(err)
+		}
+	}
+	s.Close()
+	if err := s.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// run snapshot of active group
+	// run stream of active group
+	// run stream of reprocessing group
+}
+
+// A Summary shows where the time of a run went; combine it with other
+// tracers through MultiTracer.
+func ExampleSummary() {
+	sum := pipeline.NewSummary()
+	p := pipeline.New[int](pipeline.Config{Name: "timed", Tracer: sum})
+	pipeline.Commit(pipeline.From(p, pipeline.StageConfig{Name: "read"}, countSource(10)),
+		pipeline.StageConfig{Name: "commit"}, func(context.Context, pipeline.Batch[int, int]) error { return nil })
+	if err := p.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	_ = sum.WriteTable(os.Stdout) // timings vary, so this example has no fixed output
+}
