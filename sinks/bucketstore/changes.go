@@ -1,0 +1,241 @@
+package bucketstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/checksum"
+)
+
+// emptyParams is the parameter entry that retracts a lookup a row no
+// longer produces: the newest entry per (lookup, row) wins, and it is empty.
+var emptyParams = []byte("[]")
+
+// previous is a row's stored state before the batch.
+type previous struct {
+	buckets []string
+	lookups [][]byte
+}
+
+// WriteChanges persists streamed changes of any tables. For every row it
+// writes a PUT in each bucket the row is in now and a REMOVE in each bucket
+// it was in before and is not any more (from the stored previous
+// membership), retracts parameter lookups the row no longer produces, and
+// replaces the row's stored state. Several changes of one row in a batch
+// collapse to the last: storage only ever shows batch boundaries.
+func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Result, error) {
+	start := time.Now()
+	final := collapse(changes)
+	var res Result
+	err := w.write(ctx, func(tx pgx.Tx) error {
+		res = Result{}
+		prev, err := w.loadPrevious(ctx, tx, final)
+		if err != nil {
+			return err
+		}
+		if err := w.replaceCurrent(ctx, tx, final, prev); err != nil {
+			return err
+		}
+		need := 0
+		for _, c := range final {
+			p := prev[rowKey{c.Table.ID, c.Key}]
+			need += len(c.Puts) + len(c.Lookups) + len(p.buckets) + len(p.lookups)
+		}
+		// need over-counts (kept buckets get no REMOVE); unused ids are gaps.
+		if err := w.allocate(ctx, tx, need); err != nil {
+			return err
+		}
+		w.ops.reset()
+		w.params.reset()
+		next := 0
+		take := func() int64 { id := w.ids[next]; next++; return id }
+		for _, c := range final {
+			p := prev[rowKey{c.Table.ID, c.Key}]
+			res.Rows++
+			for _, m := range p.buckets {
+				if !hasPut(c.Puts, m) {
+					bucket, typ, id := splitMember(m)
+					w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
+					w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), &res)
+				}
+			}
+			for j := range c.Puts {
+				w.encodePut(c, &c.Puts[j], take(), &res)
+			}
+			for _, lk := range p.lookups {
+				if !hasLookup(c.Lookups, lk) {
+					w.encodeParam(c, lk, emptyParams, take(), &res)
+				}
+			}
+			for j := range c.Lookups {
+				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
+			}
+		}
+		return w.flushOps(ctx, tx, &res)
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
+	}
+	w.s.counters.record(res, time.Since(start))
+	return res, nil
+}
+
+// collapse keeps the last change per row, ordered by (table id, key) so
+// that concurrent writers lock rows in the same order and cannot deadlock.
+func collapse(changes []stages.Change) []*stages.Change {
+	last := make(map[rowKey]int, len(changes))
+	for i := range changes {
+		last[rowKey{changes[i].Table.ID, changes[i].Key}] = i
+	}
+	final := make([]*stages.Change, 0, len(last))
+	for _, i := range last {
+		final = append(final, &changes[i])
+	}
+	slices.SortFunc(final, func(a, b *stages.Change) int {
+		if c := strings.Compare(a.Table.ID, b.Table.ID); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Key[:], b.Key[:])
+	})
+	return final
+}
+
+// loadPrevious reads and locks the stored state of the batch's rows.
+func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Change) (map[rowKey]previous, error) {
+	tables := make([]string, len(final))
+	keys := make([]uuid.UUID, len(final))
+	for i, c := range final {
+		tables[i], keys[i] = c.Table.ID, c.Key
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT c.source_table, c.source_key, c.buckets, c.lookups
+		FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
+		JOIN current_data c ON c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key
+		ORDER BY c.source_table, c.source_key
+		FOR UPDATE OF c`, w.group, tables, keys)
+	if err != nil {
+		return nil, fmt.Errorf("load previous row state: %w", err)
+	}
+	prev := make(map[rowKey]previous)
+	for rows.Next() {
+		var k rowKey
+		var p previous
+		if err := rows.Scan(&k.table, &k.key, &p.buckets, &p.lookups); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load previous row state: %w", err)
+		}
+		prev[k] = p
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load previous row state: %w", err)
+	}
+	return prev, nil
+}
+
+// replaceCurrent deletes the stored state of rows that had one and writes
+// the new state of rows that still exist.
+func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.Change, prev map[rowKey]previous) error {
+	var tables []string
+	var keys []uuid.UUID
+	w.cur.reset()
+	upserts := 0
+	for _, c := range final {
+		if _, ok := prev[rowKey{c.Table.ID, c.Key}]; ok {
+			tables = append(tables, c.Table.ID)
+			keys = append(keys, c.Key)
+		}
+		if c.Kind == stages.Upsert {
+			w.encodeCurrent(c)
+			upserts++
+		}
+	}
+	if len(keys) > 0 {
+		_, err := tx.Exec(ctx, `DELETE FROM current_data c USING unnest($2::text[], $3::uuid[]) AS k (t, key)
+			WHERE c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key`, w.group, tables, keys)
+		if err != nil {
+			return fmt.Errorf("delete previous row state: %w", err)
+		}
+	}
+	if upserts > 0 {
+		w.cur.finish()
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyCurrentSQL); err != nil {
+			return fmt.Errorf("copy current rows: %w", err)
+		}
+	}
+	return nil
+}
+
+// hasPut reports whether puts contains the membership element m.
+func hasPut(puts []stages.Put, m string) bool {
+	for i := range puts {
+		p := &puts[i]
+		if len(m) == len(p.Bucket)+len(p.ObjectType)+len(p.ObjectID)+2 &&
+			strings.HasPrefix(m, p.Bucket) && m[len(p.Bucket)] == memberSep &&
+			m[len(p.Bucket)+1:len(p.Bucket)+1+len(p.ObjectType)] == p.ObjectType &&
+			m[len(p.Bucket)+1+len(p.ObjectType)] == memberSep &&
+			m[len(m)-len(p.ObjectID):] == p.ObjectID {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLookup(lookups []stages.Lookup, key []byte) bool {
+	for i := range lookups {
+		if bytes.Equal(lookups[i].Key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitMember splits a membership element written by copyBuf.elemMember.
+func splitMember(m string) (bucket, objectType, objectID string) {
+	bucket, rest, _ := strings.Cut(m, string(memberSep))
+	objectType, objectID, _ = strings.Cut(rest, string(memberSep))
+	return bucket, objectType, objectID
+}
+
+// Truncate removes every row of a source table from the group: REMOVEs for
+// all its bucket entries and retractions for its lookups, in batches of
+// batchSize rows (default 10000), each batch one write.
+func (w *Writer) Truncate(ctx context.Context, table *stages.Table, batchSize int) (Result, error) {
+	if batchSize <= 0 {
+		batchSize = 10000
+	}
+	var total Result
+	var after uuid.UUID
+	for {
+		rows, err := w.conn.Query(ctx, `SELECT source_key FROM current_data
+			WHERE group_id = $1 AND source_table = $2 AND source_key > $3 ORDER BY source_key LIMIT $4`,
+			w.group, table.ID, after, batchSize)
+		if err != nil {
+			return total, fmt.Errorf("truncate %s: list rows: %w", table, err)
+		}
+		keys, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return total, fmt.Errorf("truncate %s: list rows: %w", table, err)
+		}
+		if len(keys) == 0 {
+			return total, nil
+		}
+		changes := make([]stages.Change, len(keys))
+		for i, k := range keys {
+			changes[i] = stages.Change{Table: table, Kind: stages.Delete, Key: k}
+		}
+		res, err := w.WriteChanges(ctx, changes)
+		if err != nil {
+			return total, fmt.Errorf("truncate %s: %w", table, err)
+		}
+		total.add(res)
+		after = keys[len(keys)-1]
+	}
+}

@@ -1,0 +1,136 @@
+package bucketstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// reserveSQL claims, before a writer allocates op ids, that it may commit
+// ids from the sequence's next value on. It runs in autocommit so that the
+// claim is visible to checkpoint publishers while the write is in flight.
+// The backend identity lets publishers ignore claims of dead connections
+// (whose transactions rolled back, so they can commit nothing).
+const reserveSQL = `
+INSERT INTO op_reservations (group_id, low, backend_start)
+SELECT $1, CASE WHEN is_called THEN last_value + 1 ELSE last_value END,
+       (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
+FROM op_id_seq
+RETURNING id`
+
+// releaseSQL drops a claim; run inside the write transaction it makes the
+// claim disappear atomically with the ops becoming visible.
+const releaseSQL = `DELETE FROM op_reservations WHERE id = $1`
+
+// liveLowSQL is the lowest op id any live writer of the group may still
+// commit, or NULL.
+const liveLowSQL = `
+SELECT min(r.low) FROM op_reservations r
+WHERE r.group_id = $1 AND EXISTS (
+  SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.pid AND a.backend_start = r.backend_start)`
+
+// dropDeadSQL removes claims of connections that no longer exist.
+const dropDeadSQL = `
+DELETE FROM op_reservations r
+WHERE r.group_id = $1 AND NOT EXISTS (
+  SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.pid AND a.backend_start = r.backend_start)`
+
+// Checkpoint is a published consistent point of a group: every op with
+// op_id ≤ OpID is committed, and the data reflects the source at LSN.
+type Checkpoint struct {
+	GroupID int           `json:"group_id"`
+	OpID    int64         `json:"checkpoint"`
+	LSN     pglogrepl.LSN `json:"-"`
+	LSNText string        `json:"lsn"`
+}
+
+// Commit tries to publish a checkpoint for group at source position lsn,
+// covering ops up to opID that the caller has durably written (0 for a
+// keepalive with nothing new). It publishes only when
+//
+//   - the group's snapshot is done for every table,
+//   - lsn ≥ the group's no_checkpoint_before and its last checkpoint LSN, and
+//   - no live writer of the group may still commit an op id ≤ the new
+//     checkpoint (the checkpoint invariant; see doc.go).
+//
+// Otherwise opID is parked in keepalive_op and folded into the next
+// checkpoint that can be published. The first checkpoint of a PROCESSING
+// group activates it and stops the previously active group. New checkpoints
+// are announced with pg_notify on NotifyChannel.
+func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
+	err = retry(ctx, &s.counters.retries, func() error {
+		cp, published = Checkpoint{}, false
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var (
+				state                     State
+				snapshotDone              bool
+				last, keep                int64
+				lastLSNText, noBeforeText string
+				liveLow                   *int64
+			)
+			err := tx.QueryRow(ctx, `
+				SELECT state, snapshot_done, coalesce(last_checkpoint, 0), coalesce(keepalive_op, 0),
+				       coalesce(last_checkpoint_lsn, '0/0')::text, coalesce(no_checkpoint_before, '0/0')::text
+				FROM groups WHERE id = $1 FOR UPDATE`, group).
+				Scan(&state, &snapshotDone, &last, &keep, &lastLSNText, &noBeforeText)
+			if err != nil {
+				return fmt.Errorf("lock group %d: %w", group, err)
+			}
+			// Read the claims only now, after the caller's ops committed: a
+			// writer holding a lower uncommitted id claimed it before
+			// allocating, hence before our ops got their ids, so its claim
+			// is visible to this statement's snapshot.
+			if err := tx.QueryRow(ctx, liveLowSQL, group).Scan(&liveLow); err != nil {
+				return fmt.Errorf("read op reservations: %w", err)
+			}
+			lastLSN, _ := pglogrepl.ParseLSN(lastLSNText)
+			noBefore, _ := pglogrepl.ParseLSN(noBeforeText)
+			candidate := max(last, keep, opID)
+			can := snapshotDone && lsn >= noBefore && lsn >= lastLSN &&
+				(liveLow == nil || candidate < *liveLow)
+			if !can {
+				_, err := tx.Exec(ctx, `UPDATE groups SET keepalive_op = GREATEST(coalesce(keepalive_op, 0), $2::bigint),
+					last_keepalive_at = now() WHERE id = $1`, group, opID)
+				return err
+			}
+			if candidate == last && lsn == lastLSN {
+				published = false
+				cp = Checkpoint{GroupID: group, OpID: last, LSN: lsn, LSNText: lsn.String()}
+				_, err := tx.Exec(ctx, `UPDATE groups SET last_keepalive_at = now() WHERE id = $1`, group)
+				return err
+			}
+			_, err = tx.Exec(ctx, `
+				UPDATE groups SET last_checkpoint = $2, last_checkpoint_lsn = $3::pg_lsn, keepalive_op = NULL,
+				  state = CASE WHEN state = 'PROCESSING' THEN 'ACTIVE' ELSE state END,
+				  last_keepalive_at = now(), updated_at = now()
+				WHERE id = $1`, group, candidate, lsn.String())
+			if err != nil {
+				return fmt.Errorf("publish checkpoint: %w", err)
+			}
+			if state == StateProcessing {
+				if _, err := tx.Exec(ctx, `UPDATE groups SET state = 'STOP', updated_at = now()
+					WHERE state = 'ACTIVE' AND id <> $1`, group); err != nil {
+					return fmt.Errorf("stop previous group: %w", err)
+				}
+			}
+			cp = Checkpoint{GroupID: group, OpID: candidate, LSN: lsn, LSNText: lsn.String()}
+			payload, _ := json.Marshal(cp)
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.NotifyChannel(), string(payload)); err != nil {
+				return fmt.Errorf("notify checkpoint: %w", err)
+			}
+			// Claims of dead connections are ignored above; forget them.
+			if _, err := tx.Exec(ctx, dropDeadSQL, group); err != nil {
+				return fmt.Errorf("drop dead reservations: %w", err)
+			}
+			published = true
+			return nil
+		})
+	})
+	if err != nil {
+		return Checkpoint{}, false, fmt.Errorf("commit group %d at %s: %w", group, lsn, err)
+	}
+	return cp, published, nil
+}

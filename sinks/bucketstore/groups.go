@@ -1,0 +1,150 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+)
+
+// State is a group's lifecycle state.
+type State string
+
+// Group states: a new rules version replicates in the background
+// (PROCESSING) while the ACTIVE one serves; when it is caught up it becomes
+// ACTIVE and the old one STOPs. TERMINATED groups are being cleared.
+const (
+	StateProcessing State = "PROCESSING"
+	StateActive     State = "ACTIVE"
+	StateStop       State = "STOP"
+	StateTerminated State = "TERMINATED"
+)
+
+// Group is one deployed sync rules version.
+type Group struct {
+	ID                 int
+	State              State
+	Rules              string
+	SlotName           string
+	SnapshotDone       bool
+	LastCheckpoint     int64 // 0 = none yet
+	LastCheckpointLSN  pglogrepl.LSN
+	NoCheckpointBefore pglogrepl.LSN
+	LastError          string
+	CreatedAt          time.Time
+}
+
+// ErrNoGroup is returned when a group does not exist.
+var ErrNoGroup = errors.New("no such replication group")
+
+// CreateGroup stores a new rules version as a PROCESSING group with a fresh
+// replication slot name (prefix + id + 4 random hex digits, so a re-created
+// group never reuses a dropped slot's name).
+func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
+	var id int
+	err := s.pool.QueryRow(ctx, `
+		WITH n AS (SELECT nextval(pg_get_serial_sequence('groups', 'id'))::int AS id)
+		INSERT INTO groups (id, rules, slot_name)
+		SELECT id, $1, $2 || id || '_' || $3 FROM n
+		RETURNING id`, rules, slotPrefix, randomHex(2)).Scan(&id)
+	if err != nil {
+		return Group{}, fmt.Errorf("create group: %w", err)
+	}
+	return s.Group(ctx, id)
+}
+
+const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
+	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), created_at`
+
+func scanGroup(row pgx.Row) (Group, error) {
+	var g Group
+	var lcl, ncb string
+	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
+		&lcl, &ncb, &g.LastError, &g.CreatedAt)
+	if err != nil {
+		return g, err
+	}
+	g.LastCheckpointLSN, _ = pglogrepl.ParseLSN(lcl)
+	g.NoCheckpointBefore, _ = pglogrepl.ParseLSN(ncb)
+	return g, nil
+}
+
+// Group reads one group.
+func (s *Store) Group(ctx context.Context, id int) (Group, error) {
+	g, err := scanGroup(s.pool.QueryRow(ctx, "SELECT "+groupColumns+" FROM groups WHERE id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return g, fmt.Errorf("group %d: %w", id, ErrNoGroup)
+	}
+	if err != nil {
+		return g, fmt.Errorf("read group %d: %w", id, err)
+	}
+	return g, nil
+}
+
+// Groups lists the groups that are not terminated, oldest first.
+func (s *Store) Groups(ctx context.Context) ([]Group, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+groupColumns+" FROM groups WHERE state <> 'TERMINATED' ORDER BY id")
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Group, error) { return scanGroup(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list groups: %w", err)
+	}
+	return gs, nil
+}
+
+// SetState moves a group to state.
+func (s *Store) SetState(ctx context.Context, id int, state State) error {
+	tag, err := s.pool.Exec(ctx, "UPDATE groups SET state = $2, updated_at = now() WHERE id = $1", id, string(state))
+	if err != nil {
+		return fmt.Errorf("set group %d state %s: %w", id, state, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("group %d: %w", id, ErrNoGroup)
+	}
+	return nil
+}
+
+// ReportError records a replication error on the group. It is a plain
+// autocommit update, never part of a write transaction: an error row
+// updated inside concurrent REPEATABLE READ writers made them conflict.
+func (s *Store) ReportError(ctx context.Context, id int, msg string) error {
+	_, err := s.pool.Exec(ctx, "UPDATE groups SET last_error = $2, last_error_at = now() WHERE id = $1", id, msg)
+	if err != nil {
+		return fmt.Errorf("report error on group %d: %w", id, err)
+	}
+	return nil
+}
+
+// ClearError clears the group's recorded error, if any (autocommit, and a
+// no-op write when there is nothing to clear).
+func (s *Store) ClearError(ctx context.Context, id int) error {
+	_, err := s.pool.Exec(ctx, "UPDATE groups SET last_error = NULL, last_error_at = NULL WHERE id = $1 AND last_error IS NOT NULL", id)
+	if err != nil {
+		return fmt.Errorf("clear error on group %d: %w", id, err)
+	}
+	return nil
+}
+
+// MarkSnapshotDone records that every table of the group is snapshotted and
+// raises no_checkpoint_before to lsn: the stream must pass the point at
+// which the last snapshot read finished before a checkpoint is consistent.
+func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE groups SET snapshot_done = true,
+		  no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn),
+		  updated_at = now()
+		WHERE id = $1 AND NOT EXISTS (
+		  SELECT 1 FROM source_tables WHERE group_id = $1 AND NOT snapshot_done)`, id, lsn.String())
+	if err != nil {
+		return fmt.Errorf("mark snapshot done for group %d: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("mark snapshot done for group %d: a table's snapshot is not done (or no such group)", id)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are applied in order, each once, in one transaction per
+// version. Never edit a released migration: append a new one.
+var migrations = []string{
+	// 1: the initial schema.
+	`
+CREATE SEQUENCE op_id_seq AS bigint;
+
+-- A group is one deployed sync rules version (a "replication group").
+CREATE TABLE groups (
+  id                   serial PRIMARY KEY,
+  state                text NOT NULL DEFAULT 'PROCESSING'
+                       CHECK (state IN ('PROCESSING', 'ACTIVE', 'STOP', 'TERMINATED')),
+  rules                text NOT NULL,
+  slot_name            text NOT NULL UNIQUE,
+  snapshot_done        boolean NOT NULL DEFAULT false,
+  snapshot_lsn         pg_lsn,
+  last_checkpoint      bigint,
+  last_checkpoint_lsn  pg_lsn,
+  no_checkpoint_before pg_lsn,
+  keepalive_op         bigint,
+  last_error           text,
+  last_error_at        timestamptz,
+  last_keepalive_at    timestamptz,
+  created_at           timestamptz NOT NULL DEFAULT now(),
+  updated_at           timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per replicated source table per group. The id is part of every
+-- REMOVE op's subkey, so it never changes for the table's life in the group.
+CREATE TABLE source_tables (
+  id                 text PRIMARY KEY,
+  group_id           int NOT NULL REFERENCES groups (id),
+  relation_id        oid NOT NULL,
+  schema_name        text NOT NULL,
+  table_name         text NOT NULL,
+  replica_id_columns text[] NOT NULL,
+  snapshot_done      boolean NOT NULL DEFAULT false,
+  snapshot_lsn       pg_lsn,
+  estimated_rows     bigint NOT NULL DEFAULT 0,
+  UNIQUE (group_id, schema_name, table_name)
+);
+
+-- Snapshot progress per key range of a table: committed strictly in chunk
+-- order, after the chunk's ops are durable.
+CREATE TABLE snapshot_ranges (
+  source_table_id text NOT NULL REFERENCES source_tables (id),
+  range_no        int NOT NULL,
+  lower_key       text[],          -- exclusive; NULL = table start
+  upper_key       text[],          -- inclusive; NULL = table end
+  last_key        text[],          -- last key of the last committed chunk
+  rows_done       bigint NOT NULL DEFAULT 0,
+  done            boolean NOT NULL DEFAULT false,
+  PRIMARY KEY (source_table_id, range_no)
+);
+
+-- The current version of every replicated source row: which buckets and
+-- parameter lookups it is in (so a change can REMOVE what it left), and its
+-- data where the source may later omit unchanged TOASTed values.
+CREATE TABLE current_data (
+  group_id     int NOT NULL,
+  source_table text NOT NULL,
+  source_key   uuid NOT NULL,
+  buckets      text[] NOT NULL,
+  lookups      bytea[],
+  data         bytea,
+  PRIMARY KEY (group_id, source_table, source_key)
+);
+
+CREATE TABLE bucket_data (
+  group_id     int NOT NULL,
+  bucket_name  text NOT NULL,
+  op_id        bigint NOT NULL,
+  op           smallint NOT NULL,  -- 1 PUT, 2 REMOVE, 3 MOVE, 4 CLEAR
+  source_table text,
+  source_key   uuid,
+  object_type  text,
+  object_id    text,
+  checksum     bigint NOT NULL,
+  data         text,
+  target_op    bigint,
+  PRIMARY KEY (group_id, bucket_name, op_id)
+);
+
+-- Parameter lookup entries, versioned by op id: the newest entry per
+-- (lookup, source row) at or below a checkpoint is the one in force.
+CREATE TABLE bucket_parameters (
+  id                bigint PRIMARY KEY,
+  group_id          int NOT NULL,
+  source_table      text NOT NULL,
+  source_key        uuid NOT NULL,
+  lookup            bytea NOT NULL,
+  bucket_parameters text NOT NULL
+);
+CREATE INDEX bucket_parameters_lookup ON bucket_parameters (group_id, lookup, id DESC);
+CREATE INDEX bucket_parameters_source ON bucket_parameters (group_id, source_table, source_key);
+
+-- Op id ranges a writer may still commit. A checkpoint never passes the
+-- lowest one (see doc.go, "The checkpoint invariant").
+CREATE TABLE op_reservations (
+  id            bigserial PRIMARY KEY,
+  group_id      int NOT NULL,
+  low           bigint NOT NULL,
+  pid           int NOT NULL DEFAULT pg_backend_pid(),
+  backend_start timestamptz NOT NULL
+);
+CREATE INDEX op_reservations_group ON op_reservations (group_id, low);
+
+CREATE TABLE write_checkpoints (
+  user_id          text PRIMARY KEY,
+  lsn              pg_lsn NOT NULL,
+  write_checkpoint bigint NOT NULL,
+  requested_at     timestamptz NOT NULL DEFAULT now()
+);
+
+-- Work-unit leases for multi-process coordination.
+CREATE TABLE leases (
+  name       text PRIMARY KEY,
+  owner      text NOT NULL,
+  token      bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+`,
+}
+
+// SchemaVersion is the version the code expects after migrating.
+var SchemaVersion = len(migrations)
+
+// Migrate creates the schema if needed and applies pending migrations. It
+// is safe to run from several processes at once: an advisory lock
+// serialises them and each version is applied once.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	ident := pgx.Identifier{schema}.Sanitize()
+	// The lock key is derived from the schema name so that two stores in
+	// different schemas of one database do not block each other.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('syncpipe.migrate.' || $1))", schema); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext('syncpipe.migrate.' || $1))", schema)
+
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
+		return fmt.Errorf("migrate: create schema %s: %w", schema, err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+ident+
+		".migrations (version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"); err != nil {
+		return fmt.Errorf("migrate: create migrations table: %w", err)
+	}
+	var current int
+	if err := conn.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+ident+".migrations").Scan(&current); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if current > len(migrations) {
+		return fmt.Errorf("migrate: storage schema %s is at version %d but this syncpipe knows only %d: upgrade syncpipe", schema, current, len(migrations))
+	}
+	for v := current + 1; v <= len(migrations); v++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+ident); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO migrations (version) VALUES ($1)", v)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migrate: apply version %d: %w", v, err)
+		}
+	}
+	return nil
+}

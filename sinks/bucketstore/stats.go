@@ -1,0 +1,41 @@
+package bucketstore
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stats are storage-side counters since the store was opened, for metrics.
+type Stats struct {
+	// Rows, Ops, Params and Bytes count what writers persisted.
+	Rows, Ops, Params, Bytes int64
+	// Writes is the number of committed write transactions and WriteTime
+	// their total duration (flush latency = WriteTime / Writes).
+	Writes    int64
+	WriteTime time.Duration
+	// Retries counts write transactions retried after a serialization
+	// failure or deadlock.
+	Retries int64
+}
+
+type counters struct {
+	rows, ops, params, bytes, writes, writeNanos, retries atomic.Int64
+}
+
+func (c *counters) record(r Result, d time.Duration) {
+	c.rows.Add(int64(r.Rows))
+	c.ops.Add(int64(r.Ops))
+	c.params.Add(int64(r.Params))
+	c.bytes.Add(r.Bytes)
+	c.writes.Add(1)
+	c.writeNanos.Add(int64(d))
+}
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() Stats {
+	c := &s.counters
+	return Stats{
+		Rows: c.rows.Load(), Ops: c.ops.Load(), Params: c.params.Load(), Bytes: c.bytes.Load(),
+		Writes: c.writes.Load(), WriteTime: time.Duration(c.writeNanos.Load()), Retries: c.retries.Load(),
+	}
+}

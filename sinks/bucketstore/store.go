@@ -1,0 +1,131 @@
+package bucketstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config says where storage lives and how to talk to it.
+type Config struct {
+	// URI is the storage database's connection string.
+	URI string
+	// Schema holds all of syncpipe's tables (default "syncpipe").
+	Schema string
+	// MaxConns bounds the pool (default 8).
+	MaxConns int32
+	// SynchronousCommit is the storage session's synchronous_commit ("on"
+	// or "off"). "off" is safe: acknowledged LSNs are read back from
+	// durable records only (see doc.go).
+	SynchronousCommit string
+	// Logger receives storage events; nil discards them.
+	Logger *slog.Logger
+}
+
+// Store is the bucket storage: write side (groups, writers, checkpoints)
+// and read side. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	schema   string
+	log      *slog.Logger
+	counters counters
+}
+
+// Open connects to storage and applies pending migrations.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Schema == "" {
+		cfg.Schema = "syncpipe"
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = 8
+	}
+	if cfg.SynchronousCommit == "" {
+		cfg.SynchronousCommit = "on"
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URI)
+	if err != nil {
+		return nil, fmt.Errorf("storage uri: %w", err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	pcfg.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
+	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.SynchronousCommit
+	pcfg.ConnConfig.RuntimeParams["application_name"] = "syncpipe"
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("storage pool: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("storage unreachable at %s: %w", redact(cfg.URI), err)
+	}
+	if err := Migrate(ctx, pool, cfg.Schema); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, schema: cfg.Schema, log: log}, nil
+}
+
+// Close releases the store's connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// Pool is the store's connection pool, for callers that run their own
+// queries against storage (tests, the status command).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// NotifyChannel is the LISTEN/NOTIFY channel new checkpoints are announced on.
+func (s *Store) NotifyChannel() string { return s.schema + "_checkpoints" }
+
+// redact hides a password in a connection string for error messages.
+func redact(uri string) string {
+	cfg, err := pgconn.ParseConfig(uri)
+	if err != nil || cfg.Password == "" {
+		return uri
+	}
+	return strings.Replace(uri, cfg.Password, "xxxxx", 1)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// isRetryable reports whether err is a serialization failure or deadlock,
+// which are safe to retry because the transaction rolled back entirely.
+func isRetryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// retry runs f until it succeeds, fails with a non-retryable error, or ctx
+// ends. Only whole rolled-back transactions are retried, so committed work
+// is never redone.
+func retry(ctx context.Context, retries *atomic.Int64, f func() error) error {
+	backoff := 5 * time.Millisecond
+	for {
+		err := f()
+		if err == nil || !isRetryable(err) {
+			return err
+		}
+		retries.Add(1)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (while retrying: %v)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}

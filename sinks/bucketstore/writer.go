@@ -1,0 +1,358 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// Result describes what one write persisted.
+type Result struct {
+	// Rows is the number of source rows written; Skipped counts snapshot
+	// rows that storage already had (a resumed chunk) and so got no ops.
+	Rows, Skipped int
+	// Ops is the number of bucket operations written, Params the number of
+	// parameter lookup entries.
+	Ops, Params int
+	// Bytes is the size of the op data written.
+	Bytes int64
+	// MaxOpID is the highest op id written, 0 if none.
+	MaxOpID int64
+}
+
+// add accumulates r2 into r.
+func (r *Result) add(r2 Result) {
+	r.Rows += r2.Rows
+	r.Skipped += r2.Skipped
+	r.Ops += r2.Ops
+	r.Params += r2.Params
+	r.Bytes += r2.Bytes
+	r.MaxOpID = max(r.MaxOpID, r2.MaxOpID)
+}
+
+// Writer writes batches of changes of one group on a connection of its
+// own. A Writer is not safe for concurrent use; a pipeline's flush stage
+// gives each of its writer goroutines one Writer, and several Writers (in
+// one process or many) may write the same group at once.
+type Writer struct {
+	s      *Store
+	group  int
+	conn   *pgxpool.Conn
+	broken bool
+
+	cur, ops, params copyBuf
+	ids              []int64
+	fresh            []bool
+	subkey           []byte
+
+	// beforeCommit, when set by tests, runs just before each commit, to
+	// widen race windows.
+	beforeCommit func()
+}
+
+const (
+	copyCurrentSQL = `COPY current_data (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
+	copyStageSQL   = `COPY stage_current (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
+	copyOpsSQL     = `COPY bucket_data (group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
+	copyParamsSQL  = `COPY bucket_parameters (id, group_id, source_table, source_key, lookup, bucket_parameters) FROM STDIN BINARY`
+	allocateSQL    = `SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('op_id_seq') AS v FROM generate_series(1, $1)) s`
+)
+
+// Op codes stored in bucket_data.op.
+const (
+	OpPut    int16 = 1
+	OpRemove int16 = 2
+	OpMove   int16 = 3
+	OpClear  int16 = 4
+)
+
+// NewWriter returns a writer for group holding one pooled connection until
+// Close.
+func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
+	}
+	// The staging table serves the resume path of snapshot writes; it is
+	// per session and emptied at every commit.
+	_, err = conn.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS stage_current (LIKE current_data) ON COMMIT DELETE ROWS`)
+	if err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("writer for group %d: create staging table: %w", group, err)
+	}
+	return &Writer{s: s, group: group, conn: conn}, nil
+}
+
+// Close returns the writer's connection to the pool (or closes it if a
+// failure left its state unknown).
+func (w *Writer) Close() {
+	if w.conn == nil {
+		return
+	}
+	if w.broken {
+		_ = w.conn.Conn().Close(context.Background())
+	}
+	w.conn.Release()
+	w.conn = nil
+}
+
+// write runs f in a transaction bracketed by an op id reservation (see
+// doc.go, "The checkpoint invariant"), retrying serialization failures and
+// deadlocks. f must be safe to run again from scratch.
+func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
+	if w.conn == nil {
+		return errors.New("bucketstore: write on a closed writer")
+	}
+	var claim int64
+	if err := w.conn.QueryRow(ctx, reserveSQL, w.group).Scan(&claim); err != nil {
+		w.broken = true
+		return fmt.Errorf("reserve op ids: %w", err)
+	}
+	err := retry(ctx, &w.s.counters.retries, func() error {
+		return pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
+			if err := f(tx); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, releaseSQL, claim); err != nil {
+				return err
+			}
+			if w.beforeCommit != nil {
+				w.beforeCommit()
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		// The claim must not outlive the failed write, or it would hold
+		// checkpoints back until this connection dies.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := w.conn.Exec(rctx, releaseSQL, claim); rerr != nil {
+			w.broken = true
+		}
+	}
+	return err
+}
+
+// WriteSnapshot persists snapshot rows (Upserts). A row that storage
+// already has — because a crashed run wrote this chunk but did not commit
+// its progress — is detected by current_data's primary key at write time
+// and gets no ops; every other row is written with its ops. The fast path
+// COPYs the rows straight in; only when the key reports a conflict is the
+// batch re-done through a staging table with ON CONFLICT DO NOTHING.
+func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Result, error) {
+	start := time.Now()
+	var res Result
+	err := w.write(ctx, func(tx pgx.Tx) error {
+		res = Result{}
+		fresh, err := w.insertSnapshotRows(ctx, tx, changes)
+		if err != nil {
+			return err
+		}
+		w.ops.reset()
+		w.params.reset()
+		need := 0
+		for i := range changes {
+			if fresh == nil || fresh[i] {
+				need += len(changes[i].Puts) + len(changes[i].Lookups)
+				res.Rows++
+			} else {
+				res.Skipped++
+			}
+		}
+		if err := w.allocate(ctx, tx, need); err != nil {
+			return err
+		}
+		next := 0
+		for i := range changes {
+			if fresh != nil && !fresh[i] {
+				continue
+			}
+			c := &changes[i]
+			for j := range c.Puts {
+				w.encodePut(c, &c.Puts[j], w.ids[next], &res)
+				next++
+			}
+			for j := range c.Lookups {
+				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, w.ids[next], &res)
+				next++
+			}
+		}
+		return w.flushOps(ctx, tx, &res)
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("write snapshot batch (%d rows) for group %d: %w", len(changes), w.group, err)
+	}
+	w.s.counters.record(res, time.Since(start))
+	return res, nil
+}
+
+// insertSnapshotRows writes current_data rows. It returns nil when every
+// row was new, or a per-change "was new" mask after a conflict.
+func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []stages.Change) ([]bool, error) {
+	w.cur.reset()
+	for i := range changes {
+		w.encodeCurrent(&changes[i])
+	}
+	w.cur.finish()
+	if _, err := tx.Exec(ctx, "SAVEPOINT snapshot_rows"); err != nil {
+		return nil, err
+	}
+	_, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyCurrentSQL)
+	if err == nil {
+		return nil, nil
+	}
+	if !isUniqueViolation(err) {
+		return nil, fmt.Errorf("copy current rows: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT snapshot_rows"); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyStageSQL); err != nil {
+		return nil, fmt.Errorf("copy current rows to staging: %w", err)
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO current_data SELECT * FROM stage_current
+		ON CONFLICT (group_id, source_table, source_key) DO NOTHING RETURNING source_table, source_key`)
+	if err != nil {
+		return nil, fmt.Errorf("insert new current rows: %w", err)
+	}
+	inserted := make(map[rowKey]struct{}, len(changes))
+	var k rowKey
+	for rows.Next() {
+		if err := rows.Scan(&k.table, &k.key); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		inserted[k] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("insert new current rows: %w", err)
+	}
+	w.fresh = append(w.fresh[:0], make([]bool, len(changes))...)
+	for i := range changes {
+		_, w.fresh[i] = inserted[rowKey{changes[i].Table.ID, changes[i].Key}]
+	}
+	return w.fresh, nil
+}
+
+// rowKey identifies a source row within a group.
+type rowKey struct {
+	table string
+	key   [16]byte
+}
+
+// allocate draws n op ids, ascending, from the global sequence.
+func (w *Writer) allocate(ctx context.Context, tx pgx.Tx, n int) error {
+	w.ids = w.ids[:0]
+	if n == 0 {
+		return nil
+	}
+	if err := tx.QueryRow(ctx, allocateSQL, n).Scan(&w.ids); err != nil {
+		return fmt.Errorf("allocate %d op ids: %w", n, err)
+	}
+	if len(w.ids) != n {
+		return fmt.Errorf("allocate op ids: got %d, want %d", len(w.ids), n)
+	}
+	return nil
+}
+
+func (w *Writer) encodeCurrent(c *stages.Change) {
+	b := &w.cur
+	b.row(6)
+	b.int4(int32(w.group))
+	b.text(c.Table.ID)
+	b.uuid(c.Key)
+	start := b.beginArray(oidText, len(c.Puts))
+	for j := range c.Puts {
+		p := &c.Puts[j]
+		b.elemMember(p.Bucket, p.ObjectType, p.ObjectID)
+	}
+	b.endArray(start)
+	if c.TracksLookups || len(c.Lookups) > 0 {
+		start := b.beginArray(oidBytea, len(c.Lookups))
+		for j := range c.Lookups {
+			b.elem(c.Lookups[j].Key)
+		}
+		b.endArray(start)
+	} else {
+		b.null()
+	}
+	b.bytes(c.RowData)
+}
+
+func (w *Writer) encodePut(c *stages.Change, p *stages.Put, id int64, res *Result) {
+	b := &w.ops
+	b.row(10)
+	b.int4(int32(w.group))
+	b.text(p.Bucket)
+	b.int8(id)
+	b.int2(OpPut)
+	b.text(c.Table.ID)
+	b.uuid(c.Key)
+	b.text(p.ObjectType)
+	b.text(p.ObjectID)
+	b.int8(int64(p.Checksum))
+	b.bytes(p.Data)
+	res.Ops++
+	res.Bytes += int64(len(p.Data))
+	res.MaxOpID = max(res.MaxOpID, id)
+}
+
+func (w *Writer) encodeRemove(c *stages.Change, bucket, objectType, objectID string, sum uint32, id int64, res *Result) {
+	b := &w.ops
+	b.row(10)
+	b.int4(int32(w.group))
+	b.text(bucket)
+	b.int8(id)
+	b.int2(OpRemove)
+	b.text(c.Table.ID)
+	b.uuid(c.Key)
+	b.text(objectType)
+	b.text(objectID)
+	b.int8(int64(sum))
+	b.null()
+	res.Ops++
+	res.MaxOpID = max(res.MaxOpID, id)
+}
+
+func (w *Writer) encodeParam(c *stages.Change, lookup, params []byte, id int64, res *Result) {
+	b := &w.params
+	b.row(6)
+	b.int8(id)
+	b.int4(int32(w.group))
+	b.text(c.Table.ID)
+	b.uuid(c.Key)
+	b.bytes(lookup)
+	b.bytes(params)
+	res.Params++
+	res.MaxOpID = max(res.MaxOpID, id)
+}
+
+// flushOps COPYs the encoded ops and parameter entries.
+func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, res *Result) error {
+	if res.Ops > 0 {
+		w.ops.finish()
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.ops.reader(), copyOpsSQL); err != nil {
+			return fmt.Errorf("copy ops: %w", err)
+		}
+	}
+	if res.Params > 0 {
+		w.params.finish()
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.params.reader(), copyParamsSQL); err != nil {
+			return fmt.Errorf("copy parameter entries: %w", err)
+		}
+	}
+	return nil
+}
+
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
