@@ -1,0 +1,80 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+)
+
+// TestClearLargeGroupInBatchesCancelAndResume clears a group of 1M ops in
+// bounded batches, cancels part-way, and resumes to completion.
+func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1M rows")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	other, err := s.CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	todos := registerTable(t, s, g.ID, "todos")
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{{`
+		INSERT INTO bucket_data (group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data)
+		SELECT $1, '1#by_list["' || (i % 1000) || '"]', i, 1, $2, gen_random_uuid(), 'todos', i::text, i, '{}'
+		FROM generate_series(1, 1000000) i`, []any{g.ID, todos.ID}}, {`
+		INSERT INTO current_data (group_id, source_table, source_key, buckets)
+		SELECT $1, $2, gen_random_uuid(), ARRAY['1#global[]'] FROM generate_series(1, 100000)`, []any{g.ID, todos.ID}}, {`
+		INSERT INTO bucket_data (group_id, bucket_name, op_id, op, checksum) VALUES ($1, 'x', 1, 1, 0)`, []any{other.ID}},
+	} {
+		if _, err := s.pool.Exec(ctx, q.sql, q.args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const batch = 10000
+	var batches int
+	largest := int64(0)
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	opts := ClearOptions{BatchSize: batch, OnBatch: func(table string, n int64) {
+		batches++
+		largest = max(largest, n)
+		if batches == 30 {
+			cancel()
+		}
+	}}
+	st, err := s.Clear(cctx, g.ID, opts)
+	if !errors.Is(err, context.Canceled) || st.Batches != 30 {
+		t.Fatalf("cancelled clear: %+v, %v; want 30 batches and context.Canceled", st, err)
+	}
+	var left int64
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM bucket_data WHERE group_id = $1", g.ID).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 1000000-30*batch {
+		t.Fatalf("after cancel %d ops left, want %d (each batch commits on its own)", left, 1000000-30*batch)
+	}
+	st2, err := s.Clear(ctx, g.ID, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 70 more op batches, 10 of current_data, 1 of source_tables.
+	if st2.Batches != 70+10+1 || largest > batch {
+		t.Fatalf("resumed clear: %+v, largest batch %d; want 81 batches of ≤ %d rows", st2, largest, batch)
+	}
+	for _, table := range []string{"bucket_data", "current_data", "source_tables"} {
+		var n int
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE group_id = $1", g.ID).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("%s still has %d rows of the cleared group (%v)", table, n, err)
+		}
+	}
+	var otherOps int
+	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM bucket_data WHERE group_id = $1", other.ID).Scan(&otherOps); err != nil || otherOps != 1 {
+		t.Fatalf("other group lost its ops: %d (%v)", otherOps, err)
+	}
+}
