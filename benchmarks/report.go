@@ -1,0 +1,100 @@
+package benchmarks
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Sample is one measured run.
+type Sample struct {
+	Duration time.Duration `json:"duration_ns"`
+	Rows     int64         `json:"rows"`
+	Ops      int64         `json:"ops"`
+	Bytes    int64         `json:"bytes"`
+}
+
+// Row is one line of a result table: a configuration measured several times.
+type Row struct {
+	Name    string   `json:"name"`
+	Samples []Sample `json:"samples"`
+	// Baseline names the row this one is compared with ("" = none).
+	Baseline string `json:"baseline,omitempty"`
+}
+
+// Median returns the sample with the median duration.
+func (r Row) Median() Sample {
+	s := slices.Clone(r.Samples)
+	slices.SortFunc(s, func(a, b Sample) int { return int(a.Duration - b.Duration) })
+	return s[len(s)/2]
+}
+
+// rate returns per-second throughputs of rows over the samples: median,
+// min and max.
+func (r Row) rate(f func(Sample) int64) (med, lo, hi float64) {
+	var rs []float64
+	for _, s := range r.Samples {
+		rs = append(rs, float64(f(s))/s.Duration.Seconds())
+	}
+	slices.Sort(rs)
+	return rs[len(rs)/2], rs[0], rs[len(rs)-1]
+}
+
+// Result is a scenario's report.
+type Result struct {
+	Scenario string    `json:"scenario"`
+	Date     time.Time `json:"date"`
+	Params   string    `json:"params"`
+	Rows     []Row     `json:"rows"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// WriteMarkdown renders the result as a markdown table with throughput
+// medians, min–max and the ratio to each row's baseline.
+func (res Result) WriteMarkdown(w io.Writer) {
+	fmt.Fprintf(w, "## %s — %s\n\n%s\n\n", res.Scenario, res.Date.Format("2006-01-02 15:04 MST"), res.Params)
+	fmt.Fprintln(w, "| run | median time | rows/s (median) | rows/s min–max | ops/s (median) | MiB/s | vs baseline |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	byName := map[string]Row{}
+	for _, r := range res.Rows {
+		byName[r.Name] = r
+	}
+	for _, r := range res.Rows {
+		med, lo, hi := r.rate(func(s Sample) int64 { return s.Rows })
+		ops, _, _ := r.rate(func(s Sample) int64 { return s.Ops })
+		mib, _, _ := r.rate(func(s Sample) int64 { return s.Bytes })
+		ratio := "—"
+		if b, ok := byName[r.Baseline]; ok {
+			bmed, _, _ := b.rate(func(s Sample) int64 { return s.Rows })
+			ratio = fmt.Sprintf("%.0f%% of %s", 100*med/bmed, b.Name)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f–%.0f | %.0f | %.1f | %s |\n", r.Name,
+			r.Median().Duration.Round(time.Millisecond), med, lo, hi, ops, mib/(1<<20), ratio)
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "\n%s\n", n)
+	}
+	fmt.Fprintln(w)
+}
+
+// Save writes results/<scenario>.md and .json under dir.
+func (res Result) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	if err := os.WriteFile(filepath.Join(dir, res.Scenario+".md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, res.Scenario+".json"), js, 0o644)
+}
