@@ -1,0 +1,181 @@
+package sinks_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks"
+)
+
+// The pipelines these tests run must not leave goroutines behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The registry is process-wide and has no Unregister, so every test
+// registers names of its own, made unique per run so that -count=N works.
+var runs atomic.Int64
+
+func uniq(name string) string { return fmt.Sprintf("%s-%d", name, runs.Add(1)) }
+
+func nopFactory(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) {
+	return &fakeSink{}, nil
+}
+
+func TestRegisterRejectsBadNames(t *testing.T) {
+	for _, name := range []string{"", "Jsonl", "1sink", "_sink", "my sink", "a/b", "bücher"} {
+		if err := sinks.Register(name, nopFactory); err == nil {
+			t.Errorf("Register(%q) succeeded; want invalid name error", name)
+		}
+	}
+	if slices.Contains(sinks.Names(), "") {
+		t.Error("a rejected name was registered")
+	}
+	for _, name := range []string{uniq("reg-ok"), uniq("reg_ok.v2")} {
+		if err := sinks.Register(name, nopFactory); err != nil {
+			t.Errorf("Register(%q): %v", name, err)
+		}
+	}
+}
+
+func TestRegisterRejectsNilAndDuplicate(t *testing.T) {
+	name := uniq("reg-nil")
+	if err := sinks.Register(name, nil); err == nil || !strings.Contains(err.Error(), "nil factory") {
+		t.Errorf("nil factory: err = %v", err)
+	}
+	if slices.Contains(sinks.Names(), name) {
+		t.Error("nil factory was registered")
+	}
+	name = uniq("reg-dup")
+	if err := sinks.Register(name, nopFactory); err != nil {
+		t.Fatal(err)
+	}
+	err := sinks.Register(name, nopFactory)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q: already registered", name)) {
+		t.Errorf("duplicate: err = %v", err)
+	}
+}
+
+func TestMustRegisterPanicsOnDuplicate(t *testing.T) {
+	name := uniq("reg-must")
+	sinks.MustRegister(name, nopFactory)
+	defer func() {
+		if r := recover(); r == nil {
+			t.Error("second MustRegister did not panic")
+		}
+	}()
+	sinks.MustRegister(name, nopFactory)
+}
+
+func TestNamesSorted(t *testing.T) {
+	za, aa := uniq("names-z"), uniq("names-a")
+	sinks.MustRegister(za, nopFactory)
+	sinks.MustRegister(aa, nopFactory)
+	names := sinks.Names()
+	if !slices.IsSorted(names) {
+		t.Errorf("Names not sorted: %v", names)
+	}
+	if !slices.Contains(names, za) || !slices.Contains(names, aa) {
+		t.Errorf("Names = %v; want names-a and names-z", names)
+	}
+}
+
+func TestOpenPassesSettingsAndEnv(t *testing.T) {
+	var gotSettings map[string]any
+	var gotEnv sinks.Env
+	want := &fakeSink{}
+	typ := uniq("open-rec")
+	sinks.MustRegister(typ, func(_ context.Context, s map[string]any, env sinks.Env) (sinks.Sink, error) {
+		gotSettings, gotEnv = s, env
+		return want, nil
+	})
+	p := config.Pipeline{Name: "audit", Sink: config.Sink{Type: typ, Settings: map[string]any{"dir": "out"}}}
+	s, err := sinks.Open(context.Background(), p, sinks.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != want || gotSettings["dir"] != "out" || gotEnv.Pipeline != "audit" || gotEnv.Logger == nil {
+		t.Errorf("sink %p (want %p), settings %v, env %+v", s, want, gotSettings, gotEnv)
+	}
+
+	logger := slog.New(slog.DiscardHandler)
+	if _, err := sinks.Open(context.Background(), p, sinks.Env{Pipeline: "other", Logger: logger}); err != nil {
+		t.Fatal(err)
+	}
+	if gotEnv.Pipeline != "other" || gotEnv.Logger != logger {
+		t.Errorf("Open replaced a given env: %+v", gotEnv)
+	}
+}
+
+func TestOpenUnknownType(t *testing.T) {
+	known := uniq("unknown-known")
+	sinks.MustRegister(known, nopFactory)
+	p := config.Pipeline{Name: "p1", Sink: config.Sink{Type: "nosuch"}}
+	_, err := sinks.Open(context.Background(), p, sinks.Env{})
+	if !errors.Is(err, sinks.ErrUnknownSink) {
+		t.Fatalf("err = %v; want ErrUnknownSink", err)
+	}
+	for _, part := range []string{`pipeline "p1"`, `"nosuch"`, known} {
+		if !strings.Contains(err.Error(), part) {
+			t.Errorf("err %q does not mention %s", err, part)
+		}
+	}
+	// An empty type means the default sink, which this test binary lacks.
+	p.Sink.Type = ""
+	if _, err := sinks.Open(context.Background(), p, sinks.Env{}); !errors.Is(err, sinks.ErrUnknownSink) ||
+		!strings.Contains(err.Error(), `"bucketstore"`) {
+		t.Errorf("empty type: err = %v; want unknown bucketstore", err)
+	}
+}
+
+func TestOpenFactoryFailure(t *testing.T) {
+	bad := errors.New("settings.dir: required")
+	badType, nilType := uniq("open-bad"), uniq("open-nil")
+	sinks.MustRegister(badType, func(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) { return nil, bad })
+	sinks.MustRegister(nilType, func(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) { return nil, nil })
+
+	_, err := sinks.Open(context.Background(), config.Pipeline{Name: "p2", Sink: config.Sink{Type: badType}}, sinks.Env{})
+	if want := `pipeline "p2": sink ` + badType + `: settings.dir: required`; !errors.Is(err, bad) || err.Error() != want {
+		t.Errorf("err = %v; want %s", err, want)
+	}
+	_, err = sinks.Open(context.Background(), config.Pipeline{Name: "p3", Sink: config.Sink{Type: nilType}}, sinks.Env{})
+	if err == nil || !strings.Contains(err.Error(), "no sink") {
+		t.Errorf("nil sink: err = %v", err)
+	}
+}
+
+func TestCheckSinksRejectsUnregistered(t *testing.T) {
+	known := uniq("check-known")
+	sinks.MustRegister(known, nopFactory)
+	base := `
+source: {uri: "postgres://app@127.0.0.1/app"}
+storage: {uri: "postgres://app@127.0.0.1/syncpipe"}
+sync_rules: {content: "bucket_definitions: {}"}
+pipelines:
+  - name: a
+    sink: {type: ` + known + `}
+`
+	cfg, err := config.LoadBytes("ok.yaml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckSinks(sinks.Names()); err != nil {
+		t.Errorf("registered type rejected: %v", err)
+	}
+	cfg, err = config.LoadBytes("bad.yaml", []byte(base+"  - name: b\n    sink: {type: check-unknown}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.CheckSinks(sinks.Names())
+	if err == nil || !strings.Contains(err.Error(), `bad.yaml:9:`) ||
+		!strings.Contains(err.Error(), `pipelines[1].sink.type: unknown sink type "check-unknown"`) {
+		t.Errorf("err = %v", err)
+	}
+}
