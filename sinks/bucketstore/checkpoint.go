@@ -93,17 +93,20 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 				(liveLow == nil || candidate < *liveLow)
 			if !can {
 				_, err := tx.Exec(ctx, `UPDATE groups SET keepalive_op = GREATEST(coalesce(keepalive_op, 0), $2::bigint),
-					last_keepalive_at = now() WHERE id = $1`, group, opID)
+					stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn), last_keepalive_at = now()
+					WHERE id = $1`, group, opID, lsn.String())
 				return err
 			}
 			if candidate == last && lsn == lastLSN {
 				published = false
 				cp = Checkpoint{GroupID: group, OpID: last, LSN: lsn, LSNText: lsn.String()}
-				_, err := tx.Exec(ctx, `UPDATE groups SET last_keepalive_at = now() WHERE id = $1`, group)
+				_, err := tx.Exec(ctx, `UPDATE groups SET last_keepalive_at = now(),
+					stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn) WHERE id = $1`, group, lsn.String())
 				return err
 			}
 			_, err = tx.Exec(ctx, `
 				UPDATE groups SET last_checkpoint = $2, last_checkpoint_lsn = $3::pg_lsn, keepalive_op = NULL,
+				  stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn),
 				  state = CASE WHEN state = 'PROCESSING' THEN 'ACTIVE' ELSE state END,
 				  last_keepalive_at = now(), updated_at = now()
 				WHERE id = $1`, group, candidate, lsn.String())

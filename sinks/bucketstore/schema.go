@@ -24,6 +24,7 @@ CREATE TABLE groups (
   slot_name            text NOT NULL UNIQUE,
   snapshot_done        boolean NOT NULL DEFAULT false,
   snapshot_lsn         pg_lsn,
+  stream_lsn           pg_lsn,       -- end LSN of the last committed stream batch
   last_checkpoint      bigint,
   last_checkpoint_lsn  pg_lsn,
   no_checkpoint_before pg_lsn,

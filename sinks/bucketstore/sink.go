@@ -1,0 +1,214 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/sinks"
+)
+
+// TypeName is the sink type bucket storage is registered under; it is the
+// default sink of a YAML pipeline.
+const TypeName = "bucketstore"
+
+func init() { sinks.MustRegister(TypeName, openSink) }
+
+// Sink adapts a Store to sinks.Sink for one replication group.
+//
+// Snapshot batches (Position.Table set) are written insert-only with
+// WriteSnapshot and their Commit records the range's progress; stream
+// batches (Position.Table empty) are written with WriteChanges and their
+// Commit publishes a checkpoint at the batch's LSN covering the ops of that
+// batch and every earlier one (see Store.Commit).
+type Sink struct {
+	store *Store
+	group int
+	owned bool // Close closes the store
+
+	mu     sync.Mutex
+	maxOp  map[uint64]int64 // stream batch LSN → highest op id written, until committed
+	tables map[string]string
+}
+
+// Sink returns a sinks.Sink writing to group.
+func (s *Store) Sink(group int) *Sink {
+	return &Sink{store: s, group: group, maxOp: map[uint64]int64{}, tables: map[string]string{}}
+}
+
+// openSink is the registry factory: it opens the storage of env.Config
+// and writes to the group named by the "group" setting, or the newest
+// group that is not terminated.
+func openSink(ctx context.Context, settings map[string]any, env sinks.Env) (sinks.Sink, error) {
+	group := 0
+	for k, v := range settings {
+		switch k {
+		case "group":
+			n, ok := v.(int)
+			if !ok || n < 1 {
+				return nil, fmt.Errorf("settings.group: want a group id (a positive integer), got %v", v)
+			}
+			group = n
+		default:
+			return nil, fmt.Errorf("settings.%s: unknown setting (known: group)", k)
+		}
+	}
+	if env.Config == nil {
+		return nil, errors.New("bucketstore needs the storage section of a syncpipe config")
+	}
+	st := env.Config.Storage
+	store, err := Open(ctx, Config{URI: st.URI, Schema: st.Schema, MaxConns: int32(st.MaxConns),
+		SynchronousCommit: st.SynchronousCommit, Logger: env.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if group == 0 {
+		gs, err := store.Groups(ctx)
+		if err != nil || len(gs) == 0 {
+			store.Close()
+			return nil, fmt.Errorf("no replication group in storage to write to (start `syncpipe run` first, or set settings.group): %v", err)
+		}
+		group = gs[len(gs)-1].ID
+	}
+	k := store.Sink(group)
+	k.owned = true
+	return k, nil
+}
+
+// Writer returns a writer that takes a storage connection per batch, so
+// writers of finished runs hold nothing.
+func (k *Sink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
+	return sinkWriter{k}, nil
+}
+
+type sinkWriter struct{ k *Sink }
+
+// Write persists one batch durably (its transaction has committed).
+func (w sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
+	k := w.k
+	wr, err := k.store.NewWriter(ctx, k.group)
+	if err != nil {
+		return err
+	}
+	defer wr.Close()
+	if !b.Progress.IsStream() {
+		_, err := wr.WriteSnapshot(ctx, b.Items)
+		return err
+	}
+	res, err := wr.WriteChanges(ctx, b.Items)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.maxOp[b.Progress.LSN] = max(k.maxOp[b.Progress.LSN], res.MaxOpID)
+	k.mu.Unlock()
+	return nil
+}
+
+// Commit records the batch's position: snapshot range progress, or a
+// checkpoint at the stream position.
+func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
+	pos := b.Progress
+	if !pos.IsStream() {
+		return k.commitRange(ctx, pos)
+	}
+	k.mu.Lock()
+	var op int64
+	for lsn, id := range k.maxOp {
+		if lsn <= pos.LSN { // this batch and every earlier one are durable
+			op = max(op, id)
+			delete(k.maxOp, lsn)
+		}
+	}
+	k.mu.Unlock()
+	if _, _, err := k.store.Commit(ctx, k.group, pglogrepl.LSN(pos.LSN), op); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
+	k.mu.Lock()
+	id, ok := k.tables[table]
+	k.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	schema, name, found := strings.Cut(table, ".")
+	if !found {
+		schema, name = "public", table
+	}
+	err := k.store.pool.QueryRow(ctx, `SELECT id FROM source_tables WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`,
+		k.group, schema, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("table %s is not registered in group %d", table, k.group)
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up table %s: %w", table, err)
+	}
+	k.mu.Lock()
+	k.tables[table] = id
+	k.mu.Unlock()
+	return id, nil
+}
+
+// commitRange stores a snapshot range's progress.
+func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
+	id, err := k.tableID(ctx, pos.Table)
+	if err != nil {
+		return err
+	}
+	_, err = k.store.pool.Exec(ctx, `
+		INSERT INTO snapshot_ranges (source_table_id, range_no, last_key, rows_done, done)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (source_table_id, range_no) DO UPDATE
+		SET last_key = EXCLUDED.last_key, rows_done = EXCLUDED.rows_done, done = EXCLUDED.done`,
+		id, pos.Range, pos.LastKey, pos.RowsDone, pos.Done)
+	if err != nil {
+		return fmt.Errorf("commit progress of %s range %d: %w", pos.Table, pos.Range, err)
+	}
+	return nil
+}
+
+// Resume returns a range's committed progress, or the stream's position.
+func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Position, bool, error) {
+	if table == "" {
+		var lsn *string
+		err := k.store.pool.QueryRow(ctx, `SELECT stream_lsn::text FROM groups WHERE id = $1`, k.group).Scan(&lsn)
+		if err != nil {
+			return sinks.Position{}, false, fmt.Errorf("resume stream of group %d: %w", k.group, err)
+		}
+		if lsn == nil {
+			return sinks.Position{}, false, nil
+		}
+		l, err := pglogrepl.ParseLSN(*lsn)
+		return sinks.Position{LSN: uint64(l)}, err == nil, err
+	}
+	id, err := k.tableID(ctx, table)
+	if err != nil {
+		return sinks.Position{}, false, err
+	}
+	pos := sinks.Position{Table: table, Range: rangeNo}
+	err = k.store.pool.QueryRow(ctx, `SELECT last_key, rows_done, done FROM snapshot_ranges
+		WHERE source_table_id = $1 AND range_no = $2`, id, rangeNo).Scan(&pos.LastKey, &pos.RowsDone, &pos.Done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return sinks.Position{}, false, nil
+	}
+	if err != nil {
+		return sinks.Position{}, false, fmt.Errorf("resume %s range %d: %w", table, rangeNo, err)
+	}
+	return pos, true, nil
+}
+
+// Close closes the store if the sink opened it.
+func (k *Sink) Close(ctx context.Context) error {
+	if k.owned {
+		k.store.Close()
+	}
+	return nil
+}
