@@ -7,6 +7,9 @@ import (
 	"io"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks"
+	_ "github.com/syncpipe/syncpipe/sinks/bucketstore" // registers the bucketstore sink
+	_ "github.com/syncpipe/syncpipe/sinks/jsonl"       // registers the jsonl sink
 )
 
 // configFlag registers the --config flag every config-driven command takes.
@@ -21,6 +24,10 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 		return nil, usagef("--config is required")
 	}
 	cfg, err := config.Load(path)
+	if err == nil {
+		// Sinks register themselves by name; YAML may only name those.
+		err = cfg.CheckSinks(sinks.Names())
+	}
 	if err != nil {
 		errs := config.AsErrors(err)
 		for _, e := range errs {
