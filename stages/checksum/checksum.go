@@ -1,0 +1,140 @@
+package checksum
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"sync"
+)
+
+// stackLimit is the largest hash input assembled in a stack buffer. Larger
+// inputs are streamed through a pooled hasher so that neither path
+// allocates in steady state.
+const stackLimit = 512
+
+// pooledHasher keeps the digest output next to the hasher so Sum does not
+// allocate.
+type pooledHasher struct {
+	h       hash.Hash
+	out     [sha256.Size]byte
+	scratch [256]byte
+}
+
+// writeString feeds s to the hasher through the scratch buffer, because the
+// standard library's SHA-256 has no allocation-free WriteString.
+func (p *pooledHasher) writeString(s string) {
+	for len(s) > 0 {
+		n := copy(p.scratch[:], s)
+		_, _ = p.h.Write(p.scratch[:n])
+		s = s[n:]
+	}
+}
+
+var hasherPool = sync.Pool{New: func() any { return &pooledHasher{h: sha256.New()} }}
+
+// Put returns the checksum of a PUT operation: the first four bytes of
+// SHA-256("put." + objectType + "." + objectID + "." + data) read as a
+// little-endian uint32, as PowerSync's hashData does. It does not allocate.
+func Put(objectType, objectID string, data []byte) uint32 {
+	n := 4 + len(objectType) + 1 + len(objectID) + 1 + len(data)
+	if n <= stackLimit {
+		var buf [stackLimit]byte
+		b := append(buf[:0], "put."...)
+		b = append(b, objectType...)
+		b = append(b, '.')
+		b = append(b, objectID...)
+		b = append(b, '.')
+		b = append(b, data...)
+		sum := sha256.Sum256(b)
+		return binary.LittleEndian.Uint32(sum[:4])
+	}
+	p := hasherPool.Get().(*pooledHasher)
+	h := p.h
+	h.Reset()
+	p.writeString("put.")
+	p.writeString(objectType)
+	p.writeString(".")
+	p.writeString(objectID)
+	p.writeString(".")
+	_, _ = h.Write(data)
+	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
+	hasherPool.Put(p)
+	return c
+}
+
+// PutString is Put for data held as a string, so callers with string rows
+// need not convert (and copy) them.
+func PutString(objectType, objectID, data string) uint32 {
+	n := 4 + len(objectType) + 1 + len(objectID) + 1 + len(data)
+	if n <= stackLimit {
+		var buf [stackLimit]byte
+		b := append(buf[:0], "put."...)
+		b = append(b, objectType...)
+		b = append(b, '.')
+		b = append(b, objectID...)
+		b = append(b, '.')
+		b = append(b, data...)
+		sum := sha256.Sum256(b)
+		return binary.LittleEndian.Uint32(sum[:4])
+	}
+	p := hasherPool.Get().(*pooledHasher)
+	h := p.h
+	h.Reset()
+	p.writeString("put.")
+	p.writeString(objectType)
+	p.writeString(".")
+	p.writeString(objectID)
+	p.writeString(".")
+	p.writeString(data)
+	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
+	hasherPool.Put(p)
+	return c
+}
+
+// Remove returns the checksum of a REMOVE operation: the first four bytes of
+// SHA-256("delete." + subkey) as a little-endian uint32 (PowerSync's
+// hashDelete). subkey is normally Subkey(tableID, replicaID).
+func Remove(subkey string) uint32 {
+	n := 7 + len(subkey)
+	if n <= stackLimit {
+		var buf [stackLimit]byte
+		b := append(buf[:0], "delete."...)
+		b = append(b, subkey...)
+		sum := sha256.Sum256(b)
+		return binary.LittleEndian.Uint32(sum[:4])
+	}
+	p := hasherPool.Get().(*pooledHasher)
+	h := p.h
+	h.Reset()
+	p.writeString("delete.")
+	p.writeString(subkey)
+	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
+	hasherPool.Put(p)
+	return c
+}
+
+// Add combines two checksums the way PowerSync does (addition modulo 2^32),
+// which makes bucket checksums order-independent and incrementally
+// maintainable.
+func Add(a, b uint32) uint32 { return a + b }
+
+// Sum adds any number of checksums modulo 2^32; it is Add folded over cs.
+func Sum(cs ...uint32) uint32 {
+	var t uint32
+	for _, c := range cs {
+		t += c
+	}
+	return t
+}
+
+// Signed reinterprets a checksum as the signed int32 that checkpoint lines
+// carry (PowerSync computes sums in JavaScript, which yields int32).
+func Signed(c uint32) int32 { return int32(c) }
+
+// Unsigned is the inverse of Signed, for checksums read back from storage or
+// from checkpoint lines.
+func Unsigned(c int32) uint32 { return uint32(c) }
+
+// FromInt64 folds a wider sum (for example SQL SUM(checksum) over int8) into
+// a checksum by keeping its low 32 bits, as PowerSync's storage does.
+func FromInt64(sum int64) uint32 { return uint32(uint64(sum)) }

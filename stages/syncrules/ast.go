@@ -1,0 +1,87 @@
+package syncrules
+
+// The parser produces this small AST; the compiler turns it into
+// evaluators. Every node records the byte offset of its first token so
+// errors can point at it.
+
+type node interface{ position() int }
+
+type litNode struct {
+	pos int
+	v   Value
+	raw string
+}
+
+// refNode is [schema.][table.]name; name "*" for wildcards.
+type refNode struct {
+	pos                 int
+	schema, table, name string
+	raw                 string
+}
+
+type callNode struct {
+	pos          int
+	schema, name string
+	args         []node
+	raw          string
+}
+
+type unaryNode struct {
+	pos int
+	op  string // "NOT", "-", "+"
+	x   node
+}
+
+type binaryNode struct {
+	pos   int // operator position
+	op    string
+	l, r  node
+	start int
+}
+
+type isNullNode struct {
+	pos int
+	x   node
+	not bool
+}
+
+type castNode struct {
+	pos   int
+	x     node
+	to    string
+	toPos int
+}
+
+func (n *litNode) position() int    { return n.pos }
+func (n *refNode) position() int    { return n.pos }
+func (n *callNode) position() int   { return n.pos }
+func (n *unaryNode) position() int  { return n.pos }
+func (n *binaryNode) position() int { return n.start }
+func (n *isNullNode) position() int { return n.pos }
+func (n *castNode) position() int   { return n.pos }
+
+// selectCol is one item of the SELECT list.
+type selectCol struct {
+	expr     node
+	star     bool   // * or table.*
+	starTbl  string // table of table.*
+	alias    string
+	aliasPos int
+	hasAlias bool
+	pos      int
+}
+
+// fromItem is the FROM clause: a table or json_each(...).
+type fromItem struct {
+	pos          int
+	schema, name string
+	alias        string
+	call         *callNode // json_each(...)
+}
+
+type selectStmt struct {
+	pos   int
+	cols  []selectCol
+	from  *fromItem
+	where node
+}

@@ -1,0 +1,343 @@
+package syncrules
+
+import (
+	"fmt"
+	"strings"
+)
+
+// expr is a compiled expression. Evaluation never panics on any input;
+// problems are returned as errors (PowerSync turns them into a per-row
+// evaluation error).
+type expr interface {
+	eval(c *evalCtx) (Value, error)
+	// bind returns a copy with column references resolved against a table.
+	bind(b *binder) expr
+}
+
+// evalCtx carries what an expression can see: the current row (source row
+// or json_each row) and, at sync time, the request.
+type evalCtx struct {
+	row []Value
+	req *reqState
+}
+
+// binder resolves column names to row indexes for one table.
+type binder struct {
+	cols map[string]int
+}
+
+func (b *binder) index(name string) int {
+	if i, ok := b.cols[name]; ok {
+		return i
+	}
+	return -1
+}
+
+type constE struct{ v Value }
+
+func (e *constE) eval(*evalCtx) (Value, error) { return e.v, nil }
+func (e *constE) bind(*binder) expr            { return e }
+
+// colE reads a column of the current row; idx -1 means the column does not
+// exist in the bound table, which reads as NULL (JavaScript undefined).
+type colE struct {
+	name string
+	idx  int
+}
+
+func (e *colE) eval(c *evalCtx) (Value, error) {
+	if e.idx < 0 || e.idx >= len(c.row) {
+		return Null(), nil
+	}
+	return c.row[e.idx], nil
+}
+func (e *colE) bind(b *binder) expr { return &colE{name: e.name, idx: b.index(e.name)} }
+
+type notE struct{ x expr }
+
+func (e *notE) eval(c *evalCtx) (Value, error) {
+	v, err := e.x.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	return Bool(!v.truthy()), nil
+}
+func (e *notE) bind(b *binder) expr { return &notE{x: e.x.bind(b)} }
+
+// logicE is AND/OR over row or request values. PowerSync uses two-valued
+// logic here (NULL counts as false) and evaluates both sides.
+type logicE struct {
+	and  bool
+	l, r expr
+}
+
+func (e *logicE) eval(c *evalCtx) (Value, error) {
+	a, err := e.l.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	b, err := e.r.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	if e.and {
+		return Bool(a.truthy() && b.truthy()), nil
+	}
+	return Bool(a.truthy() || b.truthy()), nil
+}
+func (e *logicE) bind(b *binder) expr { return &logicE{and: e.and, l: e.l.bind(b), r: e.r.bind(b)} }
+
+// binE is a binary operator other than AND/OR.
+type binE struct {
+	op   string
+	l, r expr
+}
+
+func (e *binE) eval(c *evalCtx) (Value, error) {
+	a, err := e.l.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	b, err := e.r.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	return binaryOp(e.op, a, b)
+}
+func (e *binE) bind(b *binder) expr { return &binE{op: e.op, l: e.l.bind(b), r: e.r.bind(b)} }
+
+func binaryOp(op string, a, b Value) (Value, error) {
+	switch op {
+	case "=", "!=", "<", ">", "<=", ">=":
+		if a.kind == KindNull || b.kind == KindNull {
+			return Null(), nil
+		}
+		d, err := compareValues(a, b)
+		if err != nil {
+			return Value{}, err
+		}
+		switch op {
+		case "=":
+			return Bool(d == 0), nil
+		case "!=":
+			return Bool(d != 0), nil
+		case "<":
+			return Bool(d < 0), nil
+		case ">":
+			return Bool(d > 0), nil
+		case "<=":
+			return Bool(d <= 0), nil
+		default:
+			return Bool(d >= 0), nil
+		}
+	case "+", "-", "*", "/":
+		return arith(op[0], a, b)
+	case "||":
+		return concat(a, b), nil
+	case "IN":
+		return inJSONArray(a, b)
+	}
+	return Value{}, fmt.Errorf("operator %s not supported", op)
+}
+
+type isNullE struct {
+	x   expr
+	not bool
+}
+
+func (e *isNullE) eval(c *evalCtx) (Value, error) {
+	v, err := e.x.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	return Bool(v.IsNull() != e.not), nil
+}
+func (e *isNullE) bind(b *binder) expr { return &isNullE{x: e.x.bind(b), not: e.not} }
+
+type castE struct {
+	x  expr
+	to string
+}
+
+func (e *castE) eval(c *evalCtx) (Value, error) {
+	v, err := e.x.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	return castTo(v, e.to)
+}
+func (e *castE) bind(b *binder) expr { return &castE{x: e.x.bind(b), to: e.to} }
+
+// negE is unary minus (an extension: PowerSync's parser folds it into
+// numeric literals only). It behaves like 0 - x.
+type negE struct{ x expr }
+
+func (e *negE) eval(c *evalCtx) (Value, error) {
+	v, err := e.x.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	return arith('-', Int(0), v)
+}
+func (e *negE) bind(b *binder) expr { return &negE{x: e.x.bind(b)} }
+
+// jsonOpE is x -> 'path' or x ->> 'path' with edition-1 path rules.
+type jsonOpE struct {
+	x    expr
+	path string
+	text bool // ->>
+}
+
+func (e *jsonOpE) eval(c *evalCtx) (Value, error) {
+	v, err := e.x.eval(c)
+	if err != nil {
+		return Value{}, err
+	}
+	op := "->"
+	if e.text {
+		op = "->>"
+	}
+	return jsonExtract(v, Text(e.path), op)
+}
+func (e *jsonOpE) bind(b *binder) expr { return &jsonOpE{x: e.x.bind(b), path: e.path, text: e.text} }
+
+// callE calls a scalar function. All arguments are evaluated first, as in
+// PowerSync (so ifnull/iif are not short-circuiting).
+type callE struct {
+	fn   *builtin
+	args []expr
+}
+
+func (e *callE) eval(c *evalCtx) (Value, error) {
+	var buf [4]Value
+	vals := buf[:0]
+	for _, a := range e.args {
+		v, err := a.eval(c)
+		if err != nil {
+			return Value{}, err
+		}
+		vals = append(vals, v)
+	}
+	v, err := e.fn.call(vals)
+	if err != nil {
+		return Value{}, fmt.Errorf("%s(): %w", e.fn.name, err)
+	}
+	return v, nil
+}
+func (e *callE) bind(b *binder) expr {
+	args := make([]expr, len(e.args))
+	for i, a := range e.args {
+		args[i] = a.bind(b)
+	}
+	return &callE{fn: e.fn, args: args}
+}
+
+// reqFn identifies a request-derived value.
+type reqFn uint8
+
+const (
+	reqUserID reqFn = iota
+	reqJWT
+	reqParameters
+	reqParameter // request.parameter(key)
+	reqTokenParam
+	reqUserParam
+)
+
+// reqE reads from the sync request. At replication time there is no
+// request; reading one is an internal error.
+type reqE struct {
+	fn   reqFn
+	name string // token/user parameter name
+	arg  expr   // request.parameter(arg)
+}
+
+func (e *reqE) eval(c *evalCtx) (Value, error) {
+	r := c.req
+	if r == nil {
+		return Value{}, fmt.Errorf("request value %s used without a request", e.describe())
+	}
+	switch e.fn {
+	case reqUserID:
+		return Text(r.userID), nil
+	case reqJWT:
+		return Text(r.rawClaims), nil
+	case reqParameters:
+		return Text(r.rawParams), nil
+	case reqParameter:
+		k, err := e.arg.eval(c)
+		if err != nil {
+			return Value{}, err
+		}
+		if k.kind != KindText {
+			return Null(), nil
+		}
+		return r.parameter(k.s), nil
+	case reqTokenParam:
+		if e.name == "user_id" {
+			return Text(r.userID), nil
+		}
+		return r.tokenParams[e.name], nil
+	default:
+		return r.userParams[e.name], nil
+	}
+}
+func (e *reqE) bind(b *binder) expr {
+	if e.arg == nil {
+		return e
+	}
+	return &reqE{fn: e.fn, name: e.name, arg: e.arg.bind(b)}
+}
+
+func (e *reqE) describe() string {
+	switch e.fn {
+	case reqUserID:
+		return "request.user_id()"
+	case reqJWT:
+		return "request.jwt()"
+	case reqParameters:
+		return "request.parameters()"
+	case reqParameter:
+		return "request.parameter()"
+	case reqTokenParam:
+		return "token_parameters." + e.name
+	default:
+		return "user_parameters." + e.name
+	}
+}
+
+// jsonExtract implements json_extract, -> and ->> with edition-1 semantics:
+// the path is split on '.', a leading '$' component is dropped (and
+// required by json_extract), and each component indexes the parsed value.
+func jsonExtract(src, path Value, op string) (Value, error) {
+	if src.kind == KindNull || path.kind == KindNull {
+		return Null(), nil
+	}
+	comps := strings.Split(textOf(path), ".")
+	if comps[0] == "$" {
+		comps = comps[1:]
+	} else if op == "json_extract" {
+		return Value{}, ErrJSONPath
+	}
+	doc, err := parseJSON(textOf(src))
+	if err != nil {
+		return Value{}, fmt.Errorf("%s: %w", op, err)
+	}
+	cur, found := doc, true
+	for _, c := range comps {
+		if cur.k == jNull {
+			break
+		}
+		cur, found = cur.jsMember(c)
+		if !found {
+			break
+		}
+	}
+	if !found {
+		return Null(), nil // undefined
+	}
+	if op == "->" {
+		return Text(string(appendJSONBig(nil, &cur, false))), nil
+	}
+	return cur.toSQLiteLegacy(false), nil
+}

@@ -1,0 +1,230 @@
+package syncrules
+
+import (
+	"encoding/base64"
+	"errors"
+	"strings"
+	"unicode/utf16"
+)
+
+// builtin is a scalar SQL function with PowerSync's semantics.
+type builtin struct {
+	name    string
+	minArgs int
+	maxArgs int
+	call    func(args []Value) (Value, error)
+}
+
+// builtins are the functions of SPEC §3 plus typeof, json_valid and
+// json_keys, which PowerSync also provides and cost nothing to support.
+var builtins = map[string]*builtin{}
+
+func init() {
+	for _, b := range []*builtin{
+		{"upper", 1, 1, fnUpper},
+		{"lower", 1, 1, fnLower},
+		{"substring", 2, 3, fnSubstring},
+		{"length", 1, 1, fnLength},
+		{"hex", 1, 1, fnHex},
+		{"base64", 1, 1, fnBase64},
+		{"typeof", 1, 1, fnTypeof},
+		{"ifnull", 2, 2, fnIfnull},
+		{"iif", 3, 3, fnIif},
+		{"json_extract", 2, 2, fnJSONExtract},
+		{"json_array_length", 1, 2, fnJSONArrayLength},
+		{"json_valid", 1, 1, fnJSONValid},
+		{"json_keys", 1, 1, fnJSONKeys},
+	} {
+		builtins[b.name] = b
+	}
+}
+
+// aggregates get a specific "not supported" message instead of "unknown".
+var aggregates = map[string]bool{
+	"count": true, "sum": true, "avg": true, "min": true, "max": true, "total": true,
+	"group_concat": true, "string_agg": true, "array_agg": true, "json_agg": true,
+	"json_group_array": true, "json_group_object": true, "bool_and": true, "bool_or": true,
+}
+
+func fnUpper(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Null(), nil
+	}
+	// JavaScript toUpperCase; Go's simple case mapping differs only for
+	// the few characters with multi-character mappings (e.g. ß → SS).
+	return Text(strings.ToUpper(textOf(a[0]))), nil
+}
+
+func fnLower(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Null(), nil
+	}
+	return Text(strings.ToLower(textOf(a[0]))), nil
+}
+
+// fnSubstring follows PowerSync's SQLite-compatible substring on UTF-16
+// code units: 1-based start, 0 and negative starts as in SQLite, negative
+// lengths count backwards.
+func fnSubstring(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Null(), nil
+	}
+	if a[1].IsNull() {
+		return Null(), nil
+	}
+	text := textOf(a[0])
+	startV, err := castInteger(a[1])
+	if err != nil {
+		return Value{}, err
+	}
+	start := startV.Int64()
+	n := int64(jsStringLen(text))
+	var length int64
+	if len(a) == 3 {
+		if a[2].IsNull() {
+			return Null(), nil
+		}
+		l, err := castInteger(a[2])
+		if err != nil {
+			return Value{}, err
+		}
+		length = l.Int64()
+	} else {
+		length = n + 1
+	}
+	var realStart int64
+	switch {
+	case start < 0:
+		realStart = max(0, n+start)
+	case start == 0:
+		realStart = 0
+		length--
+	default:
+		realStart = start - 1
+	}
+	if length < 0 {
+		return Text(jsSubstring(text, satAdd(realStart, length), realStart)), nil
+	}
+	return Text(jsSubstring(text, realStart, satAdd(realStart, length))), nil
+}
+
+func satAdd(a, b int64) int64 {
+	s := a + b
+	if (s > a) != (b > 0) {
+		if b > 0 {
+			return 1<<63 - 1
+		}
+		return -1 << 63
+	}
+	return s
+}
+
+// jsSubstring is String.prototype.substring on UTF-16 code units: clamp to
+// [0, len], swap if reversed.
+func jsSubstring(s string, a, b int64) string {
+	n := int64(jsStringLen(s))
+	a, b = min(max(a, 0), n), min(max(b, 0), n)
+	if a > b {
+		a, b = b, a
+	}
+	if n == int64(len(s)) { // ASCII (or at least one byte per unit)
+		return s[a:b]
+	}
+	u := utf16.Encode([]rune(s))
+	return string(utf16.Decode(u[a:b]))
+}
+
+func fnLength(a []Value) (Value, error) {
+	switch a[0].kind {
+	case KindNull:
+		return Null(), nil
+	case KindBlob:
+		return Int(int64(len(a[0].b))), nil
+	}
+	return Int(int64(jsStringLen(textOf(a[0])))), nil
+}
+
+func fnHex(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Text(""), nil
+	}
+	return Text(hexUpper(blobOf(a[0]))), nil
+}
+
+func fnBase64(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Text(""), nil
+	}
+	return Text(base64.StdEncoding.EncodeToString(blobOf(a[0]))), nil
+}
+
+func fnTypeof(a []Value) (Value, error) { return Text(a[0].kind.String()), nil }
+
+func fnIfnull(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return a[1], nil
+	}
+	return a[0], nil
+}
+
+func fnIif(a []Value) (Value, error) {
+	if a[0].truthy() {
+		return a[1], nil
+	}
+	return a[2], nil
+}
+
+func fnJSONExtract(a []Value) (Value, error) { return jsonExtract(a[0], a[1], "json_extract") }
+
+func fnJSONArrayLength(a []Value) (Value, error) {
+	j := a[0]
+	if len(a) == 2 && !a[1].IsNull() {
+		v, err := jsonExtract(j, a[1], "json_extract")
+		if err != nil {
+			return Value{}, err
+		}
+		j = v
+	}
+	if j.IsNull() {
+		return Null(), nil
+	}
+	doc, err := parseJSON(textOf(j))
+	if err != nil {
+		return Value{}, err
+	}
+	if doc.k != jArr {
+		return Int(0), nil
+	}
+	return Int(int64(len(doc.arr))), nil
+}
+
+func fnJSONValid(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Int(0), nil
+	}
+	_, err := parseJSON(textOf(a[0]))
+	return Bool(err == nil), nil
+}
+
+var errJSONKeys = errors.New("json_keys needs a JSON object")
+
+func fnJSONKeys(a []Value) (Value, error) {
+	if a[0].IsNull() {
+		return Null(), nil
+	}
+	doc, err := parseJSON(textOf(a[0]))
+	if err != nil {
+		return Value{}, err
+	}
+	if doc.k != jObj {
+		return Value{}, errJSONKeys
+	}
+	out := []byte{'['}
+	for n, i := range jsKeyOrder(doc.keys) {
+		if n > 0 {
+			out = append(out, ',')
+		}
+		out = appendJSONString(out, doc.keys[i])
+	}
+	return Text(string(append(out, ']'))), nil
+}

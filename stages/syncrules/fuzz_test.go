@@ -1,0 +1,134 @@
+package syncrules
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// FuzzParse feeds arbitrary text to the tokenizer, parser and compiler in
+// every query mode. It must never panic; errors must carry a position
+// inside the query.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"SELECT * FROM todos WHERE list_id = bucket.list_id",
+		"SELECT id AS list_id FROM lists WHERE owner_id = request.user_id() AND id IN request.jwt() -> 'ids'",
+		"SELECT value AS v FROM json_each(request.parameters() -> 'a') WHERE value != 'x'",
+		"SELECT request.user_id() AS u WHERE request.jwt() ->> 'role' = 'admin'",
+		"SELECT id, CAST(n AS text) AS t, upper(s) || '-' || substring(s, 2, -1) AS x FROM t AS u WHERE NOT (a IS NULL) OR b >= 1.5e3",
+		"SELECT id FROM t WHERE bucket.x IN tags AND (c = 'a' OR d = bucket.x)",
+		"SELECT \"Quoted\"\"Id\" AS id FROM \"T\" /* c */ -- x\n WHERE x::integer = 1;",
+		"SELECT id FROM t WHERE x = 'unterminated",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		if s, err := parseSelect(sql); err != nil {
+			if err.pos < 0 || err.pos > len(sql) {
+				t.Fatalf("error position %d outside query of length %d", err.pos, len(sql))
+			}
+		} else if s == nil {
+			t.Fatal("nil statement without error")
+		}
+		def := &definition{name: "d", prefix: "1#d", globalID: "1#d[]", bucketParams: []string{"x"}}
+		q := &dataQuery{queryBase: queryBase{def: def, label: "data[0]", sql: sql}}
+		for _, e := range compileDataQuery(def, q, "public") {
+			checkPos(t, sql, e)
+			line, col := q.loc.at(sql, e.pos)
+			if line < 0 || col < 0 {
+				t.Fatalf("bad location %d:%d", line, col)
+			}
+		}
+		_, errs := compileParamQuery(def, queryBase{def: def, label: "parameters", sql: sql}, "1", "public")
+		for _, e := range errs {
+			checkPos(t, sql, e)
+		}
+	})
+}
+
+func checkPos(t *testing.T, sql string, e *sqlError) {
+	t.Helper()
+	if e.pos < 0 || e.pos > len(sql) {
+		t.Fatalf("error %q at %d outside query of length %d", e.msg, e.pos, len(sql))
+	}
+	if e.msg == "" {
+		t.Fatal("empty error message")
+	}
+}
+
+// FuzzEvaluate compiles fuzzed parameter and data queries and evaluates
+// them on fuzzed rows and requests. Evaluation must never panic, must be
+// deterministic, and every output must be well-formed.
+func FuzzEvaluate(f *testing.F) {
+	f.Add("SELECT id AS x FROM t WHERE a = request.user_id()", "SELECT *, a || b AS ab FROM t WHERE a = bucket.x",
+		"a1", int64(7), 1.5, []byte{1, 2}, `{"sub":"u","tags":["a",1]}`, `{"p":[1,2]}`)
+	f.Add("SELECT value AS x FROM json_each(request.jwt() -> 'tags')", "SELECT id, j ->> 'k.z' AS k FROM t WHERE bucket.x IN j",
+		`["a",1,null]`, int64(-1), -0.0, []byte("x"), `{"sub":"u","tags":["a",1]}`, `{}`)
+	f.Add("SELECT request.parameter('p') AS x WHERE request.parameters() ->> 'on'", "SELECT id, CAST(c AS integer) / b AS q FROM t WHERE c > bucket.x OR d = bucket.x",
+		"1e3", int64(0), 1e300, []byte{}, `{"sub":""}`, `{"p":"v","on":1}`)
+	f.Add("SELECT b AS x FROM t WHERE a IN request.jwt() -> 'ids' AND request.jwt() ->> 'r' = 'admin'", "SELECT id, substring(a, b, c) AS s, hex(d) AS h, json_array_length(a) AS n FROM t WHERE b = bucket.x",
+		`[1,2]`, int64(2), 3.0, []byte{0xff}, `{"sub":"u","ids":["[1,2]",2],"r":"admin"}`, `{}`)
+	f.Fuzz(func(t *testing.T, psql, dsql, a string, b int64, c float64, d []byte, claims, params string) {
+		def := &definition{name: "d", priority: 3, prefix: "1#d", globalID: "1#d[]"}
+		pq, errs := compileParamQuery(def, queryBase{def: def, label: "parameters", sql: psql}, "1", "public")
+		if len(errs) == 0 {
+			def.hasParams = true
+			switch q := pq.(type) {
+			case *staticParamQuery:
+				def.static, def.bucketParams = append(def.static, q), q.outNames
+			case *funcParamQuery:
+				def.funcs, def.bucketParams = append(def.funcs, q), q.outNames
+			case *tableParamQuery:
+				def.tables, def.bucketParams = append(def.tables, q), q.outNames
+			}
+			if duplicate(def.bucketParams) != "" {
+				return
+			}
+		}
+		dq := &dataQuery{queryBase: queryBase{def: def, label: "data[0]", sql: dsql}}
+		if len(compileDataQuery(def, dq, "public")) == 0 {
+			def.data = append(def.data, dq)
+		}
+		r := &Rules{opts: Options{GroupID: "1"}, defs: []*definition{def}}
+		bt, err := r.Bind("t", []string{"id", "a", "b", "c", "d", "j", "_h"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := []Value{Text(a), Text(a), Int(b), Real(c), Blob(d), Text(a), Null()}
+		ev := bt.NewEvaluator()
+		out1, _, err1 := ev.EvaluateRow(row, nil, nil)
+		out2, _, err2 := ev.EvaluateRow(row, nil, nil)
+		if (err1 == nil) != (err2 == nil) || len(out1) != len(out2) {
+			t.Fatalf("non-deterministic: %v/%v %d/%d", err1, err2, len(out1), len(out2))
+		}
+		for i, o := range out1 {
+			if o.Bucket != out2[i].Bucket || !bytes.Equal(o.Data, out2[i].Data) {
+				t.Fatalf("non-deterministic output %d", i)
+			}
+			if !strings.HasPrefix(o.Bucket, "1#d[") || !strings.HasSuffix(o.Bucket, "]") {
+				t.Fatalf("bad bucket id %q", o.Bucket)
+			}
+			if len(o.Data) < 2 || o.Data[0] != '{' || o.Data[len(o.Data)-1] != '}' {
+				t.Fatalf("bad data %q", o.Data)
+			}
+		}
+		entries, _, _ := ev.EvaluateParameterRow(row, nil, nil)
+		for _, e := range entries {
+			if !bytes.HasPrefix(e.Key, []byte(`["d","1"`)) || e.Rows[0] != '[' {
+				t.Fatalf("bad lookup entry %s %s", e.Key, e.Rows)
+			}
+		}
+		plan, err := r.Request(Request{UserID: a, Claims: []byte(claims), Parameters: []byte(params)})
+		if err != nil && plan == nil {
+			return
+		}
+		for _, l := range plan.Lookups {
+			for _, e := range entries {
+				if _, err := l.Buckets(e.Rows, nil); err != nil {
+					t.Fatalf("stored rows %s rejected: %v", e.Rows, err)
+				}
+			}
+			_, _ = l.Buckets([]byte(a), nil)
+		}
+	})
+}

@@ -1,0 +1,410 @@
+package syncrules
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Errors returned while evaluating a row. They never abort other queries;
+// see Evaluator.
+var (
+	// ErrDivisionByZero: INTEGER / 0 (PowerSync's BigInt division throws).
+	ErrDivisionByZero = errors.New("division by zero")
+	// ErrCompareBlobs: PowerSync cannot order two BLOBs.
+	ErrCompareBlobs = errors.New("comparing blobs is not supported")
+	// ErrNotJSONArray: the right side of IN is not TEXT holding a JSON array.
+	ErrNotJSONArray = errors.New("IN is only supported on JSON arrays")
+	// ErrJSONPath: json_extract paths must start with "$".
+	ErrJSONPath = errors.New("JSON path must start with $")
+	// ErrNotNumber: CAST of NaN or ±Infinity to integer.
+	ErrNotNumber = errors.New("cannot convert a non-finite number to integer")
+)
+
+// textOf converts a non-NULL value to text as PowerSync's castAsText does
+// (numbers as JavaScript prints them, blobs decoded as UTF-8).
+func textOf(v Value) string {
+	switch v.kind {
+	case KindText:
+		return v.s
+	case KindInteger:
+		return strconv.FormatInt(v.Int64(), 10)
+	case KindReal:
+		return string(appendJSNumber(nil, v.Float64()))
+	case KindBlob:
+		return decodeUTF8(v.b)
+	default:
+		return ""
+	}
+}
+
+// appendText appends textOf(v) without the intermediate string.
+func appendText(dst []byte, v Value) []byte {
+	switch v.kind {
+	case KindText:
+		return append(dst, v.s...)
+	case KindInteger:
+		return strconv.AppendInt(dst, v.Int64(), 10)
+	case KindReal:
+		return appendJSNumber(dst, v.Float64())
+	case KindBlob:
+		return append(dst, decodeUTF8(v.b)...)
+	}
+	return dst
+}
+
+// decodeUTF8 mirrors TextDecoder("utf-8"): a leading BOM is dropped and
+// invalid bytes become U+FFFD.
+func decodeUTF8(b []byte) string {
+	if len(b) >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF {
+		b = b[3:]
+	}
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, w := utf8.DecodeRune(b)
+		sb.WriteRune(r)
+		b = b[w:]
+	}
+	return sb.String()
+}
+
+// blobOf converts a non-NULL value to bytes (castAsBlob).
+func blobOf(v Value) []byte {
+	if v.kind == KindBlob {
+		return v.b
+	}
+	return []byte(textOf(v))
+}
+
+// castNumeric is CAST(x AS numeric) and the operand conversion of
+// arithmetic: text keeps its leading unsigned number, integer-looking text
+// stays INTEGER.
+func castNumeric(v Value) Value {
+	switch v.kind {
+	case KindInteger, KindReal:
+		return v
+	case KindText, KindBlob:
+		s := trimJSSpaceLeft(textOf(v))
+		i := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == 0 {
+			return Int(0)
+		}
+		end := i
+		isInt := true
+		if end < len(s) && s[end] == '.' {
+			isInt = false
+			end++
+			for end < len(s) && s[end] >= '0' && s[end] <= '9' {
+				end++
+			}
+		}
+		if end < len(s) && (s[end] == 'e' || s[end] == 'E') {
+			j := end + 1
+			if j < len(s) && (s[j] == '+' || s[j] == '-') {
+				j++
+			}
+			k := j
+			for k < len(s) && s[k] >= '0' && s[k] <= '9' {
+				k++
+			}
+			if k > j {
+				isInt = false
+				end = k
+			}
+		}
+		if isInt {
+			if n, err := strconv.ParseInt(s[:i], 10, 64); err == nil {
+				return Int(n)
+			}
+		}
+		return Real(jsParseFloat(s[:end]))
+	}
+	return Int(0)
+}
+
+// castReal is CAST(x AS real): JavaScript parseFloat for text, NaN → 0.
+func castReal(v Value) Value {
+	switch v.kind {
+	case KindReal:
+		return v
+	case KindInteger:
+		return Real(float64(v.Int64()))
+	case KindText, KindBlob:
+		f := jsParseFloat(textOf(v))
+		if f != f {
+			f = 0
+		}
+		return Real(f)
+	}
+	return Real(0)
+}
+
+// castInteger is CAST(x AS integer): leading unsigned digits of text, floor
+// of reals. Non-finite reals are an error (JavaScript's BigInt throws).
+func castInteger(v Value) (Value, error) {
+	switch v.kind {
+	case KindInteger:
+		return v, nil
+	case KindReal:
+		f := v.Float64()
+		if f != f || math.IsInf(f, 0) {
+			return Value{}, ErrNotNumber
+		}
+		return Int(floatToInt64(math.Floor(f))), nil
+	case KindText, KindBlob:
+		d := leadingDigits(textOf(v))
+		if d == "" {
+			return Int(0), nil
+		}
+		return Int(parseDigitsInt64(d)), nil
+	}
+	return Int(0), nil
+}
+
+// castTo implements CAST(v AS to) for the five supported type names.
+func castTo(v Value, to string) (Value, error) {
+	if v.kind == KindNull {
+		return v, nil
+	}
+	switch to {
+	case "text":
+		if v.kind == KindText {
+			return v, nil
+		}
+		return Text(textOf(v)), nil
+	case "numeric":
+		return castNumeric(v), nil
+	case "real":
+		return castReal(v), nil
+	case "integer":
+		return castInteger(v)
+	case "blob":
+		return Blob(blobOf(v)), nil
+	}
+	return Value{}, fmt.Errorf("unsupported cast type %q", to)
+}
+
+// typeRank orders values of different classes as SQLite does.
+func typeRank(k Kind) int {
+	switch k {
+	case KindNull:
+		return 0
+	case KindInteger, KindReal:
+		return 1
+	case KindText:
+		return 2
+	default:
+		return 3
+	}
+}
+
+// compareValues compares two values like PowerSync: numbers numerically
+// (exactly, across INTEGER and REAL), text by UTF-16 code units (JavaScript
+// string order), different classes by SQLite's class order.
+func compareValues(a, b Value) (int, error) {
+	if a.isNumeric() && b.isNumeric() {
+		return compareNumbers(a, b), nil
+	}
+	if a.kind == KindText && b.kind == KindText {
+		return compareUTF16(a.s, b.s), nil
+	}
+	if a.kind == KindBlob && b.kind == KindBlob {
+		return 0, ErrCompareBlobs
+	}
+	return typeRank(a.kind) - typeRank(b.kind), nil
+}
+
+func compareNumbers(a, b Value) int {
+	if a.kind == KindInteger && b.kind == KindInteger {
+		x, y := a.Int64(), b.Int64()
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+		return 0
+	}
+	if a.kind == KindReal && b.kind == KindReal {
+		x, y := a.Float64(), b.Float64()
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		case x == y:
+			return 0
+		}
+		return 1 // NaN: neither less nor equal; JS compare() returns 1
+	}
+	if a.kind == KindInteger {
+		return -compareFloatInt(b.Float64(), a.Int64())
+	}
+	return compareFloatInt(a.Float64(), b.Int64())
+}
+
+// compareFloatInt compares a double with an int64 exactly, as JavaScript
+// compares a number with a BigInt.
+func compareFloatInt(f float64, i int64) int {
+	if f != f {
+		return 1
+	}
+	if math.IsInf(f, 1) {
+		return 1
+	}
+	if math.IsInf(f, -1) {
+		return -1
+	}
+	bf := new(big.Float).SetFloat64(f)
+	return bf.Cmp(new(big.Float).SetInt64(i))
+}
+
+// compareUTF16 orders strings by UTF-16 code units. It equals byte order
+// except when the first difference is between a supplementary character and
+// one in U+E000..U+FFFF.
+func compareUTF16(a, b string) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	if i == len(a) || i == len(b) {
+		return len(a) - len(b)
+	}
+	for i > 0 && !utf8.RuneStart(a[i]) {
+		i--
+	}
+	ra, _ := utf8.DecodeRuneInString(a[i:])
+	rb, _ := utf8.DecodeRuneInString(b[i:])
+	ka, kb := utf16Key(ra), utf16Key(rb)
+	switch {
+	case ka < kb:
+		return -1
+	case ka > kb:
+		return 1
+	}
+	return strings.Compare(a[i:], b[i:])
+}
+
+func utf16Key(r rune) rune {
+	if r >= 0x10000 {
+		return 0xD800 + (r-0x10000)>>10
+	}
+	return r
+}
+
+// arith evaluates + - * / with PowerSync semantics: NULL in, NULL out;
+// operands converted with castNumeric; INTEGER op INTEGER stays INTEGER
+// (falling back to REAL on int64 overflow, where JavaScript would use an
+// unbounded BigInt), integer division truncates and fails on zero.
+func arith(op byte, a, b Value) (Value, error) {
+	if a.kind == KindNull || b.kind == KindNull {
+		return Null(), nil
+	}
+	a, b = castNumeric(a), castNumeric(b)
+	if a.kind == KindInteger && b.kind == KindInteger {
+		x, y := a.Int64(), b.Int64()
+		switch op {
+		case '+':
+			r := x + y
+			if (r > x) == (y > 0) {
+				return Int(r), nil
+			}
+		case '-':
+			r := x - y
+			if (r < x) == (y > 0) {
+				return Int(r), nil
+			}
+		case '*':
+			if x == 0 || y == 0 {
+				return Int(0), nil
+			}
+			r := x * y
+			if r/y == x && !(x == -1 && y == math.MinInt64) && !(y == -1 && x == math.MinInt64) {
+				return Int(r), nil
+			}
+		case '/':
+			if y == 0 {
+				return Value{}, ErrDivisionByZero
+			}
+			if !(x == math.MinInt64 && y == -1) {
+				return Int(x / y), nil
+			}
+		}
+		return arithFloat(op, float64(x), float64(y)), nil
+	}
+	return arithFloat(op, numAsFloat(a), numAsFloat(b)), nil
+}
+
+func numAsFloat(v Value) float64 {
+	if v.kind == KindInteger {
+		return float64(v.Int64())
+	}
+	return v.Float64()
+}
+
+func arithFloat(op byte, x, y float64) Value {
+	switch op {
+	case '+':
+		return Real(x + y)
+	case '-':
+		return Real(x - y)
+	case '*':
+		return Real(x * y)
+	default:
+		return Real(x / y)
+	}
+}
+
+// concat is ||: both sides as text, NULL if either is NULL.
+func concat(a, b Value) Value {
+	if a.kind == KindNull || b.kind == KindNull {
+		return Null()
+	}
+	buf := make([]byte, 0, 32)
+	buf = appendText(buf, a)
+	buf = appendText(buf, b)
+	return Text(string(buf))
+}
+
+// inJSONArray is "a IN b" for row values: b must be TEXT holding a JSON
+// array; membership uses JavaScript's Array.includes on JSON.parse output,
+// so TEXT matches strings and REAL matches numbers, while INTEGER (a BigInt
+// in PowerSync) never matches a parsed number.
+func inJSONArray(a, b Value) (Value, error) {
+	if a.kind == KindNull || b.kind == KindNull {
+		return Null(), nil
+	}
+	if b.kind != KindText {
+		return Value{}, ErrNotJSONArray
+	}
+	arr, err := parseJSON(b.s)
+	if err != nil {
+		return Value{}, fmt.Errorf("IN: %w", err)
+	}
+	if arr.k != jArr {
+		return Value{}, ErrNotJSONArray
+	}
+	for i := range arr.arr {
+		el := &arr.arr[i]
+		switch {
+		case a.kind == KindText && el.k == jStr && el.s == a.s:
+			return valTrue, nil
+		case a.kind == KindReal && el.k == jNum:
+			f, g := a.Float64(), el.numFloat()
+			if f == g || (f != f && g != g) {
+				return valTrue, nil
+			}
+		}
+	}
+	return valFalse, nil
+}

@@ -1,0 +1,180 @@
+package syncrules
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Options configure Parse.
+type Options struct {
+	// File is the rules file name used in error messages.
+	File string
+	// GroupID is the replication group (sync rules version) id. Bucket ids
+	// are "<GroupID>#<definition>[params]" as with PowerSync's versioned
+	// bucket ids; an empty GroupID gives unversioned ids.
+	GroupID string
+	// DefaultSchema qualifies unqualified table names ("public" if empty).
+	DefaultSchema string
+}
+
+func (o Options) defaultSchema() string {
+	if o.DefaultSchema == "" {
+		return "public"
+	}
+	return o.DefaultSchema
+}
+
+// Rules are compiled sync rules for one replication group. They are
+// immutable and safe for concurrent use.
+type Rules struct {
+	opts Options
+	defs []*definition
+}
+
+// Parse compiles PowerSync edition-1 sync rules (YAML with
+// bucket_definitions). Every query is parsed and compiled once here, so
+// unsupported syntax is reported now and never at row time. On failure the
+// error is a RuleErrors listing every problem with its position.
+func Parse(src []byte, opts Options) (*Rules, error) {
+	ld := &loader{opts: opts, src: strings.Split(string(src), "\n"), rules: &Rules{opts: opts}}
+	ld.load(src)
+	if len(ld.errs) > 0 {
+		sort.SliceStable(ld.errs, func(i, j int) bool {
+			a, b := ld.errs[i], ld.errs[j]
+			return a.Line < b.Line || (a.Line == b.Line && a.Column < b.Column)
+		})
+		return nil, ld.errs
+	}
+	return ld.rules, nil
+}
+
+// Definition describes one bucket definition, for status output and for
+// callers that need to list buckets.
+type Definition struct {
+	Name             string
+	Priority         int
+	BucketParameters []string // in bucket id order
+	DataQueries      int
+	ParameterQueries int
+}
+
+// Definitions lists the bucket definitions in file order.
+func (r *Rules) Definitions() []Definition {
+	out := make([]Definition, len(r.defs))
+	for i, d := range r.defs {
+		out[i] = Definition{Name: d.name, Priority: d.priority, BucketParameters: append([]string(nil), d.bucketParams...),
+			DataQueries: len(d.data), ParameterQueries: len(d.static) + len(d.funcs) + len(d.tables)}
+	}
+	return out
+}
+
+// GroupID returns the replication group the rules were compiled for.
+func (r *Rules) GroupID() string { return r.opts.GroupID }
+
+// TableName is a schema-qualified source table.
+type TableName struct {
+	Schema string
+	Name   string
+}
+
+// String returns schema.name.
+func (t TableName) String() string { return t.Schema + "." + t.Name }
+
+// Tables returns the source tables the rules read, sorted, so the source
+// knows what to snapshot and stream. Data tables and parameter tables are
+// both included.
+func (r *Rules) Tables() []TableName {
+	seen := map[tableRef]bool{}
+	var out []TableName
+	add := func(t tableRef) {
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, TableName{Schema: t.schema, Name: t.name})
+		}
+	}
+	for _, d := range r.defs {
+		for _, q := range d.data {
+			add(q.table)
+		}
+		for _, q := range d.tables {
+			add(q.table)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// Schema is a known source schema: table → ordered column names. Keys are
+// "schema.table", or "table" for the default schema.
+type Schema map[string][]string
+
+func (s Schema) columns(t tableRef, defaultSchema string) ([]string, bool) {
+	if cols, ok := s[t.String()]; ok {
+		return cols, true
+	}
+	if t.schema == defaultSchema {
+		cols, ok := s[t.name]
+		return cols, ok
+	}
+	return nil, false
+}
+
+// CheckSchema validates the rules against a known source schema (the hook
+// for the source issue): every table a query reads must exist, every column
+// it references must exist, and data queries selecting * need an id column.
+// All problems are returned together as RuleErrors, naming bucket, query,
+// column and position.
+func (r *Rules) CheckSchema(s Schema) error {
+	var errs RuleErrors
+	file, ds := r.opts.File, r.opts.defaultSchema()
+	check := func(q *queryBase, t tableRef, refs []colUse) []string {
+		cols, ok := s.columns(t, ds)
+		if !ok {
+			errs = append(errs, q.errorAt(file, strings.Index(q.sql, t.name), t.name,
+				fmt.Sprintf("table %s does not exist in the source", describeTable(t))))
+			return nil
+		}
+		for _, ref := range refs {
+			if !contains(cols, ref.name) {
+				errs = append(errs, q.errorAt(file, ref.pos, ref.name,
+					fmt.Sprintf("column %q does not exist in table %s", ref.name, describeTable(t))))
+			}
+		}
+		return cols
+	}
+	for _, d := range r.defs {
+		for _, q := range d.tables {
+			check(&q.queryBase, q.table, q.refs)
+		}
+		for _, q := range d.data {
+			cols := check(&q.queryBase, q.table, q.refs)
+			if cols != nil && q.hasStar && !contains(cols, "id") && !q.selectsID() {
+				errs = append(errs, q.errorAt(file, q.starPos, "*",
+					fmt.Sprintf(`table %s has no "id" column; select one with an alias, e.g. "SELECT pk AS id, *"`, describeTable(q.table))))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+func (q *dataQuery) selectsID() bool {
+	for _, c := range q.cols {
+		if !c.star && c.name == "id" {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
