@@ -48,6 +48,15 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s))\n", *path, len(cfg.EffectivePipelines()))
+	rules, err := loadRules(cfg, "1")
+	if err != nil {
+		problems := ruleProblems(err)
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return usagef("%s: %d problem(s) in the sync rules", *path, len(problems))
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %d bucket definition(s) over %d table(s))\n",
+		*path, len(cfg.EffectivePipelines()), len(rules.Definitions()), len(rules.Tables()))
 	return nil
 }

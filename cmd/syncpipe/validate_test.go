@@ -93,3 +93,41 @@ func TestReadmeConfigReference(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestValidateReportsRuleErrorsWithPositions(t *testing.T) {
+	code, _, stderr := runCLI(t, "validate", "--config", "../../testdata/bad_rules_config.yaml")
+	if code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	}
+	for _, want := range []string{
+		`bad_rules.yaml:6:16: bucket "by_list" data[1]: unknown function "frobnicate"`,
+		`bad_rules.yaml:9:33: bucket "global" data[0]: joins are not supported`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+}
+
+// TestValidateInlineRulesPositions checks that errors in inline rules point
+// at the config file's lines.
+func TestValidateInlineRulesPositions(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	err := os.WriteFile(path, []byte(`source: {uri: "postgres://u@127.0.0.1:5432/app"}
+storage: {uri: "postgres://u@127.0.0.1:5432/st"}
+sync_rules:
+  content: |
+    bucket_definitions:
+      global:
+        data:
+          - SELECT * FROM lists WHERE nosuchfn(id) = 1
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "validate", "--config", path)
+	if code != exitUsage || !strings.Contains(stderr, path+":8:") {
+		t.Fatalf("exit %d, stderr %q: want an error at %s:8", code, stderr, path)
+	}
+}
