@@ -39,6 +39,16 @@ func From[T, P any](p *Pipeline[P], cfg StageConfig, src Source[T, P]) *Stream[T
 // Process adds a stage that transforms every batch with fn, on
 // cfg.Workers goroutines. Output order is arbitrary unless cfg.Ordered.
 func Process[In, Out, P any](in *Stream[In, P], cfg StageConfig, fn ProcessFunc[In, Out, P]) *Stream[Out, P] {
+	if fn == nil {
+		return ProcessWorkers[In, Out, P](in, cfg, nil)
+	}
+	return ProcessWorkers(in, cfg, func(int) ProcessFunc[In, Out, P] { return fn })
+}
+
+// ProcessWorkers is Process with one function per worker goroutine: newFn(i)
+// is called once, before the run, for worker i, so each worker can own
+// scratch state (an evaluator, reusable buffers) without locking.
+func ProcessWorkers[In, Out, P any](in *Stream[In, P], cfg StageConfig, newFn func(worker int) ProcessFunc[In, Out, P]) *Stream[Out, P] {
 	if in == nil {
 		return nil
 	}
@@ -46,13 +56,20 @@ func Process[In, Out, P any](in *Stream[In, P], cfg StageConfig, fn ProcessFunc[
 	n := max(cfg.Workers, 1)
 	s := p.addStage(cfg, KindProcess, n)
 	src := in.take(cfg.Name)
-	if fn == nil {
-		p.errorf("stage %s: nil ProcessFunc", cfg.Name)
+	fns := make([]ProcessFunc[In, Out, P], n)
+	for i := range fns {
+		if newFn != nil {
+			fns[i] = newFn(i)
+		}
+		if fns[i] == nil {
+			p.errorf("stage %s: nil ProcessFunc", cfg.Name)
+			break
+		}
 	}
 	out := newStream[Out](p, cfg)
 	p.runners = append(p.runners, func(ctx context.Context, rs *runState) {
-		runPool(ctx, rs, s, n, cfg.Ordered, src, out.ch, func(int) func(context.Context, Batch[In, P]) (Batch[Out, P], error) {
-			return fn
+		runPool(ctx, rs, s, n, cfg.Ordered, src, out.ch, func(i int) func(context.Context, Batch[In, P]) (Batch[Out, P], error) {
+			return fns[i]
 		})
 	})
 	return out

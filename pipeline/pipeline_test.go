@@ -121,3 +121,46 @@ func TestMetricsCountsBatchesPerStage(t *testing.T) {
 		t.Errorf("source produced %d rows, want 10", m.outRows["read"])
 	}
 }
+
+// TestProcessWorkersGivesEachWorkerItsOwnFunc checks that every worker
+// runs the function made for it, so per-worker state needs no locking.
+func TestProcessWorkersGivesEachWorkerItsOwnFunc(t *testing.T) {
+	const workers, batches = 3, 60
+	p := pipeline.New[int](pipeline.Config{Name: "workers"})
+	n := 0
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[int, int](func(context.Context) (pipeline.Batch[int, int], error) {
+		if n == batches {
+			return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+		}
+		n++
+		return pipeline.Batch[int, int]{Items: []int{n}, Progress: n}, nil
+	}))
+	made := make([]int, workers)
+	used := make([]int, workers) // each written only by its own worker
+	out := pipeline.ProcessWorkers(src, pipeline.StageConfig{Name: "eval", Workers: workers},
+		func(w int) pipeline.ProcessFunc[int, int, int] {
+			made[w]++
+			return func(_ context.Context, b pipeline.Batch[int, int]) (pipeline.Batch[int, int], error) {
+				used[w]++
+				return b, nil
+			}
+		})
+	committed := 0
+	pipeline.Commit(out, pipeline.StageConfig{Name: "commit"}, func(context.Context, pipeline.Batch[int, int]) error {
+		committed++
+		return nil
+	})
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for w := range workers {
+		if made[w] != 1 {
+			t.Fatalf("factory called %d times for worker %d, want 1", made[w], w)
+		}
+		total += used[w]
+	}
+	if total != batches || committed != batches {
+		t.Fatalf("processed %d, committed %d, want %d", total, committed, batches)
+	}
+}
