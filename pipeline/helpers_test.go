@@ -51,7 +51,6 @@ type committer struct {
 	mu   sync.Mutex
 	seqs []uint64
 	last int // last committed progress
-	err  error
 }
 
 func (c *committer) commit(_ context.Context, b pipeline.Batch[int, int]) error {

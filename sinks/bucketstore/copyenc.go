@@ -71,7 +71,7 @@ const (
 )
 
 // beginArray starts a one-dimensional array value of n elements of type
-// oid (no NULL elements); append the elements with elem or elemString and
+// oid (no NULL elements); append the elements with elem or elemMember and
 // close it with endArray(start).
 func (c *copyBuf) beginArray(oid uint32, n int) (start int) {
 	start = len(c.buf)
@@ -93,11 +93,6 @@ func (c *copyBuf) beginArray(oid uint32, n int) (start int) {
 func (c *copyBuf) elem(b []byte) {
 	c.buf = binary.BigEndian.AppendUint32(c.buf, uint32(len(b)))
 	c.buf = append(c.buf, b...)
-}
-
-func (c *copyBuf) elemString(s string) {
-	c.buf = binary.BigEndian.AppendUint32(c.buf, uint32(len(s)))
-	c.buf = append(c.buf, s...)
 }
 
 func (c *copyBuf) endArray(start int) {

@@ -2,6 +2,7 @@ package syncrules
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 )
@@ -63,7 +64,7 @@ func FuzzEvaluate(f *testing.F) {
 	f.Add("SELECT id AS x FROM t WHERE a = request.user_id()", "SELECT *, a || b AS ab FROM t WHERE a = bucket.x",
 		"a1", int64(7), 1.5, []byte{1, 2}, `{"sub":"u","tags":["a",1]}`, `{"p":[1,2]}`)
 	f.Add("SELECT value AS x FROM json_each(request.jwt() -> 'tags')", "SELECT id, j ->> 'k.z' AS k FROM t WHERE bucket.x IN j",
-		`["a",1,null]`, int64(-1), -0.0, []byte("x"), `{"sub":"u","tags":["a",1]}`, `{}`)
+		`["a",1,null]`, int64(-1), math.Copysign(0, -1), []byte("x"), `{"sub":"u","tags":["a",1]}`, `{}`)
 	f.Add("SELECT request.parameter('p') AS x WHERE request.parameters() ->> 'on'", "SELECT id, CAST(c AS integer) / b AS q FROM t WHERE c > bucket.x OR d = bucket.x",
 		"1e3", int64(0), 1e300, []byte{}, `{"sub":""}`, `{"p":"v","on":1}`)
 	f.Add("SELECT b AS x FROM t WHERE a IN request.jwt() -> 'ids' AND request.jwt() ->> 'r' = 'admin'", "SELECT id, substring(a, b, c) AS s, hex(d) AS h, json_array_length(a) AS n FROM t WHERE b = bucket.x",
