@@ -148,3 +148,58 @@ func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN)
 	}
 	return nil
 }
+
+// EnsureGroup makes sure a group replicates the given rules and returns the
+// groups to replicate, oldest first: the ACTIVE group (serving clients)
+// and, when the rules changed, a PROCESSING group that replicates the new
+// rules in the background until it is caught up and takes over. A
+// PROCESSING group for rules that are no longer configured is stopped.
+func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
+	groups, err := s.Groups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var active *Group
+	var current bool
+	for i := range groups {
+		g := &groups[i]
+		switch {
+		case g.State == StateActive:
+			active = g
+			current = current || g.Rules == rules
+		case g.State == StateProcessing && g.Rules == rules:
+			current = true
+		case g.State == StateProcessing:
+			if err := s.SetState(ctx, g.ID, StateStop); err != nil {
+				return nil, err
+			}
+			g.State = StateStop
+		}
+	}
+	if active != nil && active.Rules == rules {
+		// Rules unchanged: drop a stale PROCESSING group for them, if any.
+		var out []Group
+		for _, g := range groups {
+			if g.State == StateActive {
+				out = append(out, g)
+			}
+		}
+		return out, nil
+	}
+	if !current {
+		if _, err := s.CreateGroup(ctx, rules, slotPrefix); err != nil {
+			return nil, err
+		}
+	}
+	groups, err = s.Groups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Group
+	for _, g := range groups {
+		if g.State == StateActive || g.State == StateProcessing {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}

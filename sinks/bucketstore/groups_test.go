@@ -1,0 +1,89 @@
+package bucketstore
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/syncpipe/syncpipe/internal/pgtest"
+)
+
+func states(gs []Group) []string {
+	var out []string
+	for _, g := range gs {
+		out = append(out, g.Rules+":"+string(g.State))
+	}
+	return out
+}
+
+// TestEnsureGroupLifecycle walks a rules change: the new rules replicate
+// in a PROCESSING group next to the ACTIVE one, take over on their first
+// checkpoint, and a superseded PROCESSING group is stopped.
+func TestEnsureGroupLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri := pgtest.NewDB(t)
+	s, err := Open(ctx, Config{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gs, err := s.EnsureGroup(ctx, "v1", "sp_")
+	if err != nil || len(gs) != 1 || gs[0].State != StateProcessing {
+		t.Fatalf("first ensure: %v %v", states(gs), err)
+	}
+	v1 := gs[0].ID
+	if err := s.MarkSnapshotDone(ctx, v1, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Commit(ctx, v1, 20, 0); err != nil || !ok {
+		t.Fatalf("first checkpoint: %v %v", ok, err)
+	}
+	gs, _ = s.EnsureGroup(ctx, "v1", "sp_")
+	if len(gs) != 1 || gs[0].ID != v1 || gs[0].State != StateActive {
+		t.Fatalf("same rules: %v", states(gs))
+	}
+	gs, _ = s.EnsureGroup(ctx, "v2", "sp_")
+	if got := states(gs); len(got) != 2 || got[0] != "v1:ACTIVE" || got[1] != "v2:PROCESSING" {
+		t.Fatalf("rules changed: %v", got)
+	}
+	gs, _ = s.EnsureGroup(ctx, "v3", "sp_") // v2 is superseded before it finished
+	if got := states(gs); len(got) != 2 || got[0] != "v1:ACTIVE" || got[1] != "v3:PROCESSING" {
+		t.Fatalf("rules changed again: %v", got)
+	}
+	v3 := gs[1].ID
+	if err := s.MarkSnapshotDone(ctx, v3, 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Commit(ctx, v3, pglogrepl.LSN(40), 0); err != nil || !ok {
+		t.Fatalf("v3 checkpoint: %v %v", ok, err)
+	}
+	gs, _ = s.EnsureGroup(ctx, "v3", "sp_")
+	if got := states(gs); len(got) != 1 || got[0] != "v3:ACTIVE" {
+		t.Fatalf("after v3 caught up: %v", got)
+	}
+	old, _ := s.Group(ctx, v1)
+	if old.State != StateStop {
+		t.Fatalf("v1 state %s, want STOP", old.State)
+	}
+}
+
+func TestPlanRangesKeepsFirstPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	tbl := registerTable(t, s, g.ID, "todos")
+	plan := []KeyRange{{Upper: []string{"100"}}, {Lower: []string{"100"}, Upper: []string{"200"}}, {Lower: []string{"200"}}}
+	got, err := s.PlanRanges(ctx, tbl.ID, plan)
+	if err != nil || len(got) != 3 || got[1].Lower[0] != "100" || got[1].Upper[0] != "200" || got[0].Lower != nil || got[2].Upper != nil {
+		t.Fatalf("plan = %+v, %v", got, err)
+	}
+	again, err := s.PlanRanges(ctx, tbl.ID, []KeyRange{{}})
+	if err != nil || len(again) != 3 {
+		t.Fatalf("re-plan replaced the stored plan: %+v %v", again, err)
+	}
+	if err := s.MakeDurable(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,87 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// KeyRange is a primary key range of a table, (Lower, Upper]; nil bounds
+// are open. Keys are the text forms of the key columns.
+type KeyRange struct {
+	Lower, Upper []string
+}
+
+// RangeState is a planned range and its committed snapshot progress.
+type RangeState struct {
+	No int
+	KeyRange
+	LastKey  []string
+	RowsDone int64
+	Done     bool
+}
+
+// PlanRanges stores the split of a table into key ranges the first time it
+// is called for the table and returns the stored plan with its progress.
+// Later calls return the plan stored first, whatever ranges they pass: a
+// resumed snapshot must continue the ranges whose progress it committed,
+// even if the table has changed size meanwhile.
+func (s *Store) PlanRanges(ctx context.Context, tableID string, ranges []KeyRange) ([]RangeState, error) {
+	if len(ranges) == 0 {
+		ranges = []KeyRange{{}}
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Lock the table row so two processes planning at once agree.
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM source_tables WHERE id = $1 FOR UPDATE", tableID); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM snapshot_ranges WHERE source_table_id = $1", tableID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		for i, r := range ranges {
+			if _, err := tx.Exec(ctx, `INSERT INTO snapshot_ranges (source_table_id, range_no, lower_key, upper_key)
+				VALUES ($1, $2, $3, $4)`, tableID, i, r.Lower, r.Upper); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("plan snapshot ranges of table %s: %w", tableID, err)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT range_no, lower_key, upper_key, last_key, rows_done, done
+		FROM snapshot_ranges WHERE source_table_id = $1 ORDER BY range_no`, tableID)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot ranges of table %s: %w", tableID, err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RangeState, error) {
+		var st RangeState
+		err := r.Scan(&st.No, &st.Lower, &st.Upper, &st.LastKey, &st.RowsDone, &st.Done)
+		return st, err
+	})
+}
+
+// MakeDurable returns once every storage commit that completed before the
+// call is on disk. Writers may run with synchronous_commit=off for speed;
+// the stream calls this before acknowledging an LSN to the source, so the
+// acknowledged position always comes from a durable record: a transaction
+// with synchronous_commit=on flushes the WAL up to its own commit record,
+// which follows every earlier commit.
+func (s *Store) MakeDurable(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_current_xact_id()") // a commit record to wait for
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("flush storage WAL: %w", err)
+	}
+	return nil
+}
