@@ -19,10 +19,12 @@ func (t *Table) String() string { return t.Schema + "." + t.Name }
 type ChangeKind uint8
 
 // Change kinds. Upsert covers snapshot rows, INSERTs and UPDATEs: the row's
-// new state replaces whatever storage had. Delete removes the row.
+// new state replaces whatever storage had. Delete removes the row. Truncate
+// removes every row of Change.Table (Key and the rest are unused).
 const (
 	Upsert ChangeKind = iota + 1
 	Delete
+	Truncate
 )
 
 func (k ChangeKind) String() string {
@@ -31,6 +33,8 @@ func (k ChangeKind) String() string {
 		return "upsert"
 	case Delete:
 		return "delete"
+	case Truncate:
+		return "truncate"
 	}
 	return fmt.Sprintf("ChangeKind(%d)", k)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/stages"
 )
 
 // TypeName is the sink type bucket storage is registered under; it is the
@@ -100,12 +102,35 @@ func (w sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		_, err := wr.WriteSnapshot(ctx, b.Items)
 		return err
 	}
-	res, err := wr.WriteChanges(ctx, b.Items)
-	if err != nil {
-		return err
+	// A TRUNCATE splits the batch: changes before it, the truncate, the
+	// changes after it, each in its own transaction. Nothing in between is
+	// visible to clients: the checkpoint is published at Commit.
+	var maxOp int64
+	items := b.Items
+	for len(items) > 0 {
+		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
+		if i < 0 {
+			i = len(items)
+		}
+		if i > 0 {
+			res, err := wr.WriteChanges(ctx, items[:i])
+			if err != nil {
+				return err
+			}
+			maxOp = max(maxOp, res.MaxOpID)
+		}
+		if i < len(items) {
+			res, err := wr.Truncate(ctx, items[i].Table, 0)
+			if err != nil {
+				return err
+			}
+			maxOp = max(maxOp, res.MaxOpID)
+			i++
+		}
+		items = items[i:]
 	}
 	k.mu.Lock()
-	k.maxOp[b.Progress.LSN] = max(k.maxOp[b.Progress.LSN], res.MaxOpID)
+	k.maxOp[b.Progress.LSN] = max(k.maxOp[b.Progress.LSN], maxOp)
 	k.mu.Unlock()
 	return nil
 }

@@ -1,0 +1,299 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/checksum"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// env is a source database with the todo data set and an empty storage
+// database.
+type env struct {
+	source, storage string
+	src             *pgx.Conn
+	store           *bucketstore.Store
+	cfg             *config.Config
+}
+
+func newEnv(t *testing.T, size todos.Size, extraYAML string) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{source: pgtest.NewDB(t), storage: pgtest.NewDB(t)}
+	e.src = pgtest.Connect(t, e.source)
+	if _, err := todos.Load(ctx, e.src, size); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.LoadBytes("test.yaml", fmt.Appendf(nil, `
+source: {uri: %q, publication: syncpipe}
+storage: {uri: %q}
+sync_rules:
+  content: |
+%s
+%s`, e.source, e.storage, indent(todos.Rules, "    "), extraYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cfg = cfg
+	e.store, err = bucketstore.Open(ctx, bucketstore.Config{URI: e.storage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.store.Close)
+	return e
+}
+
+func indent(s, pre string) string {
+	out := ""
+	for _, line := range splitLines(s) {
+		out += pre + line + "\n"
+	}
+	return out
+}
+
+func splitLines(s string) []string {
+	var lines []string
+	start := 0
+	for i := range len(s) {
+		if s[i] == '\n' {
+			lines = append(lines, s[start:i])
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		lines = append(lines, s[start:])
+	}
+	return lines
+}
+
+// runUntilSnapshotDone runs a replicator until its first group finished
+// its snapshot, then stops it.
+func (e *env) runUntilSnapshotDone(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	done := make(chan struct{})
+	r := New(Options{Config: e.cfg, Store: e.store, OnSnapshotDone: func(int) { close(done) }})
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	select {
+	case <-done:
+	case err := <-errc:
+		t.Fatalf("replicator stopped before the snapshot was done: %v", err)
+	}
+	cancel()
+	<-errc
+}
+
+// bucketState is a row's latest op in a bucket: what a client would hold.
+type bucketState map[string]map[string]string // bucket → object id → data (REMOVEd rows absent)
+
+func (e *env) buckets(t *testing.T) bucketState {
+	t.Helper()
+	rows, err := e.store.Pool().Query(context.Background(), `SELECT bucket_name, op, object_type, object_id, checksum, coalesce(data, '')
+		FROM bucket_data ORDER BY op_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	st := bucketState{}
+	for rows.Next() {
+		var bucket, typ, id, data string
+		var op int16
+		var sum int64
+		if err := rows.Scan(&bucket, &op, &typ, &id, &sum, &data); err != nil {
+			t.Fatal(err)
+		}
+		if st[bucket] == nil {
+			st[bucket] = map[string]string{}
+		}
+		switch op {
+		case bucketstore.OpPut:
+			if uint32(sum) != checksum.Put(typ, id, []byte(data)) {
+				t.Fatalf("op for %s/%s has checksum %d that does not match its data", bucket, id, sum)
+			}
+			st[bucket][typ+"/"+id] = data
+		case bucketstore.OpRemove:
+			delete(st[bucket], typ+"/"+id)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for b, m := range st {
+		if len(m) == 0 {
+			delete(st, b)
+		}
+	}
+	return st
+}
+
+// expected computes, with SQL on the source and independent of the rules
+// engine, what the todo rules put in which bucket.
+func (e *env) expected(t *testing.T) bucketState {
+	t.Helper()
+	ctx := context.Background()
+	st := bucketState{}
+	add := func(q, typ string) {
+		rows, err := e.src.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var bucket, id, data string
+			if err := rows.Scan(&bucket, &id, &data); err != nil {
+				t.Fatal(err)
+			}
+			if st[bucket] == nil {
+				st[bucket] = map[string]string{}
+			}
+			st[bucket][typ+"/"+id] = data
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(`SELECT '1#global[]', id::text, json_build_object('id', id, 'name', name, 'owner_id', owner_id)::text FROM lists`, "lists")
+	add(`SELECT '1#by_list["' || list_id || '"]', id::text, json_build_object('id', id, 'list_id', list_id,
+		'description', description, 'completed', completed::int,
+		'created_at', regexp_replace(to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '\.?0+$', '') || 'Z')::text
+		FROM todos`, "todos")
+	return st
+}
+
+// sameBuckets compares bucket contents, data as JSON values.
+func sameBuckets(t *testing.T, got, want bucketState) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d buckets, want %d", len(got), len(want))
+	}
+	for b, rows := range want {
+		if len(got[b]) != len(rows) {
+			t.Fatalf("bucket %s has %d rows, want %d", b, len(got[b]), len(rows))
+		}
+		for id, data := range rows {
+			var g, w any
+			if err := json.Unmarshal([]byte(got[b][id]), &g); err != nil {
+				t.Fatalf("bucket %s row %s: data %q: %v", b, id, got[b][id], err)
+			}
+			_ = json.Unmarshal([]byte(data), &w)
+			if !reflect.DeepEqual(g, w) {
+				t.Fatalf("bucket %s row %s:\n got %s\nwant %s", b, id, got[b][id], data)
+			}
+		}
+	}
+}
+
+func TestSnapshotIntoBuckets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todos.Size{Lists: 30, Todos: 2500, Seed: 3}, `
+replication:
+  snapshot: {chunk_rows: 300, split_rows: 800, max_ranges_per_table: 3}
+`)
+	e.runUntilSnapshotDone(t)
+	sameBuckets(t, e.buckets(t), e.expected(t))
+
+	// Every todos range was planned and finished; the table is done.
+	var ranges, done int
+	err := e.store.Pool().QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE done)
+		FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id WHERE t.table_name = 'todos'`).Scan(&ranges, &done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ranges < 2 || done != ranges {
+		t.Fatalf("todos: %d ranges, %d done; want ≥ 2 ranges, all done", ranges, done)
+	}
+}
+
+// waitCheckpoint blocks until storage publishes a checkpoint at or beyond
+// the source's current WAL position (LISTEN on the checkpoint channel).
+func (e *env) waitCheckpoint(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var target string
+	if err := e.src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+		t.Fatal(err)
+	}
+	conn := pgtest.Connect(t, e.storage)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{e.store.NotifyChannel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var reached bool
+		err := conn.QueryRow(ctx, `SELECT coalesce(max(last_checkpoint_lsn) >= $1::pg_lsn, false) FROM syncpipe.groups WHERE state = 'ACTIVE'`, target).Scan(&reached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reached {
+			return
+		}
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			t.Fatalf("waiting for a checkpoint past %s: %v", target, err)
+		}
+	}
+}
+
+// TestStreamAppliesChanges snapshots, then changes the source while
+// streaming: inserts, a todo moving between lists, deletes, a list rename
+// and a truncate, and checks buckets, checksums and acknowledgements.
+func TestStreamAppliesChanges(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := newEnv(t, todos.Size{Lists: 10, Todos: 300, Seed: 5}, "")
+	r := New(Options{Config: e.cfg, Store: e.store})
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(ctx) }()
+	e.waitCheckpoint(t, ctx)
+	sameBuckets(t, e.buckets(t), e.expected(t))
+
+	steps := []string{
+		`INSERT INTO todos (id, list_id, description, completed, created_at)
+		 SELECT gen_random_uuid(), id, 'new ' || name, false, '2026-02-03 04:05:06.5+00' FROM lists`,
+		`UPDATE todos SET list_id = (SELECT id FROM lists ORDER BY id LIMIT 1) WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 20)`,
+		`DELETE FROM todos WHERE id IN (SELECT id FROM todos ORDER BY id DESC LIMIT 15)`,
+		`UPDATE lists SET name = name || ' (renamed)' WHERE id IN (SELECT id FROM lists ORDER BY id LIMIT 3)`,
+	}
+	for _, q := range steps {
+		if _, err := e.src.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	e.waitCheckpoint(t, ctx)
+	sameBuckets(t, e.buckets(t), e.expected(t))
+
+	if _, err := e.src.Exec(ctx, `TRUNCATE todos`); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCheckpoint(t, ctx)
+	sameBuckets(t, e.buckets(t), e.expected(t))
+
+	// The slot never confirms more than storage durably recorded.
+	var confirmed, stored string
+	if err := e.src.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots`).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Pool().QueryRow(ctx, `SELECT stream_lsn::text FROM groups`).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	var ok bool
+	if err := e.src.QueryRow(ctx, `SELECT $1::pg_lsn <= $2::pg_lsn`, confirmed, stored).Scan(&ok); err != nil || !ok {
+		t.Fatalf("slot confirmed %s beyond the stored stream position %s", confirmed, stored)
+	}
+	cancel()
+	if err := <-errc; err != nil && ctx.Err() == nil {
+		t.Fatal(err)
+	}
+}

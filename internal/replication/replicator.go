@@ -1,0 +1,256 @@
+// Package replication wires a PostgreSQL source to bucket storage: it is the
+// assembly where sources/postgres and sinks/bucketstore meet in pipelines
+// (they never import each other), run by the pipeline scheduler.
+//
+// For every replication group (sync rules version) it
+//
+//  1. checks the source (wal_level, publication, tables, identities),
+//  2. creates the group's logical slot if it has none — before any
+//     snapshot read, so that the stream later replays every change made
+//     while the snapshot ran,
+//  3. snapshots every table in key ranges (one scheduler unit per range,
+//     resumable from its committed progress), and
+//  4. once every table is done, streams from the slot.
+//
+// Consistency: snapshot chunks are read with plain READ COMMITTED
+// statements, not from one exported snapshot. A row changed while the
+// snapshot runs may be read in either state, but every change after the
+// slot's consistent point is in the slot and is applied, in commit order,
+// after the snapshot (stream writes are upserts and deletes by replica id,
+// computing REMOVEs from the stored previous state), so storage converges
+// to the source. A row deleted before its chunk was read is simply not
+// read; one deleted after is removed when the stream replays the DELETE —
+// a snapshot read can never resurrect it, because the stream starts only
+// after the snapshot finished and applies the DELETE last. No checkpoint is
+// published until the stream has passed the LSN at which the last chunk
+// was read (no_checkpoint_before), so clients never see a half-replayed
+// state.
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// Priorities of work units (SPEC §5): lower runs first.
+const (
+	prioActiveSnapshot     = 1
+	prioActiveStream       = 2
+	prioProcessingSnapshot = 3
+	prioProcessingStream   = 4
+)
+
+// Options configures a Replicator.
+type Options struct {
+	Config *config.Config
+	Store  *bucketstore.Store
+	Logger *slog.Logger
+	// Tracer receives every stage of every batch (OTel adapter, summary).
+	Tracer pipeline.StageTracer
+	// Role limits the work: "all" or "replication" run everything,
+	// "replication:snapshot" only snapshots, "replication:streaming" only
+	// streams.
+	Role string
+	// OnSnapshotDone, if set, is called when a group's snapshot finished.
+	OnSnapshotDone func(group int)
+}
+
+// Replicator runs replication for the configured sync rules.
+type Replicator struct {
+	opts  Options
+	cfg   *config.Config
+	store *bucketstore.Store
+	log   *slog.Logger
+	sched *pipeline.Scheduler
+	owner string
+
+	mu     sync.Mutex
+	groups map[int]*group
+}
+
+// New returns a replicator; Run starts it.
+func New(opts Options) *Replicator {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	return &Replicator{opts: opts, cfg: opts.Config, store: opts.Store, log: log,
+		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}}
+}
+
+// group is the replication state of one group in this process.
+type group struct {
+	g      bucketstore.Group
+	rules  *syncrules.Rules
+	tables []*table
+	prio   int // snapshot priority; stream is prio+1
+
+	mu        sync.Mutex
+	remaining int // snapshot ranges not yet done
+}
+
+// table is one replicated source table of a group.
+type table struct {
+	info   postgres.TableInfo
+	stored bucketstore.SourceTable
+	spec   *stages.TableSpec
+
+	mu        sync.Mutex
+	remaining int // ranges of this table not yet done
+}
+
+// Run replicates until ctx ends or a unit fails.
+func (r *Replicator) Run(ctx context.Context) error {
+	rulesText, err := r.cfg.SyncRules.Read()
+	if err != nil {
+		return err
+	}
+	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.cfg.Source.SlotPrefix)
+	if err != nil {
+		return err
+	}
+	r.sched = pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: max(r.cfg.Replication.WorkersPerProcess, 1)})
+	for _, g := range groups {
+		if err := r.startGroup(ctx, g); err != nil {
+			return fmt.Errorf("group %d: %w", g.ID, err)
+		}
+	}
+	return r.sched.Run(ctx)
+}
+
+func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
+	cc, err := postgres.ConnConfig(r.cfg.Source.URI, postgres.KeepAlive{})
+	if err != nil {
+		return nil, err
+	}
+	cc.ConnectTimeout = r.cfg.Source.ConnectTimeout
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	return conn, nil
+}
+
+// startGroup prepares a group and submits its work units.
+func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error {
+	rules, err := syncrules.Parse([]byte(bg.Rules), syncrules.Options{File: "sync rules", GroupID: strconv.Itoa(bg.ID)})
+	if err != nil {
+		return err
+	}
+	g := &group{g: bg, rules: rules, prio: prioActiveSnapshot}
+	if bg.State == bucketstore.StateProcessing {
+		g.prio = prioProcessingSnapshot
+		if !r.hasActive(ctx) {
+			g.prio = prioActiveSnapshot // nothing serves yet: this group is the urgent one
+		}
+	}
+	conn, err := r.connectSource(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	var names []string
+	for _, t := range rules.Tables() {
+		names = append(names, t.String())
+	}
+	if err := postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.cfg.Source.Publication, Tables: names, CreatePublication: true}); err != nil {
+		return err
+	}
+	infos, err := postgres.Discover(ctx, conn, names)
+	if err != nil {
+		return err
+	}
+	if err := r.ensureSlot(ctx, g); err != nil {
+		return err
+	}
+	for _, info := range infos {
+		t, err := r.registerTable(ctx, conn, g, info)
+		if err != nil {
+			return err
+		}
+		g.tables = append(g.tables, t)
+	}
+	r.mu.Lock()
+	r.groups[bg.ID] = g
+	r.mu.Unlock()
+	return r.submitSnapshots(ctx, conn, g)
+}
+
+func (r *Replicator) hasActive(ctx context.Context) bool {
+	gs, err := r.store.Groups(ctx)
+	if err != nil {
+		return false
+	}
+	for _, g := range gs {
+		if g.State == bucketstore.StateActive {
+			return true
+		}
+	}
+	return false
+}
+
+// ensureSlot creates the group's slot unless it exists. A slot that is
+// gone after the snapshot finished cannot be recreated without losing
+// changes: that is reported for a new group to be started.
+func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
+	conn, err := logrepl.Connect(ctx, r.cfg.Source.URI)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	slot, err := logrepl.LookupSlot(ctx, conn, g.g.SlotName)
+	if err == nil {
+		if slot.WALStatus == "lost" {
+			return fmt.Errorf("replication slot %s was invalidated (wal_status=lost, see max_slot_wal_keep_size): syncpipe must re-snapshot into a new group", g.g.SlotName)
+		}
+		return nil
+	}
+	if err != nil && !errors.Is(err, logrepl.ErrSlotMissing) {
+		return err
+	}
+	if g.g.SnapshotDone {
+		return fmt.Errorf("replication slot %s is missing after the snapshot finished: changes were lost; syncpipe must re-snapshot into a new group", g.g.SlotName)
+	}
+	if _, err := logrepl.CreateSlot(ctx, conn, g.g.SlotName); err != nil {
+		return err
+	}
+	r.log.Info("created replication slot", "group", g.g.ID, "slot", g.g.SlotName)
+	return nil
+}
+
+func (r *Replicator) registerTable(ctx context.Context, conn *pgx.Conn, g *group, info postgres.TableInfo) (*table, error) {
+	cols := make([]string, len(info.Columns))
+	for i, c := range info.Columns {
+		cols[i] = c.Name
+	}
+	identity := make([]string, len(info.IdentityColumns))
+	for i, c := range info.IdentityColumns {
+		identity[i] = cols[c]
+	}
+	st, err := r.store.RegisterTable(ctx, g.g.ID, info.OID, info.Schema, info.Name, identity)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := stages.NewTableSpec(&st.Table, g.rules, cols, identity)
+	if err != nil {
+		return nil, err
+	}
+	return &table{info: info, stored: st, spec: spec}, nil
+}

@@ -1,0 +1,239 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// submitSnapshots plans the key ranges of every table whose snapshot is not
+// done and submits a unit per unfinished range; a group with nothing left
+// to snapshot goes straight to streaming.
+func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *group) error {
+	snap := r.cfg.Replication.Snapshot
+	var units []pipeline.Unit
+	for _, t := range g.tables {
+		if t.stored.SnapshotDone {
+			continue
+		}
+		ranges, err := postgres.SplitRanges(ctx, conn, t.info, snap.MaxRangesPerTable, int64(snap.SplitRows))
+		if err != nil {
+			return err
+		}
+		plan := make([]bucketstore.KeyRange, len(ranges))
+		for i, kr := range ranges {
+			plan[i] = bucketstore.KeyRange{Lower: kr.Lower, Upper: kr.Upper}
+		}
+		states, err := r.store.PlanRanges(ctx, t.stored.ID, plan)
+		if err != nil {
+			return err
+		}
+		for _, st := range states {
+			if st.Done {
+				continue
+			}
+			t.remaining++
+			units = append(units, r.snapshotUnit(g, t, st))
+		}
+		if t.remaining == 0 { // every range finished before a crash
+			if err := r.tableDone(ctx, g, t); err != nil {
+				return err
+			}
+		}
+	}
+	g.remaining = len(units)
+	if len(units) == 0 {
+		return r.snapshotDone(ctx, g)
+	}
+	for _, u := range units {
+		if err := r.sched.Submit(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState) pipeline.Unit {
+	name := t.info.QualifiedName()
+	return pipeline.Unit{
+		Key:      fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No),
+		Kind:     "snapshot",
+		Priority: g.prio,
+		Run: func(ctx context.Context) error {
+			done, err := r.snapshotRange(ctx, g, t, st.No)
+			if err != nil || !done {
+				return err
+			}
+			return r.rangeDone(ctx, g, t)
+		},
+	}
+}
+
+// snapshotRange runs the snapshot pipeline of one key range from its last
+// committed chunk: read → eval + op build → 2 writers → ordered progress
+// commit. It reports whether the range is finished (false after a yield).
+func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, rangeNo int) (bool, error) {
+	sink := r.store.Sink(g.g.ID)
+	name := t.info.QualifiedName()
+	pos, _, err := sink.Resume(ctx, name, rangeNo)
+	if err != nil {
+		return false, err
+	}
+	if pos.Done {
+		return true, nil
+	}
+	states, err := r.store.PlanRanges(ctx, t.stored.ID, nil)
+	if err != nil {
+		return false, err
+	}
+	kr := postgres.KeyRange{Lower: states[rangeNo].Lower, Upper: states[rangeNo].Upper}
+	conn, err := r.connectSource(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+
+	snap := r.cfg.Replication.Snapshot
+	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
+		ChunkRows: snap.ChunkRows, After: pos.LastKey, SocketTimeout: r.cfg.Source.SnapshotSocketTimeout})
+	rows := pos.RowsDone
+	finished := false
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name,
+		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
+		Tracer: r.opts.Tracer})
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[[]syncrules.Value, sinks.Position](
+		func(ctx context.Context) (pipeline.Batch[[]syncrules.Value, sinks.Position], error) {
+			var b pipeline.Batch[[]syncrules.Value, sinks.Position]
+			if finished {
+				return b, pipeline.ErrEndOfInput
+			}
+			chunk, err := reader.Next(ctx)
+			if errors.Is(err, pipeline.ErrEndOfInput) {
+				// A progress-only batch records that the range is done.
+				finished = true
+				b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: reader.Position(), RowsDone: rows, Done: true}
+				return b, nil
+			}
+			if err != nil {
+				return b, err
+			}
+			rows += int64(len(chunk.Rows))
+			finished = chunk.Final
+			b.Items, b.Rows, b.Bytes = chunk.Rows, len(chunk.Rows), chunk.Bytes
+			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
+			return b, nil
+		}))
+	workers := snap.EvalWorkers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	built := pipeline.ProcessWorkers(read, pipeline.StageConfig{Name: "eval", Workers: workers},
+		func(int) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {
+			return r.buildUpserts(t)
+		})
+	if err := sinks.FlushAndCommit(ctx, built, sink, max(snap.FlushWriters, 1)); err != nil {
+		return false, err
+	}
+	start := time.Now()
+	err = p.Run(ctx)
+	if errors.Is(err, pipeline.ErrYielded) {
+		return false, err
+	}
+	if err != nil {
+		return false, err
+	}
+	r.log.Info("snapshot range done", "group", g.g.ID, "table", name, "range", rangeNo, "rows", rows,
+		"elapsed", time.Since(start).Round(time.Millisecond))
+	return true, nil
+}
+
+// buildUpserts returns a worker's eval + op build function for t's rows.
+func (r *Replicator) buildUpserts(t *table) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {
+	b := stages.NewBuilder(t.spec)
+	return func(ctx context.Context, in pipeline.Batch[[]syncrules.Value, sinks.Position]) (pipeline.Batch[stages.Change, sinks.Position], error) {
+		b.Begin(len(in.Items), int(in.Bytes)*2+1024)
+		out := make([]stages.Change, 0, len(in.Items))
+		for _, row := range in.Items {
+			var err error
+			if out, err = b.Upsert(row, out); err != nil {
+				// A query failing on one row must not stop replication: the
+				// row is written for the queries that succeeded.
+				r.log.Warn("sync rules failed on a row", "table", t.info.QualifiedName(), "err", err)
+			}
+		}
+		return pipeline.Derive(in, out), nil
+	}
+}
+
+// rangeDone counts a finished range; the last range of a table marks the
+// table done, the last of the group starts its stream.
+func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table) error {
+	t.mu.Lock()
+	t.remaining--
+	tableDone := t.remaining == 0
+	t.mu.Unlock()
+	if tableDone {
+		if err := r.tableDone(ctx, g, t); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	g.remaining--
+	groupDone := g.remaining == 0
+	g.mu.Unlock()
+	if groupDone {
+		return r.snapshotDone(ctx, g)
+	}
+	return nil
+}
+
+// tableDone records the source position after the table's last read: no
+// checkpoint may be published before the stream passes it.
+func (r *Replicator) tableDone(ctx context.Context, g *group, t *table) error {
+	lsn, err := r.currentLSN(ctx)
+	if err != nil {
+		return err
+	}
+	r.log.Info("table snapshot done", "group", g.g.ID, "table", t.info.QualifiedName(), "lsn", lsn)
+	return r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn)
+}
+
+func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
+	lsn, err := r.currentLSN(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.store.MarkSnapshotDone(ctx, g.g.ID, lsn); err != nil {
+		return err
+	}
+	r.log.Info("snapshot done", "group", g.g.ID, "lsn", lsn)
+	if r.opts.OnSnapshotDone != nil {
+		r.opts.OnSnapshotDone(g.g.ID)
+	}
+	return r.submitStream(g)
+}
+
+func (r *Replicator) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
+	conn, err := r.connectSource(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var s string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		return 0, fmt.Errorf("read source WAL position: %w", err)
+	}
+	return pglogrepl.ParseLSN(s)
+}

@@ -1,0 +1,303 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// submitStream queues the group's stream unit.
+func (r *Replicator) submitStream(g *group) error {
+	if r.opts.Role == "replication:snapshot" {
+		return nil
+	}
+	return r.sched.Submit(pipeline.Unit{
+		Key:      fmt.Sprintf("group %d stream", g.g.ID),
+		Kind:     "stream",
+		Priority: g.prio + 1,
+		Run: func(ctx context.Context) error {
+			return r.stream(ctx, g)
+		},
+	})
+}
+
+// streamTable maps a pgoutput relation onto a table of the group.
+type streamTable struct {
+	t       *table
+	rel     *logrepl.Relation
+	cols    []int // relation column → TableInfo column (-1: not replicated)
+	builder *stages.Builder
+}
+
+// streamer turns logical replication batches into storage changes. It runs
+// in the pipeline's source goroutine, so it needs no locking.
+type streamer struct {
+	r      *Replicator
+	g      *group
+	side   *pgx.Conn // normal source connection: re-reads and re-snapshots
+	byOID  map[uint32]*streamTable
+	byName map[string]*table
+}
+
+// stream applies the group's slot to storage until ctx ends: read →
+// decode, eval and op build → one writer (changes of a row must apply in
+// order) → commit: publish a checkpoint, make storage durable, then
+// acknowledge the LSN to the source.
+func (r *Replicator) stream(ctx context.Context, g *group) error {
+	sink := r.store.Sink(g.g.ID)
+	pos, _, err := sink.Resume(ctx, "", 0)
+	if err != nil {
+		return err
+	}
+	conn, err := logrepl.Connect(ctx, r.cfg.Source.URI)
+	if err != nil {
+		return err
+	}
+	st, err := logrepl.Start(ctx, conn, logrepl.Config{
+		Slot: g.g.SlotName, Publication: r.cfg.Source.Publication, StartLSN: logrepl.LSN(pos.LSN),
+		StatusInterval: r.cfg.Replication.Stream.StatusInterval, ReceiveTimeout: r.cfg.Replication.Stream.ReceiveTimeout,
+	})
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return err
+	}
+	defer st.Close(context.WithoutCancel(ctx))
+	side, err := r.connectSource(ctx)
+	if err != nil {
+		return err
+	}
+	defer side.Close(context.WithoutCancel(ctx))
+
+	s := &streamer{r: r, g: g, side: side, byOID: map[uint32]*streamTable{}, byName: map[string]*table{}}
+	for _, t := range g.tables {
+		s.byName[t.info.Schema+"."+t.info.Name] = t
+	}
+	lim := logrepl.BatchLimits{MaxChanges: r.cfg.Replication.Stream.BatchMaxRows,
+		MaxBytes: int(r.cfg.Replication.Stream.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer})
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read+eval"}, pipeline.SourceFunc[stages.Change, sinks.Position](
+		func(ctx context.Context) (sinks.Batch, error) {
+			for {
+				lb, err := st.Next(ctx, lim)
+				if err != nil {
+					return sinks.Batch{}, err
+				}
+				if lb.Partial {
+					// TODO(stream): large transactions are applied whole for now.
+					return sinks.Batch{}, errors.New("a source transaction exceeds replication.stream.batch_max_rows: raise the limit")
+				}
+				b, err := s.batch(ctx, lb)
+				if err != nil {
+					return b, err
+				}
+				if len(b.Items) > 0 || lb.EndLSN > 0 {
+					return b, nil
+				}
+			}
+		}))
+	w, err := sink.Writer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	flushed := pipeline.Flush(src, pipeline.StageConfig{Name: sinks.StageFlush}, []sinks.Writer{w})
+	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b sinks.Batch) error {
+		if err := sink.Commit(ctx, b); err != nil {
+			return err
+		}
+		// Storage may commit asynchronously: only a flushed WAL makes the
+		// position safe to confirm to the source.
+		if err := r.store.MakeDurable(ctx); err != nil {
+			return err
+		}
+		st.Ack(logrepl.LSN(b.Progress.LSN))
+		return nil
+	})
+	err = p.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// batch converts one logical replication batch into storage changes.
+func (s *streamer) batch(ctx context.Context, lb logrepl.Batch) (sinks.Batch, error) {
+	out := sinks.Batch{Progress: sinks.Position{LSN: uint64(lb.EndLSN)}}
+	for _, st := range s.byOID {
+		st.builder.Begin(lb.Changes, lb.Bytes*2+1024)
+	}
+	for _, txn := range lb.Txns {
+		for i := range txn.Changes {
+			if err := s.change(ctx, &txn.Changes[i], &out.Items); err != nil {
+				return out, err
+			}
+		}
+	}
+	out.Rows = len(out.Items)
+	out.Bytes = int64(lb.Bytes)
+	return out, nil
+}
+
+// table returns the mapping for a relation, building it on first sight.
+func (s *streamer) table(rel *logrepl.Relation) (*streamTable, error) {
+	if st, ok := s.byOID[rel.ID]; ok && st.rel == rel {
+		return st, nil
+	}
+	t := s.byName[rel.Namespace+"."+rel.Name]
+	if t == nil {
+		return nil, nil // published but not used by the rules
+	}
+	st := &streamTable{t: t, rel: rel, cols: make([]int, len(rel.Columns)), builder: stages.NewBuilder(t.spec)}
+	for i, c := range rel.Columns {
+		st.cols[i] = -1
+		for j, tc := range t.info.Columns {
+			if tc.Name == c.Name {
+				st.cols[i] = j
+			}
+		}
+		if st.cols[i] < 0 {
+			return nil, fmt.Errorf("table %s: column %s appeared in the stream: %w", t.info.QualifiedName(), c.Name, postgres.ErrSchemaChanged)
+		}
+	}
+	st.builder.Begin(64, 4096)
+	s.byOID[rel.ID] = st
+	return st, nil
+}
+
+func (s *streamer) change(ctx context.Context, c *logrepl.Change, out *[]stages.Change) error {
+	switch c.Kind {
+	case logrepl.Insert, logrepl.Update:
+		st, err := s.table(c.Relation)
+		if err != nil || st == nil {
+			return err
+		}
+		row, err := s.decode(ctx, st, c.New)
+		if err != nil {
+			return err
+		}
+		if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
+			// An old image means the key changed (or identity is FULL):
+			// retract the row under its old key when that key differs.
+			old, err := s.decode(ctx, st, c.Old)
+			if err != nil {
+				return err
+			}
+			if st.builder.ReplicaID(old) != st.builder.ReplicaID(row) {
+				*out = st.builder.Delete(old, *out)
+			}
+		}
+		*out, err = st.builder.Upsert(row, *out)
+		if err != nil {
+			s.r.log.Warn("sync rules failed on a row", "table", st.t.info.QualifiedName(), "err", err)
+		}
+		return nil
+	case logrepl.Delete:
+		st, err := s.table(c.Relation)
+		if err != nil || st == nil {
+			return err
+		}
+		row, err := s.decode(ctx, st, c.Old)
+		if err != nil {
+			return err
+		}
+		*out = st.builder.Delete(row, *out)
+		return nil
+	case logrepl.Truncate:
+		for _, rel := range c.TruncateRelations {
+			if t := s.byName[rel.Namespace+"."+rel.Name]; t != nil {
+				*out = append(*out, stages.Change{Table: &t.stored.Table, Kind: stages.Truncate})
+			}
+		}
+		return nil
+	case logrepl.RelationChanged:
+		return fmt.Errorf("table %s.%s changed shape: %w (re-snapshot while streaming is not wired yet)",
+			c.Relation.Namespace, c.Relation.Name, postgres.ErrSchemaChanged)
+	}
+	return nil
+}
+
+// decode turns a tuple into a row in the table's column order. Unchanged
+// TOAST values are re-read from the source by key.
+func (s *streamer) decode(ctx context.Context, st *streamTable, tup logrepl.Tuple) ([]syncrules.Value, error) {
+	row := make([]syncrules.Value, len(st.t.info.Columns))
+	unchanged := false
+	for i, col := range tup.Columns {
+		j := st.cols[i]
+		switch col.Kind {
+		case logrepl.ColText:
+			v, err := postgres.DecodeText(st.t.info.Columns[j], col.Data)
+			if err != nil {
+				return nil, fmt.Errorf("decode %s.%s: %w", st.t.info.QualifiedName(), st.t.info.Columns[j].Name, err)
+			}
+			row[j] = v
+		case logrepl.ColUnchanged:
+			unchanged = true
+		}
+	}
+	if unchanged {
+		return s.refetch(ctx, st, tup, row)
+	}
+	return row, nil
+}
+
+// refetch fills unchanged TOAST values by reading the row from the source.
+// The source row may be newer than the change, which is harmless: the
+// stream applies the newer changes right after and storage converges.
+func (s *streamer) refetch(ctx context.Context, st *streamTable, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
+	info := st.t.info
+	q := "SELECT "
+	for i, c := range info.Columns {
+		if i > 0 {
+			q += ", "
+		}
+		q += pgx.Identifier{c.Name}.Sanitize() + "::text"
+	}
+	q += " FROM " + pgx.Identifier{info.Schema, info.Name}.Sanitize() + " WHERE "
+	var args []any
+	for n, k := range info.KeyColumns {
+		if n > 0 {
+			q += " AND "
+		}
+		args = append(args, string(tupleValue(st, tup, k)))
+		q += fmt.Sprintf("%s = $%d::%s", pgx.Identifier{info.Columns[k].Name}.Sanitize(), len(args), info.Columns[k].TypeName)
+	}
+	vals := make([]*string, len(info.Columns))
+	dst := make([]any, len(vals))
+	for i := range vals {
+		dst[i] = &vals[i]
+	}
+	if err := s.side.QueryRow(ctx, q, args...).Scan(dst...); errors.Is(err, pgx.ErrNoRows) {
+		return row, nil // deleted since: a later change removes it
+	} else if err != nil {
+		return nil, fmt.Errorf("re-read %s for unchanged TOAST values: %w", info.QualifiedName(), err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			row[i] = syncrules.Null()
+			continue
+		}
+		dv, err := postgres.DecodeText(info.Columns[i], []byte(*v))
+		if err != nil {
+			return nil, err
+		}
+		row[i] = dv
+	}
+	return row, nil
+}
+
+func tupleValue(st *streamTable, tup logrepl.Tuple, col int) []byte {
+	for i, j := range st.cols {
+		if j == col && i < len(tup.Columns) {
+			return tup.Columns[i].Data
+		}
+	}
+	return nil
+}

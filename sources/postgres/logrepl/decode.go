@@ -1,0 +1,272 @@
+package logrepl
+
+import (
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// HeartbeatPrefix is the logical message prefix of syncpipe's heartbeat
+// (see Heartbeat). A non-transactional message with this prefix that arrives
+// outside a transaction is a position the stream may acknowledge.
+const HeartbeatPrefix = "syncpipe"
+
+// Default segment bounds: the reader hands a transaction over to Next in
+// segments of at most this many changes or bytes, so a huge transaction
+// never has to be held whole (see Batch.Partial).
+const (
+	defaultSegmentChanges = 1024
+	defaultSegmentBytes   = 1 << 20
+)
+
+// segment is one ordered unit of decoded output, handed from the reader
+// goroutine to Next. It is either a run of changes of one transaction (txn
+// != nil) or a bare position that may be acknowledged (pos != 0).
+type segment struct {
+	txn     *Txn // header: Xid, BeginLSN, CommitLSN, CommitTime (never modified)
+	first   bool // the transaction's first segment
+	last    bool // the transaction's last segment; endLSN is set
+	endLSN  LSN
+	changes []Change
+	bytes   int
+	pos     LSN
+}
+
+// decoder turns pgoutput messages into segments. It owns the relation
+// cache. It does no I/O and is used by one goroutine (the stream's reader),
+// which makes it the unit the fuzz test drives.
+type decoder struct {
+	rels       map[uint32]*Relation
+	skipBefore LSN      // transactions committed before this were acknowledged already
+	pendingRel []Change // RelationChanged not yet placed in a delivered transaction
+
+	txn  *Txn     // transaction in progress, nil outside one
+	skip bool     // txn is dropped (commit before skipBefore)
+	seg  *segment // open segment of txn
+
+	segChanges, segBytes int
+
+	out      []segment // decoded, not yet handed over
+	outBytes int
+}
+
+func newDecoder(skipBefore LSN, seed []*Relation) *decoder {
+	d := &decoder{
+		rels:       make(map[uint32]*Relation, len(seed)),
+		skipBefore: skipBefore,
+		segChanges: defaultSegmentChanges,
+		segBytes:   defaultSegmentBytes,
+	}
+	for _, r := range seed {
+		if r != nil {
+			d.rels[r.ID] = r
+		}
+	}
+	return d
+}
+
+// inTxn reports whether a transaction is open (between BEGIN and COMMIT).
+func (d *decoder) inTxn() bool { return d.txn != nil }
+
+// takeOut returns the decoded segments and forgets them.
+func (d *decoder) takeOut() []segment {
+	out := d.out
+	d.out, d.outBytes = nil, 0
+	return out
+}
+
+func protocolError(format string, args ...any) error {
+	return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + fmt.Sprintf(format, args...) +
+		": reconnecting; report it if it persists"}
+}
+
+// position records an acknowledgeable position seen outside a transaction
+// (keepalive WAL end, heartbeat message). Consecutive positions collapse.
+func (d *decoder) position(lsn LSN) {
+	if d.txn != nil || lsn == 0 {
+		return
+	}
+	if n := len(d.out); n > 0 && d.out[n-1].txn == nil {
+		d.out[n-1].pos = max(d.out[n-1].pos, lsn)
+		return
+	}
+	d.out = append(d.out, segment{pos: lsn})
+}
+
+// message decodes one pgoutput message; walStart is the WAL position of its
+// XLogData frame. Tuple data is copied out of data (by pglogrepl), so the
+// caller may reuse data afterwards.
+func (d *decoder) message(walStart LSN, data []byte) error {
+	if err := checkFrame(data); err != nil {
+		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
+			": reconnecting; report it if it persists", Err: err}
+	}
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
+			": reconnecting; report it if it persists", Err: err}
+	}
+	size := len(data)
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		if d.txn != nil {
+			return protocolError("BEGIN of xid %d inside transaction %d", m.Xid, d.txn.Xid)
+		}
+		d.txn = &Txn{Xid: m.Xid, BeginLSN: walStart, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
+		d.skip = m.FinalLSN < d.skipBefore
+		d.seg = &segment{txn: d.txn, first: true, bytes: size}
+		if !d.skip && len(d.pendingRel) > 0 {
+			d.seg.changes = append(d.seg.changes, d.pendingRel...)
+			d.pendingRel = nil
+		}
+	case *pglogrepl.CommitMessage:
+		if d.txn == nil {
+			return protocolError("COMMIT at %s outside a transaction", m.CommitLSN)
+		}
+		if m.CommitLSN != d.txn.CommitLSN {
+			return protocolError("COMMIT at %s for a transaction that began with final LSN %s", m.CommitLSN, d.txn.CommitLSN)
+		}
+		if !d.skip {
+			d.seg.last, d.seg.endLSN = true, m.TransactionEndLSN
+			d.seg.bytes += size
+			d.flush()
+		}
+		d.txn, d.seg, d.skip = nil, nil, false
+	case *pglogrepl.RelationMessage:
+		rel := relationFrom(m)
+		prev := d.rels[rel.ID]
+		d.rels[rel.ID] = rel
+		if prev != nil && !prev.Equal(rel) {
+			c := Change{Kind: RelationChanged, Relation: rel, Previous: prev}
+			if d.txn != nil && !d.skip {
+				d.add(c, size)
+			} else {
+				d.pendingRel = append(d.pendingRel, c)
+			}
+		}
+	case *pglogrepl.InsertMessage:
+		rel, err := d.dml("INSERT", m.RelationID)
+		if err != nil {
+			return err
+		}
+		c := Change{Kind: Insert, LSN: walStart, Relation: rel}
+		if c.New, err = tupleFrom(m.Tuple, rel); err != nil {
+			return err
+		}
+		d.add(c, size)
+	case *pglogrepl.UpdateMessage:
+		rel, err := d.dml("UPDATE", m.RelationID)
+		if err != nil {
+			return err
+		}
+		c := Change{Kind: Update, LSN: walStart, Relation: rel, OldKind: m.OldTupleType}
+		if c.New, err = tupleFrom(m.NewTuple, rel); err != nil {
+			return err
+		}
+		if c.Old, err = tupleFrom(m.OldTuple, rel); err != nil {
+			return err
+		}
+		d.add(c, size)
+	case *pglogrepl.DeleteMessage:
+		rel, err := d.dml("DELETE", m.RelationID)
+		if err != nil {
+			return err
+		}
+		c := Change{Kind: Delete, LSN: walStart, Relation: rel, OldKind: m.OldTupleType}
+		if c.Old, err = tupleFrom(m.OldTuple, rel); err != nil {
+			return err
+		}
+		d.add(c, size)
+	case *pglogrepl.TruncateMessage:
+		if d.txn == nil {
+			return protocolError("TRUNCATE outside a transaction")
+		}
+		c := Change{Kind: Truncate, LSN: walStart,
+			TruncateCascade:         m.Option&pglogrepl.TruncateOptionCascade != 0,
+			TruncateRestartIdentity: m.Option&pglogrepl.TruncateOptionRestartIdentity != 0}
+		for _, id := range m.RelationIDs {
+			rel := d.rels[id]
+			if rel == nil {
+				return protocolError("TRUNCATE of relation %d that was never described", id)
+			}
+			c.TruncateRelations = append(c.TruncateRelations, rel)
+		}
+		d.add(c, size)
+	case *pglogrepl.LogicalDecodingMessage:
+		// Transactional messages belong to their transaction, whose commit
+		// is the position; only a standalone heartbeat is a position.
+		if !m.Transactional && m.Prefix == HeartbeatPrefix {
+			d.position(m.LSN)
+		}
+	default:
+		// Type and Origin messages carry nothing this package uses.
+	}
+	return nil
+}
+
+// dml checks that a row change may be decoded now and returns its relation.
+func (d *decoder) dml(what string, id uint32) (*Relation, error) {
+	if d.txn == nil {
+		return nil, protocolError("%s outside a transaction", what)
+	}
+	rel := d.rels[id]
+	if rel == nil {
+		return nil, protocolError("%s for relation %d that was never described", what, id)
+	}
+	return rel, nil
+}
+
+// add appends c to the open segment, handing the segment over when it is
+// full. Changes of a skipped transaction are dropped.
+func (d *decoder) add(c Change, size int) {
+	if d.skip {
+		return
+	}
+	d.seg.changes = append(d.seg.changes, c)
+	d.seg.bytes += size
+	if len(d.seg.changes) >= d.segChanges || d.seg.bytes >= d.segBytes {
+		d.flush()
+		d.seg = &segment{txn: d.txn}
+	}
+}
+
+// flush moves the open segment to out (unless it is an empty middle piece).
+func (d *decoder) flush() {
+	s := d.seg
+	if !s.first && !s.last && len(s.changes) == 0 {
+		return
+	}
+	d.out = append(d.out, *s)
+	d.outBytes += s.bytes
+}
+
+func relationFrom(m *pglogrepl.RelationMessage) *Relation {
+	r := &Relation{ID: m.RelationID, Namespace: m.Namespace, Name: m.RelationName,
+		ReplicaIdentity: m.ReplicaIdentity, Columns: make([]Column, len(m.Columns))}
+	for i, c := range m.Columns {
+		r.Columns[i] = Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 != 0}
+	}
+	return r
+}
+
+// tupleFrom converts a pgoutput tuple of rel. pglogrepl already copied each
+// value out of the receive buffer, so Data is kept as is. A tuple whose
+// column count differs from the relation's is a protocol error (callers
+// index Columns by relation column).
+func tupleFrom(td *pglogrepl.TupleData, rel *Relation) (Tuple, error) {
+	if td == nil {
+		return Tuple{}, nil
+	}
+	if len(td.Columns) != len(rel.Columns) {
+		return Tuple{}, protocolError("tuple of %d columns for %s.%s, which has %d",
+			len(td.Columns), rel.Namespace, rel.Name, len(rel.Columns))
+	}
+	cols := make([]Col, len(td.Columns))
+	for i, c := range td.Columns {
+		cols[i] = Col{Kind: c.DataType}
+		if c.DataType == ColText || c.DataType == ColBinary {
+			cols[i].Data = c.Data
+		}
+	}
+	return Tuple{Columns: cols}, nil
+}

@@ -1,0 +1,217 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DefaultPublication is the publication syncpipe streams from (SPEC §4).
+const DefaultPublication = "syncpipe"
+
+// Sentinel errors of Preflight, matched with errors.Is.
+var (
+	// ErrWalLevel: the server's wal_level is not logical.
+	ErrWalLevel = errors.New("wal_level is not logical")
+	// ErrPublication: the publication is missing, misconfigured, or does
+	// not publish a sync-rules table completely.
+	ErrPublication = errors.New("publication is not usable")
+	// ErrReplicationRole: the role may not use replication.
+	ErrReplicationRole = errors.New("role lacks the REPLICATION attribute")
+)
+
+// PreflightOptions configures Preflight.
+type PreflightOptions struct {
+	// Publication to stream from (DefaultPublication when empty).
+	Publication string
+	// Tables are the sync-rules tables ("schema.name" or "name").
+	Tables []string
+	// CreatePublication creates a missing publication FOR TABLE Tables
+	// when the role is allowed to.
+	CreatePublication bool
+}
+
+// Preflight checks that the source can be replicated: wal_level, the
+// replication privilege, every table (exists, has a key: see Discover), and
+// the publication (exists or is created, publishes insert, update, delete
+// and truncate, does not publish via the partition root, contains every
+// table with all columns and no row filter). All problems are returned
+// together (errors.Join), each a one-line message saying what to run.
+func Preflight(ctx context.Context, conn *pgx.Conn, opts PreflightOptions) error {
+	pub := opts.Publication
+	if pub == "" {
+		pub = DefaultPublication
+	}
+	var problems []error
+	var (
+		walLevel, role   string
+		super, repl, rds bool
+		version          int
+	)
+	err := conn.QueryRow(ctx, `
+SELECT current_setting('wal_level'), current_user::text, r.rolsuper, r.rolreplication,
+       EXISTS (SELECT 1 FROM pg_roles g WHERE g.rolname = 'rds_replication' AND pg_has_role(current_user, g.oid, 'member')),
+       current_setting('server_version_num')::int
+FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &role, &super, &repl, &rds, &version)
+	if err != nil {
+		return fmt.Errorf("preflight: read server settings: %w", err)
+	}
+	if err := walLevelProblem(walLevel); err != nil {
+		problems = append(problems, err)
+	}
+	if !super && !repl && !rds {
+		problems = append(problems, problemf(ErrReplicationRole,
+			"role %s lacks the REPLICATION attribute needed for logical replication: run ALTER ROLE %s WITH REPLICATION as a superuser",
+			quoteIdentIfNeeded(role), quoteIdentIfNeeded(role)))
+	}
+	_, tables, tableProblems, err := discover(ctx, conn, opts.Tables)
+	if err != nil {
+		return fmt.Errorf("preflight: %w", err)
+	}
+	problems = append(problems, tableProblems...)
+	if err := checkPublication(ctx, conn, pub, tables, opts.CreatePublication, version); err != nil {
+		problems = append(problems, err)
+	}
+	return errors.Join(problems...)
+}
+
+// walLevelProblem returns the error for a wal_level other than logical.
+func walLevelProblem(level string) error {
+	if level == "logical" {
+		return nil
+	}
+	return problemf(ErrWalLevel,
+		"the source database has wal_level = %s but logical replication needs logical: set wal_level = logical in postgresql.conf and restart the server", level)
+}
+
+func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool, version int) error {
+	var ins, upd, del, trunc, viaRoot bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1`, pub).
+		Scan(&ins, &upd, &del, &trunc, &viaRoot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return createPublication(ctx, conn, pub, tables, create)
+	}
+	if err != nil {
+		return fmt.Errorf("preflight: read publication %s: %w", pub, err)
+	}
+	qpub := quoteIdentIfNeeded(pub)
+	var problems []error
+	var missingOps []string
+	for _, op := range []struct {
+		on   bool
+		name string
+	}{{ins, "insert"}, {upd, "update"}, {del, "delete"}, {trunc, "truncate"}} {
+		if !op.on {
+			missingOps = append(missingOps, op.name)
+		}
+	}
+	if len(missingOps) > 0 {
+		problems = append(problems, problemf(ErrPublication,
+			"publication %s does not publish %s: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')",
+			qpub, strings.Join(missingOps, ", "), qpub))
+	}
+	if viaRoot {
+		problems = append(problems, problemf(ErrPublication,
+			"publication %s publishes partition changes via the partition root, which syncpipe does not support: run ALTER PUBLICATION %s SET (publish_via_partition_root = false)",
+			qpub, qpub))
+	}
+	if err := checkPublicationTables(ctx, conn, pub, tables, version); err != nil {
+		problems = append(problems, err)
+	}
+	return errors.Join(problems...)
+}
+
+func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, version int) error {
+	if len(tables) == 0 {
+		return nil
+	}
+	// Column lists and row filters exist from PostgreSQL 15 on.
+	q := `SELECT schemaname::text, tablename::text, NULL::text[], false FROM pg_publication_tables WHERE pubname = $1`
+	if version >= 150000 {
+		q = `SELECT schemaname::text, tablename::text, attnames::text[], rowfilter IS NOT NULL FROM pg_publication_tables WHERE pubname = $1`
+	}
+	rows, err := conn.Query(ctx, q, pub)
+	if err != nil {
+		return fmt.Errorf("preflight: read tables of publication %s: %w", pub, err)
+	}
+	type pubTable struct {
+		cols     []string
+		filtered bool
+	}
+	published := map[[2]string]pubTable{}
+	for rows.Next() {
+		var schema, name string
+		var pt pubTable
+		if err := rows.Scan(&schema, &name, &pt.cols, &pt.filtered); err != nil {
+			rows.Close()
+			return fmt.Errorf("preflight: read tables of publication %s: %w", pub, err)
+		}
+		published[[2]string{schema, name}] = pt
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("preflight: read tables of publication %s: %w", pub, err)
+	}
+	qpub := quoteIdentIfNeeded(pub)
+	var problems []error
+	var missing []string
+	for _, t := range tables {
+		pt, ok := published[[2]string{t.Schema, t.Name}]
+		if !ok {
+			missing = append(missing, t.QualifiedName())
+			continue
+		}
+		partial := pt.cols != nil && len(pt.cols) < len(t.Columns)
+		if pt.filtered || partial {
+			what := "a row filter"
+			if partial {
+				what = "a column list"
+			}
+			problems = append(problems, problemf(ErrPublication,
+				"publication %s publishes table %s with %s, so changes would be incomplete: run ALTER PUBLICATION %s SET TABLE … listing %s without WHERE or column list (or DROP TABLE then ADD TABLE %s)",
+				qpub, t.QualifiedName(), what, qpub, t.QualifiedName(), t.QualifiedName()))
+		}
+	}
+	if len(missing) > 0 {
+		noun := "table " + missing[0] + " is"
+		if len(missing) > 1 {
+			noun = "tables " + strings.Join(missing, ", ") + " are"
+		}
+		problems = append(problems, problemf(ErrPublication,
+			"%s not in publication %s: run ALTER PUBLICATION %s ADD TABLE %s",
+			noun, qpub, qpub, strings.Join(missing, ", ")))
+	}
+	return errors.Join(problems...)
+}
+
+func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool) error {
+	qpub := quoteIdentIfNeeded(pub)
+	names := make([]string, len(tables))
+	idents := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.QualifiedName()
+		idents[i] = pgx.Identifier{t.Schema, t.Name}.Sanitize()
+	}
+	stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", qpub, strings.Join(names, ", "))
+	if len(tables) == 0 {
+		stmt = fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE <the sync-rules tables>", qpub)
+	}
+	if !create || len(tables) == 0 {
+		return problemf(ErrPublication, "publication %s does not exist in the source database: run %s", qpub, stmt)
+	}
+	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(idents, ", "))
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+			return problemf(ErrPublication,
+				"publication %s does not exist and this role may not create it (%s): run %s as the owner of the tables",
+				qpub, pgErr.Message, stmt)
+		}
+		return fmt.Errorf("preflight: %s: %w", stmt, err)
+	}
+	return nil
+}
