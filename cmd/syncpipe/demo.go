@@ -2,16 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
+	"github.com/syncpipe/syncpipe/internal/replication"
 	"github.com/syncpipe/syncpipe/internal/telemetry"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
 // runDemo starts a throwaway cluster with a source and a storage database,
@@ -68,7 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	loadTime := time.Since(start)
 
-	rulesPath, err := writeDemoFiles(cluster)
+	cfgPath, err := writeDemoFiles(cluster)
 	if err != nil {
 		return err
 	}
@@ -76,29 +82,92 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
   PostgreSQL %s   127.0.0.1:%d   (data in %s)
   source   %s   %d lists, %d todos loaded in %s
   storage  %s
-  rules    %s
+  config   %s
 
-  Explore the source:   psql '%s' -c 'SELECT * FROM todos LIMIT 5'
-  Replication and the sync API join the demo as they land (see README "Status").
 `, version, cluster.Port(), cluster.Dir(),
 		cluster.URI("app"), size.Lists, size.Todos, loadTime.Round(time.Millisecond),
-		cluster.URI("syncpipe"), rulesPath, cluster.URI("app"))
+		cluster.URI("syncpipe"), cfgPath)
+
+	cfg, err := config.Load(cfgPath)
+	if err != nil {
+		return err
+	}
+	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	snapshotDone := make(chan struct{})
+	start = time.Now()
+	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log,
+		OnSnapshotDone: func(int) { close(snapshotDone) }})
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- rep.Run(runCtx) }()
+	fmt.Fprintln(stdout, "syncpipe demo: replicating…")
+	select {
+	case <-snapshotDone:
+	case err := <-errc:
+		return fmt.Errorf("replication stopped: %w", err)
+	case <-ctx.Done():
+		return nil
+	}
+	elapsed := time.Since(start)
+	var ops, buckets int64
+	err = store.Pool().QueryRow(ctx, "SELECT count(*), count(DISTINCT bucket_name) FROM bucket_data").Scan(&ops, &buckets)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, `syncpipe demo: snapshot done in %s: %d ops in %d buckets (%.0f rows/s); now streaming changes.
+
+  Change the source:  psql '%s' -c "UPDATE todos SET completed = true WHERE list_id = (SELECT id FROM lists LIMIT 1)"
+  See the new ops:    psql '%s' -c "SELECT op_id, op, bucket_name, object_id FROM syncpipe.bucket_data ORDER BY op_id DESC LIMIT 5"
+`, elapsed.Round(time.Millisecond), ops, buckets, float64(size.Lists+size.Todos)/elapsed.Seconds(),
+		cluster.URI("app"), cluster.URI("syncpipe"))
 
 	if *exit {
 		return nil
 	}
 	fmt.Fprintln(stdout, "\nPress Ctrl-C to stop.")
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		return fmt.Errorf("replication stopped: %w", err)
+	}
 	fmt.Fprintln(stdout, "\nsyncpipe demo: stopping…")
 	return nil
 }
 
-// writeDemoFiles writes the sync rules next to the cluster so a user can
-// read and edit them; they disappear with the cluster.
+// writeDemoFiles writes the sync rules and a syncpipe config next to the
+// cluster so a user can read them (and run syncpipe against the cluster
+// themselves); they disappear with the cluster.
 func writeDemoFiles(c *pgcluster.Cluster) (string, error) {
-	path := c.Dir() + "/rules.yaml"
-	if err := os.WriteFile(path, []byte(todos.Rules), 0o644); err != nil {
+	rules := filepath.Join(c.Dir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte(todos.Rules), 0o644); err != nil {
 		return "", fmt.Errorf("write demo rules: %w", err)
 	}
+	cfg := fmt.Sprintf(`# written by syncpipe demo
+source:      {uri: %q}
+storage:     {uri: %q}
+sync_rules:  {path: rules.yaml}
+replication: {workers_per_process: 2}
+api:
+  listen: 127.0.0.1:0
+  auth:
+    audience: [syncpipe]
+    hs256_secrets: [%q]
+telemetry:   {metrics_listen: "", tracing: {exporter: none}}
+`, c.URI("app"), c.URI("syncpipe"), randomSecret())
+	path := filepath.Join(c.Dir(), "syncpipe.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return "", fmt.Errorf("write demo config: %w", err)
+	}
 	return path, nil
+}
+
+func randomSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -206,7 +206,7 @@ func (r *Replicator) tableDone(ctx context.Context, g *group, t *table) error {
 	if err != nil {
 		return err
 	}
-	r.log.Info("table snapshot done", "group", g.g.ID, "table", t.info.QualifiedName(), "lsn", lsn)
+	r.log.Info("table snapshot done", "group", g.g.ID, "table", t.info.QualifiedName(), "lsn", lsn.String())
 	return r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn)
 }
 
@@ -218,7 +218,7 @@ func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
 	if err := r.store.MarkSnapshotDone(ctx, g.g.ID, lsn); err != nil {
 		return err
 	}
-	r.log.Info("snapshot done", "group", g.g.ID, "lsn", lsn)
+	r.log.Info("snapshot done", "group", g.g.ID, "lsn", lsn.String())
 	if r.opts.OnSnapshotDone != nil {
 		r.opts.OnSnapshotDone(g.g.ID)
 	}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/internal/replication"
+	"github.com/syncpipe/syncpipe/internal/telemetry"
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/pipeline/otelpipeline"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+)
+
+var roles = []string{"all", "api", "replication", "replication:streaming", "replication:snapshot"}
+
+// runRun replicates (and, with role all or api, will serve the sync API)
+// until interrupted. The stage-time summary of the run is logged at exit.
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", stderr)
+	path := configFlag(fs)
+	role := fs.String("role", "all", "what this process does: all, api, replication, replication:streaming or replication:snapshot")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	valid := false
+	for _, r := range roles {
+		valid = valid || r == *role
+	}
+	if !valid {
+		return usagef("run: --role %q: want one of %v", *role, roles)
+	}
+	cfg, err := loadConfig(*path, stderr)
+	if err != nil {
+		return err
+	}
+	if _, err := loadRules(cfg, "1"); err != nil {
+		for _, p := range ruleProblems(err) {
+			fmt.Fprintln(stderr, p)
+		}
+		return usagef("%s: the sync rules have problems", *path)
+	}
+	log, err := telemetry.NewLogger(stderr, cfg.Log.Level, cfg.Log.Format)
+	if err != nil {
+		return usagef("log: %v", err)
+	}
+	tel, err := telemetry.Setup(ctx, telemetryOptions(cfg))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.API.ShutdownTimeout)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			log.Warn("telemetry shutdown", "err", err)
+		}
+	}()
+	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema,
+		MaxConns: int32(cfg.Storage.MaxConns), SynchronousCommit: cfg.Storage.SynchronousCommit, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
+
+	if *role == "api" {
+		return errors.New("the sync API is not available in this build yet (see README \"Status\"); run with --role replication")
+	}
+	summary := pipeline.NewSummary()
+	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role,
+		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
+	err = rep.Run(ctx)
+	logSummary(log, summary)
+	if ctx.Err() != nil {
+		log.Info("syncpipe stopped")
+		return nil
+	}
+	return err
+}
+
+func telemetryOptions(cfg *config.Config) telemetry.Options {
+	tr := cfg.Telemetry.Tracing
+	return telemetry.Options{ServiceName: tr.ServiceName, MetricsListen: cfg.Telemetry.MetricsListen,
+		TraceExporter: tr.Exporter, OTLPEndpoint: tr.OTLPEndpoint, SampleRatio: tr.SampleRatio, TraceWriter: os.Stdout}
+}
+
+// logSummary prints where the run's time went, per stage.
+func logSummary(log *slog.Logger, s *pipeline.Summary) {
+	if len(s.Stages()) == 0 {
+		return
+	}
+	var b strings.Builder
+	_ = s.WriteTable(&b)
+	log.Info("stage-time summary\n" + b.String())
+}
