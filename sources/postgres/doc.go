@@ -1,3 +1,29 @@
 // Package postgres is the PostgreSQL replication source: chunked,
 // parallel, resumable snapshots and pgoutput streaming.
+//
+// The snapshot side, in the order replication uses it:
+//
+//   - Preflight checks wal_level, the REPLICATION attribute, the tables and
+//     the publication, and reports every problem at once, each as one line
+//     saying what to run. SlotHealth reads pg_replication_slots; a slot the
+//     server invalidated is reported as ErrSlotLost.
+//   - Discover reads each table's columns, replica identity, key and size
+//     estimate from the catalog.
+//   - SplitRanges cuts a large table into key ranges (Lower, Upper] for
+//     parallel readers, from quantiles of a TABLESAMPLE of its key.
+//   - A SnapshotReader reads one range in key order, one short
+//     keyset-paginated statement per chunk (no long transaction), and
+//     resumes after any committed Chunk.LastKey. It satisfies the shape of
+//     a pipeline source: Next returns pipeline.ErrEndOfInput at the end.
+//
+// # Values
+//
+// Source values become sync-rule values as SPEC §3 and PowerSync prescribe
+// (see DecodeText for the exact mapping, arrays included). The snapshot asks
+// for int2/int4/int8/oid/float4/float8/bool/bytea/uuid/timestamptz in binary
+// and decodes rows into per-chunk arenas with almost no allocation; the
+// stream decodes pgoutput's text with DecodeText. Both produce identical
+// values for the same stored row, provided both sessions use SessionParams
+// (ConnConfig sets them at connection startup; the snapshot reader also sets
+// them on its session).
 package postgres

@@ -66,6 +66,12 @@ func TestSnapshotMatchesStreamDecoding(t *testing.T) {
 	if len(snap) != 509 {
 		t.Fatalf("snapshot read %d rows, want 509", len(snap))
 	}
+	// The fast path was taken: binary for uuid/timestamptz/int, text else.
+	for name, bin := range map[string]bool{"u": true, "tstz": true, "i8": true, "f4": true, "by": true, "n": false, "a_i4": false, "dom": false} {
+		if r.b.binary[indexOf(ti, name)] != bin {
+			t.Errorf("column %s read in binary = %v, want %v", name, !bin, bin)
+		}
+	}
 	cols := make([]string, len(ti.Columns))
 	for i, c := range ti.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()

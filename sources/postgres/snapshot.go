@@ -15,9 +15,10 @@ import (
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
-// Snapshot defaults.
 const (
-	DefaultChunkRows        = 10000
+	// DefaultChunkRows is the chunk size of a snapshot (SPEC §4 chunk_rows).
+	DefaultChunkRows = 10000
+	// DefaultStatementTimeout bounds one chunk query on the server.
 	DefaultStatementTimeout = 5 * time.Minute
 )
 
@@ -44,7 +45,8 @@ type SnapshotOptions struct {
 	StatementTimeout time.Duration
 	// SocketTimeout bounds each chunk's round trip on the client, so a dead
 	// server or network is noticed even without TCP keepalives (0: the
-	// statement timeout plus 30s; negative: no limit). When it fires, the
+	// statement timeout plus 30s, or none without a statement timeout;
+	// negative: no limit). When it fires, the
 	// connection is closed: reconnect and resume from the last LastKey.
 	// Between chunks no statement or transaction is open, so the time a
 	// slow consumer takes is never bounded by it.

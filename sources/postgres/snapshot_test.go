@@ -184,3 +184,33 @@ func TestSnapshotCancelled(t *testing.T) {
 		t.Fatalf("Next with cancelled context = %v", err)
 	}
 }
+
+func TestConnConfig(t *testing.T) {
+	t.Parallel()
+	_, uri := testDB(t)
+	sep := "?"
+	if strings.Contains(uri, "?") {
+		sep = "&"
+	}
+	cfg, err := ConnConfig(uri+sep+"application_name=mine&TimeZone=Europe/Paris", KeepAlive{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pgx.ConnectConfig(testCtx(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(testCtx(t))
+	var app, tz, ds, efd string
+	if err := c.QueryRow(testCtx(t), `SELECT current_setting('application_name'), current_setting('TimeZone'),
+		current_setting('DateStyle'), current_setting('extra_float_digits')`).Scan(&app, &tz, &ds, &efd); err != nil {
+		t.Fatal(err)
+	}
+	// Settings in the URI win; the rest come from SessionParams.
+	if app != "mine" || tz != "Europe/Paris" || ds != "ISO, MDY" || efd != "1" {
+		t.Errorf("session: application_name=%s TimeZone=%s DateStyle=%s extra_float_digits=%s", app, tz, ds, efd)
+	}
+	if _, err := ConnConfig("postgres://[bad", KeepAlive{}); err == nil {
+		t.Error("bad URI accepted")
+	}
+}

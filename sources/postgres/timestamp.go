@@ -197,8 +197,9 @@ func decodeTimestamptzText(dst, s []byte) (out []byte, ok bool, err error) {
 		bc = true
 		p.i = len(s)
 	}
+	// Years beyond Postgres's range (294276 AD) would overflow µs; reject.
 	if !p.ok || p.i != len(s) || month < 1 || month > 12 || day < 1 || day > 31 ||
-		hour > 24 || minute > 59 || second > 60 || year == 0 {
+		hour > 24 || minute > 59 || second > 60 || year == 0 || year > 300000 {
 		return dst, false, errBadTimestamp
 	}
 	if bc {

@@ -129,6 +129,12 @@ func TestResumeFromAcknowledged(t *testing.T) {
 		t.Fatalf("after Close: confirmed_flush_lsn %s (want %s), active pid %d", slot.ConfirmedFlushLSN, txns[1].EndLSN, slot.ActivePID)
 	}
 
+	// Resuming from before the acknowledged position is refused: the slot
+	// cannot deliver row 2 again.
+	_, err = Start(ctx, e.replConn(ctx), Config{Slot: e.slot, StartLSN: txns[0].EndLSN})
+	mustKind(t, err, ErrSlotAhead)
+	oneLine(t, err, "already confirmed "+txns[1].EndLSN.String())
+
 	// Restart twice without acknowledging: first from the acknowledged
 	// position, then from the slot's own (StartLSN 0). Both deliver rows 3
 	// and 4 again, and never 1 or 2. (PostgreSQL does not restart logical

@@ -22,6 +22,9 @@ import (
 // closes the stream and restarts from its last durable position. After
 // Close, Next returns ErrClosed.
 func (s *Stream) Next(ctx context.Context, lim BatchLimits) (Batch, error) {
+	if s.closing.Load() {
+		return Batch{}, ErrClosed
+	}
 	lim = lim.withDefaults()
 	b := s.pending // what a cancelled call had collected
 	s.pending = Batch{}
@@ -55,6 +58,9 @@ func (s *Stream) Next(ctx context.Context, lim BatchLimits) (Batch, error) {
 			s.pending = b
 			return Batch{}, ctx.Err()
 		case <-s.done:
+			if s.closing.Load() {
+				return Batch{}, ErrClosed
+			}
 			select {
 			case e := <-s.entries:
 				s.leftover = e

@@ -65,9 +65,6 @@ func newDecoder(skipBefore LSN, seed []*Relation) *decoder {
 	return d
 }
 
-// inTxn reports whether a transaction is open (between BEGIN and COMMIT).
-func (d *decoder) inTxn() bool { return d.txn != nil }
-
 // takeOut returns the decoded segments and forgets them.
 func (d *decoder) takeOut() []segment {
 	out := d.out

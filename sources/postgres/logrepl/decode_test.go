@@ -166,3 +166,19 @@ func TestRelationEqual(t *testing.T) {
 		t.Fatal("rename not seen")
 	}
 }
+
+// BenchmarkDecoderInsert measures decoding of single-row insert transactions
+// of a 2-column table (begin, insert, commit per transaction).
+func BenchmarkDecoderInsert(b *testing.B) {
+	at := time.Now()
+	d := newDecoder(0, []*Relation{testRel(1)})
+	begin, ins, commit := encBegin(0x100, at, 1), encInsert(1, []Col{text("12345"), text("a name of some length")}), encCommit(0x100, 0x130, at)
+	b.SetBytes(int64(len(begin) + len(ins) + len(commit)))
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = d.message(0x10, begin)
+		_ = d.message(0x20, ins)
+		_ = d.message(0x30, commit)
+		d.takeOut()
+	}
+}

@@ -24,6 +24,11 @@ var (
 	// ErrSlotMismatch: a slot of that name exists but cannot serve this
 	// stream (other output plugin, other database, physical slot).
 	ErrSlotMismatch = errors.New("replication slot unusable")
+	// ErrSlotAhead: the slot already confirmed a position past
+	// Config.StartLSN, so the changes in between can no longer be read
+	// (the stored progress is older than what was acknowledged, e.g. storage
+	// restored from a backup, or the slot was advanced by hand).
+	ErrSlotAhead = errors.New("replication slot ahead of resume position")
 	// ErrPublicationMissing: the publication named in Config does not exist.
 	ErrPublicationMissing = errors.New("publication missing")
 	// ErrWALLevel: the source's wal_level is not logical.

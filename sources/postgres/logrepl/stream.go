@@ -39,7 +39,8 @@ type Config struct {
 	// StartLSN is the durable position to resume from: the last EndLSN the
 	// caller acknowledged and stored, or the slot's consistent point. Zero
 	// resumes from the slot's confirmed_flush_lsn. Transactions that
-	// committed before it are never delivered.
+	// committed before it are never delivered. A StartLSN behind the slot's
+	// confirmed_flush_lsn is ErrSlotAhead (those changes are gone).
 	StartLSN LSN
 	// StatusInterval is how often a standby status update reports the
 	// acknowledged position; default DefaultStatusInterval.
@@ -58,9 +59,9 @@ type Config struct {
 	// used, so that a schema change made while syncpipe was not streaming
 	// still surfaces as RelationChanged. Optional.
 	Relations []*Relation
-	// OnStatus, if set, is called from the reader goroutine after each
-	// standby status update was written, with the position reported as
-	// flushed. It must return quickly.
+	// OnStatus, if set, is called after each standby status update was
+	// written, with the position reported as flushed: from the reader
+	// goroutine, and for the final update from Close. It must return quickly.
 	OnStatus func(flushed LSN)
 
 	segmentChanges int // tests: smaller hand-over segments
@@ -134,15 +135,17 @@ type Stream struct {
 	pending   Batch     // collected by a Next whose ctx ended
 	delivered LSN       // highest EndLSN returned
 
+	closing   atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// Start checks the source (slot exists, is not in use or lost; publication
-// exists; session TimeZone is UTC), sends START_REPLICATION on conn, a
-// replication connection from Connect, and starts the reader goroutine. ctx
-// bounds the start only; the stream lives until Close. conn belongs to the
-// Stream until Close returns.
+// Start checks the source (slot exists, is not in use, lost or ahead of
+// StartLSN; publication exists; session TimeZone is UTC), sends
+// START_REPLICATION on conn and starts the reader goroutine. conn is a
+// replication connection (see Connect) that has not streamed before; it
+// belongs to the Stream until Close returns. ctx bounds the start only; the
+// stream lives until Close.
 func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -157,6 +160,11 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 	}
 	if slot.ActivePID != 0 {
 		return nil, errSlotInUse(cfg.Slot, strconv.Itoa(slot.ActivePID), nil)
+	}
+	if cfg.StartLSN != 0 && cfg.StartLSN < slot.ConfirmedFlushLSN {
+		return nil, newError(ErrSlotAhead, nil,
+			"replication slot %s already confirmed %s, past the stored resume position %s: the changes in between are gone; syncpipe will start a new replication group",
+			cfg.Slot, slot.ConfirmedFlushLSN, cfg.StartLSN)
 	}
 	if err := checkPublication(ctx, conn, cfg.Publication); err != nil {
 		return nil, err
@@ -262,13 +270,17 @@ func (s *Stream) ServerWALEnd() LSN { return LSN(s.walEnd.Load()) }
 
 // Close stops the reader, sends a final standby status update with the
 // acknowledged position and ends the COPY, leaving conn idle for commands
-// such as LookupSlot or DropSlot. It cannot stream again: PostgreSQL's
-// walsender does not restart logical streaming on a connection that
-// streamed before, so Start a new stream on a new connection. ctx bounds
-// the exchange; if Close returns an error, close conn. Close may be called from any goroutine, also while Next
-// blocks (Next then returns ErrClosed); later calls return the first result.
+// such as LookupSlot or DropSlot. ctx bounds that exchange. If the stream
+// had failed (Next returned an error) Close only stops the reader: the
+// connection's state is unknown, so close it. Either way conn cannot stream
+// again — PostgreSQL's walsender does not restart logical streaming on a
+// connection that streamed before — so Start anew on a new connection, from
+// the durable position. Close may be called from any goroutine, also while
+// Next blocks (Next then returns ErrClosed); later calls return the first
+// result. If it returns an error, close conn.
 func (s *Stream) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		s.cancel()
 		<-s.done
 		s.closeErr = s.finish(ctx)
@@ -278,8 +290,8 @@ func (s *Stream) Close(ctx context.Context) error {
 
 // finish runs after the reader exited, so it owns the connection.
 func (s *Stream) finish(ctx context.Context) error {
-	if s.conn.IsClosed() {
-		return nil // the stream failed; Next reported why
+	if s.err != nil || s.conn.IsClosed() {
+		return nil // the stream failed and Next reported why
 	}
 	if err := s.sendStatus(false); err != nil {
 		return err
