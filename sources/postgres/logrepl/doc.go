@@ -3,7 +3,7 @@
 // relation cache, batching of whole transactions, acknowledgement through
 // standby status updates, the heartbeat, and one-line actionable errors. It
 // knows nothing about tables' values or storage; sources/postgres builds on
-// it.
+// it. It needs PostgreSQL 14 or later (the pgoutput "messages" option).
 //
 // # Lifecycle
 //
