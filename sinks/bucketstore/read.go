@@ -1,0 +1,182 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/syncpipe/syncpipe/stages/checksum"
+)
+
+// BucketRequest asks for the ops of one bucket after op id After (0 = from
+// the start of the bucket).
+type BucketRequest struct {
+	Bucket string
+	After  int64
+}
+
+// OpRow is one op as the sync protocol sends it.
+//
+// The string fields are ordinary Go strings the caller may keep. Data
+// aliases a buffer owned by the database driver and is valid only during
+// the callback that receives the row: copy it to keep it.
+type OpRow struct {
+	// Bucket is the requested bucket name (the very string of the request).
+	Bucket string
+	OpID   int64
+	// Op is OpPut, OpRemove, OpMove or OpClear.
+	Op         int16
+	ObjectType string
+	ObjectID   string
+	// Subkey is "<source table id>/<replica id>", recomputed from the
+	// stored source row; empty for ops that carry no row (compacted MOVE
+	// and CLEAR ops).
+	Subkey string
+	// Data is the row as JSON text for PUT; nil for REMOVE, MOVE and CLEAR.
+	Data []byte
+	// Checksum is the op's checksum (the sum of what it replaced for CLEAR).
+	Checksum uint32
+	// TargetOp is set by compaction on MOVE and CLEAR ops (0 otherwise): a
+	// batch holding TargetOp above the checkpoint cannot complete it.
+	TargetOp int64
+}
+
+// readBucketDataSQL reads, in one round trip, the ops of many buckets.
+// Requests are numbered in request order; the OFFSET 0 fence keeps the
+// planner from flattening that ordered subquery, so the join is a nested
+// loop over the requests in order. Each request is joined to an index range
+// scan of its bucket on bucket_data's primary key, in op id order, that
+// stops after $5 rows; the outer LIMIT stops the whole scan once $5 rows
+// are produced, so buckets after that point are never touched. $5 is the
+// caller's limit + 1: the extra row tells whether more remain.
+//
+// The outer ORDER BY names only r.ord, which the nested loop's outer side
+// already delivers, so there is no sort. (ORDER BY r.ord, b.op_id makes
+// PostgreSQL add an Incremental Sort that reads the whole next bucket
+// before it can cut at the limit: TestReadBucketDataPlan.) Op id order
+// within a bucket comes from the lateral subquery's ORDER BY, which a
+// nested loop preserves but SQL does not promise, so ReadBucketData checks
+// it on every row and fails loudly rather than return a wrong page.
+const readBucketDataSQL = `
+SELECT r.ord, b.op_id, b.op, b.source_table, b.source_key, b.object_type, b.object_id, b.checksum, b.data, b.target_op
+FROM (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS u(bucket, after, ord) ORDER BY ord OFFSET 0) r
+CROSS JOIN LATERAL (
+  SELECT d.op_id, d.op, d.source_table, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+  FROM bucket_data d
+  WHERE d.group_id = $1 AND d.bucket_name = r.bucket AND d.op_id > r.after AND d.op_id <= $4
+  ORDER BY d.op_id
+  LIMIT $5) b
+ORDER BY r.ord
+LIMIT $5`
+
+// errReadOrder reports a read whose rows did not come in op id order
+// within a bucket (see readBucketDataSQL); it would be a planner change.
+var errReadOrder = errors.New("bucketstore: bucket data rows out of op id order (query plan changed?)")
+
+// ReadBucketData streams the ops with after < op_id ≤ checkpoint of the
+// requested buckets of group: bucket by bucket in request order, in op id
+// order within a bucket, at most limit rows in total. fn is called once per
+// row, synchronously, with a row that is reused for the next call (see
+// OpRow for what may be kept); an error from fn stops the read and is
+// returned.
+//
+// more reports whether rows beyond the ones delivered remain in the
+// requested buckets (up to checkpoint). When it is true, every bucket before
+// the last delivered row's bucket is complete, that bucket may have more,
+// and later buckets were not read at all; the caller continues each bucket
+// from the last op id it saw. When it is false, every requested bucket is
+// complete up to checkpoint.
+//
+// It is one statement: per-bucket index range scans on bucket_data's
+// primary key that stop early (see readBucketDataSQL). checkpoint must be a
+// published checkpoint of group, so that every op at or below it is
+// committed and the result is stable. Safe for concurrent use; it uses one
+// pooled connection for the duration of the call, so a slow fn holds it.
+func (s *Store) ReadBucketData(ctx context.Context, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
+	if limit <= 0 {
+		return false, errors.New("bucketstore: ReadBucketData limit must be positive")
+	}
+	if len(reqs) == 0 {
+		return false, nil
+	}
+	buckets := make([]string, len(reqs))
+	afters := make([]int64, len(reqs))
+	for i, r := range reqs {
+		buckets[i], afters[i] = r.Bucket, r.After
+	}
+	rows, err := s.pool.Query(ctx, readBucketDataSQL, group, buckets, afters, checkpoint, limit+1)
+	if err != nil {
+		return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+	}
+	defer rows.Close()
+
+	var (
+		row                        OpRow
+		ord, prevOrd, prevOp       int64
+		op                         int16
+		sourceTable, typ, id, data pgtype.DriverBytes
+		sourceKey                  pgtype.UUID
+		sum                        int64
+		target                     pgtype.Int8
+		n                          int
+		buf                        []byte
+		names                      = map[string]string{} // interned object types and table ids
+	)
+	// One destination list for all rows: a variadic Scan call would
+	// allocate it per row.
+	dest := []any{&ord, &row.OpID, &op, &sourceTable, &sourceKey, &typ, &id, &sum, &data, &target}
+	intern := func(b []byte) string {
+		if s, ok := names[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		names[s] = s
+		return s
+	}
+	for rows.Next() {
+		if n == limit {
+			// The limit+1st row: only tells that more remain.
+			return true, nil
+		}
+		n++
+		if err := rows.Scan(dest...); err != nil {
+			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		}
+		if ord < 1 || int(ord) > len(reqs) {
+			return false, fmt.Errorf("read bucket data: request number %d out of range", ord)
+		}
+		if ord < prevOrd || (ord == prevOrd && row.OpID <= prevOp) {
+			return false, errReadOrder
+		}
+		prevOrd, prevOp = ord, row.OpID
+		row.Bucket = reqs[ord-1].Bucket
+		row.Op = op
+		row.ObjectType = intern(typ)
+		// One allocation per row holds both the object id and the subkey.
+		buf = append(buf[:0], id...)
+		if sourceTable != nil && sourceKey.Valid {
+			buf = checksum.AppendSubkey(buf, intern(sourceTable), uuid.UUID(sourceKey.Bytes))
+		}
+		both := string(buf)
+		row.ObjectID, row.Subkey = both[:len(id)], both[len(id):]
+		row.Data = nil
+		if data != nil {
+			row.Data = data
+		}
+		row.Checksum = checksum.FromInt64(sum)
+		row.TargetOp = 0
+		if target.Valid {
+			row.TargetOp = target.Int64
+		}
+		if err := fn(&row); err != nil {
+			return false, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+	}
+	return false, nil
+}
