@@ -255,7 +255,14 @@ func TestStreamAppliesChanges(t *testing.T) {
 	e := newEnv(t, todos.Size{Lists: 10, Todos: 300, Seed: 5}, "")
 	r := New(Options{Config: e.cfg, Store: e.store})
 	errc := make(chan error, 1)
-	go func() { errc <- r.Run(ctx) }()
+	go func() {
+		err := r.Run(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("replicator: %v", err)
+			cancel()
+		}
+		errc <- err
+	}()
 	e.waitCheckpoint(t, ctx)
 	sameBuckets(t, e.buckets(t), e.expected(t))
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,7 +60,7 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 	if err != nil {
 		return err
 	}
-	conn, err := logrepl.Connect(ctx, r.cfg.Source.URI)
+	conn, err := logrepl.Connect(ctx, streamURI(r.cfg.Source.URI))
 	if err != nil {
 		return err
 	}
@@ -300,4 +302,24 @@ func tupleValue(st *streamTable, tup logrepl.Tuple, col int) []byte {
 		}
 	}
 	return nil
+}
+
+// streamURI adds the snapshot's session parameters to the source URI, so
+// pgoutput prints values (dates, intervals, floats, bytea) in the same text
+// form the snapshot decoded: the same row must give the same data and
+// checksum on both paths. Unknown URI parameters become startup settings.
+func streamURI(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return uri
+	}
+	q := u.Query()
+	for k, v := range postgres.SessionParams() {
+		if !q.Has(k) {
+			q.Set(k, v)
+		}
+	}
+	// Spaces as %20: the connection string parser does not read '+'.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	return u.String()
 }
