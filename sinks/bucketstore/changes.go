@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/stages"
@@ -32,11 +33,25 @@ type previous struct {
 // replaces the row's stored state. Several changes of one row in a batch
 // collapse to the last: storage only ever shows batch boundaries.
 func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Result, error) {
+	return w.WriteStreamChanges(ctx, changes, 0)
+}
+
+// WriteStreamChanges is WriteChanges for a stream batch that ends at source
+// position lsn: the group's stream position advances to lsn in the same
+// transaction as the ops, so a restart resumes exactly after what storage
+// holds and never applies a transaction twice. lsn 0 records nothing.
+func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change, lsn uint64) (Result, error) {
 	start := time.Now()
 	final := collapse(changes)
 	var res Result
 	err := w.write(ctx, func(tx pgx.Tx) error {
 		res = Result{}
+		if lsn > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn)
+				WHERE id = $1`, w.group, pglogrepl.LSN(lsn).String()); err != nil {
+				return fmt.Errorf("record stream position: %w", err)
+			}
+		}
 		prev, err := w.loadPrevious(ctx, tx, final)
 		if err != nil {
 			return err

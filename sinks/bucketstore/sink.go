@@ -25,22 +25,22 @@ func init() { sinks.MustRegister(TypeName, openSink) }
 //
 // Snapshot batches (Position.Table set) are written insert-only with
 // WriteSnapshot and their Commit records the range's progress; stream
-// batches (Position.Table empty) are written with WriteChanges and their
-// Commit publishes a checkpoint at the batch's LSN covering the ops of that
-// batch and every earlier one (see Store.Commit).
+// batches (Position.Table empty) are written with WriteStreamChanges, which
+// records the batch's LSN with its ops, and their Commit publishes a
+// checkpoint at that LSN covering every op committed so far (Store.Commit
+// keeps it below any writer still in flight).
 type Sink struct {
 	store *Store
 	group int
 	owned bool // Close closes the store
 
 	mu     sync.Mutex
-	maxOp  map[uint64]int64 // stream batch LSN → highest op id written, until committed
 	tables map[string]string
 }
 
 // Sink returns a sinks.Sink writing to group.
 func (s *Store) Sink(group int) *Sink {
-	return &Sink{store: s, group: group, maxOp: map[uint64]int64{}, tables: map[string]string{}}
+	return &Sink{store: s, group: group, tables: map[string]string{}}
 }
 
 // openSink is the registry factory: it opens the storage of env.Config
@@ -103,36 +103,26 @@ func (w sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		return err
 	}
 	// A TRUNCATE splits the batch: changes before it, the truncate, the
-	// changes after it, each in its own transaction. Nothing in between is
-	// visible to clients: the checkpoint is published at Commit.
-	var maxOp int64
+	// changes after it, each in its own transaction; the last one records
+	// the stream position. Nothing in between is visible to clients: the
+	// checkpoint is published at Commit.
 	items := b.Items
-	for len(items) > 0 {
+	for {
 		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
 		if i < 0 {
-			i = len(items)
+			_, err := wr.WriteStreamChanges(ctx, items, b.Progress.LSN)
+			return err
 		}
 		if i > 0 {
-			res, err := wr.WriteChanges(ctx, items[:i])
-			if err != nil {
+			if _, err := wr.WriteChanges(ctx, items[:i]); err != nil {
 				return err
 			}
-			maxOp = max(maxOp, res.MaxOpID)
 		}
-		if i < len(items) {
-			res, err := wr.Truncate(ctx, items[i].Table, 0)
-			if err != nil {
-				return err
-			}
-			maxOp = max(maxOp, res.MaxOpID)
-			i++
+		if _, err := wr.Truncate(ctx, items[i].Table, 0); err != nil {
+			return err
 		}
-		items = items[i:]
+		items = items[i+1:]
 	}
-	k.mu.Lock()
-	k.maxOp[b.Progress.LSN] = max(k.maxOp[b.Progress.LSN], maxOp)
-	k.mu.Unlock()
-	return nil
 }
 
 // Commit records the batch's position: snapshot range progress, or a
@@ -142,15 +132,12 @@ func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
 	if !pos.IsStream() {
 		return k.commitRange(ctx, pos)
 	}
-	k.mu.Lock()
+	// Every op committed so far may be covered: Commit itself holds the
+	// checkpoint back below any writer still in flight.
 	var op int64
-	for lsn, id := range k.maxOp {
-		if lsn <= pos.LSN { // this batch and every earlier one are durable
-			op = max(op, id)
-			delete(k.maxOp, lsn)
-		}
+	if err := k.store.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq`).Scan(&op); err != nil {
+		return fmt.Errorf("read op id sequence: %w", err)
 	}
-	k.mu.Unlock()
 	if _, _, err := k.store.Commit(ctx, k.group, pglogrepl.LSN(pos.LSN), op); err != nil {
 		return err
 	}
