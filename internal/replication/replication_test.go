@@ -2,19 +2,17 @@ package replication
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"reflect"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -97,103 +95,28 @@ func (e *env) runUntilSnapshotDone(t *testing.T) {
 	<-errc
 }
 
-// bucketState is a row's latest op in a bucket: what a client would hold.
-type bucketState map[string]map[string]string // bucket → object id → data (REMOVEd rows absent)
-
-func (e *env) buckets(t *testing.T) bucketState {
+func (e *env) buckets(t *testing.T) bucketcheck.State {
 	t.Helper()
-	rows, err := e.store.Pool().Query(context.Background(), `SELECT bucket_name, op, object_type, object_id, checksum, coalesce(data, '')
-		FROM bucket_data ORDER BY op_id`)
+	st, err := bucketcheck.Stored(context.Background(), e.store.Pool(), "syncpipe")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	st := bucketState{}
-	for rows.Next() {
-		var bucket, typ, id, data string
-		var op int16
-		var sum int64
-		if err := rows.Scan(&bucket, &op, &typ, &id, &sum, &data); err != nil {
-			t.Fatal(err)
-		}
-		if st[bucket] == nil {
-			st[bucket] = map[string]string{}
-		}
-		switch op {
-		case bucketstore.OpPut:
-			if uint32(sum) != checksum.Put(typ, id, []byte(data)) {
-				t.Fatalf("op for %s/%s has checksum %d that does not match its data", bucket, id, sum)
-			}
-			st[bucket][typ+"/"+id] = data
-		case bucketstore.OpRemove:
-			delete(st[bucket], typ+"/"+id)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	return st
+}
+
+func (e *env) expected(t *testing.T) bucketcheck.State {
+	t.Helper()
+	st, err := bucketcheck.ExpectedTodos(context.Background(), e.src)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for b, m := range st {
-		if len(m) == 0 {
-			delete(st, b)
-		}
-	}
 	return st
 }
 
-// expected computes, with SQL on the source and independent of the rules
-// engine, what the todo rules put in which bucket.
-func (e *env) expected(t *testing.T) bucketState {
+func sameBuckets(t *testing.T, got, want bucketcheck.State) {
 	t.Helper()
-	ctx := context.Background()
-	st := bucketState{}
-	add := func(q, typ string) {
-		rows, err := e.src.Query(ctx, q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var bucket, id, data string
-			if err := rows.Scan(&bucket, &id, &data); err != nil {
-				t.Fatal(err)
-			}
-			if st[bucket] == nil {
-				st[bucket] = map[string]string{}
-			}
-			st[bucket][typ+"/"+id] = data
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	add(`SELECT '1#global[]', id::text, json_build_object('id', id, 'name', name, 'owner_id', owner_id)::text FROM lists`, "lists")
-	add(`SELECT '1#by_list["' || list_id || '"]', id::text, json_build_object('id', id, 'list_id', list_id,
-		'description', description, 'completed', completed::int,
-		'created_at', regexp_replace(to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '\.?0+$', '') || 'Z')::text
-		FROM todos`, "todos")
-	return st
-}
-
-// sameBuckets compares bucket contents, data as JSON values.
-func sameBuckets(t *testing.T, got, want bucketState) {
-	t.Helper()
-	if len(got) != len(want) {
-		t.Fatalf("%d buckets, want %d", len(got), len(want))
-	}
-	for b, rows := range want {
-		if len(got[b]) != len(rows) {
-			t.Fatalf("bucket %s has %d rows, want %d", b, len(got[b]), len(rows))
-		}
-		for id, data := range rows {
-			var g, w any
-			if err := json.Unmarshal([]byte(got[b][id]), &g); err != nil {
-				t.Fatalf("bucket %s row %s: data %q: %v", b, id, got[b][id], err)
-			}
-			_ = json.Unmarshal([]byte(data), &w)
-			if !reflect.DeepEqual(g, w) {
-				t.Fatalf("bucket %s row %s:\n got %s\nwant %s", b, id, got[b][id], data)
-			}
-		}
+	if err := bucketcheck.Diff(got, want); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -72,7 +72,12 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 		Kind:     "snapshot",
 		Priority: g.prio,
 		Run: func(ctx context.Context) error {
-			done, err := r.snapshotRange(ctx, g, t, st.No)
+			var done bool
+			err := r.retry(ctx, fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No), func(ctx context.Context) error {
+				var err error
+				done, err = r.snapshotRange(ctx, g, t, st.No)
+				return err
+			})
 			if err != nil || !done {
 				return err
 			}
