@@ -195,6 +195,9 @@ func TestStreamAppliesChanges(t *testing.T) {
 		`UPDATE todos SET list_id = (SELECT id FROM lists ORDER BY id LIMIT 1) WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 20)`,
 		`DELETE FROM todos WHERE id IN (SELECT id FROM todos ORDER BY id DESC LIMIT 15)`,
 		`UPDATE lists SET name = name || ' (renamed)' WHERE id IN (SELECT id FROM lists ORDER BY id LIMIT 3)`,
+		// A new column while streaming: every list is re-snapshotted with it.
+		`ALTER TABLE lists ADD COLUMN color text DEFAULT 'blue'`,
+		`UPDATE lists SET color = 'red' WHERE id IN (SELECT id FROM lists ORDER BY id LIMIT 2)`,
 	}
 	for _, q := range steps {
 		if _, err := e.src.Exec(ctx, q); err != nil {

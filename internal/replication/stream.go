@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -252,9 +253,73 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, out *[]stages.
 		}
 		return nil
 	case logrepl.RelationChanged:
-		return fmt.Errorf("table %s.%s changed shape: %w (re-snapshot while streaming is not wired yet)",
-			c.Relation.Namespace, c.Relation.Name, postgres.ErrSchemaChanged)
+		return s.resnapshot(ctx, c.Relation, out)
 	}
+	return nil
+}
+
+// resnapshot handles a table whose shape changed while streaming (a column
+// added or dropped, the replica identity changed): it re-discovers the
+// table, re-binds the rules and re-reads every row into this batch as
+// upserts, so stored data gets the new shape. If the replica identity
+// changed, rows are first all removed, since their replica ids change. The
+// rows read are the source's current state, possibly ahead of the stream;
+// the changes that follow in the stream re-apply on top and storage
+// converges. The whole table goes into one batch: fine for the small and
+// medium tables whose shape changes in practice.
+func (s *streamer) resnapshot(ctx context.Context, rel *logrepl.Relation, out *[]stages.Change) error {
+	name := rel.Namespace + "." + rel.Name
+	t := s.byName[name]
+	if t == nil {
+		return nil
+	}
+	infos, err := postgres.Discover(ctx, s.side, []string{name})
+	if err != nil {
+		return fmt.Errorf("re-snapshot %s after a schema change: %w", name, err)
+	}
+	info := infos[0]
+	cols := make([]string, len(info.Columns))
+	for i, c := range info.Columns {
+		cols[i] = c.Name
+	}
+	identity := make([]string, len(info.IdentityColumns))
+	for i, c := range info.IdentityColumns {
+		identity[i] = cols[c]
+	}
+	spec, err := stages.NewTableSpec(&t.stored.Table, s.g.rules, cols, identity)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(identity, t.stored.ReplicaIDColumns) {
+		*out = append(*out, stages.Change{Table: &t.stored.Table, Kind: stages.Truncate})
+		t.stored.ReplicaIDColumns = identity
+	}
+	t.info, t.spec = info, spec
+	delete(s.byOID, rel.ID)
+	b := stages.NewBuilder(spec)
+	b.Begin(1024, 1<<20)
+	reader := postgres.NewSnapshotReader(s.side, info, postgres.KeyRange{}, postgres.SnapshotOptions{
+		ChunkRows: s.r.cfg.Replication.Snapshot.ChunkRows})
+	rows := 0
+	for {
+		chunk, err := reader.Next(ctx)
+		if errors.Is(err, pipeline.ErrEndOfInput) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("re-snapshot %s: %w", name, err)
+		}
+		for _, row := range chunk.Rows {
+			if *out, err = b.Upsert(row, *out); err != nil {
+				s.r.log.Warn("sync rules failed on a row", "table", name, "err", err)
+			}
+		}
+		rows += len(chunk.Rows)
+		if chunk.Final {
+			break
+		}
+	}
+	s.r.log.Info("table re-snapshotted after a schema change", "group", s.g.g.ID, "table", name, "rows", rows)
 	return nil
 }
 
