@@ -191,6 +191,9 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 		return Result{}, fmt.Errorf("write snapshot batch (%d rows) for group %d: %w", len(changes), w.group, err)
 	}
 	w.s.counters.record(res, time.Since(start))
+	if res.Skipped > 0 {
+		w.s.log.Info("snapshot rows already stored (resumed chunk)", "group", w.group, "rows", res.Rows, "skipped", res.Skipped)
+	}
 	return res, nil
 }
 
