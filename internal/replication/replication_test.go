@@ -3,6 +3,9 @@ package replication
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +15,10 @@ import (
 	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -229,4 +235,90 @@ func TestStreamAppliesChanges(t *testing.T) {
 	if err := <-errc; err != nil && ctx.Err() == nil {
 		t.Fatal(err)
 	}
+}
+
+// slowSink delays every write, like storage under heavy load.
+type slowSink struct {
+	sinks.Sink
+	delay time.Duration
+}
+
+func (s slowSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
+	w, err := s.Sink.Writer(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.WriterFunc[stages.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return w.Write(ctx, b)
+	}), nil
+}
+
+// TestSnapshotSurvivesSlowStorage makes every flush take longer than the
+// source's idle timeouts and the snapshot socket timeout: the snapshot
+// still completes, because no source statement or transaction stays open
+// while storage is busy.
+func TestSnapshotSurvivesSlowStorage(t *testing.T) {
+	t.Parallel()
+	// More chunks than the pipeline buffers, so the reader waits on storage
+	// between chunks for longer than the server tolerates idle sessions.
+	e := newEnv(t, todos.Size{Lists: 5, Todos: 1000, Seed: 4}, `
+replication:
+  snapshot: {chunk_rows: 100}
+`)
+	e.cfg.Source.SnapshotSocketTimeout = time.Second
+	ctx := context.Background()
+	var db string
+	if err := e.src.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{"idle_in_transaction_session_timeout = '1s'", "idle_session_timeout = '1s'"} {
+		if _, err := e.src.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET "+q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	var logs lockedBuffer
+	r := New(Options{Config: e.cfg, Store: e.store, OnSnapshotDone: func(int) { close(done) },
+		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		WrapSink: func(s sinks.Sink) sinks.Sink { return slowSink{Sink: s, delay: 1200 * time.Millisecond} }})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(rctx) }()
+	select {
+	case <-done:
+	case err := <-errc:
+		t.Fatalf("replicator stopped before the snapshot was done: %v", err)
+	}
+	cancel()
+	<-errc
+	sameBuckets(t, e.buckets(t), e.expected(t))
+	// Completing by reconnecting after the server dropped an idle
+	// connection would not count: nothing may have been retried.
+	if strings.Contains(logs.String(), "retrying") {
+		t.Fatalf("the snapshot needed retries:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a log sink safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

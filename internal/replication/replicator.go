@@ -40,6 +40,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
@@ -68,6 +69,18 @@ type Options struct {
 	Role string
 	// OnSnapshotDone, if set, is called when a group's snapshot finished.
 	OnSnapshotDone func(group int)
+	// WrapSink, if set, wraps the storage sink of every pipeline, for
+	// instrumentation (and tests that slow storage down).
+	WrapSink func(sinks.Sink) sinks.Sink
+}
+
+// sink returns the sink pipelines of group g write to.
+func (r *Replicator) sink(g *group) (sinks.Sink, *bucketstore.Sink) {
+	bs := r.store.Sink(g.g.ID)
+	if r.opts.WrapSink != nil {
+		return r.opts.WrapSink(bs), bs
+	}
+	return bs, bs
 }
 
 // Replicator runs replication for the configured sync rules.

@@ -90,7 +90,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 // committed chunk: read → eval + op build → 2 writers → ordered progress
 // commit. It reports whether the range is finished (false after a yield).
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, rangeNo int) (bool, error) {
-	sink := r.store.Sink(g.g.ID)
+	sink, _ := r.sink(g)
 	name := t.info.QualifiedName()
 	pos, _, err := sink.Resume(ctx, name, rangeNo)
 	if err != nil {
