@@ -18,11 +18,11 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "write", "scenario to run: write")
+	scenario := flag.String("scenario", "write", "scenario to run: write (storage write path) or snapshot (SPEC §9 P1)")
 	rows := flag.Int("rows", 1_000_000, "source rows (todos)")
 	lists := flag.Int("lists", 1000, "todo lists (by_list buckets)")
 	runs := flag.Int("runs", 3, "runs per configuration; the median is reported")
-	writers := flag.String("writers", "1,2", "comma-separated writer counts")
+	writers := flag.String("writers", "1,2", "comma-separated writer counts (write) or workers_per_process values (snapshot)")
 	batch := flag.Int("batch", 10000, "rows per write transaction (chunk_rows)")
 	out := flag.String("out", "benchmarks/results", "directory for <scenario>.md and .json")
 	flag.Parse()
@@ -41,6 +41,9 @@ func main() {
 	var res benchmarks.Result
 	var err error
 	switch *scenario {
+	case "snapshot":
+		res, err = benchmarks.RunSnapshot(ctx, benchmarks.SnapshotOptions{
+			Todos: *rows, Lists: *lists, Workers: ws, ChunkRows: *batch, Runs: *runs, Log: os.Stderr})
 	case "write":
 		res, err = benchmarks.RunWrite(ctx, benchmarks.WriteOptions{
 			Rows: *rows, Lists: *lists, BatchRows: *batch, Writers: ws, Runs: *runs, Log: os.Stderr})
