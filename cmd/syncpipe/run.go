@@ -72,7 +72,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return errors.New("the sync API is not available in this build yet (see README \"Status\"); run with --role replication")
 	}
 	summary := pipeline.NewSummary()
-	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role,
+	var term io.Writer
+	if telemetry.IsTerminal(stderr) {
+		term = stderr
+	}
+	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
 		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	err = rep.Run(ctx)
 	logSummary(log, summary)

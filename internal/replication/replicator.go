@@ -31,10 +31,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -72,15 +74,21 @@ type Options struct {
 	// WrapSink, if set, wraps the storage sink of every pipeline, for
 	// instrumentation (and tests that slow storage down).
 	WrapSink func(sinks.Sink) sinks.Sink
+	// Terminal, if set, gets a live one-line snapshot progress display
+	// (pass stderr when it is a terminal).
+	Terminal io.Writer
+	// ProgressEvery is the interval of snapshot progress log lines
+	// (default 10s).
+	ProgressEvery time.Duration
 }
 
 // sink returns the sink pipelines of group g write to.
-func (r *Replicator) sink(g *group) (sinks.Sink, *bucketstore.Sink) {
-	bs := r.store.Sink(g.g.ID)
+func (r *Replicator) sink(g *group) sinks.Sink {
+	var s sinks.Sink = progressSink{Sink: r.store.Sink(g.g.ID), p: r.progress}
 	if r.opts.WrapSink != nil {
-		return r.opts.WrapSink(bs), bs
+		s = r.opts.WrapSink(s)
 	}
-	return bs, bs
+	return s
 }
 
 // Replicator runs replication for the configured sync rules.
@@ -91,6 +99,8 @@ type Replicator struct {
 	log   *slog.Logger
 	sched *pipeline.Scheduler
 	owner string
+
+	progress *progress
 
 	mu     sync.Mutex
 	groups map[int]*group
@@ -104,7 +114,7 @@ func New(opts Options) *Replicator {
 	}
 	host, _ := os.Hostname()
 	return &Replicator{opts: opts, cfg: opts.Config, store: opts.Store, log: log,
-		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}}
+		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}, progress: newProgress()}
 }
 
 // group is the replication state of one group in this process.
@@ -139,6 +149,13 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return err
 	}
 	r.sched = pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: max(r.cfg.Replication.WorkersPerProcess, 1)})
+	every := r.opts.ProgressEvery
+	if every <= 0 {
+		every = 10 * time.Second
+	}
+	pctx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	go r.progress.run(pctx, r.log, r.opts.Terminal, every)
 	for _, g := range groups {
 		if err := r.startGroup(ctx, g); err != nil {
 			return fmt.Errorf("group %d: %w", g.ID, err)

@@ -40,7 +40,9 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 		if err != nil {
 			return err
 		}
+		r.progress.track(t.info.QualifiedName(), t.info.EstimatedRows)
 		for _, st := range states {
+			r.progress.seed(t.info.QualifiedName(), st.No, st.RowsDone)
 			if st.Done {
 				continue
 			}
@@ -90,7 +92,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 // committed chunk: read → eval + op build → 2 writers → ordered progress
 // commit. It reports whether the range is finished (false after a yield).
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, rangeNo int) (bool, error) {
-	sink, _ := r.sink(g)
+	sink := r.sink(g)
 	name := t.info.QualifiedName()
 	pos, _, err := sink.Resume(ctx, name, rangeNo)
 	if err != nil {
@@ -211,6 +213,7 @@ func (r *Replicator) tableDone(ctx context.Context, g *group, t *table) error {
 	if err != nil {
 		return err
 	}
+	r.progress.tableDone(t.info.QualifiedName())
 	r.log.Info("table snapshot done", "group", g.g.ID, "table", t.info.QualifiedName(), "lsn", lsn.String())
 	return r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn)
 }

@@ -88,7 +88,7 @@ type streamer struct {
 // order) → commit: publish a checkpoint, make storage durable, then
 // acknowledge the LSN to the source.
 func (r *Replicator) stream(ctx context.Context, g *group) error {
-	sink, _ := r.sink(g)
+	sink := r.sink(g)
 	pos, _, err := sink.Resume(ctx, "", 0)
 	if err != nil {
 		return err
