@@ -207,7 +207,7 @@ func rawCopyCopy(ctx context.Context, cluster *pgcluster.Cluster, db string, bat
 	if err := cluster.CreateDatabase(ctx, db); err != nil {
 		return Sample{}, err
 	}
-	pool, err := pgxpool.New(ctx, cluster.URI(db)+"&synchronous_commit=off")
+	pool, err := pgxpool.New(ctx, cluster.URI(db)+"&synchronous_commit=off&pool_max_conns=32")
 	if err != nil {
 		return Sample{}, err
 	}
