@@ -264,3 +264,12 @@ func floatToInt64(f float64) int64 {
 func isSafeIntegral(f float64) bool {
 	return f == math.Trunc(f) && f >= -9.223372036854775808e18 && f < 9.223372036854775807e18
 }
+
+// AppendJSNumber appends f as JavaScript's Number.prototype.toString
+// prints it (1 → "1", 1e21 → "1e+21", NaN → "NaN"). Sources use it to
+// write numbers inside JSON text (array columns) exactly as PowerSync does.
+func AppendJSNumber(dst []byte, f float64) []byte { return appendJSNumber(dst, f) }
+
+// AppendJSONString appends s as a JSON string escaped the way
+// JSON.stringify escapes it; invalid UTF-8 becomes U+FFFD.
+func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
