@@ -143,7 +143,10 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan unitResult)
-	done := ctx.Done()
+	// Watch runCtx, not ctx: a parent closes its Done channel before it
+	// cancels its children, so after waking on ctx.Done() runCtx.Err() can
+	// still be nil for a moment, and the loop would block for good.
+	done := runCtx.Done()
 	var failed error
 	for {
 		s.mu.Lock()
