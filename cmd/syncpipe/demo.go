@@ -119,12 +119,33 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	tel, err := telemetry.Setup(ctx, telemetry.Options{})
+	if err != nil {
+		return err
+	}
+	defer tel.Shutdown(context.WithoutCancel(ctx))
+	api, err := startAPI(ctx, cfg, store, tel, log)
+	if err != nil {
+		return err
+	}
+	defer api.shutdown(time.Second)
+	token, err := mintToken(cfg.API.Auth, "demo-user", 24*time.Hour)
+	if err != nil {
+		return err
+	}
+	endpoint := "http://" + api.Addr()
 	fmt.Fprintf(stdout, `syncpipe demo: snapshot done in %s: %d ops in %d buckets (%.0f rows/s); now streaming changes.
 
+  Sync API  %s   (token for user "demo-user", valid 24h below)
+  Connect the real PowerSync client (@powersync/node, installed from npm):
+    (cd testdata/client && npm ci --no-audit --no-fund) && \
+    testdata/client/node_modules/.bin/node testdata/client/sync.mjs --endpoint %s --token %s
+  Or watch the raw protocol:
+    curl -sN -H 'Authorization: Token %s' -d '{"raw_data":true}' %s/sync/stream | head -c 600
   Change the source:  psql '%s' -c "UPDATE todos SET completed = true WHERE list_id = (SELECT id FROM lists LIMIT 1)"
   See the new ops:    psql '%s' -c "SELECT op_id, op, bucket_name, object_id FROM syncpipe.bucket_data ORDER BY op_id DESC LIMIT 5"
 `, elapsed.Round(time.Millisecond), ops, buckets, float64(size.Lists+size.Todos)/elapsed.Seconds(),
-		cluster.URI("app"), cluster.URI("syncpipe"))
+		endpoint, endpoint, token, token, endpoint, cluster.URI("app"), cluster.URI("syncpipe"))
 
 	if *exit {
 		return nil
@@ -157,6 +178,7 @@ api:
   auth:
     audience: [syncpipe]
     hs256_secrets: [%q]
+  max_buckets_per_connection: 5000   # the sample rules give everyone every list: 1 001 buckets
 telemetry:   {metrics_listen: "", tracing: {exporter: none}}
 `, c.URI("app"), c.URI("syncpipe"), randomSecret())
 	path := filepath.Join(c.Dir(), "syncpipe.yaml")

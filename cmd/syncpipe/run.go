@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,8 +67,21 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer store.Close()
 	log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
 
-	if *role == "api" {
-		return errors.New("the sync API is not available in this build yet (see README \"Status\"); run with --role replication")
+	if *role == "all" || *role == "api" {
+		api, err := startAPI(ctx, cfg, store, tel, log)
+		if err != nil {
+			return err
+		}
+		defer api.shutdown(cfg.API.ShutdownTimeout)
+		if *role == "api" {
+			select {
+			case <-ctx.Done():
+				log.Info("syncpipe stopped")
+				return nil
+			case err := <-api.errc:
+				return err
+			}
+		}
 	}
 	summary := pipeline.NewSummary()
 	var term io.Writer

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/syncpipe/syncpipe/config"
 )
 
 // runToken mints a development JWT signed with the first configured HS256
@@ -36,15 +38,24 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.API.Auth.MaxLifetime > 0 && *ttl > auth.MaxLifetime {
 		return usagef("token: --ttl %s exceeds api.auth.max_lifetime %s; the API would reject the token", *ttl, auth.MaxLifetime)
 	}
+	signed, err := mintToken(auth, *sub, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, signed)
+	return nil
+}
+
+// mintToken signs a development JWT with the first HS256 secret.
+func mintToken(auth config.Auth, sub string, ttl time.Duration) (string, error) {
 	now := time.Now()
-	claims := jwt.MapClaims{"sub": *sub, "iat": now.Unix(), "exp": now.Add(*ttl).Unix()}
+	claims := jwt.MapClaims{"sub": sub, "iat": now.Unix(), "exp": now.Add(ttl).Unix()}
 	if len(auth.Audience) > 0 {
 		claims["aud"] = auth.Audience[0]
 	}
 	signed, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(auth.HS256Secrets[0]))
 	if err != nil {
-		return fmt.Errorf("sign token: %w", err)
+		return "", fmt.Errorf("sign token: %w", err)
 	}
-	fmt.Fprintln(stdout, signed)
-	return nil
+	return signed, nil
 }

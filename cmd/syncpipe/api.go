@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/internal/telemetry"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+)
+
+// apiServer is the running sync API.
+type apiServer struct {
+	srv    *syncapi.Server
+	http   *http.Server
+	ln     net.Listener
+	source *pgxpool.Pool
+	errc   chan error
+}
+
+// startAPI serves the sync API (and /metrics) on cfg.API.Listen.
+func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (*apiServer, error) {
+	a := &apiServer{errc: make(chan error, 1)}
+	pcfg, err := pgxpool.ParseConfig(cfg.Source.URI)
+	if err != nil {
+		return nil, fmt.Errorf("source uri: %w", err)
+	}
+	pcfg.MaxConns = 2
+	if a.source, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, fmt.Errorf("source pool for write checkpoints: %w", err)
+	}
+	api := cfg.API
+	a.srv, err = syncapi.New(ctx, syncapi.Config{
+		Store: store, Auth: api.Auth,
+		MaxBucketsPerConnection: api.MaxBucketsPerConnection, MaxConcurrentConnections: api.MaxConcurrentConnections,
+		MaxDataFetchConcurrency: api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,
+		MaxRequestBytes: int64(api.MaxRequestBytes), SourceLSN: a.sourceLSN, Logger: log,
+		MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
+	})
+	if err != nil {
+		a.source.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", tel.Handler())
+	mux.Handle("/", a.srv.Handler())
+	if a.ln, err = net.Listen("tcp", api.Listen); err != nil {
+		a.srv.Close()
+		a.source.Close()
+		return nil, fmt.Errorf("listen for the sync API on %s: %w", api.Listen, err)
+	}
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := a.http.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.errc <- err
+		}
+	}()
+	log.Info("sync API listening", "addr", a.ln.Addr().String())
+	return a, nil
+}
+
+// sourceLSN is the source position a write checkpoint waits for: a
+// heartbeat message first, so that an idle stream reaches it promptly.
+func (a *apiServer) sourceLSN(ctx context.Context) (pglogrepl.LSN, error) {
+	var s string
+	err := a.source.QueryRow(ctx, `SELECT pg_logical_emit_message(false, 'syncpipe', 'ping')::text`).Scan(&s)
+	if err != nil {
+		return 0, fmt.Errorf("read the source WAL position: %w", err)
+	}
+	return pglogrepl.ParseLSN(s)
+}
+
+// Addr is the address the API listens on.
+func (a *apiServer) Addr() string { return a.ln.Addr().String() }
+
+// shutdown stops accepting, gives open streams the grace period, and
+// closes the server.
+func (a *apiServer) shutdown(grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	a.srv.Close() // ends open streams so Shutdown need not wait for them
+	_ = a.http.Shutdown(ctx)
+	a.source.Close()
+}

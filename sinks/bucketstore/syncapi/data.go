@@ -1,0 +1,245 @@
+package syncapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+)
+
+// Data batching: one storage read returns at most readBatchOps ops and
+// about maxBatchBytes of encoded ops. A data line holds one bucket's share
+// of a read, so lines stay within both limits too (a single op larger
+// than maxBatchBytes travels alone).
+const (
+	readBatchOps  = 1000
+	maxBatchBytes = 1 << 20
+)
+
+// errBatchFull stops a read whose encoded ops reached maxBatchBytes.
+var errBatchFull = errors.New("batch full")
+
+// dataLine is one encoded data line of a batch.
+type dataLine struct {
+	bucket    string
+	after     int64
+	nextAfter int64
+	ops       int
+	end       int // offset in batch.buf just past the line's newline
+}
+
+// batch is the encoded data lines of one storage read: ops are encoded
+// straight into buf as they are read (no per-op values), so the read's
+// connection is released before anything is written to the client.
+type batch struct {
+	buf   []byte
+	lines []dataLine
+	open  bool // the last line's ops array is not closed yet
+	ops   int
+	// invalidated: an op compacted beyond the checkpoint was read, so the
+	// checkpoint cannot be completed (PowerSync's target_op rule).
+	invalidated bool
+}
+
+func (b *batch) reset() {
+	b.buf, b.lines, b.open, b.ops = b.buf[:0], b.lines[:0], false, 0
+}
+
+// add encodes one op, opening a line for its bucket if needed (after is
+// the bucket's position before this read). It returns false, leaving the
+// batch unchanged, when the op would take a non-empty batch beyond
+// maxBatchBytes.
+func (b *batch) add(row *bucketstore.OpRow, after int64, raw bool) bool {
+	bufLen, nLines, open := len(b.buf), len(b.lines), b.open
+	var last dataLine
+	if nLines > 0 {
+		last = b.lines[nLines-1]
+	}
+	if b.open && b.lines[len(b.lines)-1].bucket != row.Bucket {
+		b.closeLine(false) // the read moved on: that bucket is complete
+	}
+	if !b.open {
+		b.lines = append(b.lines, dataLine{bucket: row.Bucket, after: after})
+		b.open = true
+		b.buf = append(b.buf, `{"data":{"bucket":`...)
+		b.buf = appendJSONString(b.buf, row.Bucket)
+		b.buf = append(b.buf, `,"after":`...)
+		b.buf = appendOpID(b.buf, after)
+		b.buf = append(b.buf, `,"data":[`...)
+	}
+	l := &b.lines[len(b.lines)-1]
+	if l.ops > 0 {
+		b.buf = append(b.buf, ',')
+	}
+	b.buf = appendOp(b.buf, row, raw)
+	if b.ops > 0 && len(b.buf) > maxBatchBytes {
+		b.buf, b.lines, b.open = b.buf[:bufLen], b.lines[:nLines], open
+		if nLines > 0 {
+			b.lines[nLines-1] = last
+		}
+		return false
+	}
+	l.ops++
+	l.nextAfter = row.OpID
+	b.ops++
+	return true
+}
+
+// closeLine ends the open line.
+func (b *batch) closeLine(hasMore bool) {
+	l := &b.lines[len(b.lines)-1]
+	b.buf = append(b.buf, `],"next_after":`...)
+	b.buf = appendOpID(b.buf, l.nextAfter)
+	b.buf = append(b.buf, `,"has_more":`...)
+	b.buf = strconv.AppendBool(b.buf, hasMore)
+	b.buf = append(b.buf, "}}\n"...)
+	l.end = len(b.buf)
+	b.open = false
+}
+
+// sendData sends the ops of the pending buckets up to the target
+// checkpoint, highest priority first, with partial_checkpoint_complete
+// after each priority but the last and checkpoint_complete at the end.
+// After every data line it looks for a newer storage checkpoint: if one
+// arrived it stops and returns it (superseded); what was sent is kept in
+// the bucket positions, so nothing is sent twice.
+func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, superseded bool, err error) {
+	cp := c.target
+	var prios []int
+	for _, name := range c.order {
+		st := c.buckets[name]
+		if st.pending && st.after >= cp.OpID {
+			st.pending = false
+		}
+		if st.pending && !slices.Contains(prios, st.priority) {
+			prios = append(prios, st.priority)
+		}
+	}
+	slices.Sort(prios)
+	c.batch.invalidated = false
+	for i, prio := range prios {
+		var reqs []bucketstore.BucketRequest
+		for _, name := range c.order {
+			if st := c.buckets[name]; st.pending && st.priority == prio {
+				reqs = append(reqs, bucketstore.BucketRequest{Bucket: name, After: st.after})
+			}
+		}
+		for len(reqs) > 0 {
+			more, err := c.readBatch(ctx, cp, reqs)
+			if err != nil {
+				return next, false, err
+			}
+			start := 0
+			for _, l := range c.batch.lines {
+				if err := c.w.writeLine(c.batch.buf[start:l.end]); err != nil {
+					return next, false, err
+				}
+				start = l.end
+				c.buckets[l.bucket].after = l.nextAfter
+				c.opsSent += int64(l.ops)
+				c.s.opsSynced.Add(ctx, int64(l.ops))
+				if c.s.afterDataLine != nil {
+					c.s.afterDataLine()
+				}
+				if next, ok, err := c.poll(ctx, false); err != nil || ok {
+					return next, ok, err
+				}
+			}
+			if reqs, err = c.advance(reqs, more); err != nil {
+				return next, false, err
+			}
+		}
+		if i < len(prios)-1 {
+			if err := c.w.partialCheckpointComplete(cp.OpID, prio); err != nil {
+				return next, false, err
+			}
+		}
+	}
+	if c.batch.invalidated {
+		// Compaction moved ops beyond this checkpoint: complete a later one.
+		c.forceAnnounce = true
+		return next, false, nil
+	}
+	if err := c.w.checkpointComplete(cp.OpID); err != nil {
+		return next, false, err
+	}
+	c.complete = true
+	return next, false, nil
+}
+
+// advance drops the requests a read completed and moves the one it
+// stopped in to where it stopped (see ReadBucketData's more).
+func (c *conn) advance(reqs []bucketstore.BucketRequest, more bool) ([]bucketstore.BucketRequest, error) {
+	if !more {
+		for _, r := range reqs {
+			c.buckets[r.Bucket].pending = false
+		}
+		return nil, nil
+	}
+	lines := c.batch.lines
+	if len(lines) == 0 {
+		return nil, errors.New("bucket data read reported more rows but returned none")
+	}
+	last := lines[len(lines)-1].bucket
+	i := slices.IndexFunc(reqs, func(r bucketstore.BucketRequest) bool { return r.Bucket == last })
+	if i < 0 {
+		return nil, fmt.Errorf("bucket data read returned unrequested bucket %q", last)
+	}
+	for _, r := range reqs[:i] {
+		c.buckets[r.Bucket].pending = false
+	}
+	reqs = reqs[i:]
+	reqs[0].After = c.buckets[last].after
+	return reqs, nil
+}
+
+// readBatch reads the next ops of reqs up to cp into c.batch, holding a
+// data fetch slot for the duration of the query only.
+func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {
+	select {
+	case c.s.fetchSem <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-c.s.fetchSem }()
+	ctx, span := c.s.tracer.Start(ctx, "syncapi.data_batch",
+		trace.WithAttributes(attrGroup.Int(cp.GroupID), attrCheckpoint.Int64(cp.OpID), attrBuckets.Int(len(reqs))))
+	defer span.End()
+	c.batch.reset()
+	idx := 0
+	raw := c.req.rawData
+	more, err = c.s.store.ReadBucketData(ctx, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
+		for idx < len(reqs) && reqs[idx].Bucket != row.Bucket {
+			idx++
+		}
+		if idx == len(reqs) {
+			return fmt.Errorf("bucket data read returned bucket %q out of order", row.Bucket)
+		}
+		if row.TargetOp > cp.OpID {
+			c.batch.invalidated = true
+		}
+		if !c.batch.add(row, reqs[idx].After, raw) {
+			return errBatchFull
+		}
+		return nil
+	})
+	if errors.Is(err, errBatchFull) {
+		more, err = true, nil
+	}
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return false, err
+	}
+	if c.batch.open {
+		c.batch.closeLine(more)
+	}
+	span.SetAttributes(attrOps.Int(c.batch.ops), attrBytes.Int(len(c.batch.buf)), attrMore.Bool(more))
+	return more, nil
+}

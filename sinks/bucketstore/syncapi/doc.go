@@ -1,0 +1,60 @@
+// Package syncapi serves bucket storage to unmodified PowerSync client SDKs
+// over their HTTP streaming protocol (SPEC §6).
+//
+// # Endpoints
+//
+//   - POST /sync/stream: the sync stream, NDJSON (application/x-ndjson),
+//     gzip-compressed when the client accepts it, flushed line by line.
+//   - GET /write-checkpoint2.json?client_id=…: records a write checkpoint
+//     at the source's current WAL position; the stream reports it once
+//     replication has passed that position.
+//   - GET /healthz: 200 {"ok":true} while storage answers.
+//
+// Every endpoint but /healthz needs "Authorization: Token <JWT>" (or
+// Bearer): HS256 secrets, or RS256/ES256 keys from an inline JWKS or a
+// jwks_uri (chosen by kid; the URI is refetched when a kid is unknown),
+// with sub, iat, exp and aud required, aud matching a configured
+// audience, exp - iat within max_lifetime and 60 s of clock skew. Failures
+// are 401 with {"error":{"code","message",…}} and no data.
+//
+// # A stream
+//
+// One goroutine per stream, driven by the process's single checkpoint
+// watcher (no polling). For every new storage checkpoint the stream
+// evaluates the client's buckets (static ones from the request, the
+// others through parameter lookups at that checkpoint) and their
+// checksums (through the process-wide ChecksumCache, so a checkpoint
+// costs one range probe per bucket however many clients share it), then:
+//
+//   - the first time, sends {"checkpoint":…} with every bucket (signed
+//     int32 checksums; empty buckets 0/0);
+//   - later, sends {"checkpoint_diff":…} with the new or changed buckets
+//     and the removed ones, or nothing if nothing changed for the client;
+//   - sends the ops the client lacks for the announced buckets, priority 0
+//     first, as {"data":…} lines of one bucket each (≤ 1000 ops, ≈ ≤ 1 MB;
+//     op ids as decimal strings, op checksums unsigned, row data as a JSON
+//     string when the client asks for raw_data), with
+//     {"partial_checkpoint_complete":…} after each priority but the last;
+//   - ends with {"checkpoint_complete":…}.
+//
+// After each data line the stream looks for a newer checkpoint; if there
+// is one it abandons the current checkpoint and moves on, keeping what
+// was sent, so no op is sent twice. Ops are encoded straight into the
+// output buffer while the storage read runs, and the read's connection
+// is released before the client is written to, so a slow client holds
+// neither a storage connection nor a data fetch slot
+// (max_data_fetch_concurrency bounds those across all streams).
+//
+// {"token_expires_in":n} goes out every KeepaliveInterval; the stream
+// ends when the token expires. A client entitled to more than
+// max_buckets_per_connection buckets gets an error line (PSYNC_S2305)
+// and the stream ends; beyond max_concurrent_connections streams, new ones
+// get 429.
+//
+// # Telemetry
+//
+// Metrics syncpipe_concurrent_connections (up/down counter) and
+// syncpipe_operations_synced (counter; _total in Prometheus); spans
+// syncapi.auth, syncapi.checkpoint and syncapi.data_batch (one per storage
+// read, never per op).
+package syncapi

@@ -1,0 +1,325 @@
+package syncapi
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+)
+
+// writeTimeout bounds one line's write to the client: a client that reads
+// nothing for this long is dropped instead of holding the stream forever.
+const writeTimeout = time.Minute
+
+// lineWriter writes NDJSON lines to a streaming response, optionally
+// gzip-compressed, flushing after every line so the client sees each one
+// as soon as it is produced.
+type lineWriter struct {
+	w   interface{ Write([]byte) (int, error) }
+	gz  *gzip.Writer
+	rc  *http.ResponseController
+	buf []byte // scratch for control lines
+	// bytes counts uncompressed bytes written.
+	bytes int64
+
+	mu       sync.Mutex // guards done against abort
+	done     bool       // the handler has returned: w must not be touched
+	aborting atomic.Bool
+}
+
+// errAborted is returned by writes after abort; errClientWrite wraps
+// failed writes to the client (usually: it went away).
+var (
+	errAborted     = errors.New("stream aborted: server closing")
+	errClientWrite = errors.New("write to client")
+)
+
+// startStream sends the response headers of a sync stream and returns the
+// writer for its lines.
+func startStream(w http.ResponseWriter, r *http.Request) *lineWriter {
+	h := w.Header()
+	h.Set("Content-Type", "application/x-ndjson")
+	h.Set("X-Accel-Buffering", "no")
+	h.Set("Cache-Control", "no-store")
+	h.Add("Vary", "Accept-Encoding")
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
+	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+		h.Set("Content-Encoding", "gzip")
+		lw.gz, _ = gzip.NewWriterLevel(w, gzip.BestSpeed) // a valid level never fails
+		lw.w = lw.gz
+	}
+	w.WriteHeader(http.StatusOK)
+	_ = lw.rc.Flush() // headers now: the client knows the stream is open
+	return lw
+}
+
+// acceptsGzip reports whether Accept-Encoding values allow gzip (q > 0).
+func acceptsGzip(values []string) bool {
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+				continue
+			}
+			q, hasQ := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q=")
+			if !hasQ {
+				return true
+			}
+			if f, err := strconv.ParseFloat(q, 64); err == nil && f > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeLine writes one complete line (ending in '\n') and flushes it
+// through the compressor and the connection.
+func (lw *lineWriter) writeLine(line []byte) error {
+	// Not every ResponseWriter supports deadlines; then none applies.
+	_ = lw.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if lw.aborting.Load() { // checked after setting the deadline: see abort
+		return errAborted
+	}
+	if _, err := lw.w.Write(line); err != nil {
+		return fmt.Errorf("%w: %w", errClientWrite, err)
+	}
+	lw.bytes += int64(len(line))
+	if lw.gz != nil {
+		if err := lw.gz.Flush(); err != nil {
+			return fmt.Errorf("%w: flush compressed line: %w", errClientWrite, err)
+		}
+	}
+	if err := lw.rc.Flush(); err != nil {
+		return fmt.Errorf("%w: flush: %w", errClientWrite, err)
+	}
+	return nil
+}
+
+// abort makes a write blocked on a stalled client, and every later
+// write, fail at once. Safe to call from another goroutine, also after
+// finish (then it does nothing).
+func (lw *lineWriter) abort() {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	if lw.done {
+		return
+	}
+	lw.aborting.Store(true)
+	// After the flag: a writeLine that missed it set its deadline before,
+	// so this one wins.
+	_ = lw.rc.SetWriteDeadline(time.Now())
+}
+
+// finish marks the handler as returning: abort no longer touches w.
+func (lw *lineWriter) finish() {
+	lw.mu.Lock()
+	lw.done = true
+	lw.mu.Unlock()
+}
+
+// close ends the compressed stream, if any (its trailer), best effort.
+func (lw *lineWriter) close() {
+	if lw.gz != nil && !lw.aborting.Load() {
+		_ = lw.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_ = lw.gz.Close()
+		_ = lw.rc.Flush()
+	}
+}
+
+// line starts a control line in the scratch buffer.
+func (lw *lineWriter) line() []byte { return lw.buf[:0] }
+
+// send writes a control line built on lw.line().
+func (lw *lineWriter) send(b []byte) error {
+	b = append(b, '\n')
+	lw.buf = b
+	return lw.writeLine(b)
+}
+
+func (lw *lineWriter) tokenExpiresIn(seconds int64) error {
+	b := append(lw.line(), `{"token_expires_in":`...)
+	b = strconv.AppendInt(b, seconds, 10)
+	return lw.send(append(b, '}'))
+}
+
+func (lw *lineWriter) checkpointComplete(lastOpID int64) error {
+	b := append(lw.line(), `{"checkpoint_complete":{"last_op_id":`...)
+	b = appendOpID(b, lastOpID)
+	return lw.send(append(b, "}}"...))
+}
+
+func (lw *lineWriter) partialCheckpointComplete(lastOpID int64, priority int) error {
+	b := append(lw.line(), `{"partial_checkpoint_complete":{"last_op_id":`...)
+	b = appendOpID(b, lastOpID)
+	b = append(b, `,"priority":`...)
+	b = strconv.AppendInt(b, int64(priority), 10)
+	return lw.send(append(b, "}}"...))
+}
+
+// streamError is an error line: the stream ends after it.
+func (lw *lineWriter) streamError(code, msg string) error {
+	b := append(lw.line(), `{"error":{"code":`...)
+	b = appendJSONString(b, code)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"description":`...)
+	b = appendJSONString(b, msg)
+	return lw.send(append(b, "}}"...))
+}
+
+// bucketEntry is one bucket of a checkpoint line.
+type bucketEntry struct {
+	name     string
+	checksum uint32
+	count    int64
+	priority int
+}
+
+// checkpoint writes a full checkpoint line (diff == false) or a
+// checkpoint_diff line. writeCheckpoint ≤ 0 is omitted.
+func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string) error {
+	b := lw.line()
+	if diff {
+		b = append(b, `{"checkpoint_diff":{"last_op_id":`...)
+	} else {
+		b = append(b, `{"checkpoint":{"last_op_id":`...)
+	}
+	b = appendOpID(b, lastOpID)
+	if writeCheckpoint > 0 {
+		b = append(b, `,"write_checkpoint":`...)
+		b = appendOpID(b, writeCheckpoint)
+	}
+	if diff {
+		b = append(b, `,"updated_buckets":[`...)
+	} else {
+		b = append(b, `,"buckets":[`...)
+	}
+	for i, e := range buckets {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"bucket":`...)
+		b = appendJSONString(b, e.name)
+		// Bucket checksums are signed 32-bit, as PowerSync sends them.
+		b = append(b, `,"checksum":`...)
+		b = strconv.AppendInt(b, int64(int32(e.checksum)), 10)
+		b = append(b, `,"count":`...)
+		b = strconv.AppendInt(b, e.count, 10)
+		b = append(b, `,"priority":`...)
+		b = strconv.AppendInt(b, int64(e.priority), 10)
+		b = append(b, '}')
+	}
+	b = append(b, ']')
+	if diff {
+		b = append(b, `,"removed_buckets":[`...)
+		for i, name := range removed {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, name)
+		}
+		b = append(b, ']')
+	}
+	return lw.send(append(b, "}}"...))
+}
+
+// opNames are the protocol names of bucketstore op codes.
+var opNames = [...]string{bucketstore.OpPut: "PUT", bucketstore.OpRemove: "REMOVE",
+	bucketstore.OpMove: "MOVE", bucketstore.OpClear: "CLEAR"}
+
+// appendOp encodes one op of a data line. raw selects the data encoding:
+// a JSON string holding the row (what PowerSync SDKs ask for), or the row
+// as a nested object (legacy).
+func appendOp(b []byte, row *bucketstore.OpRow, raw bool) []byte {
+	b = append(b, `{"op_id":`...)
+	b = appendOpID(b, row.OpID)
+	b = append(b, `,"op":"`...)
+	if int(row.Op) < len(opNames) && opNames[row.Op] != "" {
+		b = append(b, opNames[row.Op]...)
+	} else {
+		b = strconv.AppendInt(b, int64(row.Op), 10)
+	}
+	b = append(b, `","object_type":`...)
+	b = appendStringOrNull(b, row.ObjectType)
+	b = append(b, `,"object_id":`...)
+	b = appendStringOrNull(b, row.ObjectID)
+	b = append(b, `,"subkey":`...)
+	b = appendStringOrNull(b, row.Subkey)
+	b = append(b, `,"data":`...)
+	switch {
+	case row.Data == nil:
+		b = append(b, "null"...)
+	case raw:
+		b = appendJSONString(b, row.Data)
+	default:
+		b = append(b, row.Data...)
+	}
+	// Op checksums are unsigned 32-bit.
+	b = append(b, `,"checksum":`...)
+	b = strconv.AppendUint(b, uint64(row.Checksum), 10)
+	return append(b, '}')
+}
+
+func appendStringOrNull(b []byte, s string) []byte {
+	if s == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, s)
+}
+
+// appendOpID writes an op id as the protocol wants it: a decimal string.
+func appendOpID(b []byte, id int64) []byte {
+	b = append(b, '"')
+	b = strconv.AppendInt(b, id, 10)
+	return append(b, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD, as with encoding/json; HTML characters are not escaped.
+func appendJSONString[S string | []byte](b []byte, s S) []byte {
+	var valid bool
+	switch v := any(s).(type) {
+	case string:
+		valid = utf8.ValidString(v)
+	case []byte:
+		valid = utf8.Valid(v)
+	}
+	if !valid {
+		return appendJSONString(b, strings.ToValidUTF8(string(s), "\uFFFD"))
+	}
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue // multi-byte UTF-8 passes through: it is valid
+		}
+		b = append(b, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			b = append(b, '\\', c)
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		start = i + 1
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,161 @@
+package syncapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// syncRequest is the body of POST /sync/stream.
+type syncRequest struct {
+	// buckets maps the buckets the client already has to the op id it has
+	// them up to; order is the client's (kept for nothing but logs).
+	buckets map[string]int64
+	// rawData: send each op's data as a JSON string (what the SDKs ask
+	// for) rather than a nested object.
+	rawData bool
+	// parameters is the client parameters object, JSON ("{}" when absent).
+	parameters []byte
+	clientID   string
+}
+
+// readSyncRequest reads and validates the request body (at most max
+// bytes). Unknown fields are ignored; wrong types give an *apiError (400,
+// or 413 for a body that is too large) naming the field.
+func readSyncRequest(w http.ResponseWriter, r *http.Request, max int64) (*syncRequest, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeBadRequest,
+				msg: fmt.Sprintf("request body is larger than max_request_bytes (%d bytes)", max)}
+		}
+		return nil, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: fmt.Sprintf("read request body: %v", err)}
+	}
+	req, err := parseSyncRequest(body)
+	if err != nil {
+		return nil, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: "invalid sync request: " + err.Error()}
+	}
+	return req, nil
+}
+
+// isNull reports whether a raw JSON member is absent or null.
+func isNull(m json.RawMessage) bool {
+	m = bytes.TrimSpace(m)
+	return len(m) == 0 || string(m) == "null"
+}
+
+// jsonKind names a JSON value's type for error messages.
+func jsonKind(m json.RawMessage) string {
+	m = bytes.TrimSpace(m)
+	if len(m) == 0 {
+		return "nothing"
+	}
+	switch m[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+func parseSyncRequest(body []byte) (*syncRequest, error) {
+	req := &syncRequest{buckets: map[string]int64{}, parameters: []byte("{}")}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return nil, fmt.Errorf("the body must be a JSON object, got %s", typeErr.Value)
+		}
+		return nil, fmt.Errorf("the body is not valid JSON: %w", err)
+	}
+	if top == nil {
+		return nil, errors.New("the body must be a JSON object, got null")
+	}
+	if m := top["buckets"]; !isNull(m) {
+		var items []json.RawMessage
+		if err := json.Unmarshal(m, &items); err != nil {
+			return nil, fmt.Errorf("buckets must be an array of {name, after}, got %s", jsonKind(m))
+		}
+		for i, item := range items {
+			name, after, err := parseBucketPosition(item)
+			if err != nil {
+				return nil, fmt.Errorf("buckets[%d]: %w", i, err)
+			}
+			req.buckets[name] = after
+		}
+	}
+	if m := top["raw_data"]; !isNull(m) {
+		if err := json.Unmarshal(m, &req.rawData); err != nil {
+			return nil, fmt.Errorf("raw_data must be a boolean, got %s", jsonKind(m))
+		}
+	}
+	if m := top["include_checksum"]; !isNull(m) {
+		var b bool
+		if err := json.Unmarshal(m, &b); err != nil {
+			return nil, fmt.Errorf("include_checksum must be a boolean, got %s", jsonKind(m))
+		}
+	}
+	if m := top["client_id"]; !isNull(m) {
+		if err := json.Unmarshal(m, &req.clientID); err != nil {
+			return nil, fmt.Errorf("client_id must be a string, got %s", jsonKind(m))
+		}
+	}
+	if m := top["parameters"]; !isNull(m) {
+		if !isJSONObject(m) {
+			return nil, fmt.Errorf("parameters must be a JSON object, got %s", jsonKind(m))
+		}
+		req.parameters = bytes.TrimSpace(m)
+	}
+	return req, nil
+}
+
+// parseBucketPosition reads {"name": "...", "after": "123"}. after may
+// also be a JSON integer; absent or null means 0 (from the start).
+func parseBucketPosition(item json.RawMessage) (string, int64, error) {
+	var pos map[string]json.RawMessage
+	if err := json.Unmarshal(item, &pos); err != nil || pos == nil {
+		return "", 0, fmt.Errorf("must be an object {name, after}, got %s", jsonKind(item))
+	}
+	var name string
+	if err := json.Unmarshal(pos["name"], &name); err != nil || name == "" {
+		return "", 0, fmt.Errorf("name must be a non-empty string, got %s", jsonKind(pos["name"]))
+	}
+	m := pos["after"]
+	if isNull(m) {
+		return name, 0, nil
+	}
+	var text string
+	switch jsonKind(m) {
+	case "a string":
+		_ = json.Unmarshal(m, &text) // a valid JSON string
+	case "a number":
+		text = string(bytes.TrimSpace(m))
+	default:
+		return "", 0, fmt.Errorf("after of bucket %q must be a decimal string op id, got %s", name, jsonKind(m))
+	}
+	after, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || after < 0 {
+		return "", 0, fmt.Errorf("after of bucket %q must be a decimal string op id, got %q", name, text)
+	}
+	return name, after, nil
+}
+
+// isJSONObject reports whether b (valid JSON) is an object.
+func isJSONObject(b []byte) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{'
+}

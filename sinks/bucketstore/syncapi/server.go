@@ -1,0 +1,334 @@
+package syncapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// ScopeName is the instrumentation scope of the server's spans and
+// metrics.
+const ScopeName = "github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+
+// Config configures a Server. Zero limits take the defaults of
+// config.Default (1000 buckets per connection, 200 connections, 10
+// concurrent data fetches, 100000 checksum cache entries, 1 MiB bodies).
+type Config struct {
+	// Store is the bucket storage to serve. Required.
+	Store *bucketstore.Store
+	// Auth verifies client tokens (config.API.Auth). At least one audience
+	// and one key source are required.
+	Auth config.Auth
+	// MaxBucketsPerConnection: a client entitled to more buckets gets an
+	// error (PowerSync PSYNC_S2305) instead of a partial sync.
+	MaxBucketsPerConnection int
+	// MaxConcurrentConnections: streams beyond it are refused with 429.
+	MaxConcurrentConnections int
+	// MaxDataFetchConcurrency bounds concurrent bucket data queries across
+	// all connections.
+	MaxDataFetchConcurrency int
+	// ChecksumCacheSize is the number of (bucket, checkpoint) entries of
+	// the checksum cache shared by all connections.
+	ChecksumCacheSize int
+	// MaxRequestBytes bounds request bodies (413 beyond).
+	MaxRequestBytes int64
+	// SourceLSN returns the source database's current WAL position (after
+	// a pg_logical_emit_message heartbeat, so replication reaches it soon)
+	// for GET /write-checkpoint2.json. Nil disables write checkpoints
+	// (503).
+	SourceLSN func(ctx context.Context) (pglogrepl.LSN, error)
+	// Logger receives connection events; nil discards them.
+	Logger *slog.Logger
+	// MeterProvider and TracerProvider default to the OTel globals.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	// Now is the clock for token validation and expiry (tests); default
+	// time.Now.
+	Now func() time.Time
+	// KeepaliveInterval is the cadence of token_expires_in lines (default
+	// 20 s).
+	KeepaliveInterval time.Duration
+}
+
+// Server serves bucket storage to PowerSync clients. Create it with New;
+// its Handler is safe for concurrent use.
+type Server struct {
+	cfg     Config
+	store   *bucketstore.Store
+	auth    *authenticator
+	cache   *bucketstore.ChecksumCache
+	watcher *bucketstore.CheckpointWatcher
+	log     *slog.Logger
+	tracer  trace.Tracer
+
+	ctx    context.Context // canceled by Close: ends every stream
+	cancel context.CancelFunc
+
+	active   atomic.Int64  // open streams
+	fetchSem chan struct{} // bounds concurrent ReadBucketData calls
+
+	mu      sync.Mutex
+	closed  bool
+	streams sync.WaitGroup
+	rules   map[int]*syncrules.Rules // parsed rules per group
+
+	connections metric.Int64UpDownCounter
+	opsSynced   metric.Int64Counter
+
+	// Test hooks: called after a data line was written, and when a stream
+	// handler has released its connection slot.
+	afterDataLine func()
+	streamDone    func()
+}
+
+// New validates cfg and starts the server's checkpoint watcher (run one
+// Server per process: every stream shares the watcher and the checksum
+// cache). The watcher stops when ctx ends or Close is called.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("syncapi: Config.Store is required")
+	}
+	def := config.Default().API
+	if cfg.MaxBucketsPerConnection <= 0 {
+		cfg.MaxBucketsPerConnection = def.MaxBucketsPerConnection
+	}
+	if cfg.MaxConcurrentConnections <= 0 {
+		cfg.MaxConcurrentConnections = def.MaxConcurrentConnections
+	}
+	if cfg.MaxDataFetchConcurrency <= 0 {
+		cfg.MaxDataFetchConcurrency = def.MaxDataFetchConcurrency
+	}
+	if cfg.ChecksumCacheSize <= 0 {
+		cfg.ChecksumCacheSize = def.ChecksumCacheSize
+	}
+	if cfg.MaxRequestBytes <= 0 {
+		cfg.MaxRequestBytes = int64(def.MaxRequestBytes)
+	}
+	if cfg.KeepaliveInterval <= 0 {
+		cfg.KeepaliveInterval = 20 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MeterProvider == nil {
+		cfg.MeterProvider = otel.GetMeterProvider()
+	}
+	if cfg.TracerProvider == nil {
+		cfg.TracerProvider = otel.GetTracerProvider()
+	}
+	auth, err := newAuthenticator(cfg.Auth, cfg.Now, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("syncapi: %w", err)
+	}
+	meter := cfg.MeterProvider.Meter(ScopeName)
+	conns, err := meter.Int64UpDownCounter("syncpipe_concurrent_connections",
+		metric.WithDescription("Open sync streams."), metric.WithUnit("{connection}"))
+	if err != nil {
+		return nil, fmt.Errorf("syncapi: create metric: %w", err)
+	}
+	ops, err := meter.Int64Counter("syncpipe_operations_synced",
+		metric.WithDescription("Bucket operations sent to sync clients."), metric.WithUnit("{operation}"))
+	if err != nil {
+		return nil, fmt.Errorf("syncapi: create metric: %w", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	s := &Server{cfg: cfg, store: cfg.Store, auth: auth, log: cfg.Logger,
+		tracer: cfg.TracerProvider.Tracer(ScopeName),
+		cache:  cfg.Store.NewChecksumCache(cfg.ChecksumCacheSize),
+		ctx:    sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
+		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops}
+	s.watcher = cfg.Store.WatchCheckpoints(sctx)
+	return s, nil
+}
+
+// Close ends every open stream, stops the checkpoint watcher and waits for
+// both. Requests arriving afterwards get 503. Call it when the HTTP
+// server shuts down (e.g. with http.Server.RegisterOnShutdown), since
+// sync streams never end on their own.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.streams.Wait()
+	<-s.watcher.Done()
+}
+
+// Handler serves POST /sync/stream, GET /write-checkpoint2.json and
+// GET /healthz.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /sync/stream", s.handleStream)
+	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
+	mux.HandleFunc("GET /healthz", s.handleHealth)
+	return mux
+}
+
+// writeJSON answers a small JSON document.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":{"code":"`+codeInternal+`","message":"encode response"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError answers {"error": {code, status, name, message, description}}:
+// code and message for people and tools, and PowerSync's field names
+// (description, name) that the SDKs show in their errors.
+func writeError(w http.ResponseWriter, e *apiError) {
+	name := "ServiceError"
+	switch e.status {
+	case http.StatusUnauthorized:
+		name = "AuthorizationError"
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		name = "ValidationError"
+	}
+	writeJSON(w, e.status, map[string]any{"error": map[string]any{
+		"code": e.code, "status": e.status, "name": name, "message": e.msg, "description": e.msg}})
+}
+
+// authenticate runs the auth phase in its own span.
+func (s *Server) authenticate(r *http.Request) (identity, *apiError) {
+	ctx, span := s.tracer.Start(r.Context(), "syncapi.auth")
+	defer span.End()
+	id, aerr := s.auth.authenticate(ctx, r.Header.Get("Authorization"))
+	if aerr != nil {
+		span.SetAttributes(attrCode.String(aerr.code))
+	}
+	return id, aerr
+}
+
+func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
+	id, aerr := s.authenticate(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if s.cfg.SourceLSN == nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			msg: "write checkpoints are not available: no source database is configured for this API"})
+		return
+	}
+	ctx := r.Context()
+	lsn, err := s.cfg.SourceLSN(ctx)
+	if err != nil {
+		s.log.Warn("sync api: read source LSN for write checkpoint", "err", err)
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			msg: "cannot read the source database position: " + err.Error()})
+		return
+	}
+	clientID := r.URL.Query().Get("client_id")
+	n, err := s.store.CreateWriteCheckpoint(ctx, id.userID, clientID, lsn)
+	if err != nil {
+		s.log.Warn("sync api: create write checkpoint", "user", id.userID, "client_id", clientID, "err", err)
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: "cannot store the write checkpoint"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]string{"write_checkpoint": strconv.FormatInt(n, 10)}})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.store.Pool().Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "error": "storage unreachable: " + err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}
+
+// begin registers a stream unless the server is closing.
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.streams.Add(1)
+	return true
+}
+
+func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	id, aerr := s.authenticate(r)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	req, aerr := readSyncRequest(w, r, s.cfg.MaxRequestBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	if !s.begin() {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: "the sync API is shutting down"})
+		return
+	}
+	defer s.streams.Done()
+	if n := s.active.Add(1); n > int64(s.cfg.MaxConcurrentConnections) {
+		s.active.Add(-1)
+		writeError(w, &apiError{status: http.StatusTooManyRequests, code: codeTooManyConns,
+			msg: fmt.Sprintf("maximum concurrent sync connections (%d) reached; retry later", s.cfg.MaxConcurrentConnections)})
+		return
+	}
+	lw := startStream(w, r)
+	ctx, cancel := context.WithCancel(r.Context())
+	// Close ends the stream, even one blocked writing to a stalled client.
+	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })
+	s.connections.Add(ctx, 1)
+	defer func() {
+		stop()
+		lw.finish()
+		cancel()
+		s.connections.Add(context.WithoutCancel(ctx), -1)
+		s.active.Add(-1)
+		if s.streamDone != nil {
+			s.streamDone()
+		}
+	}()
+	newConn(s, id, req, lw).run(ctx)
+}
+
+// rulesFor returns the parsed sync rules of a group.
+func (s *Server) rulesFor(ctx context.Context, group int) (*syncrules.Rules, error) {
+	s.mu.Lock()
+	r := s.rules[group]
+	s.mu.Unlock()
+	if r != nil {
+		return r, nil
+	}
+	g, err := s.store.Group(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	r, err = syncrules.Parse([]byte(g.Rules), syncrules.Options{GroupID: strconv.Itoa(g.ID)})
+	if err != nil {
+		return nil, fmt.Errorf("sync rules of group %d: %w", group, err)
+	}
+	s.mu.Lock()
+	s.rules[group] = r
+	s.mu.Unlock()
+	return r, nil
+}

@@ -1,0 +1,372 @@
+package syncapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// Span attributes.
+var (
+	attrCode       = attribute.Key("syncapi.error_code")
+	attrGroup      = attribute.Key("syncapi.group")
+	attrCheckpoint = attribute.Key("syncapi.checkpoint")
+	attrBuckets    = attribute.Key("syncapi.buckets")
+	attrOps        = attribute.Key("syncapi.ops")
+	attrBytes      = attribute.Key("syncapi.bytes")
+	attrMore       = attribute.Key("syncapi.more")
+)
+
+// Reasons a stream ends without an error line.
+var (
+	errTokenExpired = errors.New("token expired")
+	errClosed       = errors.New("server closing")
+)
+
+// bucketState is what the client was told about one bucket.
+type bucketState struct {
+	priority int
+	checksum uint32
+	count    int64
+	// after: the client has the bucket's ops up to this op id.
+	after int64
+	// pending: ops up to the target checkpoint remain to be sent.
+	pending bool
+}
+
+// conn is one sync stream. It runs on its handler's goroutine only.
+type conn struct {
+	s   *Server
+	id  identity
+	req *syncRequest
+	w   *lineWriter
+	log *slog.Logger
+
+	sub       <-chan bucketstore.Checkpoint
+	keepalive *time.Ticker
+	expiry    *time.Timer
+
+	// The group served and this request's evaluation of its rules.
+	group int
+	plan  *syncrules.RequestPlan
+
+	// The buckets and checksums at the last storage checkpoint evaluated.
+	evaluated bool
+	evalOpID  int64
+	refs      []syncrules.BucketRef
+	sums      []bucketstore.BucketChecksum
+
+	// What the client was told: the target checkpoint (the last one
+	// announced), whether checkpoint_complete was sent for it, and the
+	// announced buckets, in rules order.
+	announced     bool
+	target        bucketstore.Checkpoint
+	complete      bool
+	forceAnnounce bool // announce the next checkpoint even if unchanged
+	buckets       map[string]*bucketState
+	order         []string
+	writeCP       int64
+
+	batch   batch
+	entries []bucketEntry
+	opsSent int64
+}
+
+func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
+	return &conn{s: s, id: id, req: req, w: w, buckets: map[string]*bucketState{},
+		log: s.log.With("user", id.userID, "client_id", req.clientID)}
+}
+
+// run serves the stream until the client leaves, the token expires, the
+// server closes or an error ends it (reported as an error line).
+func (c *conn) run(ctx context.Context) {
+	defer c.w.close()
+	start := time.Now()
+	c.sub = c.s.watcher.Subscribe(ctx)
+	c.keepalive = time.NewTicker(c.s.cfg.KeepaliveInterval)
+	defer c.keepalive.Stop()
+	c.expiry = time.NewTimer(c.id.expires.Sub(c.s.cfg.Now()))
+	defer c.expiry.Stop()
+	c.log.Debug("sync stream started", "buckets_requested", len(c.req.buckets))
+
+	err := c.loop(ctx)
+	attrs := []any{"reason", err, "duration", time.Since(start), "ops", c.opsSent, "bytes", c.w.bytes}
+	var ae *apiError
+	switch {
+	case ctx.Err() != nil || errors.Is(err, errTokenExpired) || errors.Is(err, errClosed):
+		c.log.Debug("sync stream ended", attrs...)
+	case errors.Is(err, errClientWrite) || errors.Is(err, errAborted):
+		c.log.Debug("sync stream ended: client unreachable", attrs...)
+	case errors.As(err, &ae):
+		c.log.Info("sync stream ended with an error", attrs...)
+		_ = c.w.streamError(ae.code, ae.msg)
+	default:
+		c.log.Warn("sync stream failed", attrs...)
+		_ = c.w.streamError(codeInternal, "sync stream failed; reconnect to resume")
+	}
+}
+
+func (c *conn) loop(ctx context.Context) error {
+	if err := c.sendToken(); err != nil {
+		return err
+	}
+	var next bucketstore.Checkpoint
+	have := false
+	for {
+		if !have {
+			cp, err := c.wait(ctx)
+			if err != nil {
+				return err
+			}
+			next = cp
+		}
+		have = false
+		if err := c.prepare(ctx, next); err != nil {
+			return err
+		}
+		if c.complete {
+			continue // nothing new for this client
+		}
+		cp, superseded, err := c.sendData(ctx)
+		if err != nil {
+			return err
+		}
+		if superseded {
+			next, have = cp, true
+		}
+	}
+}
+
+func (c *conn) sendToken() error {
+	left := max(int64(c.id.expires.Sub(c.s.cfg.Now())/time.Second), 0)
+	return c.w.tokenExpiresIn(left)
+}
+
+// wait blocks until a new storage checkpoint, sending keepalives.
+func (c *conn) wait(ctx context.Context) (bucketstore.Checkpoint, error) {
+	for {
+		cp, ok, err := c.poll(ctx, true)
+		if err != nil || ok {
+			return cp, err
+		}
+	}
+}
+
+// poll handles what may happen while a stream is busy or idle: a new
+// checkpoint (ok), a keepalive, token expiry, the client leaving or the
+// server closing. With block false it returns at once if none is ready.
+func (c *conn) poll(ctx context.Context, block bool) (cp bucketstore.Checkpoint, ok bool, err error) {
+	const (
+		evDone = iota
+		evCheckpoint
+		evExpired
+		evKeepalive
+	)
+	var ev int
+	open := true
+	if block {
+		select {
+		case <-ctx.Done():
+			ev = evDone
+		case cp, open = <-c.sub:
+			ev = evCheckpoint
+		case <-c.expiry.C:
+			ev = evExpired
+		case <-c.keepalive.C:
+			ev = evKeepalive
+		}
+	} else {
+		select {
+		case <-ctx.Done():
+			ev = evDone
+		case cp, open = <-c.sub:
+			ev = evCheckpoint
+		case <-c.expiry.C:
+			ev = evExpired
+		case <-c.keepalive.C:
+			ev = evKeepalive
+		default:
+			return cp, false, nil
+		}
+	}
+	switch ev {
+	case evDone:
+		return cp, false, ctx.Err()
+	case evCheckpoint:
+		if !open {
+			return cp, false, errClosed
+		}
+		return cp, true, nil
+	case evExpired:
+		_ = c.w.tokenExpiresIn(0)
+		return cp, false, errTokenExpired
+	default:
+		return cp, false, c.sendToken()
+	}
+}
+
+// prepare evaluates a storage checkpoint for this client: its buckets
+// (parameter lookups at the checkpoint) and their checksums (through the
+// shared cache), then announces it with a checkpoint or checkpoint_diff
+// line if anything changed for the client.
+func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err error) {
+	ctx, span := c.s.tracer.Start(ctx, "syncapi.checkpoint",
+		trace.WithAttributes(attrGroup.Int(cp.GroupID), attrCheckpoint.Int64(cp.OpID)))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
+	if c.plan == nil || cp.GroupID != c.group {
+		rules, err := c.s.rulesFor(ctx, cp.GroupID)
+		if err != nil {
+			return &apiError{code: codeNoRules, msg: fmt.Sprintf("cannot load the sync rules: %v", err)}
+		}
+		plan, err := rules.Request(syncrules.Request{UserID: c.id.userID, Claims: c.id.claims, Parameters: c.req.parameters})
+		if plan == nil {
+			return &apiError{code: codeBadRequest, msg: fmt.Sprintf("cannot evaluate the sync rules for this request: %v", err)}
+		}
+		if err != nil {
+			c.log.Warn("sync rules: some parameter queries failed for this request", "err", err)
+		}
+		c.group, c.plan, c.evaluated = cp.GroupID, plan, false
+	}
+	// Ops and parameter entries share one op id sequence, so a checkpoint
+	// with the same op id (an LSN-only move) changes neither buckets nor
+	// checksums.
+	if !c.evaluated || cp.OpID != c.evalOpID {
+		refs, err := c.resolveBuckets(ctx, cp)
+		if err != nil {
+			return err
+		}
+		names := make([]string, len(refs))
+		for i, r := range refs {
+			names[i] = r.ID
+		}
+		sums, err := c.s.cache.Checksums(ctx, cp.GroupID, cp.OpID, names)
+		if err != nil {
+			return fmt.Errorf("checksums at checkpoint %d: %w", cp.OpID, err)
+		}
+		c.refs, c.sums, c.evalOpID, c.evaluated = refs, sums, cp.OpID, true
+	}
+	span.SetAttributes(attrBuckets.Int(len(c.refs)))
+	wc, due, err := c.s.store.WriteCheckpointFor(ctx, c.id.userID, c.req.clientID, cp.LSN)
+	if err != nil {
+		return fmt.Errorf("write checkpoint at %s: %w", cp.LSN, err)
+	}
+	if !due {
+		wc = c.writeCP
+	}
+	return c.announce(cp, wc)
+}
+
+// resolveBuckets lists the buckets the client is entitled to at cp.
+func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([]syncrules.BucketRef, error) {
+	limit := c.s.cfg.MaxBucketsPerConnection
+	refs := append([]syncrules.BucketRef(nil), c.plan.Static...)
+	if n := len(c.plan.Lookups); n > 0 {
+		keys := make([][]byte, n)
+		for i := range c.plan.Lookups {
+			keys[i] = c.plan.Lookups[i].Key
+		}
+		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, keys, limit)
+		if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
+			return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
+				"too many parameter query results for this connection (more than %d); narrow the sync rules' parameter queries", limit)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("parameter lookups at checkpoint %d: %w", cp.OpID, err)
+		}
+		for i := range c.plan.Lookups {
+			for _, r := range rows[i] {
+				if refs, err = c.plan.Lookups[i].Buckets(r, refs); err != nil {
+					c.log.Warn("sync rules: bad stored parameter row", "err", err)
+				}
+			}
+		}
+	}
+	refs = syncrules.MergeBuckets(refs)
+	if len(refs) > limit {
+		return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
+			"this connection would sync %d buckets, more than max_buckets_per_connection = %d; narrow the sync rules or raise the limit",
+			len(refs), limit)}
+	}
+	return refs, nil
+}
+
+// announce sends the evaluated checkpoint: a full checkpoint line the
+// first time, then a checkpoint_diff with the new or changed buckets and
+// the removed ones, or nothing when nothing changed for the client (the
+// target then stays the previous checkpoint). wc is the write checkpoint
+// to report (0: none).
+func (c *conn) announce(cp bucketstore.Checkpoint, wc int64) error {
+	entries := c.entries[:0]
+	if !c.announced {
+		c.order = make([]string, 0, len(c.refs))
+		for i, r := range c.refs {
+			st := &bucketState{priority: r.Priority, checksum: c.sums[i].Checksum, count: c.sums[i].Count}
+			st.after = c.req.buckets[r.ID] // what the client already has
+			st.pending = st.after < cp.OpID
+			c.buckets[r.ID] = st
+			c.order = append(c.order, r.ID)
+			entries = append(entries, bucketEntry{r.ID, st.checksum, st.count, st.priority})
+		}
+		c.req.buckets = nil // only the first checkpoint resumes from them
+		c.entries = entries
+		if err := c.w.checkpoint(false, cp.OpID, wc, entries, nil); err != nil {
+			return err
+		}
+	} else {
+		current := make(map[string]struct{}, len(c.refs))
+		for i, r := range c.refs {
+			current[r.ID] = struct{}{}
+			sum := c.sums[i]
+			st := c.buckets[r.ID]
+			if st != nil && st.checksum == sum.Checksum && st.count == sum.Count && st.priority == r.Priority {
+				continue
+			}
+			entries = append(entries, bucketEntry{r.ID, sum.Checksum, sum.Count, r.Priority})
+		}
+		var removed []string
+		for _, name := range c.order {
+			if _, ok := current[name]; !ok {
+				removed = append(removed, name)
+			}
+		}
+		c.entries = entries
+		if len(entries) == 0 && len(removed) == 0 && wc == c.writeCP && !c.forceAnnounce {
+			return nil
+		}
+		for _, name := range removed {
+			delete(c.buckets, name)
+		}
+		for _, e := range entries {
+			st := c.buckets[e.name]
+			if st == nil {
+				st = &bucketState{} // new to the client: from the start
+				c.buckets[e.name] = st
+			}
+			st.priority, st.checksum, st.count, st.pending = e.priority, e.checksum, e.count, true
+		}
+		c.order = c.order[:0]
+		for _, r := range c.refs {
+			c.order = append(c.order, r.ID)
+		}
+		if err := c.w.checkpoint(true, cp.OpID, wc, entries, removed); err != nil {
+			return err
+		}
+	}
+	c.announced, c.target, c.complete, c.forceAnnounce, c.writeCP = true, cp, false, false, wc
+	return nil
+}
