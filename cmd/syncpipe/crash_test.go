@@ -137,7 +137,7 @@ func (e *crashEnv) snapshotDone(ctx context.Context) bool {
 func (e *crashEnv) waitCaughtUp(ctx context.Context) {
 	e.t.Helper()
 	var target string
-	if err := e.src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+	if err := e.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
 		e.t.Fatal(err)
 	}
 	conn, err := e.storage.Acquire(ctx)

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -102,7 +103,18 @@ func Diff(got, want State) error {
 	}
 	for b, rows := range want {
 		if len(got[b]) != len(rows) {
-			return fmt.Errorf("bucket %s has %d rows, want %d", b, len(got[b]), len(rows))
+			var extra, missing []string
+			for id := range got[b] {
+				if _, ok := rows[id]; !ok {
+					extra = append(extra, id)
+				}
+			}
+			for id := range rows {
+				if _, ok := got[b][id]; !ok {
+					missing = append(missing, id)
+				}
+			}
+			return fmt.Errorf("bucket %s has %d rows, want %d (unexpected %q, missing %q)", b, len(got[b]), len(rows), first(extra, 5), first(missing, 5))
 		}
 		for id, data := range rows {
 			var g, w any
@@ -118,4 +130,9 @@ func Diff(got, want State) error {
 		}
 	}
 	return nil
+}
+
+func first(s []string, n int) []string {
+	sort.Strings(s)
+	return s[:min(n, len(s))]
 }

@@ -95,7 +95,7 @@ sync_rules:
 		MaxBucketsPerConnection: 1000,
 		SourceLSN: func(ctx context.Context) (pglogrepl.LSN, error) {
 			var lsn string
-			if err := srcPool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+			if err := srcPool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {
 				return 0, err
 			}
 			return pglogrepl.ParseLSN(lsn)
@@ -123,7 +123,7 @@ sync_rules:
 func (s *stack) waitCheckpoint(t *testing.T, ctx context.Context, replDone <-chan error) {
 	t.Helper()
 	var target string
-	if err := s.src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+	if err := s.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
 		t.Fatal(err)
 	}
 	conn := pgtest.Connect(t, s.storage)

@@ -152,7 +152,7 @@ replication:
 func (e *env) waitCheckpoint(t *testing.T, ctx context.Context) {
 	t.Helper()
 	var target string
-	if err := e.src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&target); err != nil {
+	if err := e.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
 		t.Fatal(err)
 	}
 	conn := pgtest.Connect(t, e.storage)

@@ -233,6 +233,10 @@ func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
 	return r.submitStream(g)
 }
 
+// currentLSN is the source's WAL insert position: every transaction that
+// committed before the call has its commit record below it. (The write
+// position, pg_current_wal_lsn, can lag behind commits made with
+// synchronous_commit=off.)
 func (r *Replicator) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	conn, err := r.connectSource(ctx)
 	if err != nil {
@@ -240,7 +244,7 @@ func (r *Replicator) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	var s string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		return 0, fmt.Errorf("read source WAL position: %w", err)
 	}
 	return pglogrepl.ParseLSN(s)

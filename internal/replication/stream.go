@@ -112,6 +112,22 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 	}
 	defer side.Close(context.WithoutCancel(ctx))
 
+	if every := r.cfg.Source.HeartbeatInterval; every > 0 {
+		// A periodic logical message keeps the slot advancing while the
+		// published tables are idle, so the server can recycle WAL.
+		hb, err := r.connectSource(ctx)
+		if err != nil {
+			return err
+		}
+		hctx, stopHB := context.WithCancel(ctx)
+		defer stopHB()
+		go func() {
+			defer hb.Close(context.WithoutCancel(ctx))
+			if err := logrepl.RunHeartbeat(hctx, hb, every); err != nil {
+				r.log.Warn("heartbeat stopped", "group", g.g.ID, "err", err)
+			}
+		}()
+	}
 	s := &streamer{r: r, g: g, side: side, byOID: map[uint32]*streamTable{}, byName: map[string]*table{}}
 	for _, t := range g.tables {
 		s.byName[t.info.Schema+"."+t.info.Name] = t
