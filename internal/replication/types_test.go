@@ -134,7 +134,7 @@ func TestEndToEndValueTypes(t *testing.T) {
 		`UPDATE t_int SET j = NULL, arr = ARRAY[]::int[] WHERE id = 12`,
 		`DELETE FROM t_int WHERE id = 13`,
 		`UPDATE t_text SET id = id || ' renamed' WHERE id LIKE 'key 1 %'`, // key change
-		`UPDATE t_comp SET b = b || 'x' WHERE a = 3`, // composite key change
+		`UPDATE t_comp SET b = b || 'x' WHERE a = 3`,                      // composite key change
 		`DELETE FROM t_uuid WHERE d < date '2026-01-05'`,
 		`INSERT INTO t_uuid VALUES (gen_random_uuid(), NULL)`,
 	} {
