@@ -45,6 +45,32 @@ func (r Row) rate(f func(Sample) int64) (med, lo, hi float64) {
 	return rs[len(rs)/2], rs[0], rs[len(rs)-1]
 }
 
+// rowSet collects samples into rows in the order configurations first
+// appear.
+type rowSet struct {
+	byName map[string]*Row
+	order  []string
+}
+
+func (rs *rowSet) add(name, baseline string, s Sample) {
+	if rs.byName == nil {
+		rs.byName = map[string]*Row{}
+	}
+	if rs.byName[name] == nil {
+		rs.byName[name] = &Row{Name: name, Baseline: baseline}
+		rs.order = append(rs.order, name)
+	}
+	rs.byName[name].Samples = append(rs.byName[name].Samples, s)
+}
+
+func (rs *rowSet) list() []Row {
+	out := make([]Row, len(rs.order))
+	for i, name := range rs.order {
+		out[i] = *rs.byName[name]
+	}
+	return out
+}
+
 // Result is a scenario's report.
 type Result struct {
 	Scenario string    `json:"scenario"`

@@ -59,15 +59,7 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 	}
 	sourceRows := int64(opt.Todos + opt.Lists)
 
-	rows := map[string]*Row{}
-	var order []string
-	add := func(name, baseline string, s Sample) {
-		if rows[name] == nil {
-			rows[name] = &Row{Name: name, Baseline: baseline}
-			order = append(order, name)
-		}
-		rows[name].Samples = append(rows[name].Samples, s)
-	}
+	var rows rowSet
 	var raw []rawBatch
 	summary := pipeline.NewSummary()
 	run := 0
@@ -81,7 +73,7 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 			}
 			s.Rows = sourceRows
 			name := fmt.Sprintf("syncpipe, %d worker(s)", w)
-			add(name, "raw COPY→COPY ceiling", s)
+			rows.add(name, "raw COPY→COPY ceiling", s)
 			logf(opt.Log, "run %d: %s: %.0f rows/s", r+1, name, float64(s.Rows)/s.Duration.Seconds())
 			if raw == nil {
 				if raw, err = dumpStored(ctx, pool, opt.ChunkRows); err != nil {
@@ -96,12 +88,10 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 			return res, err
 		}
 		s.Rows = sourceRows
-		add("raw COPY→COPY ceiling", "", s)
+		rows.add("raw COPY→COPY ceiling", "", s)
 		logf(opt.Log, "run %d: raw COPY→COPY: %.0f rows/s", r+1, float64(s.Rows)/s.Duration.Seconds())
 	}
-	for _, name := range order {
-		res.Rows = append(res.Rows, *rows[name])
-	}
+	res.Rows = rows.list()
 	var sb strings.Builder
 	_ = summary.WriteTable(&sb)
 	res.Notes = append(res.Notes, "Stage-time summary over all syncpipe runs:\n\n```\n"+sb.String()+"```",

@@ -70,15 +70,7 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 	logf(opt.Log, "generating %d evaluated todos…", opt.Rows)
 	batches := evaluatedTodos(&st.Table, opt.Rows, opt.Lists, opt.BatchRows)
 
-	rows := map[string]*Row{}
-	var order []string
-	add := func(name, baseline string, s Sample) {
-		if rows[name] == nil {
-			rows[name] = &Row{Name: name, Baseline: baseline}
-			order = append(order, name)
-		}
-		rows[name].Samples = append(rows[name].Samples, s)
-	}
+	var rows rowSet
 	var raw []rawBatch
 	for run := range opt.Runs {
 		for _, n := range opt.Writers {
@@ -91,7 +83,7 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 			}
 			name := fmt.Sprintf("bucketstore, %d writer(s)", n)
 			rawName := fmt.Sprintf("raw COPY of the same rows, %d conn", n)
-			add(name, rawName, s)
+			rows.add(name, rawName, s)
 			logf(opt.Log, "run %d: %s: %.0f rows/s", run+1, name, float64(s.Rows)/s.Duration.Seconds())
 			if raw == nil {
 				if raw, err = dumpRaw(ctx, pool, batches); err != nil {
@@ -106,13 +98,11 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			add(rawName, "", s)
+			rows.add(rawName, "", s)
 			logf(opt.Log, "run %d: %s: %.0f rows/s", run+1, rawName, float64(s.Rows)/s.Duration.Seconds())
 		}
 	}
-	for _, name := range order {
-		res.Rows = append(res.Rows, *rows[name])
-	}
+	res.Rows = rows.list()
 	return res, nil
 }
 
