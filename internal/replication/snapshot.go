@@ -77,7 +77,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 			var done bool
 			err := r.retry(ctx, fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No), func(ctx context.Context) error {
 				var err error
-				done, err = r.snapshotRange(ctx, g, t, st.No)
+				done, err = r.snapshotRange(ctx, g, t, st)
 				return err
 			})
 			if err != nil || !done {
@@ -91,9 +91,12 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 // snapshotRange runs the snapshot pipeline of one key range from its last
 // committed chunk: read → eval + op build → 2 writers → ordered progress
 // commit. It reports whether the range is finished (false after a yield).
-func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, rangeNo int) (bool, error) {
+func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState) (bool, error) {
 	sink := r.sink(g)
 	name := t.info.QualifiedName()
+	rangeNo := st.No
+	// Progress moves on as chunks commit (and across yields), so it is read
+	// again here; the range bounds are fixed by the stored plan.
 	pos, _, err := sink.Resume(ctx, name, rangeNo)
 	if err != nil {
 		return false, err
@@ -101,11 +104,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, rang
 	if pos.Done {
 		return true, nil
 	}
-	states, err := r.store.PlanRanges(ctx, t.stored.ID, nil)
-	if err != nil {
-		return false, err
-	}
-	kr := postgres.KeyRange{Lower: states[rangeNo].Lower, Upper: states[rangeNo].Upper}
+	kr := postgres.KeyRange{Lower: st.Lower, Upper: st.Upper}
 	conn, err := r.connectSource(ctx)
 	if err != nil {
 		return false, err

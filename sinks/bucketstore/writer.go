@@ -80,13 +80,6 @@ func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
 	}
-	// The staging table serves the resume path of snapshot writes; it is
-	// per session and emptied at every commit.
-	_, err = conn.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS stage_current (LIKE current_data) ON COMMIT DELETE ROWS`)
-	if err != nil {
-		conn.Release()
-		return nil, fmt.Errorf("writer for group %d: create staging table: %w", group, err)
-	}
 	return &Writer{s: s, group: group, conn: conn}, nil
 }
 
@@ -217,6 +210,12 @@ func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []st
 	}
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT snapshot_rows"); err != nil {
 		return nil, err
+	}
+	// The staging table is needed only on this rare resume path, so it is
+	// created here rather than per writer; it lives for the session and is
+	// emptied at every commit.
+	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS stage_current (LIKE current_data) ON COMMIT DELETE ROWS`); err != nil {
+		return nil, fmt.Errorf("create staging table: %w", err)
 	}
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyStageSQL); err != nil {
 		return nil, fmt.Errorf("copy current rows to staging: %w", err)

@@ -20,9 +20,9 @@ type pooledHasher struct {
 	scratch [256]byte
 }
 
-// writeString feeds s to the hasher through the scratch buffer, because the
+// writeChunks feeds s to the hasher through the scratch buffer, because the
 // standard library's SHA-256 has no allocation-free WriteString.
-func (p *pooledHasher) writeString(s string) {
+func writeChunks[S ~string | ~[]byte](p *pooledHasher, s S) {
 	for len(s) > 0 {
 		n := copy(p.scratch[:], s)
 		_, _ = p.h.Write(p.scratch[:n])
@@ -35,36 +35,13 @@ var hasherPool = sync.Pool{New: func() any { return &pooledHasher{h: sha256.New(
 // Put returns the checksum of a PUT operation: the first four bytes of
 // SHA-256("put." + objectType + "." + objectID + "." + data) read as a
 // little-endian uint32, as PowerSync's hashData does. It does not allocate.
-func Put(objectType, objectID string, data []byte) uint32 {
-	n := 4 + len(objectType) + 1 + len(objectID) + 1 + len(data)
-	if n <= stackLimit {
-		var buf [stackLimit]byte
-		b := append(buf[:0], "put."...)
-		b = append(b, objectType...)
-		b = append(b, '.')
-		b = append(b, objectID...)
-		b = append(b, '.')
-		b = append(b, data...)
-		sum := sha256.Sum256(b)
-		return binary.LittleEndian.Uint32(sum[:4])
-	}
-	p := hasherPool.Get().(*pooledHasher)
-	h := p.h
-	h.Reset()
-	p.writeString("put.")
-	p.writeString(objectType)
-	p.writeString(".")
-	p.writeString(objectID)
-	p.writeString(".")
-	_, _ = h.Write(data)
-	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
-	hasherPool.Put(p)
-	return c
-}
+func Put(objectType, objectID string, data []byte) uint32 { return put(objectType, objectID, data) }
 
 // PutString is Put for data held as a string, so callers with string rows
 // need not convert (and copy) them.
-func PutString(objectType, objectID, data string) uint32 {
+func PutString(objectType, objectID, data string) uint32 { return put(objectType, objectID, data) }
+
+func put[D ~string | ~[]byte](objectType, objectID string, data D) uint32 {
 	n := 4 + len(objectType) + 1 + len(objectID) + 1 + len(data)
 	if n <= stackLimit {
 		var buf [stackLimit]byte
@@ -78,15 +55,14 @@ func PutString(objectType, objectID, data string) uint32 {
 		return binary.LittleEndian.Uint32(sum[:4])
 	}
 	p := hasherPool.Get().(*pooledHasher)
-	h := p.h
-	h.Reset()
-	p.writeString("put.")
-	p.writeString(objectType)
-	p.writeString(".")
-	p.writeString(objectID)
-	p.writeString(".")
-	p.writeString(data)
-	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
+	p.h.Reset()
+	writeChunks(p, "put.")
+	writeChunks(p, objectType)
+	writeChunks(p, ".")
+	writeChunks(p, objectID)
+	writeChunks(p, ".")
+	writeChunks(p, data)
+	c := binary.LittleEndian.Uint32(p.h.Sum(p.out[:0])[:4])
 	hasherPool.Put(p)
 	return c
 }
@@ -106,8 +82,8 @@ func Remove(subkey string) uint32 {
 	p := hasherPool.Get().(*pooledHasher)
 	h := p.h
 	h.Reset()
-	p.writeString("delete.")
-	p.writeString(subkey)
+	writeChunks(p, "delete.")
+	writeChunks(p, subkey)
 	c := binary.LittleEndian.Uint32(h.Sum(p.out[:0])[:4])
 	hasherPool.Put(p)
 	return c
