@@ -23,5 +23,5 @@ func appendJSNumber(dst []byte, x float64) []byte {
 // it (quote, backslash and control characters; invalid UTF-8, which a UTF8
 // database never produces, becomes U+FFFD).
 func appendJSString(dst []byte, s []byte) []byte {
-	return syncrules.AppendJSONString(dst, string(s))
+	return syncrules.AppendJSONString(dst, s)
 }

@@ -270,6 +270,7 @@ func isSafeIntegral(f float64) bool {
 // write numbers inside JSON text (array columns) exactly as PowerSync does.
 func AppendJSNumber(dst []byte, f float64) []byte { return appendJSNumber(dst, f) }
 
-// AppendJSONString appends s as a JSON string escaped the way
-// JSON.stringify escapes it; invalid UTF-8 becomes U+FFFD.
-func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }
+// AppendJSONString appends s (a string or byte slice) as a JSON string
+// escaped the way JSON.stringify escapes it; invalid UTF-8 becomes U+FFFD.
+// Every JSON writer of syncpipe uses it, so escaping is the same everywhere.
+func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte { return appendJSONString(dst, s) }

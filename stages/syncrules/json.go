@@ -483,8 +483,9 @@ func (v *jval) toSQLiteLegacy(jsNumbers bool) Value {
 
 // appendJSONString appends s as JSON.stringify writes a string: quotes,
 // backslash and control characters escaped (\b \t \n \f \r or \u00xx), all
-// other characters verbatim. Invalid UTF-8 is written as U+FFFD.
-func appendJSONString(dst []byte, s string) []byte {
+// other characters verbatim. Invalid UTF-8 is written as U+FFFD. It takes
+// strings and byte slices alike, without converting (or allocating).
+func appendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -494,7 +495,8 @@ func appendJSONString(dst []byte, s string) []byte {
 			continue
 		}
 		if c >= utf8.RuneSelf {
-			r, w := utf8.DecodeRuneInString(s[i:])
+			var rb [utf8.UTFMax]byte
+			r, w := utf8.DecodeRune(rb[:copy(rb[:], s[i:])])
 			if r != utf8.RuneError || w != 1 {
 				i += w
 				continue
