@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -121,6 +122,10 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 		SourceLSN: func(context.Context) (pglogrepl.LSN, error) {
 			return pglogrepl.LSN(e.sourceLSN.Load()), nil
 		},
+		// Each test counts into its own (discarded) meters: the OTel
+		// globals are shared by parallel tests, and one of them checks
+		// exact metric values.
+		MeterProvider: noopmetric.NewMeterProvider(),
 	}
 	if tweak != nil {
 		tweak(&cfg)
