@@ -21,6 +21,10 @@ type TableSpec struct {
 	// Identity are the indexes (into Columns) of the replica identity
 	// columns, in identity order; they make the row's replica id.
 	Identity []int
+	// Toast are the indexes (into Columns) of columns whose large values
+	// the source may omit from an update that leaves them unchanged. Big
+	// rows carry their values as RowData so a later update can be merged.
+	Toast []int
 }
 
 // NewTableSpec binds rules to a table's columns and resolves its replica
@@ -108,7 +112,7 @@ func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID {
 // order) to dst. Rows that fail a query's evaluation are still written for
 // the queries that succeed; the error says which failed.
 func (b *Builder) Upsert(row []syncrules.Value, dst []Change) ([]Change, error) {
-	c := Change{Table: b.spec.Table, Kind: Upsert, Key: b.ReplicaID(row)}
+	c := Change{Table: b.spec.Table, Kind: Upsert, Key: b.ReplicaID(row), RowData: b.rowData(row)}
 	var errs error
 	if b.spec.Bound.HasData() {
 		var err error

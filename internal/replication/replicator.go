@@ -36,6 +36,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -101,6 +102,9 @@ type Replicator struct {
 	owner string
 
 	progress *progress
+	// toastMerged and toastReread count UPDATEs whose unchanged TOAST
+	// values came from stored row data and from a source re-read.
+	toastMerged, toastReread atomic.Int64
 
 	mu     sync.Mutex
 	groups map[int]*group
@@ -266,21 +270,42 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 }
 
 func (r *Replicator) registerTable(ctx context.Context, conn *pgx.Conn, g *group, info postgres.TableInfo) (*table, error) {
-	cols := make([]string, len(info.Columns))
-	for i, c := range info.Columns {
-		cols[i] = c.Name
-	}
-	identity := make([]string, len(info.IdentityColumns))
-	for i, c := range info.IdentityColumns {
-		identity[i] = cols[c]
-	}
-	st, err := r.store.RegisterTable(ctx, g.g.ID, info.OID, info.Schema, info.Name, identity)
+	st, err := r.store.RegisterTable(ctx, g.g.ID, info.OID, info.Schema, info.Name, identityNames(info))
 	if err != nil {
 		return nil, err
 	}
-	spec, err := stages.NewTableSpec(&st.Table, g.rules, cols, identity)
+	spec, err := tableSpec(&st.Table, g.rules, info)
 	if err != nil {
 		return nil, err
 	}
 	return &table{info: info, stored: st, spec: spec}, nil
+}
+
+// identityNames returns the names of the table's replica identity columns.
+func identityNames(info postgres.TableInfo) []string {
+	identity := make([]string, len(info.IdentityColumns))
+	for i, c := range info.IdentityColumns {
+		identity[i] = info.Columns[c].Name
+	}
+	return identity
+}
+
+// tableSpec binds the rules to a discovered table and marks its TOASTable
+// columns, whose values big rows then keep in storage for merging updates
+// that omit them.
+func tableSpec(t *stages.Table, rules *syncrules.Rules, info postgres.TableInfo) (*stages.TableSpec, error) {
+	cols := make([]string, len(info.Columns))
+	var toast []int
+	for i, c := range info.Columns {
+		cols[i] = c.Name
+		if c.Toastable {
+			toast = append(toast, i)
+		}
+	}
+	spec, err := stages.NewTableSpec(t, rules, cols, identityNames(info))
+	if err != nil {
+		return nil, err
+	}
+	spec.Toast = toast
+	return spec, nil
 }

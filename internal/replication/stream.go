@@ -81,6 +81,8 @@ type streamer struct {
 	side   *pgx.Conn // normal source connection: re-reads and re-snapshots
 	byOID  map[uint32]*streamTable
 	byName map[string]*table
+	byID   map[string]*table // by storage table id
+	toast  toastState
 }
 
 // stream applies the group's slot to storage until ctx ends: read →
@@ -128,9 +130,10 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 			}
 		}()
 	}
-	s := &streamer{r: r, g: g, side: side, byOID: map[uint32]*streamTable{}, byName: map[string]*table{}}
+	s := &streamer{r: r, g: g, side: side, byOID: map[uint32]*streamTable{}, byName: map[string]*table{}, byID: map[string]*table{}}
 	for _, t := range g.tables {
 		s.byName[t.info.Schema+"."+t.info.Name] = t
+		s.byID[t.stored.Table.ID] = t
 	}
 	lim := logrepl.BatchLimits{MaxChanges: r.cfg.Replication.Stream.BatchMaxRows,
 		MaxBytes: int(r.cfg.Replication.Stream.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
@@ -170,6 +173,7 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 			return err
 		}
 		st.Ack(logrepl.LSN(b.Progress.LSN))
+		s.toast.committed(b.Progress.LSN)
 		return nil
 	})
 	err = p.Run(ctx)
@@ -185,11 +189,16 @@ func (s *streamer) batch(ctx context.Context, lb logrepl.Batch) (sinks.Batch, er
 	for _, st := range s.byOID {
 		st.builder.Begin(lb.Changes, lb.Bytes*2+1024)
 	}
+	if err := s.prefetchToast(ctx, lb); err != nil {
+		return out, err
+	}
 	for _, txn := range lb.Txns {
 		for i := range txn.Changes {
+			n := len(out.Items)
 			if err := s.change(ctx, &txn.Changes[i], &out.Items); err != nil {
 				return out, err
 			}
+			s.remember(out.Items[n:], out.Progress.LSN)
 		}
 	}
 	out.Rows = len(out.Items)
@@ -230,19 +239,30 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, out *[]stages.
 		if err != nil || st == nil {
 			return err
 		}
-		row, err := s.decode(ctx, st, c.New)
+		row, missing, err := s.decode(st, c.New)
 		if err != nil {
 			return err
 		}
+		var old []syncrules.Value
 		if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
 			// An old image means the key changed (or identity is FULL):
 			// retract the row under its old key when that key differs.
-			old, err := s.decode(ctx, st, c.Old)
-			if err != nil {
+			if old, _, err = s.decode(st, c.Old); err != nil {
 				return err
 			}
 			if st.builder.ReplicaID(old) != st.builder.ReplicaID(row) {
 				*out = st.builder.Delete(old, *out)
+			}
+		}
+		if len(missing) > 0 {
+			// Unchanged TOAST values come from the row's previous state,
+			// stored under its previous key.
+			prev := row
+			if old != nil {
+				prev = old
+			}
+			if row, err = s.mergeToast(ctx, st, st.builder.ReplicaID(prev), c.New, row, missing); err != nil {
+				return err
 			}
 		}
 		*out, err = st.builder.Upsert(row, *out)
@@ -255,7 +275,7 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, out *[]stages.
 		if err != nil || st == nil {
 			return err
 		}
-		row, err := s.decode(ctx, st, c.Old)
+		row, _, err := s.decode(st, c.Old)
 		if err != nil {
 			return err
 		}
@@ -294,15 +314,8 @@ func (s *streamer) resnapshot(ctx context.Context, rel *logrepl.Relation, out *[
 		return fmt.Errorf("re-snapshot %s after a schema change: %w", name, err)
 	}
 	info := infos[0]
-	cols := make([]string, len(info.Columns))
-	for i, c := range info.Columns {
-		cols[i] = c.Name
-	}
-	identity := make([]string, len(info.IdentityColumns))
-	for i, c := range info.IdentityColumns {
-		identity[i] = cols[c]
-	}
-	spec, err := stages.NewTableSpec(&t.stored.Table, s.g.rules, cols, identity)
+	identity := identityNames(info)
+	spec, err := tableSpec(&t.stored.Table, s.g.rules, info)
 	if err != nil {
 		return err
 	}
@@ -336,84 +349,6 @@ func (s *streamer) resnapshot(ctx context.Context, rel *logrepl.Relation, out *[
 		}
 	}
 	s.r.log.Info("table re-snapshotted after a schema change", "group", s.g.g.ID, "table", name, "rows", rows)
-	return nil
-}
-
-// decode turns a tuple into a row in the table's column order. Unchanged
-// TOAST values are re-read from the source by key.
-func (s *streamer) decode(ctx context.Context, st *streamTable, tup logrepl.Tuple) ([]syncrules.Value, error) {
-	row := make([]syncrules.Value, len(st.t.info.Columns))
-	unchanged := false
-	for i, col := range tup.Columns {
-		j := st.cols[i]
-		switch col.Kind {
-		case logrepl.ColText:
-			v, err := postgres.DecodeText(st.t.info.Columns[j], col.Data)
-			if err != nil {
-				return nil, fmt.Errorf("decode %s.%s: %w", st.t.info.QualifiedName(), st.t.info.Columns[j].Name, err)
-			}
-			row[j] = v
-		case logrepl.ColUnchanged:
-			unchanged = true
-		}
-	}
-	if unchanged {
-		return s.refetch(ctx, st, tup, row)
-	}
-	return row, nil
-}
-
-// refetch fills unchanged TOAST values by reading the row from the source.
-// The source row may be newer than the change, which is harmless: the
-// stream applies the newer changes right after and storage converges.
-func (s *streamer) refetch(ctx context.Context, st *streamTable, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
-	info := st.t.info
-	q := "SELECT "
-	for i, c := range info.Columns {
-		if i > 0 {
-			q += ", "
-		}
-		q += pgx.Identifier{c.Name}.Sanitize() + "::text"
-	}
-	q += " FROM " + pgx.Identifier{info.Schema, info.Name}.Sanitize() + " WHERE "
-	var args []any
-	for n, k := range info.KeyColumns {
-		if n > 0 {
-			q += " AND "
-		}
-		args = append(args, string(tupleValue(st, tup, k)))
-		q += fmt.Sprintf("%s = $%d::%s", pgx.Identifier{info.Columns[k].Name}.Sanitize(), len(args), info.Columns[k].TypeName)
-	}
-	vals := make([]*string, len(info.Columns))
-	dst := make([]any, len(vals))
-	for i := range vals {
-		dst[i] = &vals[i]
-	}
-	if err := s.side.QueryRow(ctx, q, args...).Scan(dst...); errors.Is(err, pgx.ErrNoRows) {
-		return row, nil // deleted since: a later change removes it
-	} else if err != nil {
-		return nil, fmt.Errorf("re-read %s for unchanged TOAST values: %w", info.QualifiedName(), err)
-	}
-	for i, v := range vals {
-		if v == nil {
-			row[i] = syncrules.Null()
-			continue
-		}
-		dv, err := postgres.DecodeText(info.Columns[i], []byte(*v))
-		if err != nil {
-			return nil, err
-		}
-		row[i] = dv
-	}
-	return row, nil
-}
-
-func tupleValue(st *streamTable, tup logrepl.Tuple, col int) []byte {
-	for i, j := range st.cols {
-		if j == col && i < len(tup.Columns) {
-			return tup.Columns[i].Data
-		}
-	}
 	return nil
 }
 

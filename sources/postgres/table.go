@@ -37,6 +37,10 @@ type Column struct {
 	// Generated reports a stored generated column. The snapshot reads it;
 	// pgoutput before PostgreSQL 18 does not send it.
 	Generated bool
+	// Toastable reports a variable-length column whose storage lets
+	// PostgreSQL move large values out of line (TOAST). pgoutput omits such
+	// a value from an UPDATE that leaves it unchanged.
+	Toastable bool
 }
 
 // ReplicaIdentity is a table's REPLICA IDENTITY setting (relreplident).
@@ -258,7 +262,8 @@ SELECT a.attrelid, a.attnum, a.attname::text, a.atttypid,
             ELSE format_type(a.atttypid, NULL) END,
        t.typinput = 'array_in'::regproc,
        CASE WHEN t.typinput = 'array_in'::regproc THEN t.typelem ELSE 0 END,
-       coalesce(et.typdelim::text, ','), t.typtype = 'd', a.attnotnull, a.attgenerated <> ''
+       coalesce(et.typdelim::text, ','), t.typtype = 'd', a.attnotnull, a.attgenerated <> '',
+       t.typlen = -1 AND a.attstorage <> 'p'
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type et ON et.oid = t.typelem AND t.typinput = 'array_in'::regproc
@@ -273,7 +278,7 @@ ORDER BY a.attrelid, a.attnum`
 		var rel uint32
 		var c Column
 		var delim string
-		if err := rows.Scan(&rel, &c.Num, &c.Name, &c.TypeOID, &c.TypeName, &c.IsArray, &c.ElemOID, &delim, &c.Domain, &c.NotNull, &c.Generated); err != nil {
+		if err := rows.Scan(&rel, &c.Num, &c.Name, &c.TypeOID, &c.TypeName, &c.IsArray, &c.ElemOID, &delim, &c.Domain, &c.NotNull, &c.Generated, &c.Toastable); err != nil {
 			return fmt.Errorf("discover columns: %w", err)
 		}
 		if c.IsArray && len(delim) == 1 {

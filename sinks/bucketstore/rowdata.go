@@ -1,0 +1,56 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+)
+
+// RowRef names one replicated source row of a group: its table (the
+// stages.Table ID) and replica id.
+type RowRef struct {
+	Table string
+	Key   [16]byte
+}
+
+// RowData returns the stored row data (stages.Change.RowData, written with
+// the row's current state) of the given rows of group, in one query. Rows
+// that are not stored, or were stored without data, are absent from the
+// result. The stream uses it to merge the unchanged TOAST values an UPDATE
+// omits; it sees every committed write, so callers must themselves keep
+// track of rows whose newer state is still on its way to storage.
+func (s *Store) RowData(ctx context.Context, group int, rows []RowRef) (map[RowRef][]byte, error) {
+	out := make(map[RowRef][]byte, len(rows))
+	if len(rows) == 0 {
+		return out, nil
+	}
+	tables := make([]string, len(rows))
+	keys := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		tables[i], keys[i] = r.Table, r.Key
+	}
+	res, err := s.pool.Query(ctx, `
+		SELECT c.source_table, c.source_key, c.data
+		FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
+		JOIN current_data c ON c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key
+		WHERE c.data IS NOT NULL`, group, tables, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
+	}
+	defer res.Close()
+	for res.Next() {
+		var r RowRef
+		var key uuid.UUID
+		var data []byte
+		if err := res.Scan(&r.Table, &key, &data); err != nil {
+			return nil, fmt.Errorf("read stored row data: %w", err)
+		}
+		r.Key = key
+		out[r] = data
+	}
+	if err := res.Err(); err != nil {
+		return nil, fmt.Errorf("read stored row data: %w", err)
+	}
+	return out, nil
+}
