@@ -14,6 +14,9 @@ import (
 // ErrSchedulerClosed is returned by Submit after Close or Stop.
 var ErrSchedulerClosed = errors.New("scheduler closed")
 
+// ErrUnitExists is returned by Submit for a key already pending or running.
+var ErrUnitExists = errors.New("already pending or running")
+
 // Unit is one long-running piece of work for the Scheduler, such as the
 // snapshot of one table range or the stream of one replication group.
 type Unit struct {
@@ -95,7 +98,7 @@ func (s *Scheduler) Submit(u Unit) error {
 		return fmt.Errorf("submit unit %q: %w", u.Key, ErrSchedulerClosed)
 	}
 	if s.keys[u.Key] {
-		return fmt.Errorf("submit unit %q: already pending or running", u.Key)
+		return fmt.Errorf("submit unit %q: %w", u.Key, ErrUnitExists)
 	}
 	s.keys[u.Key] = true
 	s.order++

@@ -25,6 +25,16 @@
 // published until the stream has passed the LSN at which the last chunk
 // was read (no_checkpoint_before), so clients never see a half-replayed
 // state.
+//
+// A slot that is dropped or invalidated (wal_status = lost) after the
+// snapshot started has lost changes nothing can replay. The group is then
+// replaced: a new group with the same rules and a new slot snapshots
+// afresh while the old one keeps serving its last checkpoint, takes over
+// at its first checkpoint, and the old group is retired — slot dropped,
+// storage cleared — as is every group a new rules version replaced.
+//
+// UPDATEs that leave TOASTed values unchanged are merged with the row's
+// previous state kept in storage (see toast.go).
 package replication
 
 import (
@@ -106,8 +116,9 @@ type Replicator struct {
 	// values came from stored row data and from a source re-read.
 	toastMerged, toastReread atomic.Int64
 
-	mu     sync.Mutex
-	groups map[int]*group
+	mu       sync.Mutex
+	groups   map[int]*group
+	retiring map[int]bool // groups being retired
 }
 
 // New returns a replicator; Run starts it.
@@ -165,6 +176,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 			return fmt.Errorf("group %d: %w", g.ID, err)
 		}
 	}
+	if err := r.submitRetirements(ctx); err != nil {
+		return err
+	}
 	return r.sched.Run(ctx)
 }
 
@@ -211,7 +225,9 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	if err != nil {
 		return err
 	}
-	if err := r.ensureSlot(ctx, g); err != nil {
+	if err := r.ensureSlot(ctx, g); slotGone(err) {
+		return r.replace(ctx, g, err)
+	} else if err != nil {
 		return err
 	}
 	for _, info := range infos {
@@ -252,15 +268,21 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 	slot, err := logrepl.LookupSlot(ctx, conn, g.g.SlotName)
 	if err == nil {
 		if slot.WALStatus == "lost" {
-			return fmt.Errorf("replication slot %s was invalidated (wal_status=lost, see max_slot_wal_keep_size): syncpipe must re-snapshot into a new group", g.g.SlotName)
+			return fmt.Errorf("replication slot %s was invalidated (wal_status=lost, see max_slot_wal_keep_size): %w", g.g.SlotName, logrepl.ErrSlotLost)
 		}
 		return nil
 	}
 	if err != nil && !errors.Is(err, logrepl.ErrSlotMissing) {
 		return err
 	}
-	if g.g.SnapshotDone {
-		return fmt.Errorf("replication slot %s is missing after the snapshot finished: changes were lost; syncpipe must re-snapshot into a new group", g.g.SlotName)
+	// Snapshot chunks already stored are only consistent with changes
+	// from the slot they were read under; a new slot starts later.
+	started, err := r.store.SnapshotStarted(ctx, g.g.ID)
+	if err != nil {
+		return err
+	}
+	if started {
+		return fmt.Errorf("replication slot %s is missing after the snapshot started: %w", g.g.SlotName, logrepl.ErrSlotMissing)
 	}
 	if _, err := logrepl.CreateSlot(ctx, conn, g.g.SlotName); err != nil {
 		return err

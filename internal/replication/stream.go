@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
@@ -29,16 +30,23 @@ func (r *Replicator) submitStream(g *group) error {
 		Kind:     "stream",
 		Priority: g.prio + 1,
 		Run: func(ctx context.Context) error {
-			return r.retry(ctx, fmt.Sprintf("group %d stream", g.g.ID), func(ctx context.Context) error {
+			err := r.retry(ctx, fmt.Sprintf("group %d stream", g.g.ID), func(ctx context.Context) error {
 				return r.stream(ctx, g)
 			})
+			switch {
+			case slotGone(err):
+				return r.replace(ctx, g, err)
+			case errors.Is(err, bucketstore.ErrGroupStopped):
+				return r.retire(ctx, g.g)
+			}
+			return err
 		},
 	})
 }
 
 // fatal reports errors that retrying cannot fix.
 func fatal(err error) bool {
-	return errors.Is(err, logrepl.ErrSlotLost) || errors.Is(err, logrepl.ErrSlotMissing) ||
+	return slotGone(err) || errors.Is(err, bucketstore.ErrGroupStopped) ||
 		errors.Is(err, logrepl.ErrSlotMismatch) || errors.Is(err, logrepl.ErrSlotAhead) ||
 		errors.Is(err, logrepl.ErrPublicationMissing) || errors.Is(err, logrepl.ErrWALLevel) ||
 		errors.Is(err, logrepl.ErrAuth) || errors.Is(err, logrepl.ErrReplicationPrivilege) ||
@@ -158,6 +166,7 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 				}
 			}
 		}))
+	active := g.g.State == bucketstore.StateActive
 	w, err := sink.Writer(ctx, 0)
 	if err != nil {
 		return err
@@ -174,6 +183,17 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 		}
 		st.Ack(logrepl.LSN(b.Progress.LSN))
 		s.toast.committed(b.Progress.LSN)
+		if !active {
+			// The first checkpoint of a processing group activates it and
+			// stops the group it replaces, whose clean-up is due now.
+			cur, err := r.store.Group(ctx, g.g.ID)
+			if err != nil {
+				return err
+			}
+			if active = cur.State == bucketstore.StateActive; active {
+				return r.submitRetirements(ctx)
+			}
+		}
 		return nil
 	})
 	err = p.Run(ctx)

@@ -79,6 +79,9 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 			if err != nil {
 				return fmt.Errorf("lock group %d: %w", group, err)
 			}
+			if state == StateStop || state == StateTerminated {
+				return fmt.Errorf("group %d is %s: %w", group, state, ErrGroupStopped)
+			}
 			// Read the claims only now, after the caller's ops committed: a
 			// writer holding a lower uncommitted id claimed it before
 			// allocating, hence before our ops got their ids, so its claim

@@ -40,16 +40,25 @@ type Group struct {
 // ErrNoGroup is returned when a group does not exist.
 var ErrNoGroup = errors.New("no such replication group")
 
+// ErrGroupStopped is returned (wrapped) by Commit for a group that was
+// stopped — replaced by a newer group that took over — or terminated: its
+// replication should end and its data be cleared.
+var ErrGroupStopped = errors.New("replication group stopped")
+
+// createGroupSQL inserts a PROCESSING group ($1 rules) whose slot name is
+// $2 prefix + id + '_' + $3 random suffix.
+const createGroupSQL = `
+	WITH n AS (SELECT nextval(pg_get_serial_sequence('groups', 'id'))::int AS id)
+	INSERT INTO groups (id, rules, slot_name)
+	SELECT id, $1, $2 || id || '_' || $3 FROM n
+	RETURNING id`
+
 // CreateGroup stores a new rules version as a PROCESSING group with a fresh
 // replication slot name (prefix + id + 4 random hex digits, so a re-created
 // group never reuses a dropped slot's name).
 func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
 	var id int
-	err := s.pool.QueryRow(ctx, `
-		WITH n AS (SELECT nextval(pg_get_serial_sequence('groups', 'id'))::int AS id)
-		INSERT INTO groups (id, rules, slot_name)
-		SELECT id, $1, $2 || id || '_' || $3 FROM n
-		RETURNING id`, rules, slotPrefix, randomHex(2)).Scan(&id)
+	err := s.pool.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2)).Scan(&id)
 	if err != nil {
 		return Group{}, fmt.Errorf("create group: %w", err)
 	}
@@ -177,10 +186,12 @@ func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Gr
 		}
 	}
 	if active != nil && active.Rules == rules {
-		// Rules unchanged: drop a stale PROCESSING group for them, if any.
+		// Rules unchanged. A PROCESSING group of the same rules is a
+		// replacement for an active group whose slot was lost
+		// (ReplaceGroup): it goes on.
 		var out []Group
 		for _, g := range groups {
-			if g.State == StateActive {
+			if g.State == StateActive || g.State == StateProcessing && g.Rules == rules {
 				out = append(out, g)
 			}
 		}
@@ -202,4 +213,49 @@ func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Gr
 		}
 	}
 	return out, nil
+}
+
+// ReplaceGroup starts over a group that can no longer stream because its
+// replication slot was lost or dropped: it creates a PROCESSING group with
+// the same rules and a new slot name, which snapshots afresh while old
+// keeps serving its last checkpoint, and takes over at its first
+// checkpoint. If a PROCESSING group of those rules exists already (another
+// process got there first), that one is returned with created false.
+func (s *Store) ReplaceGroup(ctx context.Context, old Group, slotPrefix string) (g Group, created bool, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Serialise replacements across processes.
+		if _, err := tx.Exec(ctx, "LOCK TABLE groups IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+			return err
+		}
+		var id int
+		err := tx.QueryRow(ctx, `SELECT id FROM groups WHERE state = 'PROCESSING' AND rules = $1 AND id <> $2
+			ORDER BY id DESC LIMIT 1`, old.Rules, old.ID).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, createGroupSQL, old.Rules, slotPrefix, randomHex(2)).Scan(&id)
+			created = true
+		}
+		if err != nil {
+			return err
+		}
+		g, err = scanGroup(tx.QueryRow(ctx, "SELECT "+groupColumns+" FROM groups WHERE id = $1", id))
+		return err
+	})
+	if err != nil {
+		return Group{}, false, fmt.Errorf("replace group %d: %w", old.ID, err)
+	}
+	return g, created, nil
+}
+
+// SnapshotStarted reports whether any snapshot progress of group is stored.
+// Until then a group whose slot vanished may simply create it again.
+func (s *Store) SnapshotStarted(ctx context.Context, group int) (bool, error) {
+	var started bool
+	err := s.pool.QueryRow(ctx, `SELECT g.snapshot_done OR EXISTS (
+			SELECT 1 FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id
+			WHERE t.group_id = g.id AND (r.rows_done > 0 OR r.done))
+		FROM groups g WHERE g.id = $1`, group).Scan(&started)
+	if err != nil {
+		return false, fmt.Errorf("read snapshot progress of group %d: %w", group, err)
+	}
+	return started, nil
 }

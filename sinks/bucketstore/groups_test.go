@@ -87,3 +87,74 @@ func TestPlanRangesKeepsFirstPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReplaceGroup replaces an active group from several processes at
+// once: exactly one replacement with the same rules and a new slot is
+// created, EnsureGroup keeps it next to the active group, and its first
+// checkpoint stops the replaced group.
+func TestReplaceGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, Config{URI: pgtest.NewDB(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gs, err := s.EnsureGroup(ctx, "v1", "sp_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := gs[0]
+	if err := s.MarkSnapshotDone(ctx, old.ID, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Commit(ctx, old.ID, 20, 0); err != nil || !ok {
+		t.Fatalf("activate: %v %v", ok, err)
+	}
+	type result struct {
+		g       Group
+		created bool
+		err     error
+	}
+	results := make(chan result, 4)
+	for range 4 {
+		go func() {
+			g, created, err := s.ReplaceGroup(ctx, old, "sp_")
+			results <- result{g, created, err}
+		}()
+	}
+	var created int
+	var ids []int
+	for range 4 {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.created {
+			created++
+		}
+		ids = append(ids, r.g.ID)
+		if r.g.Rules != "v1" || r.g.State != StateProcessing || r.g.SlotName == old.SlotName {
+			t.Fatalf("replacement %+v", r.g)
+		}
+	}
+	if created != 1 || ids[0] != ids[1] || ids[1] != ids[2] || ids[2] != ids[3] {
+		t.Fatalf("created %d replacements, ids %v; want one", created, ids)
+	}
+	gs, err = s.EnsureGroup(ctx, "v1", "sp_")
+	if err != nil || len(gs) != 2 || gs[0].ID != old.ID || gs[1].ID != ids[0] {
+		t.Fatalf("ensure after replacement: %v %v", states(gs), err)
+	}
+	if started, err := s.SnapshotStarted(ctx, ids[0]); err != nil || started {
+		t.Fatalf("replacement snapshot started = %v, %v", started, err)
+	}
+	if err := s.MarkSnapshotDone(ctx, ids[0], 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Commit(ctx, ids[0], 40, 0); err != nil || !ok {
+		t.Fatalf("replacement's first checkpoint: %v %v", ok, err)
+	}
+	if g, err := s.Group(ctx, old.ID); err != nil || g.State != StateStop {
+		t.Fatalf("replaced group: %+v %v, want STOP", g, err)
+	}
+}

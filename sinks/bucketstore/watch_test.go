@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -189,9 +190,12 @@ func TestWatchReconnectsAndFollowsGroupSwitch(t *testing.T) {
 	readyGroup(t, s, g2.ID, todos2)
 	third := publishAt(t, s, g2.ID, 300, writeRows(t, w2, todos2, 0, 3))
 	waitFor(t, sub, "new group's checkpoint", func(cp Checkpoint) bool { return cp == third })
-	// The stopped group still commits once; then the active one again. The
-	// next value must be the active group's (notifications are ordered).
-	publishAt(t, s, g.ID, 400, writeRows(t, w, todos, 20, 3))
+	// The stopped group's writer still writes, but its checkpoint is
+	// refused (its replication ends there); the next value must be the
+	// active group's.
+	if _, ok, err := s.Commit(ctx, g.ID, 400, writeRows(t, w, todos, 20, 3)); ok || !errors.Is(err, ErrGroupStopped) {
+		t.Fatalf("commit of the stopped group: published %v, err %v; want ErrGroupStopped", ok, err)
+	}
 	fourth := publishAt(t, s, g2.ID, 400, writeRows(t, w2, todos2, 10, 3))
 	if got := waitFor(t, sub, "next checkpoint", func(Checkpoint) bool { return true }); got != fourth {
 		t.Fatalf("after a stopped group's commit got %+v, want %+v", got, fourth)
