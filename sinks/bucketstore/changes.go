@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
@@ -22,8 +23,31 @@ var emptyParams = []byte("[]")
 
 // previous is a row's stored state before the batch.
 type previous struct {
+	tid     pgtype.TID // where the locked row is, to delete it without an index probe
 	buckets []string
 	lookups [][]byte
+	data    []byte
+}
+
+// same reports whether c leaves the stored row as it is: same bucket
+// memberships, lookups and row data. Most updates only change the data of
+// the ops (a todo completed), so their current row need not be rewritten.
+func (p *previous) same(c *stages.Change) bool {
+	if c.Kind != stages.Upsert || len(p.buckets) != len(c.Puts) || len(p.lookups) != len(c.Lookups) ||
+		!bytes.Equal(p.data, c.RowData) {
+		return false
+	}
+	for _, m := range p.buckets {
+		if !hasPut(c.Puts, m) {
+			return false
+		}
+	}
+	for _, lk := range p.lookups {
+		if !hasLookup(c.Lookups, lk) {
+			return false
+		}
+	}
+	return true
 }
 
 // WriteChanges persists streamed changes of any tables. For every row it
@@ -46,12 +70,6 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 	var res Result
 	err := w.write(ctx, func(tx pgx.Tx) error {
 		res = Result{}
-		if lsn > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn)
-				WHERE id = $1`, w.group, pglogrepl.LSN(lsn).String()); err != nil {
-				return fmt.Errorf("record stream position: %w", err)
-			}
-		}
 		prev, err := w.loadPrevious(ctx, tx, final)
 		if err != nil {
 			return err
@@ -94,7 +112,18 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
 			}
 		}
-		return w.flushOps(ctx, tx, &res)
+		if err := w.flushOps(ctx, tx, &res); err != nil {
+			return err
+		}
+		if lsn > 0 {
+			// Last, so the group row is locked only for the commit: Commit
+			// locks it too and would otherwise wait for the whole write.
+			if _, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn)
+				WHERE id = $1`, w.group, pglogrepl.LSN(lsn).String()); err != nil {
+				return fmt.Errorf("record stream position: %w", err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
@@ -131,7 +160,7 @@ func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Ch
 		tables[i], keys[i] = c.Table.ID, c.Key
 	}
 	rows, err := tx.Query(ctx, `
-		SELECT c.source_table, c.source_key, c.buckets, c.lookups
+		SELECT c.ctid, c.source_table, c.source_key, c.buckets, c.lookups, c.data
 		FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
 		JOIN current_data c ON c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key
 		ORDER BY c.source_table, c.source_key
@@ -143,7 +172,7 @@ func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Ch
 	for rows.Next() {
 		var k rowKey
 		var p previous
-		if err := rows.Scan(&k.table, &k.key, &p.buckets, &p.lookups); err != nil {
+		if err := rows.Scan(&p.tid, &k.table, &k.key, &p.buckets, &p.lookups, &p.data); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("load previous row state: %w", err)
 		}
@@ -156,26 +185,27 @@ func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Ch
 }
 
 // replaceCurrent deletes the stored state of rows that had one and writes
-// the new state of rows that still exist.
+// the new state of rows that still exist, leaving rows whose state stays
+// the same untouched.
 func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.Change, prev map[rowKey]previous) error {
-	var tables []string
-	var keys []uuid.UUID
+	var tids []pgtype.TID
 	w.cur.reset()
 	upserts := 0
 	for _, c := range final {
-		if _, ok := prev[rowKey{c.Table.ID, c.Key}]; ok {
-			tables = append(tables, c.Table.ID)
-			keys = append(keys, c.Key)
+		if p, ok := prev[rowKey{c.Table.ID, c.Key}]; ok {
+			if p.same(c) {
+				continue
+			}
+			tids = append(tids, p.tid)
 		}
 		if c.Kind == stages.Upsert {
 			w.encodeCurrent(c)
 			upserts++
 		}
 	}
-	if len(keys) > 0 {
-		_, err := tx.Exec(ctx, `DELETE FROM current_data c USING unnest($2::text[], $3::uuid[]) AS k (t, key)
-			WHERE c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key`, w.group, tables, keys)
-		if err != nil {
+	if len(tids) > 0 {
+		// The rows are locked since loadPrevious, so their ctids hold.
+		if _, err := tx.Exec(ctx, `DELETE FROM current_data WHERE ctid = ANY($1::tid[])`, tids); err != nil {
 			return fmt.Errorf("delete previous row state: %w", err)
 		}
 	}

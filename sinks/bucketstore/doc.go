@@ -42,7 +42,9 @@
 // Stream batches (WriteChanges) read and lock the previous state of their
 // rows (sorted by key, so concurrent writers cannot deadlock), write a PUT
 // per bucket a row is in now, a REMOVE per bucket it left, retract lookups
-// it no longer produces with an empty entry, and replace current_data.
+// it no longer produces with an empty entry, and replace current_data rows
+// whose buckets, lookups or row data changed (most updates change only the
+// data of their ops and leave the current row untouched).
 // Serialization failures and deadlocks roll the whole transaction back and
 // are retried with backoff; committed work is never redone.
 //

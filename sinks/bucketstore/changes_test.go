@@ -1,0 +1,104 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// TestUnchangedCurrentRowIsNotRewritten checks that an update which keeps
+// a row's buckets, lookups and row data writes its PUT but leaves the
+// stored current row alone (same tuple), while a change of any of those
+// replaces it.
+func TestUnchangedCurrentRowIsNotRewritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	w := newWriter(t, s, g.ID)
+	tuple := func() string {
+		t.Helper()
+		var tid string
+		if err := s.pool.QueryRow(ctx, `SELECT ctid::text || '/' || xmin::text FROM current_data WHERE group_id = $1 AND source_key = $2`,
+			g.ID, key(1)).Scan(&tid); err != nil {
+			t.Fatal(err)
+		}
+		return tid
+	}
+	write := func(bucket, data string, rowData []byte) Result {
+		t.Helper()
+		res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(1), RowData: rowData,
+			Puts: []stages.Put{put(bucket, "todos", "1", data)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	write("1#a[]", `{"v":1}`, nil)
+	before := tuple()
+	if res := write("1#a[]", `{"v":2}`, nil); res.Ops != 1 {
+		t.Fatalf("same-bucket update wrote %d ops, want 1 PUT", res.Ops)
+	}
+	if after := tuple(); after != before {
+		t.Fatalf("unchanged current row rewritten: %s → %s", before, after)
+	}
+	if res := write("1#a[]", `{"v":3}`, []byte{1, 2}); res.Ops != 1 {
+		t.Fatalf("update with new row data wrote %d ops, want 1", res.Ops)
+	}
+	changed := tuple()
+	if changed == before {
+		t.Fatal("current row not replaced when its row data changed")
+	}
+	if res := write("1#b[]", `{"v":4}`, []byte{1, 2}); res.Ops != 2 {
+		t.Fatalf("bucket move wrote %d ops, want REMOVE + PUT", res.Ops)
+	}
+	if tuple() == changed {
+		t.Fatal("current row not replaced when its buckets changed")
+	}
+	all := ops(t, s, g.ID)
+	if last := all[len(all)-1]; last.Bucket != "1#b[]" || last.Op != OpPut || *last.Data != `{"v":4}` {
+		t.Fatalf("last op %+v, want the PUT into 1#b[]", last)
+	}
+}
+
+// BenchmarkStreamWrite times stream batches of 5000 updates over 40000
+// stored rows, each update moving nothing (a PUT in the same bucket): the
+// common streaming case, whose current rows stay as they are.
+//
+//	go test -run '^$' -bench StreamWrite ./sinks/bucketstore/
+func BenchmarkStreamWrite(b *testing.B) {
+	ctx := context.Background()
+	s, g := openStore(b)
+	todos := registerTable(b, s, g.ID, "todos")
+	w := newWriter(b, s, g.ID)
+	const rows, batch = 40000, 5000
+	mk := func(i, v int) stages.Change {
+		return stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
+			Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%100), "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d,"description":"some text of about sixty characters, like a todo has"}`, v))}}
+	}
+	var cs []stages.Change
+	for i := range rows {
+		cs = append(cs, mk(i, 0))
+		if len(cs) == 10000 {
+			if _, err := w.WriteSnapshot(ctx, cs); err != nil {
+				b.Fatal(err)
+			}
+			cs = cs[:0]
+		}
+	}
+	b.ResetTimer()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		cs = cs[:0]
+		for j := range batch {
+			cs = append(cs, mk((n+j)%rows, i+1))
+		}
+		n += batch
+		if _, err := w.WriteStreamChanges(ctx, cs, uint64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
+}
