@@ -167,6 +167,23 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 			}
 		}))
 	active := g.g.State == bucketstore.StateActive
+	// Acknowledgements trail the checkpoints: storage may commit
+	// asynchronously, so only a flushed WAL makes a position safe to
+	// confirm to the source, and one WAL flush a second instead of one per
+	// batch keeps fsyncs off the path from source commit to checkpoint.
+	// The slot only needs to advance now and then to free source WAL.
+	const ackEvery = time.Second
+	var committed uint64 // end LSN of the last committed batch
+	var lastAck time.Time
+	ack := func(ctx context.Context) error {
+		lsn := committed
+		if err := r.store.MakeDurable(ctx); err != nil {
+			return err
+		}
+		st.Ack(logrepl.LSN(lsn))
+		lastAck = time.Now()
+		return nil
+	}
 	w, err := sink.Writer(ctx, 0)
 	if err != nil {
 		return err
@@ -176,13 +193,13 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 		if err := sink.Commit(ctx, b); err != nil {
 			return err
 		}
-		// Storage may commit asynchronously: only a flushed WAL makes the
-		// position safe to confirm to the source.
-		if err := r.store.MakeDurable(ctx); err != nil {
-			return err
-		}
-		st.Ack(logrepl.LSN(b.Progress.LSN))
 		s.toast.committed(b.Progress.LSN)
+		committed = b.Progress.LSN
+		if time.Since(lastAck) >= ackEvery {
+			if err := ack(ctx); err != nil {
+				return err
+			}
+		}
 		if !active {
 			// The first checkpoint of a processing group activates it and
 			// stops the group it replaces, whose clean-up is due now.
@@ -197,6 +214,12 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 		return nil
 	})
 	err = p.Run(ctx)
+	if committed > uint64(st.Acked()) {
+		// Confirm what storage holds before the stream's final status.
+		if aerr := ack(context.WithoutCancel(ctx)); aerr != nil && err == nil && ctx.Err() == nil {
+			err = aerr
+		}
+	}
 	if ctx.Err() != nil {
 		return nil
 	}
