@@ -92,7 +92,7 @@ type API struct {
 	ChecksumCacheSize        int           `koanf:"checksum_cache_size" doc:"Entries in the (bucket, checkpoint) checksum LRU cache."`
 	MaxRequestBytes          ByteSize      `koanf:"max_request_bytes" doc:"Largest accepted request body (integer bytes or e.g. 1MiB)."`
 	ShutdownTimeout          time.Duration `koanf:"shutdown_timeout" doc:"Grace period for open streams on shutdown before they are closed."`
-	CORSOrigins              []string      `koanf:"cors_origins" doc:"Origins allowed for browser clients (\"*\" = any); empty = no CORS headers."`
+	CORSOrigins              []string      `koanf:"cors_origins" doc:"Origins allowed for browser clients (\"*\" = any, the default, as the PowerSync service does); an empty list = no CORS headers."`
 }
 
 // Auth configures JWT verification for sync clients.
@@ -174,6 +174,7 @@ func Default() *Config {
 			ChecksumCacheSize:        100000,
 			MaxRequestBytes:          1 * MiB,
 			ShutdownTimeout:          30 * time.Second,
+			CORSOrigins:              []string{"*"},
 		},
 		Telemetry: Telemetry{
 			MetricsListen: "127.0.0.1:9464",

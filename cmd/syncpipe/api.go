@@ -45,6 +45,7 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 		MaxDataFetchConcurrency: api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,
 		MaxRequestBytes: int64(api.MaxRequestBytes), SourceLSN: a.sourceLSN, Logger: log,
 		MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
+		CORSOrigins: api.CORSOrigins,
 	})
 	if err != nil {
 		a.source.Close()

@@ -109,6 +109,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	select {
 	case <-snapshotDone:
 	case err := <-errc:
+		if ctx.Err() != nil {
+			return nil // interrupted
+		}
 		return fmt.Errorf("replication stopped: %w", err)
 	case <-ctx.Done():
 		return nil
@@ -154,7 +157,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	select {
 	case <-ctx.Done():
 	case err := <-errc:
-		return fmt.Errorf("replication stopped: %w", err)
+		if ctx.Err() == nil {
+			return fmt.Errorf("replication stopped: %w", err)
+		}
 	}
 	fmt.Fprintln(stdout, "\nsyncpipe demo: stopping…")
 	return nil

@@ -153,7 +153,7 @@ type table struct {
 	remaining int // ranges of this table not yet done
 }
 
-// Run replicates until ctx ends or a unit fails.
+// Run replicates until ctx ends (then it returns nil) or a unit fails.
 func (r *Replicator) Run(ctx context.Context) error {
 	rulesText, err := r.cfg.SyncRules.Read()
 	if err != nil {
@@ -179,7 +179,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if err := r.submitRetirements(ctx); err != nil {
 		return err
 	}
-	return r.sched.Run(ctx)
+	if err := r.sched.Run(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil // stopped: a shutdown, not a failure
 }
 
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {

@@ -88,6 +88,7 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 		}
 		w.ops.reset()
 		w.params.reset()
+		w.changed.reset(true)
 		next := 0
 		take := func() int64 { id := w.ids[next]; next++; return id }
 		for _, c := range final {

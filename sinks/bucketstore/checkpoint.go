@@ -131,6 +131,9 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 			if _, err := tx.Exec(ctx, dropDeadSQL, group); err != nil {
 				return fmt.Errorf("drop dead reservations: %w", err)
 			}
+			if err := s.pruneChanges(ctx, tx, group, candidate); err != nil {
+				return err
+			}
 			published = true
 			return nil
 		})

@@ -1,6 +1,7 @@
 package bucketstore
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"errors"
@@ -20,34 +21,44 @@ type BucketChecksum struct {
 	Count    int64
 }
 
-// ChecksumCache serves bucket checksums at checkpoints from an LRU keyed by
-// (group, bucket, checkpoint). On a miss it sums only the ops since the
-// nearest earlier checkpoint it has cached for that bucket, so a new
-// checkpoint costs a primary key range probe per bucket over the ops
-// written since, which is empty for unchanged buckets.
+// ChecksumCache serves bucket checksums at checkpoints from an LRU of
+// (group, bucket, checkpoint) entries. An entry holds a bucket's state at
+// the checkpoint it was computed at and is valid up to a later checkpoint
+// ("until"): when a bucket is asked at a checkpoint above its newest
+// entry, the change records (changerecords.go) of the range since are
+// loaded once per group and new checkpoint, for every caller, and an entry
+// whose bucket they do not name is extended without a query. Only buckets
+// that changed, or whose range is unknown, are summed, over just the ops
+// since the entry's "until" (a primary key range probe per bucket).
 //
 // Use one cache per process, shared by every sync connection: all misses of
 // one Checksums call are fetched in one query, and a bucket that several
 // callers miss at the same checkpoint is fetched once, the others waiting
-// for that fetch. It is safe for concurrent use.
+// for that fetch. So a new checkpoint costs one change record query plus,
+// at most, one checksum query per changed bucket, whatever the number of
+// connections. It is safe for concurrent use.
 //
 // Compaction: a MOVE keeps its original checksum, so sums are unchanged. A
 // CLEAR op (op 4) replaces all of a bucket's ops up to it and holds their
 // sum, so a range that contains a CLEAR yields the bucket's full state and
-// replaces the cached base instead of adding to it.
+// replaces the cached base instead of adding to it. Neither changes a
+// bucket's state at a checkpoint at or after it, so neither invalidates
+// an entry or its extension.
 type ChecksumCache struct {
 	s    *Store
 	size int
+	// noChanges: ignore change records (DisableChangeRecords).
+	noChanges bool
 
 	mu       sync.Mutex
-	lru      *list.List // of *cacheEntry, most recent first
-	entries  map[cacheKey]*list.Element
-	byBucket map[bucketKey][]int64 // cached checkpoints per bucket, ascending
+	lru      *list.List                    // of *cacheEntry, most recent first
+	byBucket map[bucketKey][]*list.Element // each bucket's entries, ascending by checkpoint
 	inflight map[cacheKey]*flight
+	logs     map[int]*changeLog // per group
 
-	queries, hits, misses, shared, opsSummed atomic.Int64
+	queries, hits, misses, shared, opsSummed, carried, changeQueries atomic.Int64
 
-	// beforeFetch, when set by tests, runs before each query.
+	// beforeFetch, when set by tests, runs before each checksum query.
 	beforeFetch func()
 }
 
@@ -61,8 +72,11 @@ type cacheKey struct {
 	cp int64
 }
 
+// cacheEntry is a bucket's checksum and op count at every checkpoint in
+// [key.cp, until].
 type cacheEntry struct {
 	key   cacheKey
+	until int64
 	sum   uint32
 	count int64
 }
@@ -83,22 +97,33 @@ func (s *Store) NewChecksumCache(size int) *ChecksumCache {
 	if size <= 0 {
 		size = 100000
 	}
-	return &ChecksumCache{s: s, size: size, lru: list.New(), entries: map[cacheKey]*list.Element{},
-		byBucket: map[bucketKey][]int64{}, inflight: map[cacheKey]*flight{}}
+	return &ChecksumCache{s: s, size: size, lru: list.New(), byBucket: map[bucketKey][]*list.Element{},
+		inflight: map[cacheKey]*flight{}, logs: map[int]*changeLog{}}
 }
+
+// DisableChangeRecords makes the cache ignore change records: every bucket
+// asked at a checkpoint above its entry is summed from that entry on, as
+// before change records existed. It is the benchmarks' baseline; call it
+// before the cache is used.
+func (c *ChecksumCache) DisableChangeRecords() { c.noChanges = true }
 
 // ChecksumStats are a ChecksumCache's counters since it was created.
 type ChecksumStats struct {
 	// Queries is the number of checksum queries sent to storage.
 	Queries int64
-	// Hits and Misses count buckets answered from the cache and fetched by
-	// the caller; Shared counts buckets a caller waited for because another
-	// caller was already fetching them.
-	Hits, Misses, Shared int64
+	// Hits counts buckets answered from a valid entry; Carried counts
+	// buckets whose entry change records extended to the asked checkpoint
+	// (no query); Misses counts buckets summed by the caller's query (the
+	// "buckets summed"); Shared counts buckets a caller waited for because
+	// another caller was already summing them.
+	Hits, Carried, Misses, Shared int64
 	// OpsSummed is the number of ops the fetched ranges covered: with
 	// incremental fetches it is the number of ops written since the cached
 	// checkpoints, not the buckets' sizes.
 	OpsSummed int64
+	// ChangeQueries is the number of change record queries (at most one
+	// per group and new checkpoint).
+	ChangeQueries int64
 	// Entries is the number of cached (bucket, checkpoint) entries.
 	Entries int
 }
@@ -108,8 +133,9 @@ func (c *ChecksumCache) Stats() ChecksumStats {
 	c.mu.Lock()
 	n := c.lru.Len()
 	c.mu.Unlock()
-	return ChecksumStats{Queries: c.queries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
-		Shared: c.shared.Load(), OpsSummed: c.opsSummed.Load(), Entries: n}
+	return ChecksumStats{Queries: c.queries.Load(), Hits: c.hits.Load(), Carried: c.carried.Load(),
+		Misses: c.misses.Load(), Shared: c.shared.Load(), OpsSummed: c.opsSummed.Load(),
+		ChangeQueries: c.changeQueries.Load(), Entries: n}
 }
 
 // fetch is one bucket a Checksums call fetches itself.
@@ -121,13 +147,40 @@ type fetch struct {
 	baseCount int64
 }
 
+// nearest returns bk's entry with the greatest checkpoint ≤ cp, or nil.
+// c.mu must be held.
+func (c *ChecksumCache) nearest(bk bucketKey, cp int64) *list.Element {
+	els := c.byBucket[bk]
+	j, found := slices.BinarySearchFunc(els, cp, entryCmp)
+	if found {
+		return els[j]
+	}
+	if j == 0 {
+		return nil
+	}
+	return els[j-1]
+}
+
+func entryCmp(el *list.Element, cp int64) int {
+	return cmp.Compare(el.Value.(*cacheEntry).key.cp, cp)
+}
+
 // Checksums returns the checksum and op count of each bucket of group at
 // checkpoint, in the order of buckets; buckets without ops are 0/0.
 // checkpoint must be a published checkpoint of group (the cache assumes
 // the ops at or below it never change, except by compaction, which keeps
-// sums). It issues at most one query, for the buckets neither cached nor
-// being fetched by another caller, and waits for those that are.
+// sums). It issues at most one change record query (shared with every
+// concurrent caller) and one checksum query, for the buckets that changed
+// since their entry and that no other caller is fetching, and waits for
+// those that are.
 func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int64, buckets []string) ([]BucketChecksum, error) {
+	if !c.noChanges {
+		if from, ok := c.oldestStale(group, checkpoint, buckets); ok {
+			if err := c.ensureLog(ctx, group, from, checkpoint); err != nil {
+				return nil, err
+			}
+		}
+	}
 	out := make([]BucketChecksum, len(buckets))
 	pending := make([]int, len(buckets))
 	for i := range pending {
@@ -144,29 +197,36 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 		for _, i := range pending {
 			k := cacheKey{bucketKey{group, buckets[i]}, checkpoint}
 			out[i].Bucket = buckets[i]
-			if el, ok := c.entries[k]; ok {
-				c.lru.MoveToFront(el)
-				e := el.Value.(*cacheEntry)
-				out[i].Checksum, out[i].Count = e.sum, e.count
-				c.hits.Add(1)
-				continue
+			el := c.nearest(k.bucketKey, checkpoint)
+			var e *cacheEntry
+			if el != nil {
+				e = el.Value.(*cacheEntry)
+				if e.until >= checkpoint {
+					c.lru.MoveToFront(el)
+					out[i].Checksum, out[i].Count = e.sum, e.count
+					c.hits.Add(1)
+					continue
+				}
 			}
 			if f, ok := c.inflight[k]; ok {
 				waits = append(waits, wait{i, f})
 				c.shared.Add(1)
 				continue
 			}
+			if e != nil && !c.noChanges && c.unchanged(group, buckets[i], e.until, checkpoint) {
+				e.until = checkpoint
+				c.lru.MoveToFront(el)
+				out[i].Checksum, out[i].Count = e.sum, e.count
+				c.carried.Add(1)
+				continue
+			}
 			f := &flight{done: make(chan struct{})}
 			c.inflight[k] = f
 			waits = append(waits, wait{i, f})
 			fe := fetch{key: k, f: f}
-			if cps := c.byBucket[k.bucketKey]; len(cps) > 0 {
-				// The nearest cached checkpoint below the requested one.
-				if j, _ := slices.BinarySearch(cps, checkpoint); j > 0 {
-					fe.base = cps[j-1]
-					e := c.entries[cacheKey{k.bucketKey, fe.base}].Value.(*cacheEntry)
-					fe.baseSum, fe.baseCount = e.sum, e.count
-				}
+			if e != nil {
+				// Sum only what came after the entry's validity.
+				fe.base, fe.baseSum, fe.baseCount = e.until, e.sum, e.count
 			}
 			fetches = append(fetches, fe)
 			c.misses.Add(1)
@@ -285,28 +345,29 @@ func (c *ChecksumCache) fetch(ctx context.Context, group int, checkpoint int64, 
 	}
 }
 
-// store caches one entry and evicts the least recently used ones beyond
-// the size. c.mu must be held.
+// store caches one entry, valid at k.cp, and evicts the least recently
+// used ones beyond the size. c.mu must be held.
 func (c *ChecksumCache) store(k cacheKey, sum uint32, count int64) {
-	if el, ok := c.entries[k]; ok {
-		c.lru.MoveToFront(el)
+	els := c.byBucket[k.bucketKey]
+	j, found := slices.BinarySearchFunc(els, k.cp, entryCmp)
+	if found {
+		c.lru.MoveToFront(els[j])
 		return
 	}
-	c.entries[k] = c.lru.PushFront(&cacheEntry{key: k, sum: sum, count: count})
-	cps := c.byBucket[k.bucketKey]
-	j, _ := slices.BinarySearch(cps, k.cp)
-	c.byBucket[k.bucketKey] = slices.Insert(cps, j, k.cp)
+	el := c.lru.PushFront(&cacheEntry{key: k, until: k.cp, sum: sum, count: count})
+	c.byBucket[k.bucketKey] = slices.Insert(els, j, el)
 	for c.lru.Len() > c.size {
-		old := c.lru.Remove(c.lru.Back()).(*cacheEntry)
-		delete(c.entries, old.key)
-		cps := c.byBucket[old.key.bucketKey]
-		if j, found := slices.BinarySearch(cps, old.key.cp); found {
-			cps = slices.Delete(cps, j, j+1)
+		old := c.lru.Back()
+		c.lru.Remove(old)
+		e := old.Value.(*cacheEntry)
+		els := c.byBucket[e.key.bucketKey]
+		if j, found := slices.BinarySearchFunc(els, e.key.cp, entryCmp); found {
+			els = slices.Delete(els, j, j+1)
 		}
-		if len(cps) == 0 {
-			delete(c.byBucket, old.key.bucketKey)
+		if len(els) == 0 {
+			delete(c.byBucket, e.key.bucketKey)
 		} else {
-			c.byBucket[old.key.bucketKey] = cps
+			c.byBucket[e.key.bucketKey] = els
 		}
 	}
 }

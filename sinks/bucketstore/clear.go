@@ -27,6 +27,7 @@ type ClearStats struct {
 var clearTables = []struct{ name, where string }{
 	{"bucket_data", "group_id = $1"},
 	{"bucket_parameters", "group_id = $1"},
+	{"bucket_changes", "group_id = $1"},
 	{"current_data", "group_id = $1"},
 	{"snapshot_ranges", "source_table_id IN (SELECT id FROM source_tables WHERE group_id = $1)"},
 	{"source_tables", "group_id = $1"},
@@ -36,14 +37,16 @@ var clearTables = []struct{ name, where string }{
 // own short transaction, so that clearing millions of ops never holds one
 // giant transaction or lock. It can be cancelled through ctx at any point
 // and resumed by calling it again. The group row itself is kept, reset to
-// "nothing replicated".
+// "nothing replicated"; its change records start again after the current
+// op id, so no reader trusts records of the ops being deleted.
 func (s *Store) Clear(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 10000
 	}
 	var st ClearStats
 	_, err := s.pool.Exec(ctx, `UPDATE groups SET snapshot_done = false, snapshot_lsn = NULL, last_checkpoint = NULL,
-		last_checkpoint_lsn = NULL, no_checkpoint_before = NULL, keepalive_op = NULL, updated_at = now() WHERE id = $1`, group)
+		last_checkpoint_lsn = NULL, no_checkpoint_before = NULL, keepalive_op = NULL, updated_at = now(),
+		changes_from = (SELECT last_value FROM op_id_seq) WHERE id = $1`, group)
 	if err != nil {
 		return st, fmt.Errorf("clear group %d: reset: %w", group, err)
 	}

@@ -20,6 +20,9 @@
 //   - bucket_data: the ops, PRIMARY KEY (group_id, bucket_name, op_id) so a
 //     bucket is read as one index range.
 //   - bucket_parameters: lookup entries versioned by op id.
+//   - bucket_changes: per write transaction, the buckets and parameter
+//     lookups it touched and its op id range (changerecords.go), so readers
+//     can tell what changed between two checkpoints without scanning ops.
 //   - op_reservations, write_checkpoints, leases.
 //
 // # Write path

@@ -61,6 +61,7 @@ func (s *Store) ParameterRows(ctx context.Context, group int, checkpoint int64, 
 		bound = new(int)
 		*bound = limit + 1
 	}
+	s.counters.paramQueries.Add(1)
 	rows, err := s.pool.Query(ctx, parameterRowsSQL, group, unique, checkpoint, bound)
 	if err != nil {
 		return nil, fmt.Errorf("parameter lookups of group %d: %w", group, err)

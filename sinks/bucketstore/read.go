@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncpipe/syncpipe/stages/checksum"
@@ -76,6 +78,51 @@ LIMIT $5`
 // within a bucket (see readBucketDataSQL); it would be a planner change.
 var errReadOrder = errors.New("bucketstore: bucket data rows out of op id order (query plan changed?)")
 
+// ReadShape selects the statement a bucket data read runs. Production
+// uses the zero value; the other shape exists so that benchmarks can
+// measure, through the real read path and sync endpoint, what the
+// ordered, early-terminating read replaced.
+type ReadShape int
+
+const (
+	// ReadLateral is the production read: requests as ordered rows, each
+	// joined to an early-stopping index range scan of its bucket (see
+	// readBucketDataSQL).
+	ReadLateral ReadShape = iota
+	// ReadORChain is the older shape (PowerSync's before its PR #721), one
+	// OR arm per bucket:
+	//
+	//	WHERE (bucket_name = $3 AND op_id > $4) OR (…) ORDER BY bucket_name, op_id LIMIT n
+	//
+	// Benchmark baseline only. PostgreSQL cannot turn the arms into index
+	// ranges in key order: it walks the primary key from the group's first
+	// op and tests every row against the arms (or collects every requested
+	// bucket's rows and sorts them), so a batch reads the rows of buckets
+	// already drained again and costs more the further a drain has got.
+	// Rows come in bucket_name order in the storage database's collation,
+	// so the requests must be sorted that way (byte order under the C
+	// collation); a read that finds them in another order fails instead of
+	// returning a wrong page.
+	ReadORChain
+)
+
+// orChainSQL builds the ReadORChain statement for n requests: $1 group,
+// $2 checkpoint, then bucket and after per request, and the limit last.
+func orChainSQL(n int) string {
+	var b strings.Builder
+	b.WriteString(`SELECT bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
+FROM bucket_data
+WHERE group_id = $1 AND op_id <= $2 AND (`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		fmt.Fprintf(&b, "(bucket_name = $%d AND op_id > $%d)", 3+2*i, 4+2*i)
+	}
+	fmt.Fprintf(&b, ")\nORDER BY bucket_name, op_id\nLIMIT $%d", 3+2*n)
+	return b.String()
+}
+
 // ReadBucketData streams the ops with after < op_id ≤ checkpoint of the
 // requested buckets of group: bucket by bucket in request order, in op id
 // order within a bucket, at most limit rows in total. fn is called once per
@@ -96,18 +143,42 @@ var errReadOrder = errors.New("bucketstore: bucket data rows out of op id order 
 // committed and the result is stable. Safe for concurrent use; it uses one
 // pooled connection for the duration of the call, so a slow fn holds it.
 func (s *Store) ReadBucketData(ctx context.Context, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
+	return s.ReadBucketDataShape(ctx, ReadLateral, group, checkpoint, reqs, limit, fn)
+}
+
+// ReadBucketDataShape is ReadBucketData with the statement chosen by
+// shape. Only benchmarks pass anything but ReadLateral (see ReadORChain
+// for the order its requests need).
+func (s *Store) ReadBucketDataShape(ctx context.Context, shape ReadShape, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
 	if limit <= 0 {
 		return false, errors.New("bucketstore: ReadBucketData limit must be positive")
 	}
 	if len(reqs) == 0 {
 		return false, nil
 	}
-	buckets := make([]string, len(reqs))
-	afters := make([]int64, len(reqs))
-	for i, r := range reqs {
-		buckets[i], afters[i] = r.Bucket, r.After
+	var rows pgx.Rows
+	var index map[string]int64 // ReadORChain: bucket name → request number
+	switch shape {
+	case ReadLateral:
+		buckets := make([]string, len(reqs))
+		afters := make([]int64, len(reqs))
+		for i, r := range reqs {
+			buckets[i], afters[i] = r.Bucket, r.After
+		}
+		rows, err = s.pool.Query(ctx, readBucketDataSQL, group, buckets, afters, checkpoint, limit+1)
+	case ReadORChain:
+		args := make([]any, 0, 3+2*len(reqs))
+		args = append(args, group, checkpoint)
+		index = make(map[string]int64, len(reqs))
+		for i, r := range reqs {
+			args = append(args, r.Bucket, r.After)
+			index[r.Bucket] = int64(i + 1)
+		}
+		args = append(args, limit+1)
+		rows, err = s.pool.Query(ctx, orChainSQL(len(reqs)), args...)
+	default:
+		return false, fmt.Errorf("bucketstore: unknown read shape %d", shape)
 	}
-	rows, err := s.pool.Query(ctx, readBucketDataSQL, group, buckets, afters, checkpoint, limit+1)
 	if err != nil {
 		return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
 	}
@@ -124,10 +195,14 @@ func (s *Store) ReadBucketData(ctx context.Context, group int, checkpoint int64,
 		n                          int
 		buf                        []byte
 		names                      = map[string]string{} // interned object types and table ids
+		bucketName                 pgtype.DriverBytes    // ReadORChain's first column
 	)
 	// One destination list for all rows: a variadic Scan call would
 	// allocate it per row.
 	dest := []any{&ord, &row.OpID, &op, &sourceTable, &sourceKey, &typ, &id, &sum, &data, &target}
+	if index != nil {
+		dest[0] = &bucketName
+	}
 	intern := func(b []byte) string {
 		if s, ok := names[string(b)]; ok {
 			return s
@@ -144,6 +219,9 @@ func (s *Store) ReadBucketData(ctx context.Context, group int, checkpoint int64,
 		n++
 		if err := rows.Scan(dest...); err != nil {
 			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		}
+		if index != nil {
+			ord = index[string(bucketName)] // 0 (out of range) if unrequested
 		}
 		if ord < 1 || int(ord) > len(reqs) {
 			return false, fmt.Errorf("read bucket data: request number %d out of range", ord)

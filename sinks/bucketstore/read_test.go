@@ -264,22 +264,6 @@ func TestReadBucketDataCallbackError(t *testing.T) {
 	}
 }
 
-// orChainSQL is the query shape PowerSync used before its PR #721, kept
-// here to measure against.
-func orChainSQL(n int) string {
-	var b strings.Builder
-	b.WriteString(`SELECT op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
-		FROM bucket_data WHERE group_id = $1 AND op_id <= $2 AND (`)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		fmt.Fprintf(&b, "(bucket_name = $%d AND op_id > $%d)", 4+2*i, 5+2*i)
-	}
-	b.WriteString(") ORDER BY bucket_name, op_id LIMIT $3")
-	return b.String()
-}
-
 // planNode is the part of EXPLAIN (FORMAT JSON) the plan test inspects.
 type planNode struct {
 	NodeType     string     `json:"Node Type"`
@@ -377,11 +361,11 @@ func (rb *readBench) lateralArgs(limit int) []any {
 }
 
 func (rb *readBench) orChainArgs(limit int) []any {
-	args := []any{rb.g, rb.cp, limit}
+	args := []any{rb.g, rb.cp}
 	for _, r := range rb.reqs {
 		args = append(args, r.Bucket, r.After)
 	}
-	return args
+	return append(args, limit)
 }
 
 // TestReadBucketDataPlan runs EXPLAIN ANALYZE on the read over 50k ops in

@@ -131,6 +131,25 @@ CREATE TABLE leases (
   expires_at timestamptz NOT NULL
 );
 `,
+	// 2: change records (see changerecords.go). One row per write
+	// transaction, written in that transaction, naming the buckets and
+	// parameter lookups it touched (NULL: not recorded, so unknown), so
+	// that a checksum cache can carry unchanged buckets to a new checkpoint
+	// without a query. changes_from: records are complete for every op id
+	// above it. Ops written before this migration have no records, so
+	// existing groups start at the sequence's current value.
+	`
+CREATE TABLE bucket_changes (
+  group_id int NOT NULL,
+  op_low   bigint NOT NULL,
+  op_high  bigint NOT NULL,
+  buckets  text[],
+  lookups  bytea[]
+);
+CREATE INDEX bucket_changes_range ON bucket_changes (group_id, op_high);
+ALTER TABLE groups ADD COLUMN changes_from bigint NOT NULL DEFAULT 0;
+UPDATE groups SET changes_from = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq);
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

@@ -16,10 +16,13 @@ type Stats struct {
 	// Retries counts write transactions retried after a serialization
 	// failure or deadlock.
 	Retries int64
+	// ParameterQueries counts parameter lookup queries (ParameterRows
+	// calls that reached storage).
+	ParameterQueries int64
 }
 
 type counters struct {
-	rows, ops, params, bytes, writes, writeNanos, retries atomic.Int64
+	rows, ops, params, bytes, writes, writeNanos, retries, paramQueries atomic.Int64
 }
 
 func (c *counters) record(r Result, d time.Duration) {
@@ -37,5 +40,6 @@ func (s *Store) Stats() Stats {
 	return Stats{
 		Rows: c.rows.Load(), Ops: c.ops.Load(), Params: c.params.Load(), Bytes: c.bytes.Load(),
 		Writes: c.writes.Load(), WriteTime: time.Duration(c.writeNanos.Load()), Retries: c.retries.Load(),
+		ParameterQueries: c.paramQueries.Load(),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,11 @@ type Store struct {
 	schema   string
 	log      *slog.Logger
 	counters counters
+	// changeRetention is how many op ids of change records Commit keeps
+	// (changerecords.go); tests lower it. pruneNext: per group, the
+	// horizon at which pruning is next worth a statement.
+	changeRetention int64
+	pruneNext       sync.Map
 }
 
 // Open connects to storage and applies pending migrations.
@@ -75,7 +81,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, schema: cfg.Schema, log: log}, nil
+	return &Store{pool: pool, schema: cfg.Schema, log: log, changeRetention: defaultChangeRetention}, nil
 }
 
 // Close releases the store's connections.

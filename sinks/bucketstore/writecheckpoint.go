@@ -50,3 +50,43 @@ func (s *Store) WriteCheckpointFor(ctx context.Context, userID, clientID string,
 	}
 	return n, true, nil
 }
+
+// WriteCheckpointClient names a client of a user, for WriteCheckpointsFor.
+type WriteCheckpointClient struct{ UserID, ClientID string }
+
+// WriteCheckpointsFor is WriteCheckpointFor for many clients in one query:
+// it returns the newest write checkpoint of each client that has one
+// covered by the checkpoint at checkpointLSN (clients without one are
+// absent). The sync API reads the write checkpoints of all its streams
+// this way, once per checkpoint instead of once per stream. Safe for
+// concurrent use.
+func (s *Store) WriteCheckpointsFor(ctx context.Context, clients []WriteCheckpointClient, checkpointLSN pglogrepl.LSN) (map[WriteCheckpointClient]int64, error) {
+	out := make(map[WriteCheckpointClient]int64)
+	if len(clients) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(clients))
+	byKey := make(map[string]WriteCheckpointClient, len(clients))
+	for i, c := range clients {
+		keys[i] = writeCheckpointUser(c.UserID, c.ClientID)
+		byKey[keys[i]] = c
+	}
+	rows, err := s.pool.Query(ctx, `SELECT user_id, write_checkpoint FROM write_checkpoints WHERE user_id = ANY($1) AND lsn <= $2::pg_lsn`,
+		keys, checkpointLSN.String())
+	if err != nil {
+		return nil, fmt.Errorf("read write checkpoints of %d clients: %w", len(clients), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key string
+		var n int64
+		if err := rows.Scan(&key, &n); err != nil {
+			return nil, fmt.Errorf("read write checkpoints: %w", err)
+		}
+		out[byKey[key]] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read write checkpoints of %d clients: %w", len(clients), err)
+	}
+	return out, nil
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,6 +53,8 @@ type Writer struct {
 	ids              []int64
 	fresh            []bool
 	subkey           []byte
+	changed          changeRecord // what this transaction touched (changerecords.go)
+	order            []putRef     // a snapshot batch's PUTs in bucket order
 
 	// beforeCommit, when set by tests, runs just before each commit, to
 	// widen race windows.
@@ -151,6 +155,7 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 		}
 		w.ops.reset()
 		w.params.reset()
+		w.changed.reset(false)
 		need := 0
 		for i := range changes {
 			if fresh == nil || fresh[i] {
@@ -163,16 +168,30 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 		if err := w.allocate(ctx, tx, need); err != nil {
 			return err
 		}
+		// PUTs go in bucket order, so that each bucket's ops of the batch
+		// share heap pages: a client's bucket read and a checksum then
+		// visit a page per batch rather than a page per op.
+		w.order = w.order[:0]
+		for i := range changes {
+			if fresh != nil && !fresh[i] {
+				continue
+			}
+			for j := range changes[i].Puts {
+				w.order = append(w.order, putRef{changes[i].Puts[j].Bucket, int32(i), int32(j)})
+			}
+		}
+		slices.SortStableFunc(w.order, func(a, b putRef) int { return strings.Compare(a.bucket, b.bucket) })
 		next := 0
+		for _, r := range w.order {
+			c := &changes[r.change]
+			w.encodePut(c, &c.Puts[r.put], w.ids[next], &res)
+			next++
+		}
 		for i := range changes {
 			if fresh != nil && !fresh[i] {
 				continue
 			}
 			c := &changes[i]
-			for j := range c.Puts {
-				w.encodePut(c, &c.Puts[j], w.ids[next], &res)
-				next++
-			}
 			for j := range c.Lookups {
 				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, w.ids[next], &res)
 				next++
@@ -188,6 +207,12 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 		w.s.log.Info("snapshot rows already stored (resumed chunk)", "group", w.group, "rows", res.Rows, "skipped", res.Skipped)
 	}
 	return res, nil
+}
+
+// putRef names one PUT of a batch: changes[change].Puts[put].
+type putRef struct {
+	bucket      string
+	change, put int32
 }
 
 // insertSnapshotRows writes current_data rows. It returns nil when every
@@ -302,6 +327,7 @@ func (w *Writer) encodePut(c *stages.Change, p *stages.Put, id int64, res *Resul
 	b.text(p.ObjectID)
 	b.int8(int64(p.Checksum))
 	b.bytes(p.Data)
+	w.changed.bucket(p.Bucket)
 	res.Ops++
 	res.Bytes += int64(len(p.Data))
 	res.MaxOpID = max(res.MaxOpID, id)
@@ -320,6 +346,7 @@ func (w *Writer) encodeRemove(c *stages.Change, bucket, objectType, objectID str
 	b.text(objectID)
 	b.int8(int64(sum))
 	b.null()
+	w.changed.bucket(bucket)
 	res.Ops++
 	res.MaxOpID = max(res.MaxOpID, id)
 }
@@ -333,11 +360,13 @@ func (w *Writer) encodeParam(c *stages.Change, lookup, params []byte, id int64, 
 	b.uuid(c.Key)
 	b.bytes(lookup)
 	b.bytes(params)
+	w.changed.lookup(lookup)
 	res.Params++
 	res.MaxOpID = max(res.MaxOpID, id)
 }
 
-// flushOps COPYs the encoded ops and parameter entries.
+// flushOps COPYs the encoded ops and parameter entries and records what
+// they changed.
 func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, res *Result) error {
 	if res.Ops > 0 {
 		w.ops.finish()
@@ -351,7 +380,7 @@ func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, res *Result) error {
 			return fmt.Errorf("copy parameter entries: %w", err)
 		}
 	}
-	return nil
+	return w.recordChanges(ctx, tx, res)
 }
 
 func isUniqueViolation(err error) bool {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -130,6 +131,10 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 				reqs = append(reqs, bucketstore.BucketRequest{Bucket: name, After: st.after})
 			}
 		}
+		if c.s.cfg.ReadShape == bucketstore.ReadORChain {
+			// The benchmark baseline reads in bucket name order.
+			slices.SortFunc(reqs, func(a, b bucketstore.BucketRequest) int { return strings.Compare(a.Bucket, b.Bucket) })
+		}
 		for len(reqs) > 0 {
 			more, err := c.readBatch(ctx, cp, reqs)
 			if err != nil {
@@ -199,9 +204,15 @@ func (c *conn) advance(reqs []bucketstore.BucketRequest, more bool) ([]bucketsto
 	return reqs, nil
 }
 
-// readBatch reads the next ops of reqs up to cp into c.batch, holding a
-// data fetch slot for the duration of the query only.
+// readBatch reads the next ops of reqs up to cp into c.batch, sharing
+// small reads with streams that read the same (sharedread.go).
 func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {
+	return c.readShared(ctx, cp, reqs)
+}
+
+// readOwn reads the next ops of reqs up to cp into c.batch, holding a
+// data fetch slot for the duration of the query only.
+func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {
 	select {
 	case c.s.fetchSem <- struct{}{}:
 	case <-ctx.Done():
@@ -214,7 +225,7 @@ func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []
 	c.batch.reset()
 	idx := 0
 	raw := c.req.rawData
-	more, err = c.s.store.ReadBucketData(ctx, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
+	more, err = c.s.store.ReadBucketDataShape(ctx, c.s.cfg.ReadShape, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
 		for idx < len(reqs) && reqs[idx].Bucket != row.Bucket {
 			idx++
 		}

@@ -22,9 +22,13 @@
 // One goroutine per stream, driven by the process's single checkpoint
 // watcher (no polling). For every new storage checkpoint the stream
 // evaluates the client's buckets (static ones from the request, the
-// others through parameter lookups at that checkpoint) and their
-// checksums (through the process-wide ChecksumCache, so a checkpoint
-// costs one range probe per bucket however many clients share it), then:
+// others through parameter lookups at that checkpoint — re-read only when
+// storage's change records show that one of the client's lookups got an
+// entry since the last checkpoint it evaluated) and their checksums
+// (through the process-wide ChecksumCache, which carries buckets the
+// change records do not name to the new checkpoint without a query, so a
+// checkpoint costs one change record query plus at most one checksum
+// query per changed bucket, however many clients share it), then:
 //
 //   - the first time, sends {"checkpoint":…} with every bucket (signed
 //     int32 checksums; empty buckets 0/0);
@@ -44,6 +48,14 @@
 // is released before the client is written to, so a slow client holds
 // neither a storage connection nor a data fetch slot
 // (max_data_fetch_concurrency bounds those across all streams).
+//
+// What every stream does at a checkpoint is shared across streams: the
+// write checkpoints of all open streams are read in one query per
+// checkpoint (writecp.go), and streams that completed the previous
+// checkpoint and now read the same buckets from the same positions share
+// one storage read and its encoded lines (sharedread.go). So an
+// incremental checkpoint that changes a bucket every client has costs a
+// handful of queries, not a few per client.
 //
 // {"token_expires_in":n} goes out every KeepaliveInterval; the stream
 // ends when the token expires. A client entitled to more than

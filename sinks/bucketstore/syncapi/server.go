@@ -64,6 +64,20 @@ type Config struct {
 	// KeepaliveInterval is the cadence of token_expires_in lines (default
 	// 20 s).
 	KeepaliveInterval time.Duration
+	// DisableChangeRecords ignores storage's change records: every stream
+	// re-reads its parameter lookups and sums each of its buckets (since
+	// the cached checkpoint) at every new checkpoint, the path before
+	// change records. Benchmark baseline only; production leaves it false.
+	DisableChangeRecords bool
+	// CORSOrigins are the origins browser clients may call the API from
+	// (config api.cors_origins): "*" allows any origin, as the PowerSync
+	// service does; empty sends no CORS headers (same-origin only).
+	CORSOrigins []string
+	// ReadShape selects the bucket data query. Benchmark baseline only:
+	// production leaves it zero (bucketstore.ReadLateral); the P4 drain
+	// benchmark sets bucketstore.ReadORChain to measure the query shape it
+	// replaced through this very endpoint.
+	ReadShape bucketstore.ReadShape
 }
 
 // Server serves bucket storage to PowerSync clients. Create it with New;
@@ -73,6 +87,8 @@ type Server struct {
 	store   *bucketstore.Store
 	auth    *authenticator
 	cache   *bucketstore.ChecksumCache
+	wcs     *writeCheckpoints // write checkpoint reads shared by streams
+	reads   sharedReads       // bucket data reads shared by streams
 	watcher *bucketstore.CheckpointWatcher
 	log     *slog.Logger
 	tracer  trace.Tracer
@@ -81,6 +97,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	active   atomic.Int64  // open streams
+	carried  atomic.Int64  // checksums streams kept without asking the cache
 	fetchSem chan struct{} // bounds concurrent ReadBucketData calls
 
 	mu      sync.Mutex
@@ -156,8 +173,22 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cache:  cfg.Store.NewChecksumCache(cfg.ChecksumCacheSize),
 		ctx:    sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops}
+	if cfg.DisableChangeRecords {
+		s.cache.DisableChangeRecords()
+	}
+	s.wcs = newWriteCheckpoints(cfg.Store)
 	s.watcher = cfg.Store.WatchCheckpoints(sctx)
 	return s, nil
+}
+
+// ChecksumStats returns the counters of the checksum cache the server's
+// streams share: checksum queries and buckets summed. Carried also counts
+// the buckets streams kept from their previous checkpoint because the
+// change records showed them unchanged (those never reach the cache).
+func (s *Server) ChecksumStats() bucketstore.ChecksumStats {
+	st := s.cache.Stats()
+	st.Carried += s.carried.Load()
+	return st
 }
 
 // Close ends every open stream, stops the checkpoint watcher and waits for
@@ -174,13 +205,13 @@ func (s *Server) Close() {
 }
 
 // Handler serves POST /sync/stream, GET /write-checkpoint2.json and
-// GET /healthz.
+// GET /healthz, with CORS for Config.CORSOrigins.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sync/stream", s.handleStream)
 	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
-	return mux
+	return withCORS(s.cfg.CORSOrigins, mux)
 }
 
 // writeJSON answers a small JSON document.

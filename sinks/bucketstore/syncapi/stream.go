@@ -79,6 +79,9 @@ type conn struct {
 	batch   batch
 	entries []bucketEntry
 	opsSent int64
+
+	wcClient bucketstore.WriteCheckpointClient
+	caughtUp bool // completed the checkpoint before the one being sent
 }
 
 func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
@@ -92,6 +95,8 @@ func (c *conn) run(ctx context.Context) {
 	defer c.w.close()
 	start := time.Now()
 	c.sub = c.s.watcher.Subscribe(ctx)
+	c.wcClient = bucketstore.WriteCheckpointClient{UserID: c.id.userID, ClientID: c.req.clientID}
+	defer c.s.wcs.register(c.wcClient)()
 	c.keepalive = time.NewTicker(c.s.cfg.KeepaliveInterval)
 	defer c.keepalive.Stop()
 	c.expiry = time.NewTimer(c.id.expires.Sub(c.s.cfg.Now()))
@@ -242,26 +247,29 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 		}
 		c.group, c.plan, c.evaluated = cp.GroupID, plan, false
 	}
+	// The write checkpoint read (one query per checkpoint for all streams,
+	// writecp.go) does not depend on the evaluation: run both at once.
+	type wcResult struct {
+		n   int64
+		due bool
+		err error
+	}
+	wcDone := make(chan wcResult, 1)
+	go func() {
+		n, due, err := c.s.wcs.get(ctx, c.wcClient, cp.LSN)
+		wcDone <- wcResult{n, due, err}
+	}()
 	// Ops and parameter entries share one op id sequence, so a checkpoint
 	// with the same op id (an LSN-only move) changes neither buckets nor
 	// checksums.
 	if !c.evaluated || cp.OpID != c.evalOpID {
-		refs, err := c.resolveBuckets(ctx, cp)
-		if err != nil {
+		if err := c.evaluate(ctx, cp); err != nil {
 			return err
 		}
-		names := make([]string, len(refs))
-		for i, r := range refs {
-			names[i] = r.ID
-		}
-		sums, err := c.s.cache.Checksums(ctx, cp.GroupID, cp.OpID, names)
-		if err != nil {
-			return fmt.Errorf("checksums at checkpoint %d: %w", cp.OpID, err)
-		}
-		c.refs, c.sums, c.evalOpID, c.evaluated = refs, sums, cp.OpID, true
 	}
 	span.SetAttributes(attrBuckets.Int(len(c.refs)))
-	wc, due, err := c.s.store.WriteCheckpointFor(ctx, c.id.userID, c.req.clientID, cp.LSN)
+	r := <-wcDone
+	wc, due, err := r.n, r.due, r.err
 	if err != nil {
 		return fmt.Errorf("write checkpoint at %s: %w", cp.LSN, err)
 	}

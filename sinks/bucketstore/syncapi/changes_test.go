@@ -1,0 +1,149 @@
+package syncapi
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// counts are the storage queries a test can attribute to the server: its
+// store serves nobody else.
+type counts struct {
+	params, checksums, summed int64
+}
+
+func (e *env) counts() counts {
+	st := e.srv.ChecksumStats()
+	return counts{params: e.store.Stats().ParameterQueries, checksums: st.Queries, summed: st.Misses}
+}
+
+func (c counts) minus(o counts) counts {
+	return counts{c.params - o.params, c.checksums - o.checksums, c.summed - o.summed}
+}
+
+// diffBuckets returns the updated bucket names of a checkpoint_diff line.
+func diffBuckets(t *testing.T, l line) []string {
+	t.Helper()
+	if l.CheckpointDiff == nil {
+		t.Fatalf("want a checkpoint_diff, got %s", l.Raw)
+	}
+	var out []string
+	for _, b := range l.CheckpointDiff.Updated {
+		out = append(out, b.Bucket)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestIncrementalCheckpointSkipsUnchangedWork: after the first sync, a
+// write to one of the client's buckets yields a checkpoint_diff with only
+// that bucket, costs one checksum query summing one bucket and no
+// parameter query (the change records show the client's lookups did not
+// change). A list of another user changes only the global bucket; a new
+// list of the client's changes its lookups, so that checkpoint re-reads
+// them. With change records disabled, the same write costs a parameter
+// query, which shows the counter sees the query when it runs.
+func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
+	t.Parallel()
+	for _, disabled := range []bool{false, true} {
+		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.DisableChangeRecords = disabled })
+		e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
+			e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
+		s := e.open(token(t, "u1", nil), nil)
+		s.untilComplete()
+
+		before := e.counts()
+		cp := e.commit(e.upsert("todos", "t3", "a", "three"))
+		ls := s.untilComplete()
+		if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
+			t.Fatalf("disabled=%v: lines %v", disabled, got)
+		}
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "a")}) || ls[0].CheckpointDiff.LastOpID != opID(cp.OpID) {
+			t.Fatalf("disabled=%v: diff %s, want only by_list a at %d", disabled, ls[0].Raw, cp.OpID)
+		}
+		got := e.counts().minus(before)
+		if disabled {
+			// The old path: lookups re-read, all 3 buckets summed.
+			if got != (counts{params: 1, checksums: 1, summed: 3}) {
+				t.Fatalf("disabled: %+v, want 1 parameter query and 1 checksum query summing 3 buckets", got)
+			}
+			continue
+		}
+		if got != (counts{params: 0, checksums: 1, summed: 1}) {
+			t.Fatalf("one changed bucket: %+v, want no parameter query and 1 checksum query summing 1 bucket", got)
+		}
+
+		// Another user's list: only the global bucket changes for u1, and
+		// u1's lookups did not.
+		before = e.counts()
+		e.commit(e.upsert("lists", "y", "Y", "u2"))
+		ls = s.untilComplete()
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
+			t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
+		}
+		if got := e.counts().minus(before); got != (counts{params: 0, checksums: 1, summed: 1}) {
+			t.Fatalf("another user's list: %+v, want no parameter query, 1 checksum query", got)
+		}
+
+		// A new list of u1: its lookups changed, so they are re-read and
+		// the new (empty) bucket is announced.
+		before = e.counts()
+		e.commit(e.upsert("lists", "c", "C", "u1"))
+		ls = s.untilComplete()
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "c"), e.b("global")}) {
+			t.Fatalf("new list of u1: diff %s, want by_list c and global", ls[0].Raw)
+		}
+		if got := e.counts().minus(before); got.params != 1 {
+			t.Fatalf("new list of u1: %+v, want 1 parameter query", got)
+		}
+	}
+}
+
+// TestManyStreamsOneChecksumQuery: 20 clients of different users, each
+// with its own lists, are synced; one todo changes: the one client that
+// sees it gets a diff, and the whole checkpoint costs one checksum query
+// and no parameter query. Then a list of nobody's changes the global
+// bucket: one more checksum query, and one bucket data read that the 19
+// other streams copy (sharedread.go).
+func TestManyStreamsOneChecksumQuery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todoRules, todoTables, nil)
+	const users = 20
+	var setup []stages.Change
+	for u := range users {
+		user := "u" + string(rune('a'+u))
+		setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))
+	}
+	e.commit(setup...)
+	streams := make([]*stream, users)
+	for u := range users {
+		streams[u] = e.open(token(t, "u"+string(rune('a'+u)), nil), nil)
+		streams[u].untilComplete()
+	}
+	before := e.counts()
+	cp := e.commit(e.upsert("todos", "t-uc", "l-uc", "changed"))
+	ls := streams[2].untilComplete()
+	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "l-uc")}) {
+		t.Fatalf("diff %s, want only by_list l-uc", ls[0].Raw)
+	}
+	// Every other stream has evaluated the checkpoint once a later one,
+	// which changes global for everybody, reaches it.
+	copied := e.srv.reads.copied.Load()
+	cp2 := e.commit(e.upsert("lists", "l-zz", "Z", "nobody"))
+	for u, s := range streams {
+		ls := s.untilComplete()
+		if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(cp2.OpID) {
+			t.Fatalf("stream %d completed %s, want %d", u, last, cp2.OpID)
+		}
+	}
+	if n := e.srv.reads.copied.Load() - copied; n != users-1 {
+		t.Errorf("%d streams read the new global op: %d copied another's read, want %d", users, n, users-1)
+	}
+	got := e.counts().minus(before)
+	// Two checkpoints: one changed bucket each, one query each.
+	if got != (counts{params: 0, checksums: 2, summed: 2}) {
+		t.Fatalf("%d streams over 2 checkpoints (%d, %d) with one changed bucket each: %+v, want 2 checksum queries summing 2 buckets, no parameter query",
+			users, cp.OpID, cp2.OpID, got)
+	}
+}
