@@ -17,6 +17,16 @@ type Sample struct {
 	Rows     int64         `json:"rows"`
 	Ops      int64         `json:"ops"`
 	Bytes    int64         `json:"bytes"`
+	// PeakRSS is the syncpipe process's peak RSS in bytes (0 = not measured,
+	// e.g. a baseline without a syncpipe process).
+	PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
+	// CPUBusy is the share of the machine's CPU time that was busy during
+	// the run (0..1): it tells whether more workers could have helped.
+	CPUBusy float64 `json:"cpu_busy,omitempty"`
+	// OwnCPU is the CPU time of the run's own processes (syncpipe or the
+	// harness, plus the cluster's backends): OwnCPU/Duration is how many
+	// of the machine's cores the run itself kept busy.
+	OwnCPU time.Duration `json:"own_cpu_ns,omitempty"`
 }
 
 // Row is one line of a result table: a configuration measured several times.
@@ -25,6 +35,9 @@ type Row struct {
 	Samples []Sample `json:"samples"`
 	// Baseline names the row this one is compared with ("" = none).
 	Baseline string `json:"baseline,omitempty"`
+	// Workers is the worker count of the configuration (0 = not a worker
+	// series); rows with one are drawn as throughput vs workers.
+	Workers int `json:"workers,omitempty"`
 }
 
 // Median returns the sample with the median duration.
@@ -78,14 +91,21 @@ type Result struct {
 	Params   string    `json:"params"`
 	Rows     []Row     `json:"rows"`
 	Notes    []string  `json:"notes,omitempty"`
+	// Stages is the stage-time summary of the syncpipe runs, added up.
+	Stages *Breakdown `json:"stages,omitempty"`
+	// PeakRSS is the highest peak RSS of any syncpipe process of the
+	// scenario, in bytes (0 = not measured).
+	PeakRSS int64 `json:"peak_rss_bytes,omitempty"`
+	// Bars are the SPEC §9 bars this scenario decides.
+	Bars []Bar `json:"bars,omitempty"`
 }
 
 // WriteMarkdown renders the result as a markdown table with throughput
 // medians, min–max and the ratio to each row's baseline.
 func (res Result) WriteMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "## %s — %s\n\n%s\n\n", res.Scenario, res.Date.Format("2006-01-02 15:04 MST"), res.Params)
-	fmt.Fprintln(w, "| run | median time | rows/s (median) | rows/s min–max | ops/s (median) | MiB/s | vs baseline |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| run | median time | rows/s (median) | rows/s min–max | ops/s (median) | MiB/s | vs baseline | CPU: own cores / machine busy | peak RSS (syncpipe) |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	byName := map[string]Row{}
 	for _, r := range res.Rows {
 		byName[r.Name] = r
@@ -99,9 +119,10 @@ func (res Result) WriteMarkdown(w io.Writer) {
 			bmed, _, _ := b.rate(func(s Sample) int64 { return s.Rows })
 			ratio = fmt.Sprintf("%.0f%% of %s", 100*med/bmed, b.Name)
 		}
-		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f–%.0f | %.0f | %.1f | %s |\n", r.Name,
-			r.Median().Duration.Round(time.Millisecond), med, lo, hi, ops, mib/(1<<20), ratio)
+		fmt.Fprintf(w, "| %s | %s | %.0f | %.0f–%.0f | %.0f | %.1f | %s | %s | %s |\n", r.Name,
+			r.Median().Duration.Round(time.Millisecond), med, lo, hi, ops, mib/(1<<20), ratio, r.cpuBusy(), r.peakRSS())
 	}
+	res.writeExtras(w)
 	for _, n := range res.Notes {
 		fmt.Fprintf(w, "\n%s\n", n)
 	}
@@ -122,5 +143,12 @@ func (res Result) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, res.Scenario+".json"), js, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, res.Scenario+".json"), js, 0o644); err != nil {
+		return err
+	}
+	var svg strings.Builder
+	if ok, err := WriteSVG(&svg, res); err != nil || !ok {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, res.Scenario+".svg"), []byte(svg.String()), 0o644)
 }

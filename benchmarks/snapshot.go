@@ -5,20 +5,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
+	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
-	"github.com/syncpipe/syncpipe/internal/replication"
 	"github.com/syncpipe/syncpipe/internal/todos"
-	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
@@ -29,29 +25,28 @@ type SnapshotOptions struct {
 	ChunkRows    int
 	Runs         int
 	Log          io.Writer
+	// Harness runs syncpipe as a child process (required).
+	Harness *Harness
 }
 
 // RunSnapshot measures SPEC §9 P1: the initial snapshot of the todo data
-// set (source and storage are two databases of one cluster) with several
-// worker counts, next to the raw COPY→COPY ceiling for the same storage
-// rows measured in the same run: the source tables COPYed out while the
-// very rows syncpipe stored are COPYed into index-identical tables.
+// set (source and storage are two databases of one cluster) by a
+// `syncpipe run` child process with several worker counts, next to the raw
+// COPY→COPY ceiling for the same storage rows measured in the same run: the
+// source tables COPYed out while the very rows syncpipe stored are COPYed
+// into index-identical tables.
 func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 	res := Result{Scenario: "snapshot", Date: time.Now(),
-		Params: fmt.Sprintf("P1: %d todos / %d lists, rules global + by_list, chunk_rows %d, median of %d runs, one cluster (fsync on), storage synchronous_commit=off",
+		Params: fmt.Sprintf("P1: %d todos / %d lists, rules global + by_list, chunk_rows %d, median of %d runs, one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication:snapshot`), timed from its \"syncpipe starting\" log line (storage open and migrated) to its \"snapshot done\" log line",
 			opt.Todos, opt.Lists, opt.ChunkRows, opt.Runs)}
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
+	if opt.Harness == nil {
+		return res, fmt.Errorf("snapshot scenario: no syncpipe harness")
+	}
+	cluster, src, err := startCluster(ctx, "app")
 	if err != nil {
 		return res, err
 	}
 	defer cluster.Stop()
-	if err := cluster.CreateDatabase(ctx, "app"); err != nil {
-		return res, err
-	}
-	src, err := pgx.Connect(ctx, cluster.URI("app"))
-	if err != nil {
-		return res, err
-	}
 	defer src.Close(context.WithoutCancel(ctx))
 	logf(opt.Log, "loading %d todos / %d lists…", opt.Todos, opt.Lists)
 	if _, err := todos.Load(ctx, src, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42}); err != nil {
@@ -61,96 +56,95 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 
 	var rows rowSet
 	var raw []rawBatch
-	summary := pipeline.NewSummary()
+	stages := &Breakdown{}
+	const ceiling = "raw COPY→COPY ceiling"
 	run := 0
 	for r := range opt.Runs {
 		for _, w := range opt.Workers {
 			run++
 			db := fmt.Sprintf("storage_%d", run)
-			s, pool, err := snapshotOnce(ctx, cluster, db, w, opt.ChunkRows, summary)
+			if err := cluster.CreateDatabase(ctx, db); err != nil {
+				return res, err
+			}
+			s, err := opt.Harness.snapshotChild(ctx, SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI(db),
+				SlotPrefix: db + "_", Rules: todos.Rules, Workers: w, ChunkRows: opt.ChunkRows, SplitRows: 100000,
+				ClusterData: filepath.Join(cluster.Dir(), "data")})
 			if err != nil {
 				return res, err
 			}
 			s.Rows = sourceRows
+			stages.Add(s.Child.Stages)
+			res.PeakRSS = max(res.PeakRSS, s.PeakRSS)
 			name := fmt.Sprintf("syncpipe, %d worker(s)", w)
-			rows.add(name, "raw COPY→COPY ceiling", s)
-			logf(opt.Log, "run %d: %s: %.0f rows/s", r+1, name, float64(s.Rows)/s.Duration.Seconds())
+			rows.add(name, ceiling, s.Sample)
+			rows.byName[name].Workers = w
+			logf(opt.Log, "run %d: %s: %.0f rows/s, peak RSS %s", r+1, name, rate(s.Sample), fmtBytes(s.PeakRSS))
 			if raw == nil {
-				if raw, err = dumpStored(ctx, pool, opt.ChunkRows); err != nil {
-					pool.Close()
+				pool, err := pgxpool.New(ctx, cluster.URI(db)+"&search_path=syncpipe")
+				if err != nil {
+					return res, fmt.Errorf("open storage: %w", err)
+				}
+				raw, err = dumpStored(ctx, pool, opt.ChunkRows)
+				pool.Close()
+				if err != nil {
 					return res, err
 				}
 			}
-			pool.Close()
 		}
+		cpu0, own0 := readCPU(), clusterCPU(filepath.Join(cluster.Dir(), "data"))+selfCPU()
 		s, err := rawCopyCopy(ctx, cluster, fmt.Sprintf("raw_%d", r), raw, 2*max(slices.Max(opt.Workers), 1))
 		if err != nil {
 			return res, err
 		}
-		s.Rows = sourceRows
-		rows.add("raw COPY→COPY ceiling", "", s)
-		logf(opt.Log, "run %d: raw COPY→COPY: %.0f rows/s", r+1, float64(s.Rows)/s.Duration.Seconds())
+		s.Rows, s.CPUBusy = sourceRows, busySince(cpu0, readCPU())
+		s.OwnCPU = clusterCPU(filepath.Join(cluster.Dir(), "data")) + selfCPU() - own0
+		rows.add(ceiling, "", s)
+		logf(opt.Log, "run %d: raw COPY→COPY: %.0f rows/s", r+1, rate(s))
 	}
 	res.Rows = rows.list()
-	var sb strings.Builder
-	_ = summary.WriteTable(&sb)
-	res.Notes = append(res.Notes, "Stage-time summary over all syncpipe runs:\n\n```\n"+sb.String()+"```",
-		fmt.Sprintf("Peak RSS of the benchmark process (syncpipe runs in it): %s.", peakRSS()))
+	res.Stages = stages
+	res.Bars = snapshotBars(res, ceiling)
 	return res, nil
 }
 
-// snapshotOnce replicates the source into a fresh storage database and
-// returns when the snapshot is done.
-func snapshotOnce(ctx context.Context, cluster *pgcluster.Cluster, db string, workers, chunk int, tracer pipeline.StageTracer) (Sample, *pgxpool.Pool, error) {
-	if err := cluster.CreateDatabase(ctx, db); err != nil {
-		return Sample{}, nil, err
+// snapshotBars decides P1 on the default worker count (2) when it was
+// measured, else on the first configuration.
+func snapshotBars(res Result, ceiling string) []Bar {
+	var pick *Row
+	var ceil float64
+	for i, r := range res.Rows {
+		med, _, _ := r.rate(func(s Sample) int64 { return s.Rows })
+		switch {
+		case r.Name == ceiling:
+			ceil = med
+		case r.Workers == 2:
+			pick = &res.Rows[i]
+		case r.Workers > 0 && pick == nil:
+			pick = &res.Rows[i]
+		}
 	}
-	cfg, err := config.LoadBytes("bench.yaml", fmt.Appendf(nil, `
-source: {uri: %q, slot_prefix: %q}
-storage: {uri: %q}
-sync_rules:
-  content: |
-%s
-replication:
-  workers_per_process: %d
-  snapshot: {chunk_rows: %d, split_rows: 100000, max_ranges_per_table: 8, flush_writers: 2}
-`, cluster.URI("app"), db+"_", cluster.URI(db), indent(todos.Rules, "    "), workers, chunk))
-	if err != nil {
-		return Sample{}, nil, err
+	if pick == nil || ceil == 0 {
+		return nil
 	}
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, MaxConns: 32, SynchronousCommit: "off"})
-	if err != nil {
-		return Sample{}, nil, err
+	med, _, _ := pick.rate(func(s Sample) int64 { return s.Rows })
+	note := ""
+	if res.Stages != nil {
+		note = "busiest stage: " + res.Stages.Busiest()
 	}
-	defer store.Close()
-	done := make(chan struct{})
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rep := replication.New(replication.Options{Config: cfg, Store: store, Tracer: tracer, Role: "replication:snapshot",
-		OnSnapshotDone: func(int) { close(done) }})
-	start := time.Now()
-	errc := make(chan error, 1)
-	go func() { errc <- rep.Run(rctx) }()
-	select {
-	case <-done:
-	case err := <-errc:
-		return Sample{}, nil, fmt.Errorf("replication stopped: %w", err)
+	ratio := med / ceil
+	return []Bar{
+		{ID: "P1", Measure: "snapshot vs raw COPY→COPY ceiling", Bar: "≥ 60% of the ceiling",
+			Value: fmt.Sprintf("%s: %.0f rows/s = %.0f%% of %.0f", pick.Name, med, 100*ratio, ceil), Met: ratio >= 0.6, Note: noteIf(ratio < 0.6, note)},
+		{ID: "P1", Measure: "snapshot vs PowerSync (≈ 6k rows/s)", Bar: "≥ 5× = 30k rows/s",
+			Value: fmt.Sprintf("%s: %.0f rows/s = %.1f×", pick.Name, med, med/6000), Met: med >= 30000, Note: noteIf(med < 30000, note)},
 	}
-	s := Sample{Duration: time.Since(start)}
-	cancel()
-	<-errc
-	st := store.Stats()
-	s.Ops, s.Bytes = st.Ops, st.Bytes
-	pool, err := pgxpool.New(ctx, cluster.URI(db)+"&search_path=syncpipe")
-	return s, pool, err
 }
 
-func indent(s, pre string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString(pre + line + "\n")
+func noteIf(cond bool, note string) string {
+	if cond {
+		return note
 	}
-	return b.String()
+	return ""
 }
 
 // dumpStored cuts the stored rows (current rows, ops, parameter entries)
@@ -232,18 +226,4 @@ func rawCopyCopy(ctx context.Context, cluster *pgcluster.Cluster, db string, bat
 		err = readErr
 	}
 	return s, err
-}
-
-// peakRSS reads the process's peak resident set size.
-func peakRSS() string {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return "unknown"
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			return strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:"))
-		}
-	}
-	return "unknown"
 }

@@ -64,7 +64,7 @@ type Snapshot struct {
 	SplitRows         int `koanf:"split_rows" doc:"Tables with more (estimated) rows are split into key ranges read in parallel; 0 = never split."`
 	MaxRangesPerTable int `koanf:"max_ranges_per_table" doc:"Upper bound on parallel key ranges per table."`
 	FlushWriters      int `koanf:"flush_writers" doc:"Concurrent storage writers per snapshot."`
-	EvalWorkers       int `koanf:"eval_workers" doc:"Goroutines evaluating sync rules on snapshot rows; 0 = GOMAXPROCS."`
+	EvalWorkers       int `koanf:"eval_workers" doc:"Goroutines evaluating sync rules on snapshot rows per snapshot unit; 0 = GOMAXPROCS / workers_per_process (at least 1)."`
 }
 
 // Stream tunes the logical replication stream.

@@ -116,9 +116,11 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		ChunkRows: snap.ChunkRows, After: pos.LastKey, SocketTimeout: r.cfg.Source.SnapshotSocketTimeout})
 	rows := pos.RowsDone
 	finished := false
+	// One batch buffered between stages: a snapshot unit's memory is its
+	// batches in flight (megabytes per chunk), times the units running.
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name,
 		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
-		Tracer: r.opts.Tracer})
+		Tracer: r.opts.Tracer, Depth: 1})
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[[]syncrules.Value, sinks.Position](
 		func(ctx context.Context) (pipeline.Batch[[]syncrules.Value, sinks.Position], error) {
 			var b pipeline.Batch[[]syncrules.Value, sinks.Position]
@@ -143,7 +145,9 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		}))
 	workers := snap.EvalWorkers
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		// The cores shared by the units running at once: more eval workers
+		// than cores only hold more batches in memory.
+		workers = max(1, runtime.GOMAXPROCS(0)/max(r.cfg.Replication.WorkersPerProcess, 1))
 	}
 	built := pipeline.ProcessWorkers(read, pipeline.StageConfig{Name: "eval", Workers: workers},
 		func(int) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {

@@ -84,7 +84,18 @@ func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
 	}
-	return &Writer{s: s, group: group, conn: conn}, nil
+	w := &Writer{s: s, group: group, conn: conn}
+	if b, ok := s.bufs.Get().(*writeBufs); ok {
+		w.cur, w.ops, w.params, w.ids, w.order = b.cur, b.ops, b.params, b.ids, b.order
+	}
+	return w, nil
+}
+
+// writeBufs are a writer's reusable encode buffers.
+type writeBufs struct {
+	cur, ops, params copyBuf
+	ids              []int64
+	order            []putRef
 }
 
 // Close returns the writer's connection to the pool (or closes it if a
@@ -98,6 +109,9 @@ func (w *Writer) Close() {
 	}
 	w.conn.Release()
 	w.conn = nil
+	clear(w.order) // its strings would keep the batch's memory alive
+	w.s.bufs.Put(&writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]})
+	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
 }
 
 // write runs f in a transaction bracketed by an op id reservation (see

@@ -1,8 +1,10 @@
 // Command bench runs syncpipe's performance scenarios (SPEC §9) on a
 // throwaway PostgreSQL cluster and writes markdown and JSON reports to
-// benchmarks/results.
+// benchmarks/results: <scenario>.md, .json and .svg per scenario, and with
+// -scenario all a summary.md of every SPEC §9 bar.
 //
-//	go run ./benchmarks/cmd/bench -scenario write -rows 1000000
+//	go run ./benchmarks/cmd/bench -scenario all -scale small
+//	go run ./benchmarks/cmd/bench -scenario snapshot -scale full -trace stdout
 package main
 
 import (
@@ -18,13 +20,15 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "write", "scenario to run: write (storage write path) or snapshot (SPEC §9 P1)")
-	rows := flag.Int("rows", 1_000_000, "source rows (todos)")
-	lists := flag.Int("lists", 1000, "todo lists (by_list buckets)")
-	runs := flag.Int("runs", 3, "runs per configuration; the median is reported")
-	writers := flag.String("writers", "1,2", "comma-separated writer counts (write) or workers_per_process values (snapshot)")
-	batch := flag.Int("batch", 10000, "rows per write transaction (chunk_rows)")
-	out := flag.String("out", "benchmarks/results", "directory for <scenario>.md and .json")
+	scenario := flag.String("scenario", "all", "scenario to run: all, snapshot (P1), scaling (P2), drain (P4), checksums (P5) or write (storage write path)")
+	// Given on the command line, these override the scenario's -scale
+	// preset (registered.go reads them by name).
+	flag.Int("rows", 0, "source rows: todos (snapshot, write, drain), rows per table (scaling), global bucket rows (checksums); default: scale preset")
+	flag.Int("lists", 0, "todo lists (by_list buckets); default: scale preset")
+	flag.Int("runs", 3, "runs per configuration; the median is reported")
+	writers := flag.String("writers", "1,2", "comma-separated workers_per_process values (snapshot, scaling) or writer counts (write); default: scale preset")
+	flag.Int("batch", 0, "chunk_rows (snapshot, scaling) or rows per write transaction (write); default: scale preset")
+	out := flag.String("out", "benchmarks/results", "directory for <scenario>.md, .json and .svg")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -38,26 +42,11 @@ func main() {
 		}
 		ws = append(ws, n)
 	}
-	var res benchmarks.Result
-	var err error
-	switch *scenario {
-	case "snapshot":
-		res, err = benchmarks.RunSnapshot(ctx, benchmarks.SnapshotOptions{
-			Todos: *rows, Lists: *lists, Workers: ws, ChunkRows: *batch, Runs: *runs, Log: os.Stderr})
-	case "write":
-		res, err = benchmarks.RunWrite(ctx, benchmarks.WriteOptions{
-			Rows: *rows, Lists: *lists, BatchRows: *batch, Writers: ws, Runs: *runs, Log: os.Stderr})
-	default:
+	if _, ok := benchmarks.Lookup(*scenario); !ok && *scenario != "all" {
 		fmt.Fprintf(os.Stderr, "bench: unknown scenario %q\n", *scenario)
 		os.Exit(2)
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-		os.Exit(1)
-	}
-	res.WriteMarkdown(os.Stdout)
-	if err := res.Save(*out); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: save results: %v\n", err)
-		os.Exit(1)
-	}
+	code := runRegistered(ctx, *scenario, ws, *out)
+	stop()
+	os.Exit(code)
 }

@@ -249,6 +249,9 @@ func TestSupersededCheckpoint(t *testing.T) {
 		second = e.commit(e.upsert("lists", "new", "list", "nobody"))
 		for cp := range watch {
 			if cp.OpID >= second.OpID {
+				// Our channel may get it before the stream's: Latest
+				// returns once the fan-out to every subscriber is done.
+				e.srv.watcher.Latest()
 				return
 			}
 		}

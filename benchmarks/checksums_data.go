@@ -1,0 +1,210 @@
+package benchmarks
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/checksum"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// checksumRules are the P5 rules: one global bucket of large documents
+// and, per user, one small bucket per list they own (a parameter query).
+const checksumRules = `
+bucket_definitions:
+  global:
+    data:
+      - SELECT id, payload FROM docs
+  by_list:
+    parameters: SELECT id AS list_id FROM lists WHERE owner_id = request.user_id()
+    data:
+      - SELECT id, list_id, description FROM todos WHERE list_id = bucket.list_id
+`
+
+// p5Table is a source table of the P5 data set: its storage record and
+// the rules bound to its columns, evaluated the way replication does.
+type p5Table struct {
+	table *stages.Table
+	bound *syncrules.BoundTable
+	ev    *syncrules.Evaluator
+}
+
+// p5Data is the P5 data set written straight into bucket storage through
+// a bucketstore Writer (no source database: the scenario measures the read
+// side, and the driver's commit time is then exact).
+type p5Data struct {
+	opt    ChecksumsOptions
+	store  *bucketstore.Store
+	group  int
+	tables map[string]*p5Table
+	w      *bucketstore.Writer
+	buf    []byte
+}
+
+func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptions) (*p5Data, error) {
+	g, err := store.CreateGroup(ctx, checksumRules, "bench_")
+	if err != nil {
+		return nil, err
+	}
+	rules, err := syncrules.Parse([]byte(checksumRules), syncrules.Options{GroupID: strconv.Itoa(g.ID)})
+	if err != nil {
+		return nil, fmt.Errorf("parse P5 rules: %w", err)
+	}
+	d := &p5Data{opt: opt, store: store, group: g.ID, tables: map[string]*p5Table{}}
+	cols := map[string][]string{"docs": {"id", "payload"}, "lists": {"id", "owner_id"}, "todos": {"id", "list_id", "description"}}
+	rel := uint32(100)
+	for _, name := range []string{"docs", "lists", "todos"} {
+		rel++
+		st, err := store.RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
+		if err != nil {
+			return nil, err
+		}
+		if err := store.MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
+			return nil, err
+		}
+		bound, err := rules.Bind(name, cols[name])
+		if err != nil {
+			return nil, fmt.Errorf("bind %s: %w", name, err)
+		}
+		d.tables[name] = &p5Table{table: &st.Table, bound: bound, ev: bound.NewEvaluator()}
+	}
+	if err := store.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+		return nil, err
+	}
+	if d.w, err = store.NewWriter(ctx, g.ID); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *p5Data) close() { d.w.Close() }
+
+// change evaluates one source row (values in column order, id first).
+func (d *p5Data) change(table string, vals ...string) (stages.Change, error) {
+	tt := d.tables[table]
+	row := make([]syncrules.Value, len(vals))
+	for i, v := range vals {
+		row[i] = syncrules.Text(v)
+	}
+	c := stages.Change{Table: tt.table, Kind: stages.Upsert, Key: uuid.NewSHA1(uuid.NameSpaceOID, []byte(table+"/"+vals[0]))}
+	outs, buf, err := tt.ev.EvaluateRow(row, nil, d.buf[:0])
+	if err != nil {
+		return c, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
+	}
+	d.buf = buf
+	for _, o := range outs {
+		data := bytes.Clone(o.Data)
+		c.Puts = append(c.Puts, stages.Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
+			Data: data, Checksum: checksum.Put(o.ObjectType, o.ObjectID, data)})
+	}
+	if tt.bound.HasParameters() {
+		c.TracksLookups = true
+		entries, _, err := tt.ev.EvaluateParameterRow(row, nil, nil)
+		if err != nil {
+			return c, fmt.Errorf("evaluate %s parameters: %w", table, err)
+		}
+		for _, l := range entries {
+			c.Lookups = append(c.Lookups, stages.Lookup{Key: bytes.Clone(l.Key), Params: bytes.Clone(l.Rows)})
+		}
+	}
+	return c, nil
+}
+
+// payload is a document's ~RowBytes of text; version makes updates differ.
+func (d *p5Data) payload(i, version int) string {
+	head := fmt.Sprintf("doc %d version %d ", i, version)
+	return head + strings.Repeat("lorem ipsum ", max(d.opt.RowBytes-len(head), 0)/12+1)[:max(d.opt.RowBytes-len(head), 0)]
+}
+
+func p5User(u int) string        { return fmt.Sprintf("user-%03d", u) }
+func p5List(u, l int) string     { return fmt.Sprintf("list-%03d-%03d", u, l) }
+func p5Todo(u, l, t int) string  { return fmt.Sprintf("todo-%03d-%03d-%d", u, l, t) }
+func p5Doc(i int) string         { return fmt.Sprintf("doc-%06d", i) }
+func (d *p5Data) global() string { return fmt.Sprintf("%d#global[]", d.group) }
+func (d *p5Data) users() int     { return d.opt.Clients }
+func (d *p5Data) rowsTotal() int {
+	return d.opt.GlobalRows + d.users()*d.opt.ListsPerUser*(1+d.opt.TodosPerList)
+}
+
+// load writes the whole data set as snapshot batches, as an initial
+// snapshot would, and returns the highest op id.
+func (d *p5Data) load(ctx context.Context) (int64, error) {
+	var last int64
+	var batch []stages.Change
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		res, err := d.w.WriteSnapshot(ctx, batch)
+		if err != nil {
+			return err
+		}
+		last, batch = max(last, res.MaxOpID), batch[:0]
+		return nil
+	}
+	add := func(table string, vals ...string) error {
+		c, err := d.change(table, vals...)
+		if err != nil {
+			return err
+		}
+		if batch = append(batch, c); len(batch) == 5000 {
+			return flush()
+		}
+		return nil
+	}
+	for i := range d.opt.GlobalRows {
+		if err := add("docs", p5Doc(i), d.payload(i, 0)); err != nil {
+			return 0, err
+		}
+	}
+	for u := range d.users() {
+		for l := range d.opt.ListsPerUser {
+			if err := add("lists", p5List(u, l), p5User(u)); err != nil {
+				return 0, err
+			}
+			for t := range d.opt.TodosPerList {
+				if err := add("todos", p5Todo(u, l, t), p5List(u, l), "todo "+p5Todo(u, l, t)); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	return last, flush()
+}
+
+// update writes one tick's small changes as one stream transaction: a new
+// version of one document (the global bucket every client has) and of
+// todos in `todos` users' lists, and returns the highest op id and the
+// buckets it changed.
+func (d *p5Data) update(ctx context.Context, tick, todos int) (int64, int, error) {
+	doc := (tick * 7919) % d.opt.GlobalRows
+	c, err := d.change("docs", p5Doc(doc), d.payload(doc, tick+1))
+	if err != nil {
+		return 0, 0, err
+	}
+	cs := []stages.Change{c}
+	changed := map[string]bool{d.global(): true}
+	for k := range todos {
+		u, l := (tick*31+k*17)%d.users(), (tick*13+k*7)%d.opt.ListsPerUser
+		c, err := d.change("todos", p5Todo(u, l, 0), p5List(u, l), fmt.Sprintf("todo %s, edit %d", p5Todo(u, l, 0), tick))
+		if err != nil {
+			return 0, 0, err
+		}
+		cs = append(cs, c)
+		for _, p := range c.Puts {
+			changed[p.Bucket] = true
+		}
+	}
+	res, err := d.w.WriteChanges(ctx, cs)
+	if err != nil {
+		return 0, 0, err
+	}
+	return res.MaxOpID, len(changed), nil
+}

@@ -1,0 +1,42 @@
+package benchmarks
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestChecksumsSmoke runs the P5 scenario at a tiny scale: it must
+// complete in both modes, every client must complete every checkpoint,
+// and with change records a checkpoint costs at most one checksum query
+// per changed bucket. No timing is asserted.
+func TestChecksumsSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster; skipped in -short mode")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opt := ChecksumsOptions{GlobalRows: 2000, RowBytes: 200, Clients: 5, ListsPerUser: 20, TodosPerList: 1,
+		Ticks: 3, Warmup: 1, TodosPerTick: 1}
+	res, figs, err := runChecksums(ctx, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(figs) != 2 || len(res.Rows) != 2 || len(res.Bars) != 1 {
+		t.Fatalf("%d modes, %d rows, %d bars; want 2, 2, 1", len(figs), len(res.Rows), len(res.Bars))
+	}
+	for _, f := range figs {
+		if len(f.ticks) != opt.Ticks {
+			t.Fatalf("%s: %d measured checkpoints, want %d", f.mode.name, len(f.ticks), opt.Ticks)
+		}
+		for i, tk := range f.ticks {
+			if len(tk.complete) != opt.Clients || len(tk.diff) != opt.Clients {
+				t.Errorf("%s, checkpoint %d: %d diffs and %d completes, want %d each", f.mode.name, i, len(tk.diff), len(tk.complete), opt.Clients)
+			}
+			if !f.mode.off && tk.queries > int64(tk.changed) {
+				t.Errorf("change records on, checkpoint %d: %d checksum queries for %d changed buckets", i, tk.queries, tk.changed)
+			}
+		}
+	}
+	t.Log(p5Report(figs))
+}

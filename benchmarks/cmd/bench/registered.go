@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/syncpipe/syncpipe/benchmarks"
+)
+
+// Flags of the registered scenarios (see benchmarks.Scenarios); the knobs
+// shared with the older switch (-rows, -lists, -runs, -writers, -batch)
+// override a scale's preset only when given.
+var (
+	scale    = flag.String("scale", "small", "data set sizes: small (whole set in minutes) or full (SPEC §9 sizes)")
+	trace    = flag.String("trace", "none", "export the syncpipe process's OTel spans: none, stdout or otlp (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)")
+	syncpipe = flag.String("syncpipe", "", "syncpipe binary to run; empty builds ./cmd/syncpipe into a temp dir")
+)
+
+// flagged are the scenarios whose options this command builds from flags
+// of their own (drain.go, checksums_flags.go) rather than from Params.
+var flagged = map[string]func(context.Context) (benchmarks.Result, error){
+	"drain": func(ctx context.Context) (benchmarks.Result, error) {
+		opt := drainOptions(intFlag("runs"), intFlag("rows"), intFlag("lists"))
+		if *scale == "small" && !isSet("rows") {
+			opt.Todos = benchmarks.SmallDrain // -scale defaults to small here too
+		}
+		if *scale == "small" {
+			// The OR-chain baseline is quadratic: at small scale a short
+			// cut-off keeps `task bench` within minutes.
+			opt.BaselineTimeout = benchmarks.SmallDrainBaselineTimeout
+		}
+		return benchmarks.RunDrain(ctx, opt)
+	},
+	"checksums": func(ctx context.Context) (benchmarks.Result, error) {
+		return benchmarks.RunChecksums(ctx, checksumsOptions())
+	},
+}
+
+// runRegistered runs one registered scenario, or all of them, saves each
+// result (markdown, JSON, SVG) and for "all" the bar summary. It returns
+// the exit code.
+func runRegistered(ctx context.Context, name string, workers []int, out string) int {
+	var list []benchmarks.Scenario
+	if name == "all" {
+		list = benchmarks.Scenarios()
+	} else {
+		s, _ := benchmarks.Lookup(name)
+		list = []benchmarks.Scenario{s}
+	}
+	switch *trace {
+	case "none", "stdout", "otlp":
+	default:
+		fmt.Fprintf(os.Stderr, "bench: bad -trace %q: want none, stdout or otlp\n", *trace)
+		return 2
+	}
+	dir, err := os.MkdirTemp("", "syncpipe-bench-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	h := &benchmarks.Harness{Syncpipe: *syncpipe, Dir: dir, Trace: *trace, TraceOut: io.Discard}
+	if *trace == "stdout" {
+		h.TraceOut = os.Stdout
+	}
+	if h.Syncpipe == "" {
+		fmt.Fprintln(os.Stderr, "building syncpipe…")
+		if h.Syncpipe, err = benchmarks.BuildSyncpipe(ctx, dir, false); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	p := benchmarks.Params{Scale: *scale, Runs: setInt("runs"), ChunkRows: setInt("batch"),
+		Rows: setInt("rows"), Lists: setInt("lists"), Log: os.Stderr, Harness: h}
+	if isSet("writers") {
+		p.Workers = workers
+	}
+	report := io.Writer(os.Stdout)
+	if *trace == "stdout" {
+		report = os.Stderr // stdout carries the spans
+	}
+	var results []benchmarks.Result
+	code := 0
+	for _, s := range list {
+		fmt.Fprintf(os.Stderr, "== %s (%s scale)\n", s.Name, *scale)
+		began := time.Now()
+		run := func(ctx context.Context) (benchmarks.Result, error) { return s.Run(ctx, p) }
+		if f, ok := flagged[s.Name]; ok {
+			run = f
+		}
+		res, err := run(ctx)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", s.Name, err)
+			code = 1
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		res.Params += fmt.Sprintf("; scale %s", *scale)
+		fmt.Fprintf(os.Stderr, "== %s done in %v\n", s.Name, time.Since(began).Round(time.Second))
+		res.WriteMarkdown(report)
+		if err := res.Save(out); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: save results: %v\n", err)
+			return 1
+		}
+		results = append(results, res)
+	}
+	if name == "all" {
+		if err := benchmarks.WriteSummary(out, *scale, results); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// isSet reports whether the flag was given on the command line.
+func isSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// setInt is an int flag's value if given, else 0 (the scale's preset).
+func setInt(name string) int {
+	if !isSet(name) {
+		return 0
+	}
+	n, _ := strconv.Atoi(flag.Lookup(name).Value.String())
+	return n
+}
+
+// intFlag is an int flag's value, given or default.
+func intFlag(name string) int {
+	n, _ := strconv.Atoi(flag.Lookup(name).Value.String())
+	return n
+}

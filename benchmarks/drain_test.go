@@ -1,0 +1,54 @@
+package benchmarks
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestDrainSmoke runs the P4 drain at a tiny scale (one run each of two
+// data sets) and checks what the client received: every op of every
+// bucket, for both query shapes, and a bar line for the tenfold step. No
+// timing is asserted: CI machines vary.
+func TestDrainSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log strings.Builder
+	res, err := RunDrain(ctx, DrainOptions{Todos: []int{200, 2000}, Lists: []int{20}, Runs: 1, Log: &log,
+		NewDatabase: func(context.Context, string) (string, error) { return pgtest.NewDB(t), nil }})
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	t.Log(log.String())
+	want := map[string]int64{}
+	for _, n := range []int{200, 2000} {
+		for _, sh := range drainShapes {
+			want[drainRowName(n, 20, sh.name)] = int64(n + 20) // by_list ops + one global op per list
+		}
+	}
+	if len(res.Rows) != len(want) {
+		t.Fatalf("rows %v, want %d", res.Rows, len(want))
+	}
+	for _, r := range res.Rows {
+		w, ok := want[r.Name]
+		if !ok || len(r.Samples) != 1 || r.Samples[0].Ops != w || r.Samples[0].Bytes == 0 {
+			t.Errorf("row %q: %+v, want one sample with %d ops", r.Name, r.Samples, w)
+		}
+		if strings.HasSuffix(r.Name, "LATERAL") && !strings.HasSuffix(r.Baseline, "OR-chain") {
+			t.Errorf("row %q: baseline %q", r.Name, r.Baseline)
+		}
+	}
+	if len(res.Bars) != 1 || res.Bars[0].ID != "P4" || !strings.Contains(res.Bars[0].Value, "200 → 2k todos") {
+		t.Errorf("bars %+v", res.Bars)
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "of 2k todos / 20 lists, OR-chain") {
+		t.Errorf("report lacks the baseline ratio:\n%s", md.String())
+	}
+}

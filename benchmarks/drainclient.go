@@ -1,0 +1,202 @@
+package benchmarks
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+)
+
+// The benchmark's own token settings: an HS256 secret and audience known
+// only to this process.
+const (
+	drainSecret   = "syncpipe-drain-benchmark-secret-0123456789"
+	drainAudience = "syncpipe-bench"
+	// drainMaxBuckets is the benchmark's max_buckets_per_connection: the
+	// default (1000) is below 1k lists + the global bucket.
+	drainMaxBuckets = 10_000
+)
+
+// errDrainTimeout reports a drain cut off by DrainOptions.BaselineTimeout.
+var errDrainTimeout = errors.New("drain cut off")
+
+// drainStats is what the client saw of one drain.
+type drainStats struct {
+	total      time.Duration // request sent → checkpoint_complete read
+	checkpoint time.Duration // request sent → checkpoint line read
+	ops, bytes int64
+}
+
+// drainServer is an in-process sync API over one data set's storage.
+type drainServer struct {
+	url   string
+	srv   *syncapi.Server
+	http  *http.Server
+	token string
+}
+
+// startDrainServer serves store with the given query shape on a loopback
+// port. The checksum cache holds a single entry, so that every drain
+// computes its buckets' checksums, as the first client after a new
+// checkpoint does: a run measures a first sync, not a cache hit, and
+// runs do not depend on their order.
+func startDrainServer(ctx context.Context, store *bucketstore.Store, shape bucketstore.ReadShape) (*drainServer, error) {
+	tok, err := drainToken()
+	if err != nil {
+		return nil, err
+	}
+	srv, err := syncapi.New(ctx, syncapi.Config{Store: store,
+		Auth:                    config.Auth{Audience: []string{drainAudience}, HS256Secrets: []string{drainSecret}, MaxLifetime: 24 * time.Hour},
+		MaxBucketsPerConnection: drainMaxBuckets, ChecksumCacheSize: 1, ReadShape: shape})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("listen for the sync API: %w", err)
+	}
+	ds := &drainServer{url: "http://" + ln.Addr().String(), srv: srv, token: tok,
+		http: &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}}
+	go func() { _ = ds.http.Serve(ln) }()
+	return ds, nil
+}
+
+// close ends open streams, then the HTTP server.
+func (ds *drainServer) close() {
+	ds.srv.Close()
+	_ = ds.http.Close()
+}
+
+// drainOnce drains every bucket with one new client. timeout > 0 cuts the
+// drain off (errDrainTimeout, with the partial stats).
+func (ds *drainServer) drainOnce(ctx context.Context, timeout time.Duration) (drainStats, error) {
+	dctx := ctx
+	if timeout > 0 {
+		var stop context.CancelFunc
+		dctx, stop = context.WithTimeout(ctx, timeout)
+		defer stop()
+	}
+	st, err := drain(dctx, ds.url, ds.token, false)
+	if err != nil && dctx.Err() != nil && ctx.Err() == nil {
+		return st, errDrainTimeout
+	}
+	return st, err
+}
+
+// warm opens a stream and leaves after its checkpoint line: the server's
+// checkpoint watcher, parsed rules and pooled connections are then ready,
+// as on a server that has been running, and no data is read.
+func (ds *drainServer) warm(ctx context.Context) error {
+	_, err := drain(ctx, ds.url, ds.token, true)
+	return err
+}
+
+// drainToken mints a token for a user that, with the todo rules, is
+// entitled to every bucket (the by_list parameter query has no filter).
+func drainToken() (string, error) {
+	now := time.Now()
+	claims := jwt.MapClaims{"sub": "bench-user", "aud": drainAudience, "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(drainSecret))
+	if err != nil {
+		return "", fmt.Errorf("sign benchmark token: %w", err)
+	}
+	return tok, nil
+}
+
+// drain is the client: one POST /sync/stream as a new client (no buckets
+// held), read until checkpoint_complete. It counts ops without decoding
+// data lines — with raw_data every row is a JSON string, so `{"op_id":`
+// occurs only where an op starts — so the client's own CPU (on the same
+// two cores as the server) stays small; the checkpoint line is decoded
+// for the op count the drain must reach. With checkpointOnly it returns
+// after the checkpoint line.
+func drain(ctx context.Context, url, token string, checkpointOnly bool) (drainStats, error) {
+	var st drainStats
+	body := `{"buckets":[],"include_checksum":true,"raw_data":true,"client_id":"drain-bench"}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(body))
+	if err != nil {
+		return st, fmt.Errorf("build sync request: %w", err)
+	}
+	req.Header.Set("Authorization", "Token "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8")
+	req.Header.Set("Accept-Encoding", "identity")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("sync request: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return st, fmt.Errorf("sync request: HTTP %d: %s", resp.StatusCode, msg)
+	}
+	r := bufio.NewReaderSize(resp.Body, 1<<20)
+	var long []byte // a line longer than the reader's buffer
+	opStart := []byte(`{"op_id":`)
+	want := int64(-1)
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long = append(long, line...)
+			continue
+		}
+		if long != nil {
+			line, long = append(long, line...), nil
+		}
+		st.bytes += int64(len(line))
+		st.total = time.Since(start)
+		if err != nil {
+			return st, fmt.Errorf("read sync stream after %d ops: %w", st.ops, err)
+		}
+		switch {
+		case bytes.HasPrefix(line, []byte(`{"data":`)):
+			st.ops += int64(bytes.Count(line, opStart))
+		case bytes.HasPrefix(line, []byte(`{"checkpoint":`)):
+			st.checkpoint = st.total
+			if want, err = checkpointOps(line); err != nil || checkpointOnly {
+				return st, err
+			}
+		case bytes.HasPrefix(line, []byte(`{"checkpoint_complete":`)):
+			if want >= 0 && st.ops != want {
+				return st, fmt.Errorf("checkpoint complete after %d ops; the checkpoint counted %d", st.ops, want)
+			}
+			return st, nil
+		case bytes.HasPrefix(line, []byte(`{"error":`)):
+			return st, fmt.Errorf("sync stream error: %s", bytes.TrimSpace(line))
+		}
+	}
+}
+
+// checkpointOps sums the bucket counts of a checkpoint line.
+func checkpointOps(line []byte) (int64, error) {
+	var cp struct {
+		Checkpoint struct {
+			Buckets []struct {
+				Count int64 `json:"count"`
+			} `json:"buckets"`
+		} `json:"checkpoint"`
+	}
+	if err := json.Unmarshal(line, &cp); err != nil {
+		return 0, fmt.Errorf("decode checkpoint line: %w", err)
+	}
+	var n int64
+	for _, b := range cp.Checkpoint.Buckets {
+		n += b.Count
+	}
+	return n, nil
+}

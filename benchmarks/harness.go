@@ -1,0 +1,177 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/internal/pgcluster"
+)
+
+// Harness is what the scenarios that run syncpipe share: the binary, where
+// its config files go and how its spans are exported.
+type Harness struct {
+	// Syncpipe is the syncpipe binary (BuildSyncpipe).
+	Syncpipe string
+	// Dir holds generated config files.
+	Dir string
+	// Trace is the child's trace exporter: "" or none, stdout or otlp. The
+	// otlp endpoint comes from OTEL_EXPORTER_OTLP_ENDPOINT, which the child
+	// inherits with the rest of the environment.
+	Trace string
+	// TraceOut receives the child's stdout (stdout-exported spans).
+	TraceOut io.Writer
+}
+
+// SnapshotConfig is the part of a child's config a snapshot scenario varies.
+type SnapshotConfig struct {
+	Source, Storage string // database URIs
+	SlotPrefix      string
+	Rules           string // sync rules YAML
+	Workers         int    // replication.workers_per_process
+	ChunkRows       int
+	SplitRows       int // 0 = the default (250k)
+	FlushWriters    int // 0 = 2
+	// ClusterData is the cluster's data directory, for its CPU time.
+	ClusterData string
+}
+
+// config renders a `syncpipe run` config for a snapshot run: JSON logs
+// (the harness follows them), no metrics listener (children would fight
+// over the port), the harness's trace exporter.
+func (h *Harness) config(c SnapshotConfig) string {
+	exporter := h.Trace
+	if exporter == "" {
+		exporter = "none"
+	}
+	split := ""
+	if c.SplitRows > 0 {
+		split = fmt.Sprintf(", split_rows: %d", c.SplitRows)
+	}
+	return fmt.Sprintf(`source: {uri: %q, slot_prefix: %q}
+storage: {uri: %q, max_conns: 32, synchronous_commit: "off"}
+sync_rules:
+  content: |
+%s
+replication:
+  workers_per_process: %d
+  snapshot: {chunk_rows: %d%s, max_ranges_per_table: 8, flush_writers: %d}
+telemetry: {metrics_listen: "", tracing: {exporter: %s, service_name: syncpipe-bench}}
+log: {level: info, format: json}
+`, c.Source, c.SlotPrefix, c.Storage, indent(c.Rules, "    "), max(c.Workers, 1), c.ChunkRows, split,
+		max(c.FlushWriters, 2), exporter)
+}
+
+// start runs `syncpipe run --role replication:snapshot` on cfg.
+func (h *Harness) start(ctx context.Context, cfg SnapshotConfig) (*Child, error) {
+	return StartChild(ctx, ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: h.config(cfg), Stdout: h.TraceOut})
+}
+
+// snapshotRun is one measured snapshot by a syncpipe child process.
+type snapshotRun struct {
+	Sample
+	Child ChildStats
+}
+
+// snapshotChild snapshots cfg.Source into cfg.Storage (a fresh database)
+// with a child process and measures it: from its "syncpipe starting" to its
+// "snapshot done" log line, machine CPU over that time, then the child's peak RSS,
+// stage summary, and the ops and op bytes it stored.
+func (h *Harness) snapshotChild(ctx context.Context, cfg SnapshotConfig) (snapshotRun, error) {
+	var run snapshotRun
+	cpu0, pg0 := readCPU(), clusterCPU(cfg.ClusterData)
+	child, err := h.start(ctx, cfg)
+	if err != nil {
+		return run, err
+	}
+	// Timed from the child's first log line, written once storage is open
+	// and migrated: process start-up and the one-time migration are not
+	// snapshot work (the in-process harness before this one did the same).
+	begin, waitErr := child.WaitFor(ctx, "syncpipe starting")
+	var done time.Time
+	if waitErr == nil {
+		done, waitErr = child.WaitFor(ctx, "snapshot done")
+	}
+	cpu1 := readCPU()
+	stats, stopErr := child.Stop()
+	if waitErr != nil {
+		return run, waitErr
+	}
+	if stopErr != nil {
+		return run, stopErr
+	}
+	run.Duration = done.Sub(begin)
+	run.OwnCPU = clusterCPU(cfg.ClusterData) - pg0 + stats.User + stats.System
+	run.CPUBusy = busySince(cpu0, cpu1)
+	run.PeakRSS = stats.PeakRSS
+	run.Child = stats
+	run.Ops, run.Bytes, err = storedOps(ctx, cfg.Storage)
+	if err != nil {
+		return run, err
+	}
+	return run, dropPrefixSlots(ctx, cfg.Source, cfg.SlotPrefix)
+}
+
+// dropPrefixSlots drops the slots a snapshot-only run left on the source: an
+// idle slot holds WAL back, and runs would pile them up to the limit.
+func dropPrefixSlots(ctx context.Context, uri, prefix string) error {
+	conn, err := pgx.Connect(ctx, uri)
+	if err != nil {
+		return fmt.Errorf("drop slots: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
+		WHERE starts_with(slot_name, $1) AND NOT active`, prefix)
+	if err != nil {
+		return fmt.Errorf("drop slots: %w", err)
+	}
+	return nil
+}
+
+// storedOps counts the ops in storage and their data bytes.
+func storedOps(ctx context.Context, uri string) (ops, bytes int64, err error) {
+	conn, err := pgx.Connect(ctx, uri)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count stored ops: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	err = conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(data)), 0)::bigint FROM syncpipe.bucket_data`).Scan(&ops, &bytes)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count stored ops: %w", err)
+	}
+	return ops, bytes, nil
+}
+
+// startCluster starts a scenario's throwaway cluster (fsync on: the runs
+// measure write cost) with a database for the source.
+func startCluster(ctx context.Context, sourceDB string) (*pgcluster.Cluster, *pgx.Conn, error) {
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cluster.CreateDatabase(ctx, sourceDB); err != nil {
+		_ = cluster.Stop()
+		return nil, nil, err
+	}
+	src, err := pgx.Connect(ctx, cluster.URI(sourceDB))
+	if err != nil {
+		_ = cluster.Stop()
+		return nil, nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	return cluster, src, nil
+}
+
+func indent(s, pre string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(pre + line + "\n")
+	}
+	return b.String()
+}
+
+// rate is rows per second of a sample.
+func rate(s Sample) float64 { return float64(s.Rows) / max(s.Duration, time.Nanosecond).Seconds() }

@@ -1,0 +1,86 @@
+package benchmarks
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The machine is shared: "CPU busy" counts the neighbours too. To say
+// whether a configuration is CPU-bound, the harness also adds up the CPU
+// time of its own processes: the syncpipe child (from its rusage) and the
+// throwaway cluster's postmaster with all its backends.
+
+// clockTick is the kernel's USER_HZ; 100 on every Linux platform Go
+// supports for this harness.
+const clockTick = time.Second / 100
+
+// clusterCPU is the CPU time used so far by the cluster in dataDir: the
+// postmaster's own and its reaped children's time plus that of its live
+// (or exited, not yet reaped) children. Children are found by parent pid:
+// backends call setsid, so the process group does not find them. Zero
+// when unreadable.
+func clusterCPU(dataDir string) time.Duration {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pm, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var ticks uint64
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := procStat(pid)
+		// Fields after "(comm)": [0] state, [1] ppid, [11] utime, [12]
+		// stime, [13] cutime, [14] cstime.
+		if len(f) < 15 || (pid != pm && f[1] != strconv.Itoa(pm)) {
+			continue
+		}
+		n := 2
+		if pid == pm {
+			n = 4 // the postmaster has reaped the exited backends
+		}
+		for _, v := range f[11 : 11+n] {
+			t, _ := strconv.ParseUint(v, 10, 64)
+			ticks += t
+		}
+	}
+	return time.Duration(ticks) * clockTick
+}
+
+// selfCPU is the harness process's CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name
+// (which may contain spaces).
+func procStat(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}

@@ -1,0 +1,175 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Params are the knobs every scenario takes. Zero values mean "the
+// scale's preset", so a flag given on the command line overrides exactly
+// that knob.
+type Params struct {
+	// Scale is small (the whole set in minutes, for `task bench`) or full
+	// (the SPEC §9 sizes).
+	Scale   string
+	Runs    int   // runs per configuration (median reported)
+	Workers []int // worker or writer counts
+	// ChunkRows is the snapshot chunk_rows or write batch size.
+	ChunkRows int
+	// Rows and Lists size the todo data set of scenarios that use it.
+	Rows, Lists int
+	Log         io.Writer
+	// Harness runs syncpipe as a child process.
+	Harness *Harness
+}
+
+// Scenario is one registered benchmark scenario.
+type Scenario struct {
+	Name string
+	// Spec is the SPEC §9 bar it measures (P1 …), "" for extra ones.
+	Spec     string
+	Describe string
+	Run      func(ctx context.Context, p Params) (Result, error)
+}
+
+// Scales are the accepted -scale values.
+var Scales = []string{"small", "full"}
+
+// registry lists the scenarios in the order `-scenario all` runs them.
+var registry = []Scenario{
+	{Name: "snapshot", Spec: "P1", Describe: "initial snapshot of the todo data set vs the raw COPY→COPY ceiling", Run: runSnapshotScenario},
+	{Name: "scaling", Spec: "P2", Describe: "snapshot of many tables with 1 and 2 workers; resume without re-reads", Run: runScalingScenario},
+	{Name: "streaming", Spec: "P3", Describe: "streaming 200k updates vs a decode-only consumer; replication lag at 5k changes/s", Run: runStreamingScenario},
+	{Name: "drain", Spec: "P4", Describe: "a new client draining every bucket through POST /sync/stream", Run: runDrainScenario},
+	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
+	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
+}
+
+// Scenarios returns the registered scenarios in run order.
+func Scenarios() []Scenario { return registry }
+
+// Lookup finds a registered scenario by name.
+func Lookup(name string) (Scenario, bool) {
+	for _, s := range registry {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// pick returns v unless it is zero, then the preset for the scale.
+func pick[T comparable](v T, small, full T, scale string) T {
+	var zero T
+	if v != zero {
+		return v
+	}
+	if scale == "full" {
+		return full
+	}
+	return small
+}
+
+func pickInts(v []int, small, full []int, scale string) []int {
+	if len(v) > 0 {
+		return v
+	}
+	if scale == "full" {
+		return full
+	}
+	return small
+}
+
+func checkScale(p Params) error {
+	for _, s := range Scales {
+		if p.Scale == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown scale %q (want small or full)", p.Scale)
+}
+
+// runSnapshotScenario: full is SPEC §9 P1 (1M todos / 1k lists, workers
+// 1, 2, 4); small keeps the shape at a tenth.
+func runSnapshotScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	return RunSnapshot(ctx, SnapshotOptions{
+		Todos:     pick(p.Rows, 100_000, 1_000_000, p.Scale),
+		Lists:     pick(p.Lists, 100, 1000, p.Scale),
+		Workers:   pickInts(p.Workers, []int{1, 2}, []int{1, 2, 4}, p.Scale),
+		ChunkRows: pick(p.ChunkRows, 10_000, 10_000, p.Scale),
+		Runs:      pick(p.Runs, 3, 3, p.Scale),
+		Log:       p.Log, Harness: p.Harness})
+}
+
+// runScalingScenario: full is SPEC §9 P2 (200 tables × 20k rows); small
+// has a quarter of the tables and a quarter of the rows with the same two
+// chunks per table. -rows sets the rows per table.
+func runScalingScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	return RunScaling(ctx, ScalingOptions{
+		Tables:       pick(0, 50, 200, p.Scale),
+		RowsPerTable: pick(p.Rows, 5000, 20_000, p.Scale),
+		Owners:       100,
+		Workers:      pickInts(p.Workers, []int{1, 2}, []int{1, 2}, p.Scale),
+		ChunkRows:    pick(p.ChunkRows, 2500, 10_000, p.Scale),
+		Runs:         pick(p.Runs, 3, 3, p.Scale),
+		Log:          p.Log, Harness: p.Harness})
+}
+
+// runWriteScenario is the storage write path measured in-process.
+func runWriteScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	return RunWrite(ctx, WriteOptions{
+		Rows:      pick(p.Rows, 100_000, 1_000_000, p.Scale),
+		Lists:     pick(p.Lists, 100, 1000, p.Scale),
+		BatchRows: pick(p.ChunkRows, 10_000, 10_000, p.Scale),
+		Writers:   pickInts(p.Workers, []int{1, 2}, []int{1, 2}, p.Scale),
+		Runs:      pick(p.Runs, 3, 3, p.Scale),
+		Log:       p.Log})
+}
+
+// SmallDrainBaselineTimeout cuts the quadratic OR-chain drain off at
+// small scale, where the whole set must finish in minutes.
+const SmallDrainBaselineTimeout = 15 * time.Second
+
+// runDrainScenario: full is SPEC §9 P4 ({10k,100k,1M} × {200,1k}); small
+// drops the 1M size. -rows / -lists measure that one size.
+func runDrainScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := DrainOptions{Runs: pick(p.Runs, 3, 3, p.Scale), BaselineTimeout: 2 * time.Minute, Log: p.Log}
+	if p.Scale == "small" {
+		opt.Todos, opt.BaselineTimeout = SmallDrain, SmallDrainBaselineTimeout
+	}
+	if p.Rows > 0 {
+		opt.Todos = []int{p.Rows}
+	}
+	if p.Lists > 0 {
+		opt.Lists = []int{p.Lists}
+	}
+	return RunDrain(ctx, opt)
+}
+
+// runChecksumsScenario runs P5 with its scale preset; -rows sets the
+// global bucket's rows.
+func runChecksumsScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := ChecksumsPreset(p.Scale)
+	if p.Rows > 0 {
+		opt.GlobalRows = p.Rows
+	}
+	opt.Log = p.Log
+	return RunChecksums(ctx, opt)
+}

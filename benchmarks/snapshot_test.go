@@ -1,0 +1,60 @@
+package benchmarks
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSnapshotSmoke runs P1 once at a tiny scale through the code path of
+// `go run ./benchmarks/cmd/bench -scenario snapshot`: a throwaway cluster,
+// a built syncpipe binary as a child process, the raw ceiling, the report
+// files. It asserts what storage holds, never how fast it got there.
+func TestSnapshotSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and builds syncpipe")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	start := time.Now()
+	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("built syncpipe in %v", time.Since(start).Round(time.Millisecond))
+	const todosN, lists = 3000, 30
+	res, err := RunSnapshot(ctx, SnapshotOptions{Todos: todosN, Lists: lists, Workers: []int{2}, ChunkRows: 500, Runs: 1,
+		Harness: &Harness{Syncpipe: bin, Dir: dir}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 {
+		t.Fatalf("rows %+v: want syncpipe and the raw ceiling", res.Rows)
+	}
+	// One by_list op per todo and one global op per list.
+	for _, r := range res.Rows {
+		if got := r.Samples[0].Ops; got != todosN+lists {
+			t.Errorf("%s: %d ops stored, want %d", r.Name, got, todosN+lists)
+		}
+	}
+	if res.PeakRSS <= 0 || res.Stages == nil || res.Stages.Stage("read").Rows != todosN+lists {
+		t.Errorf("peak RSS %d, stages %+v: want the child's RSS and a read stage of %d rows", res.PeakRSS, res.Stages, todosN+lists)
+	}
+	out := filepath.Join(dir, "results")
+	if err := res.Save(out); err != nil {
+		t.Fatal(err)
+	}
+	for _, ext := range []string{".md", ".json", ".svg"} {
+		b, err := os.ReadFile(filepath.Join(out, "snapshot"+ext))
+		if err != nil || len(b) == 0 {
+			t.Errorf("snapshot%s: %v (%d bytes)", ext, err, len(b))
+		}
+	}
+	if md, _ := os.ReadFile(filepath.Join(out, "snapshot.md")); !strings.Contains(string(md), "Peak RSS of the syncpipe process") {
+		t.Errorf("snapshot.md does not report the syncpipe RSS:\n%s", md)
+	}
+}

@@ -1,0 +1,328 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncpipe/syncpipe/internal/pgcluster"
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// StreamingOptions configures the P3 streaming scenario.
+type StreamingOptions struct {
+	Todos, Lists int
+	// Updates single-row UPDATEs per run, TxnRows of them per transaction.
+	Updates, TxnRows int
+	Runs             int
+	// SteadyRate changes/s for SteadyFor measure the replication lag, in
+	// transactions of SteadyTxnRows updates.
+	SteadyRate    int
+	SteadyFor     time.Duration
+	SteadyTxnRows int
+	Log           io.Writer
+	Harness       *Harness
+}
+
+// runStreamingScenario: full is SPEC §9 P3 (200k updates in 1k-row
+// transactions; 5k changes/s for 30 s); small has a fifth of the updates
+// and 10 s of load.
+func runStreamingScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	updates := pick(0, 40_000, 200_000, p.Scale)
+	return RunStreaming(ctx, StreamingOptions{
+		Todos: pick(p.Rows, updates, updates, p.Scale), Lists: pick(p.Lists, 100, 1000, p.Scale),
+		Updates: updates, TxnRows: 1000, Runs: pick(p.Runs, 3, 3, p.Scale),
+		SteadyRate: 5000, SteadyFor: pick(0, 10*time.Second, 30*time.Second, p.Scale), SteadyTxnRows: 100,
+		Log: p.Log, Harness: p.Harness})
+}
+
+// streamingRules are the todo rules plus a one-row marker table the lag
+// measurement writes in every transaction.
+const streamingRules = todos.Rules + `  marks:
+    data:
+      - SELECT id, seq FROM bench_marks
+`
+
+// RunStreaming measures SPEC §9 P3. Throughput: with syncpipe stopped,
+// Updates single-row UPDATEs are committed in transactions of TxnRows; then
+// a decode-only pglogrepl consumer (its slot created before the updates)
+// and a `syncpipe run` child process each consume exactly that WAL, the
+// child timed from its "syncpipe starting" log line until storage
+// publishes a checkpoint at the updates' end. Lag: with syncpipe running,
+// transactions arrive at SteadyRate changes/s, and each one's lag is the
+// time from its commit until a published checkpoint includes it (seen
+// through a marker row the transaction also updates).
+func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
+	res := Result{Scenario: "streaming", Date: time.Now(),
+		Params: fmt.Sprintf("P3: %d todos / %d lists; throughput: %d single-row UPDATEs in %d-row transactions consumed from the slot, median of %d runs; lag: %d changes/s in %d-row transactions for %s; one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication`)",
+			opt.Todos, opt.Lists, opt.Updates, opt.TxnRows, opt.Runs, opt.SteadyRate, opt.SteadyTxnRows, opt.SteadyFor)}
+	if opt.Harness == nil {
+		return res, fmt.Errorf("streaming scenario: no syncpipe harness")
+	}
+	cluster, src, err := startCluster(ctx, "app")
+	if err != nil {
+		return res, err
+	}
+	defer cluster.Stop()
+	defer src.Close(context.WithoutCancel(ctx))
+	logf(opt.Log, "loading %d todos / %d lists…", opt.Todos, opt.Lists)
+	if _, err := todos.Load(ctx, src, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42}); err != nil {
+		return res, err
+	}
+	if _, err := src.Exec(ctx, `CREATE TABLE bench_marks (id int PRIMARY KEY, seq bigint NOT NULL);
+		INSERT INTO bench_marks VALUES (1, 0)`); err != nil {
+		return res, fmt.Errorf("create marker table: %w", err)
+	}
+	ids, err := pgx.CollectRows(mustQuery(ctx, src, `SELECT id::text FROM todos ORDER BY id`), pgx.RowTo[string])
+	if err != nil {
+		return res, fmt.Errorf("read todo ids: %w", err)
+	}
+	if err := cluster.CreateDatabase(ctx, "storage"); err != nil {
+		return res, err
+	}
+	sr := &streamRun{opt: opt, cluster: cluster, src: src, ids: ids,
+		cfg: opt.Harness.config(SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI("storage"),
+			SlotPrefix: "bench_", Rules: streamingRules, Workers: 2, ChunkRows: 10000})}
+	sr.storage, err = pgx.Connect(ctx, cluster.URI("storage"))
+	if err != nil {
+		return res, fmt.Errorf("connect to storage: %w", err)
+	}
+	defer sr.storage.Close(context.WithoutCancel(ctx))
+
+	// Initial snapshot, then streaming caught up.
+	logf(opt.Log, "initial snapshot…")
+	child, err := sr.startChild(ctx)
+	if err != nil {
+		return res, err
+	}
+	if _, err := child.WaitFor(ctx, "snapshot done"); err != nil {
+		return res, err
+	}
+	if _, err := sr.waitCaughtUp(ctx, child); err != nil {
+		return res, err
+	}
+	st, err := child.Stop()
+	if err != nil {
+		return res, err
+	}
+	res.PeakRSS = st.PeakRSS
+
+	var rows rowSet
+	stages := &Breakdown{}
+	var ownCPU, allCPU time.Duration // syncpipe process; it plus the cluster
+	const baseline = "decode-only pglogrepl consumer"
+	for r := range opt.Runs {
+		dec, err := newDecodeOnly(ctx, cluster.URI("app"), "bench_decode_only")
+		if err != nil {
+			return res, err
+		}
+		if err := sr.update(ctx, r); err != nil {
+			dec.Close(ctx)
+			return res, err
+		}
+		d, err := dec.consume(ctx, "syncpipe", opt.Updates)
+		dec.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return res, err
+		}
+		rows.add(baseline, "", Sample{Duration: d, Rows: int64(opt.Updates)})
+		logf(opt.Log, "run %d: decode-only: %.0f changes/s", r+1, float64(opt.Updates)/d.Seconds())
+
+		s, cst, err := sr.catchUp(ctx)
+		if err != nil {
+			return res, err
+		}
+		stages.Add(cst.Stages)
+		res.PeakRSS = max(res.PeakRSS, cst.PeakRSS)
+		ownCPU += cst.User + cst.System
+		allCPU += s.OwnCPU
+		rows.add("syncpipe streaming", baseline, s)
+		logf(opt.Log, "run %d: syncpipe: %.0f changes/s (%d ops), peak RSS %s", r+1, rate(s), s.Ops, fmtBytes(cst.PeakRSS))
+	}
+	res.Rows = rows.list()
+	res.Stages = stages
+	perChange := func(d time.Duration) string {
+		return (d / time.Duration(max(opt.Runs*opt.Updates, 1))).String()
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("CPU per streamed change: syncpipe process %s, cluster (walsender, storage backends) %s.",
+		perChange(ownCPU), perChange(allCPU-ownCPU)))
+
+	lags, achieved, lst, err := sr.steady(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.PeakRSS = max(res.PeakRSS, lst.PeakRSS)
+	p50, p99, worst := percentile(lags, 0.50), percentile(lags, 0.99), slices.Max(lags)
+	res.Notes = append(res.Notes, fmt.Sprintf("Replication lag at %.0f changes/s (target %d) over %s: %d transactions, commit → included in a published checkpoint: p50 %s, p99 %s, max %s.",
+		achieved, opt.SteadyRate, opt.SteadyFor, len(lags), p50, p99, worst))
+	res.Bars = streamingBars(res, baseline, achieved, p99)
+	return res, nil
+}
+
+func streamingBars(res Result, baseline string, achieved float64, p99 time.Duration) []Bar {
+	var sp, base float64
+	for _, r := range res.Rows {
+		med, _, _ := r.rate(func(s Sample) int64 { return s.Rows })
+		if r.Name == baseline {
+			base = med
+		} else {
+			sp = med
+		}
+	}
+	ratio := sp / max(base, 1)
+	return []Bar{
+		{ID: "P3", Measure: "streaming throughput", Bar: "≥ 70% of a decode-only consumer",
+			Value: fmt.Sprintf("%.0f changes/s = %.0f%% of %.0f", sp, 100*ratio, base), Met: ratio >= 0.70,
+			Note: noteIf(ratio < 0.70, "see the stage-time summary for where the stream's time goes")},
+		{ID: "P3", Measure: "replication lag", Bar: "p99 < 100 ms at 5k changes/s steady",
+			Value: fmt.Sprintf("p99 %s at %.0f changes/s", p99.Round(time.Millisecond/10), achieved),
+			Met:   p99 < 100*time.Millisecond && achieved >= 0.95*5000},
+	}
+}
+
+// streamRun holds what the phases of the streaming scenario share.
+type streamRun struct {
+	opt     StreamingOptions
+	cluster *pgcluster.Cluster
+	src     *pgx.Conn
+	storage *pgx.Conn
+	ids     []string
+	cfg     string
+	next    int // next todo to update
+}
+
+func (sr *streamRun) startChild(ctx context.Context) (*Child, error) {
+	h := sr.opt.Harness
+	return StartChild(ctx, ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: sr.cfg, Role: "replication", Stdout: h.TraceOut})
+}
+
+// update commits opt.Updates single-row updates, opt.TxnRows per
+// transaction, each todo's completed flag flipped.
+func (sr *streamRun) update(ctx context.Context, run int) error {
+	logf(sr.opt.Log, "run %d: committing %d updates…", run+1, sr.opt.Updates)
+	for done := 0; done < sr.opt.Updates; done += sr.opt.TxnRows {
+		n := min(sr.opt.TxnRows, sr.opt.Updates-done)
+		if _, err := sr.src.Exec(ctx, `UPDATE todos SET completed = NOT completed WHERE id = ANY($1::uuid[])`, sr.take(n)); err != nil {
+			return fmt.Errorf("update todos: %w", err)
+		}
+	}
+	return nil
+}
+
+// take returns the next n todo ids, round robin.
+func (sr *streamRun) take(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = sr.ids[sr.next%len(sr.ids)]
+		sr.next++
+	}
+	return out
+}
+
+// catchUp starts syncpipe on the WAL left by update and times it until a
+// checkpoint covers the source's current position.
+func (sr *streamRun) catchUp(ctx context.Context) (Sample, ChildStats, error) {
+	var ops0 int64
+	if err := sr.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.bucket_data`).Scan(&ops0); err != nil {
+		return Sample{}, ChildStats{}, fmt.Errorf("count ops: %w", err)
+	}
+	cpu0, pg0 := readCPU(), clusterCPU(filepath.Join(sr.cluster.Dir(), "data"))
+	child, err := sr.startChild(ctx)
+	if err != nil {
+		return Sample{}, ChildStats{}, err
+	}
+	begin, err := child.WaitFor(ctx, "syncpipe starting")
+	var end time.Time
+	if err == nil {
+		end, err = sr.waitCaughtUp(ctx, child)
+	}
+	cpu1 := readCPU()
+	st, stopErr := child.Stop()
+	if err != nil {
+		return Sample{}, st, err
+	}
+	if stopErr != nil {
+		return Sample{}, st, stopErr
+	}
+	s := Sample{Duration: end.Sub(begin), Rows: int64(sr.opt.Updates), PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
+		OwnCPU: clusterCPU(filepath.Join(sr.cluster.Dir(), "data")) - pg0 + st.User + st.System}
+	if err := sr.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
+		FROM syncpipe.bucket_data`, ops0).Scan(&s.Ops, &s.Bytes); err != nil {
+		return s, st, fmt.Errorf("count ops: %w", err)
+	}
+	return s, st, nil
+}
+
+// waitCaughtUp waits until storage publishes a checkpoint at or past the
+// source's current WAL insert position and returns when it saw it.
+func (sr *streamRun) waitCaughtUp(ctx context.Context, child *Child) (time.Time, error) {
+	var target string
+	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
+		return time.Time{}, err
+	}
+	if _, err := sr.storage.Exec(ctx, "LISTEN syncpipe_checkpoints"); err != nil {
+		return time.Time{}, err
+	}
+	defer sr.storage.Exec(context.WithoutCancel(ctx), "UNLISTEN *")
+	for {
+		var reached bool
+		err := sr.storage.QueryRow(ctx, `SELECT coalesce(max(last_checkpoint_lsn) >= $1::pg_lsn, false)
+			FROM syncpipe.groups WHERE state = 'ACTIVE'`, target).Scan(&reached)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("read checkpoint: %w", err)
+		}
+		if reached {
+			return time.Now(), nil
+		}
+		// Bounded waits re-check the groups table: a checkpoint can move
+		// only the LSN, and the child may have died.
+		wctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = sr.storage.WaitForNotification(wctx)
+		cancel()
+		if err != nil && (ctx.Err() != nil || !pgconn.Timeout(err)) {
+			return time.Time{}, fmt.Errorf("waiting for a checkpoint past %s: %w\n%s", target, err, child.Tail())
+		}
+		if childExited(child) {
+			return time.Time{}, fmt.Errorf("syncpipe exited waiting for a checkpoint past %s:\n%s", target, child.Tail())
+		}
+	}
+}
+
+// checkpointNote is a storage checkpoint notification's payload.
+type checkpointNote struct {
+	Group      int   `json:"group_id"`
+	Checkpoint int64 `json:"checkpoint"`
+}
+
+// percentile returns the q-quantile of ds (sorted in place).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(int(q*float64(len(ds))), len(ds)-1)]
+}
+
+func mustQuery(ctx context.Context, conn *pgx.Conn, q string) pgx.Rows {
+	rows, _ := conn.Query(ctx, q) // an error surfaces through CollectRows
+	return rows
+}
+
+// childExited reports whether the child process has ended.
+func childExited(c *Child) bool {
+	select {
+	case <-c.exited:
+		return true
+	default:
+		return false
+	}
+}
