@@ -150,8 +150,8 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	}
 	res.Rows = rows.list()
 	res.Stages = stages
-	perChange := func(d time.Duration) string {
-		return (d / time.Duration(max(opt.Runs*opt.Updates, 1))).String()
+	perChange := func(d time.Duration) time.Duration {
+		return d / time.Duration(max(opt.Runs*opt.Updates, 1))
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("CPU per streamed change: syncpipe process %s, cluster (walsender, storage backends) %s.",
 		perChange(ownCPU), perChange(allCPU-ownCPU)))
@@ -165,6 +165,14 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	res.Notes = append(res.Notes, fmt.Sprintf("Replication lag at %.0f changes/s (target %d) over %s: %d transactions, commit → included in a published checkpoint: p50 %s, p99 %s, max %s.",
 		achieved, opt.SteadyRate, opt.SteadyFor, len(lags), p50, p99, worst))
 	res.Bars = streamingBars(res, baseline, achieved, p99)
+	if !res.Bars[0].Met {
+		busiest := stages.Busiest()
+		st := stages.Stage(busiest)
+		res.Bars[0].Note = fmt.Sprintf("busiest stage %s (%.0f rows per busy second); CPU per change: syncpipe %s + cluster %s (walsender, storage backends) = %s, which caps 2 cores at ≈ %.0fk changes/s",
+			busiest, float64(st.Rows)/max(st.Busy, time.Nanosecond).Seconds()*float64(max(st.Workers, 1)),
+			perChange(ownCPU).Round(100*time.Nanosecond), perChange(allCPU-ownCPU).Round(100*time.Nanosecond),
+			perChange(allCPU).Round(100*time.Nanosecond), 2/perChange(allCPU).Seconds()/1000)
+	}
 	return res, nil
 }
 
@@ -181,8 +189,7 @@ func streamingBars(res Result, baseline string, achieved float64, p99 time.Durat
 	ratio := sp / max(base, 1)
 	return []Bar{
 		{ID: "P3", Measure: "streaming throughput", Bar: "≥ 70% of a decode-only consumer",
-			Value: fmt.Sprintf("%.0f changes/s = %.0f%% of %.0f", sp, 100*ratio, base), Met: ratio >= 0.70,
-			Note: noteIf(ratio < 0.70, "see the stage-time summary for where the stream's time goes")},
+			Value: fmt.Sprintf("%.0f changes/s = %.0f%% of %.0f", sp, 100*ratio, base), Met: ratio >= 0.70},
 		{ID: "P3", Measure: "replication lag", Bar: "p99 < 100 ms at 5k changes/s steady",
 			Value: fmt.Sprintf("p99 %s at %.0f changes/s", p99.Round(time.Millisecond/10), achieved),
 			Met:   p99 < 100*time.Millisecond && achieved >= 0.95*5000},

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "all", "scenario to run: all, snapshot (P1), scaling (P2), drain (P4), checksums (P5) or write (storage write path)")
+	scenario := flag.String("scenario", "all", "scenario to run: all, snapshot (P1), scaling (P2), streaming (P3), drain (P4), checksums (P5) or write (storage write path); summary rewrites summary.md from the saved results in -out")
 	// Given on the command line, these override the scenario's -scale
 	// preset (registered.go reads them by name).
 	flag.Int("rows", 0, "source rows: todos (snapshot, write, drain), rows per table (scaling), global bucket rows (checksums); default: scale preset")
@@ -42,6 +42,17 @@ func main() {
 		}
 		ws = append(ws, n)
 	}
+	if *scenario == "summary" {
+		results, err := benchmarks.LoadResults(*out)
+		if err == nil {
+			err = benchmarks.WriteSummary(*out, scaleOf(results), results)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, ok := benchmarks.Lookup(*scenario); !ok && *scenario != "all" {
 		fmt.Fprintf(os.Stderr, "bench: unknown scenario %q\n", *scenario)
 		os.Exit(2)
@@ -49,4 +60,22 @@ func main() {
 	code := runRegistered(ctx, *scenario, ws, *out)
 	stop()
 	os.Exit(code)
+}
+
+// scaleOf names the scale the saved results were measured at: the one
+// their parameters state, "mixed" if they differ.
+func scaleOf(results []benchmarks.Result) string {
+	scale := ""
+	for _, r := range results {
+		i := strings.LastIndex(r.Params, "scale ")
+		if i < 0 {
+			continue // saved before scales existed
+		}
+		s := r.Params[i+len("scale "):]
+		if scale != "" && s != scale {
+			return "mixed"
+		}
+		scale = s
+	}
+	return scale
 }
