@@ -21,7 +21,9 @@ const (
 // WriteSVG draws a result's charts side by side: the stage breakdown (busy
 // and blocked time per stage as a share of wall time) and throughput vs
 // workers (median rows/s with min–max whiskers, baselines as dashed lines).
-// It reports false, writing nothing, when the result has neither.
+// A result with neither (several configurations of one kind, like the
+// drain sizes) gets a chart of median time per configuration instead; it
+// reports false, writing nothing, when there is less than that to draw.
 func WriteSVG(w io.Writer, res Result) (bool, error) {
 	var panels []func(*strings.Builder, float64)
 	if res.Stages != nil && len(res.Stages.Stages) > 0 && res.Stages.Wall > 0 {
@@ -31,7 +33,7 @@ func WriteSVG(w io.Writer, res Result) (bool, error) {
 		panels = append(panels, func(b *strings.Builder, x float64) { workerChart(b, x, res, pts) })
 	}
 	if len(panels) == 0 {
-		return false, nil
+		return timeChart(w, res)
 	}
 	var b strings.Builder
 	width := panelW * len(panels)
@@ -188,4 +190,78 @@ func niceCeil(v float64) float64 {
 		}
 	}
 	return 10 * p
+}
+
+// timeChart draws the median time of every row as a horizontal bar on a
+// log scale, with min–max whiskers: the sizes of a scenario span orders of
+// magnitude, and the baseline rows sit next to the rows they are compared
+// with.
+func timeChart(w io.Writer, res Result) (bool, error) {
+	var rows []Row
+	for _, r := range res.Rows {
+		if len(r.Samples) > 0 {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) < 2 {
+		return false, nil
+	}
+	const labelW, barW, rowH = 300, 400, 22
+	width, height := labelW+barW+padR+40, padT+rowH*len(rows)+padB
+	lo, hi := math.Inf(1), 0.0
+	span := func(r Row) (med, min, max float64) {
+		ds := make([]float64, len(r.Samples))
+		for i, s := range r.Samples {
+			ds[i] = s.Duration.Seconds()
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2], ds[0], ds[len(ds)-1]
+	}
+	for _, r := range rows {
+		_, mn, mx := span(r)
+		lo, hi = math.Min(lo, mn), math.Max(hi, mx)
+	}
+	lo, hi = math.Pow(10, math.Floor(math.Log10(math.Max(lo, 1e-6)))), math.Pow(10, math.Ceil(math.Log10(math.Max(hi, 1e-6))))
+	if hi <= lo {
+		hi = lo * 10
+	}
+	xOf := func(v float64) float64 {
+		return labelW + barW*(math.Log10(math.Max(v, lo))-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		width, height, width, height)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
+	text(&b, float64(width)/2, 20, "middle", "median time per run (log scale, min–max)")
+	base := float64(padT + rowH*len(rows))
+	fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black"/>`+"\n", labelW, base, labelW+barW, base)
+	for v := lo; v <= hi*1.0001; v *= 10 {
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", xOf(v), padT, xOf(v), base)
+		text(&b, xOf(v), base+16, "middle", fmtSeconds(v))
+	}
+	for i, r := range rows {
+		med, mn, mx := span(r)
+		y := float64(padT + rowH*i)
+		color := "#3b6ea5"
+		if r.Baseline == "" && slices.ContainsFunc(rows, func(o Row) bool { return o.Baseline == r.Name }) {
+			color = "#a33" // a baseline
+		}
+		text(&b, labelW-8, y+rowH/2+4, "end", r.Name)
+		fmt.Fprintf(&b, `<rect x="%d" y="%.1f" width="%.1f" height="%d" fill="%s"><title>%s: %s</title></rect>`+"\n",
+			labelW, y+4, xOf(med)-labelW, rowH-8, color, html.EscapeString(r.Name), fmtSeconds(med))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", xOf(mn), y+rowH/2, xOf(mx), y+rowH/2)
+	}
+	b.WriteString("</svg>\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return true, fmt.Errorf("write chart: %w", err)
+	}
+	return true, nil
+}
+
+// fmtSeconds prints a tick or a time compactly: 10ms, 1s, 100s.
+func fmtSeconds(v float64) string {
+	if v < 1 {
+		return fmt.Sprintf("%gms", math.Round(v*1e6)/1e3)
+	}
+	return fmt.Sprintf("%gs", math.Round(v*1e3)/1e3)
 }

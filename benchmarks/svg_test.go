@@ -77,3 +77,23 @@ func TestNiceCeil(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteSVGTimeChart draws a result without stages or workers — sizes
+// and their baselines — as median times on a log scale.
+func TestWriteSVGTimeChart(t *testing.T) {
+	res := Result{Rows: []Row{
+		{Name: "10k, LATERAL", Baseline: "10k, OR-chain", Samples: []Sample{{Duration: 40 * time.Millisecond, Rows: 1}, {Duration: 50 * time.Millisecond, Rows: 1}}},
+		{Name: "10k, OR-chain", Samples: []Sample{{Duration: 3 * time.Second, Rows: 1}}},
+	}}
+	var b strings.Builder
+	ok, err := WriteSVG(&b, res)
+	if err != nil || !ok {
+		t.Fatalf("WriteSVG = %v, %v", ok, err)
+	}
+	svg := b.String()
+	for _, want := range []string{"log scale", "10k, LATERAL", "10k, OR-chain", ">10ms<", ">10s<", `fill="#a33"`} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart lacks %q", want)
+		}
+	}
+}
