@@ -1,17 +1,13 @@
 package benchmarks
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/google/uuid"
-
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -28,14 +24,6 @@ bucket_definitions:
       - SELECT id, list_id, description FROM todos WHERE list_id = bucket.list_id
 `
 
-// p5Table is a source table of the P5 data set: its storage record and
-// the rules bound to its columns, evaluated the way replication does.
-type p5Table struct {
-	table *stages.Table
-	bound *syncrules.BoundTable
-	ev    *syncrules.Evaluator
-}
-
 // p5Data is the P5 data set written straight into bucket storage through
 // a bucketstore Writer (no source database: the scenario measures the read
 // side, and the driver's commit time is then exact).
@@ -43,9 +31,8 @@ type p5Data struct {
 	opt    ChecksumsOptions
 	store  *bucketstore.Store
 	group  int
-	tables map[string]*p5Table
+	tables map[string]*stages.Builder // eval + op build, as replication does
 	w      *bucketstore.Writer
-	buf    []byte
 }
 
 func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptions) (*p5Data, error) {
@@ -57,7 +44,7 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 	if err != nil {
 		return nil, fmt.Errorf("parse P5 rules: %w", err)
 	}
-	d := &p5Data{opt: opt, store: store, group: g.ID, tables: map[string]*p5Table{}}
+	d := &p5Data{opt: opt, store: store, group: g.ID, tables: map[string]*stages.Builder{}}
 	cols := map[string][]string{"docs": {"id", "payload"}, "lists": {"id", "owner_id"}, "todos": {"id", "list_id", "description"}}
 	rel := uint32(100)
 	for _, name := range []string{"docs", "lists", "todos"} {
@@ -69,11 +56,11 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 		if err := store.MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
 			return nil, err
 		}
-		bound, err := rules.Bind(name, cols[name])
+		spec, err := stages.NewTableSpec(&st.Table, rules, cols[name], []string{"id"})
 		if err != nil {
-			return nil, fmt.Errorf("bind %s: %w", name, err)
+			return nil, err
 		}
-		d.tables[name] = &p5Table{table: &st.Table, bound: bound, ev: bound.NewEvaluator()}
+		d.tables[name] = stages.NewBuilder(spec)
 	}
 	if err := store.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		return nil, err
@@ -88,33 +75,20 @@ func (d *p5Data) close() { d.w.Close() }
 
 // change evaluates one source row (values in column order, id first).
 func (d *p5Data) change(table string, vals ...string) (stages.Change, error) {
-	tt := d.tables[table]
+	b := d.tables[table]
 	row := make([]syncrules.Value, len(vals))
+	size := 0
 	for i, v := range vals {
 		row[i] = syncrules.Text(v)
+		size += len(v)
 	}
-	c := stages.Change{Table: tt.table, Kind: stages.Upsert, Key: uuid.NewSHA1(uuid.NameSpaceOID, []byte(table+"/"+vals[0]))}
-	outs, buf, err := tt.ev.EvaluateRow(row, nil, d.buf[:0])
+	// Each change gets its own buffer: the load keeps a batch of them.
+	b.Begin(1, 2*size+256)
+	cs, err := b.Upsert(row, nil)
 	if err != nil {
-		return c, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
+		return stages.Change{}, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
 	}
-	d.buf = buf
-	for _, o := range outs {
-		data := bytes.Clone(o.Data)
-		c.Puts = append(c.Puts, stages.Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
-			Data: data, Checksum: checksum.Put(o.ObjectType, o.ObjectID, data)})
-	}
-	if tt.bound.HasParameters() {
-		c.TracksLookups = true
-		entries, _, err := tt.ev.EvaluateParameterRow(row, nil, nil)
-		if err != nil {
-			return c, fmt.Errorf("evaluate %s parameters: %w", table, err)
-		}
-		for _, l := range entries {
-			c.Lookups = append(c.Lookups, stages.Lookup{Key: bytes.Clone(l.Key), Params: bytes.Clone(l.Rows)})
-		}
-	}
-	return c, nil
+	return cs[0], nil
 }
 
 // payload is a document's ~RowBytes of text; version makes updates differ.

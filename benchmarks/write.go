@@ -232,44 +232,21 @@ const (
 	rawOpsCols     = "group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data"
 )
 
-// dumpRaw copies the rows a bucketstore run stored out of storage in binary
-// form and cuts them into per-transaction streams (batchRows current rows
-// and their ops each), so the raw ceiling replays the very same bytes with
-// no client-side work at all.
+// dumpRaw cuts the rows a bucketstore run stored into per-transaction
+// streams (batchRows current rows and their ops each), so the raw ceiling
+// replays the very same bytes with no client-side work at all, and counts
+// each batch's op data as writers do.
 func dumpRaw(ctx context.Context, pool *pgxpool.Pool, batches [][]stages.Change) ([]rawBatch, error) {
-	batchRows := len(batches[0])
-	conn, err := pool.Acquire(ctx)
+	out, err := dumpStored(ctx, pool, len(batches[0]))
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
-	dump := func(q string) ([][]byte, error) {
-		var buf bytes.Buffer
-		if _, err := conn.Conn().PgConn().CopyTo(ctx, &buf, q); err != nil {
-			return nil, fmt.Errorf("dump rows: %w", err)
-		}
-		return splitTuples(buf.Bytes())
-	}
-	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data ORDER BY ctid) TO STDOUT (FORMAT binary)")
-	if err != nil {
-		return nil, err
-	}
-	ops, err := dump("COPY (SELECT " + rawOpsCols + " FROM bucket_data ORDER BY ctid) TO STDOUT (FORMAT binary)")
-	if err != nil {
-		return nil, err
-	}
-	perRow := len(ops) / max(len(cur), 1)
-	var out []rawBatch
-	for lo := 0; lo < len(cur); lo += batchRows {
-		hi := min(lo+batchRows, len(cur))
-		b := rawBatch{current: joinTuples(cur[lo:hi]), ops: joinTuples(ops[lo*perRow : hi*perRow]),
-			rows: int64(hi - lo), nops: int64((hi - lo) * perRow)}
-		for _, c := range batches[len(out)] {
+	for i := range out {
+		for _, c := range batches[i] {
 			for _, p := range c.Puts {
-				b.bytes += int64(len(p.Data)) // op data, as writers count it
+				out[i].bytes += int64(len(p.Data))
 			}
 		}
-		out = append(out, b)
 	}
 	return out, nil
 }

@@ -47,17 +47,17 @@ type pendingRow struct {
 // remember records the RowData of a batch's new changes as the newest
 // state of their rows. Only tables with TOASTable columns are tracked.
 func (s *streamer) remember(changes []stages.Change, lsn uint64) {
+	s.toast.mu.Lock()
+	defer s.toast.mu.Unlock()
 	for i := range changes {
 		c := &changes[i]
 		if c.Kind == stages.Truncate || !s.hasToast(c.Table.ID) {
 			continue
 		}
-		s.toast.mu.Lock()
 		if s.toast.pending == nil {
 			s.toast.pending = map[bucketstore.RowRef]pendingRow{}
 		}
 		s.toast.pending[bucketstore.RowRef{Table: c.Table.ID, Key: c.Key}] = pendingRow{data: c.RowData, lsn: lsn}
-		s.toast.mu.Unlock()
 	}
 }
 
