@@ -84,3 +84,86 @@ func procStat(pid int) []string {
 	}
 	return strings.Fields(s[i+1:])
 }
+
+// procCPU is the CPU time of each live process of a cluster, by pid, with
+// the role its command line names.
+type procCPU map[int]struct {
+	role string
+	cpu  time.Duration
+}
+
+// clusterProcs samples the live processes of the cluster in dataDir. A
+// role is "walsender", "backend <database>" or "auxiliary" (postmaster,
+// checkpointer, WAL writer, autovacuum…): it tells whether the CPU a
+// scenario costs goes into decoding, writing storage or housekeeping.
+func clusterProcs(dataDir string) procCPU {
+	out := procCPU{}
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return out
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pm := strings.TrimSpace(first)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := procStat(pid)
+		if len(f) < 15 || (e.Name() != pm && f[1] != pm) {
+			continue
+		}
+		var ticks uint64
+		for _, v := range f[11:13] {
+			t, _ := strconv.ParseUint(v, 10, 64)
+			ticks += t
+		}
+		out[pid] = struct {
+			role string
+			cpu  time.Duration
+		}{procRole(pid), time.Duration(ticks) * clockTick}
+	}
+	return out
+}
+
+// procRole classifies a Postgres process by its title, which is
+// "postgres: walsender …", "postgres: <user> <database> <client> …" or
+// "postgres: <auxiliary process name>".
+func procRole(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return titleRole(strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " ")))
+}
+
+func titleRole(title string) string {
+	rest, ok := strings.CutPrefix(title, "postgres: ")
+	if !ok {
+		return "auxiliary"
+	}
+	f := strings.Fields(rest)
+	switch {
+	case len(f) > 0 && f[0] == "walsender":
+		return "walsender"
+	case len(f) >= 3 && (strings.ContainsAny(f[2], "(:") || f[2] == "[local]"):
+		return "backend " + f[1]
+	default:
+		return "auxiliary"
+	}
+}
+
+// since is the CPU each role used between an earlier sample and p, counting
+// only processes alive at p (a process started in between counts whole).
+func (p procCPU) since(before procCPU) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for pid, now := range p {
+		d := now.cpu
+		if was, ok := before[pid]; ok && was.role == now.role {
+			d -= was.cpu
+		}
+		out[now.role] += d
+	}
+	return out
+}

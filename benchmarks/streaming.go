@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -55,15 +57,16 @@ const streamingRules = todos.Rules + `  marks:
 // RunStreaming measures SPEC §9 P3. Throughput: with syncpipe stopped,
 // Updates single-row UPDATEs are committed in transactions of TxnRows; then
 // a decode-only pglogrepl consumer (its slot created before the updates)
-// and a `syncpipe run` child process each consume exactly that WAL, the
-// child timed from its "syncpipe starting" log line until storage
-// publishes a checkpoint at the updates' end. Lag: with syncpipe running,
+// and a `syncpipe run` child process each consume exactly that WAL, both
+// timed from just before START_REPLICATION (the child's "streaming from the
+// replication slot" log line) until, for the child, storage publishes a
+// checkpoint at the updates' end. Lag: with syncpipe running,
 // transactions arrive at SteadyRate changes/s, and each one's lag is the
 // time from its commit until a published checkpoint includes it (seen
 // through a marker row the transaction also updates).
 func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	res := Result{Scenario: "streaming", Date: time.Now(),
-		Params: fmt.Sprintf("P3: %d todos / %d lists; throughput: %d single-row UPDATEs in %d-row transactions consumed from the slot, median of %d runs; lag: %d changes/s in %d-row transactions for %s; one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication`)",
+		Params: fmt.Sprintf("P3: %d todos / %d lists; throughput: %d single-row UPDATEs in %d-row transactions consumed from the slot, timed from START_REPLICATION (syncpipe: until a published checkpoint covers them), median of %d runs; lag: %d changes/s in %d-row transactions for %s; one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication`)",
 			opt.Todos, opt.Lists, opt.Updates, opt.TxnRows, opt.Runs, opt.SteadyRate, opt.SteadyTxnRows, opt.SteadyFor)}
 	if opt.Harness == nil {
 		return res, fmt.Errorf("streaming scenario: no syncpipe harness")
@@ -89,7 +92,7 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	if err := cluster.CreateDatabase(ctx, "storage"); err != nil {
 		return res, err
 	}
-	sr := &streamRun{opt: opt, cluster: cluster, src: src, ids: ids,
+	sr := &streamRun{opt: opt, cluster: cluster, src: src, ids: ids, roleCPU: map[string]time.Duration{},
 		cfg: opt.Harness.config(SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI("storage"),
 			SlotPrefix: "bench_", Rules: streamingRules, Workers: 2, ChunkRows: 10000})}
 	sr.storage, err = pgx.Connect(ctx, cluster.URI("storage"))
@@ -155,7 +158,21 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("CPU per streamed change: syncpipe process %s, cluster (walsender, storage backends) %s.",
 		perChange(ownCPU), perChange(allCPU-ownCPU)))
+	if len(sr.roleCPU) > 0 {
+		roles := slices.Sorted(maps.Keys(sr.roleCPU))
+		parts := make([]string, len(roles))
+		for i, r := range roles {
+			parts[i] = fmt.Sprintf("%s %s", r, perChange(sr.roleCPU[r]).Round(100*time.Nanosecond))
+		}
+		res.Notes = append(res.Notes, "Cluster CPU per streamed change by process (live processes only): "+strings.Join(parts, ", ")+
+			fmt.Sprintf(". WAL written while catching up (storage's, which the walsender reads as well as the source's): %d bytes per change.",
+				sr.storageWAL/int64(max(opt.Runs*opt.Updates, 1))))
+	}
 
+	if len(sr.startups) > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("Start-up before streaming (storage open → START_REPLICATION: preflight, group state), not in the throughput: median %s.",
+			percentile(sr.startups, 0.5).Round(time.Millisecond)))
+	}
 	lags, achieved, lst, err := sr.steady(ctx)
 	if err != nil {
 		return res, err
@@ -205,6 +222,15 @@ type streamRun struct {
 	ids     []string
 	cfg     string
 	next    int // next todo to update
+	// roleCPU adds up the cluster's CPU time during catch-ups by process
+	// role (see clusterProcs).
+	roleCPU map[string]time.Duration
+	// storageWAL adds up the WAL written during catch-ups (by storage:
+	// the source is idle then), which the walsender reads too.
+	storageWAL int64
+	// startups are the times from process start (storage open) to the
+	// stream's start, kept out of the throughput.
+	startups []time.Duration
 }
 
 func (sr *streamRun) startChild(ctx context.Context) (*Child, error) {
@@ -242,17 +268,37 @@ func (sr *streamRun) catchUp(ctx context.Context) (Sample, ChildStats, error) {
 	if err := sr.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.bucket_data`).Scan(&ops0); err != nil {
 		return Sample{}, ChildStats{}, fmt.Errorf("count ops: %w", err)
 	}
-	cpu0, pg0 := readCPU(), clusterCPU(filepath.Join(sr.cluster.Dir(), "data"))
+	data := filepath.Join(sr.cluster.Dir(), "data")
+	var wal0 int64
+	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal0); err != nil {
+		return Sample{}, ChildStats{}, fmt.Errorf("read WAL position: %w", err)
+	}
+	cpu0, pg0, procs0 := readCPU(), clusterCPU(data), clusterProcs(data)
 	child, err := sr.startChild(ctx)
 	if err != nil {
 		return Sample{}, ChildStats{}, err
 	}
-	begin, err := child.WaitFor(ctx, "syncpipe starting")
-	var end time.Time
+	started, err := child.WaitFor(ctx, "syncpipe starting")
+	var begin, end time.Time
 	if err == nil {
+		begin, err = child.WaitFor(ctx, "streaming from the replication slot")
+	}
+	if err == nil {
+		sr.startups = append(sr.startups, begin.Sub(started))
 		end, err = sr.waitCaughtUp(ctx, child)
 	}
 	cpu1 := readCPU()
+	if err == nil {
+		// Before the child stops: its walsender and storage backends exit
+		// with it, and the time of exited processes is no longer theirs.
+		for role, d := range clusterProcs(data).since(procs0) {
+			sr.roleCPU[role] += d
+		}
+		var wal1 int64
+		if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal1); err == nil {
+			sr.storageWAL += wal1 - wal0
+		}
+	}
 	st, stopErr := child.Stop()
 	if err != nil {
 		return Sample{}, st, err
@@ -261,7 +307,7 @@ func (sr *streamRun) catchUp(ctx context.Context) (Sample, ChildStats, error) {
 		return Sample{}, st, stopErr
 	}
 	s := Sample{Duration: end.Sub(begin), Rows: int64(sr.opt.Updates), PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
-		OwnCPU: clusterCPU(filepath.Join(sr.cluster.Dir(), "data")) - pg0 + st.User + st.System}
+		OwnCPU: clusterCPU(data) - pg0 + st.User + st.System}
 	if err := sr.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
 		FROM syncpipe.bucket_data`, ops0).Scan(&s.Ops, &s.Bytes); err != nil {
 		return s, st, fmt.Errorf("count ops: %w", err)

@@ -107,6 +107,7 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 	if err != nil {
 		return err
 	}
+	r.log.Info("streaming from the replication slot", "group", g.g.ID, "slot", g.g.SlotName, "lsn", logrepl.LSN(pos.LSN).String())
 	st, err := logrepl.Start(ctx, conn, logrepl.Config{
 		Slot: g.g.SlotName, Publication: r.cfg.Source.Publication, StartLSN: logrepl.LSN(pos.LSN),
 		StatusInterval: r.cfg.Replication.Stream.StatusInterval, ReceiveTimeout: r.cfg.Replication.Stream.ReceiveTimeout,

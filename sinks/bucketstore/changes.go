@@ -17,6 +17,13 @@ import (
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
+// streamLockClass is the first key of the transaction-level advisory lock
+// that serializes a group's stream writes (the second is the group id).
+// One lock per write instead of a row lock per changed row: row locks write
+// WAL and dirty a page for every row, and every byte of WAL is read again
+// by the source's walsender when storage shares its cluster.
+const streamLockClass = 0x5359 // "SY"
+
 // emptyParams is the parameter entry that retracts a lookup a row no
 // longer produces: the newest entry per (lookup, row) wins, and it is empty.
 var emptyParams = []byte("[]")
@@ -70,6 +77,9 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 	var res Result
 	err := w.write(ctx, func(tx pgx.Tx) error {
 		res = Result{}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", streamLockClass, w.group); err != nil {
+			return fmt.Errorf("lock the group's stream writes: %w", err)
+		}
 		prev, err := w.loadPrevious(ctx, tx, final)
 		if err != nil {
 			return err
@@ -133,8 +143,9 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 	return res, nil
 }
 
-// collapse keeps the last change per row, ordered by (table id, key) so
-// that concurrent writers lock rows in the same order and cannot deadlock.
+// collapse keeps the last change per row, ordered by (table id, key): the
+// previous-state probes and current row writes then walk the primary key
+// in order.
 func collapse(changes []stages.Change) []*stages.Change {
 	last := make(map[rowKey]int, len(changes))
 	for i := range changes {
@@ -153,23 +164,34 @@ func collapse(changes []stages.Change) []*stages.Change {
 	return final
 }
 
-// loadPrevious reads and locks the stored state of the batch's rows.
+// loadPreviousSQL reads the stored state of a batch's rows: one primary key
+// probe per key. LATERAL … OFFSET 0 keeps it that way: joined plainly, the
+// planner (which guesses the size of unnest) may instead hash every stored
+// row of the group and spill to disk, paying for the whole group per batch.
+const loadPreviousSQL = `
+	SELECT c.ctid, k.t, k.key, c.buckets, c.lookups, c.data
+	FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
+	CROSS JOIN LATERAL (
+		SELECT ctid, buckets, lookups, data FROM current_data
+		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
+		OFFSET 0) c`
+
+// loadPrevious reads the stored state of the batch's rows. It takes no row
+// locks: the transaction holds the group's stream lock (see
+// streamLockClass), and no other writer changes stored rows of a streaming
+// group — snapshot writes only insert, and an insert racing ours fails on
+// the primary key and is retried.
 func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Change) (map[rowKey]previous, error) {
 	tables := make([]string, len(final))
-	keys := make([]uuid.UUID, len(final))
+	keys := make([]pgtype.UUID, len(final))
 	for i, c := range final {
-		tables[i], keys[i] = c.Table.ID, c.Key
+		tables[i], keys[i] = c.Table.ID, pgtype.UUID{Bytes: c.Key, Valid: true}
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT c.ctid, c.source_table, c.source_key, c.buckets, c.lookups, c.data
-		FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
-		JOIN current_data c ON c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key
-		ORDER BY c.source_table, c.source_key
-		FOR UPDATE OF c`, w.group, tables, keys)
+	rows, err := tx.Query(ctx, loadPreviousSQL, w.group, tables, keys)
 	if err != nil {
 		return nil, fmt.Errorf("load previous row state: %w", err)
 	}
-	prev := make(map[rowKey]previous)
+	prev := make(map[rowKey]previous, len(final))
 	for rows.Next() {
 		var k rowKey
 		var p previous

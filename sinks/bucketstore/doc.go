@@ -42,8 +42,11 @@
 // NOTHING RETURNING, and only the rows it returns get ops. So the common
 // case runs at COPY speed and the resume boundary is still exact.
 //
-// Stream batches (WriteChanges) read and lock the previous state of their
-// rows (sorted by key, so concurrent writers cannot deadlock), write a PUT
+// Stream batches (WriteChanges) of a group are serialized by one
+// transaction-level advisory lock per group, not by row locks (which would
+// write WAL for every row, and the source's walsender reads storage's WAL
+// too when both share a cluster). Under it they read the previous state of
+// their rows with one primary key probe per row, write a PUT
 // per bucket a row is in now, a REMOVE per bucket it left, retract lookups
 // it no longer produces with an empty entry, and replace current_data rows
 // whose buckets, lookups or row data changed (most updates change only the

@@ -299,6 +299,18 @@ func explain(t testing.TB, s *Store, q string, args ...any) (planNode, time.Dura
 	if err := s.pool.QueryRow(context.Background(), "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+q, args...).Scan(&raw); err != nil {
 		t.Fatal(err)
 	}
+	return parseExplain(t, raw)
+}
+
+// parsePlan returns the plan of EXPLAIN (FORMAT JSON) output.
+func parsePlan(t testing.TB, raw []byte) planNode {
+	t.Helper()
+	plan, _ := parseExplain(t, raw)
+	return plan
+}
+
+func parseExplain(t testing.TB, raw []byte) (planNode, time.Duration) {
+	t.Helper()
 	var out []struct {
 		Plan          planNode `json:"Plan"`
 		ExecutionTime float64  `json:"Execution Time"`
