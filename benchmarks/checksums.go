@@ -38,6 +38,10 @@ type ChecksumsOptions struct {
 	Ticks, Warmup, TodosPerTick int
 	Interval                    time.Duration
 	Log                         io.Writer
+	// Harness, if set, adds a mode with the sync API in a `syncpipe run
+	// --role api` child process (change records on), for the API's own
+	// latency and peak RSS (P6); its query counts stay inside the child.
+	Harness *Harness
 }
 
 // ChecksumsPreset returns the options for a scale: "full" is SPEC §9 P5
@@ -54,14 +58,18 @@ func ChecksumsPreset(scale string) ChecksumsOptions {
 
 // p5Mode is one measured configuration of the sync API.
 type p5Mode struct {
-	name string
-	off  bool // DisableChangeRecords: the per-client path
+	name  string
+	off   bool // DisableChangeRecords: the per-client path
+	child bool // served by a syncpipe child: no query counts
 }
 
 var p5Modes = []p5Mode{
-	{"change records on", false},
-	{"baseline: change records off (per-client checksums and parameter queries)", true},
+	{name: "change records on"},
+	{name: "baseline: change records off (per-client checksums and parameter queries)", off: true},
 }
+
+// p5ChildMode runs when the options carry a harness.
+var p5ChildMode = p5Mode{name: "change records on, API in a `syncpipe run --role api` child", child: true}
 
 // p5Tick is what one incremental checkpoint cost and how fast it reached
 // the clients.
@@ -73,8 +81,9 @@ type p5Tick struct {
 
 // p5Figures are a mode's ticks, for the report and the smoke test.
 type p5Figures struct {
-	mode  p5Mode
-	ticks []p5Tick
+	mode    p5Mode
+	ticks   []p5Tick
+	peakRSS int64 // of a child API process
 }
 
 // RunChecksums measures SPEC §9 P5: clients connected over HTTP to the
@@ -121,7 +130,7 @@ func runChecksums(ctx context.Context, opt ChecksumsOptions) (Result, []p5Figure
 	if err != nil {
 		return res, nil, fmt.Errorf("load P5 data: %w", err)
 	}
-	d := &p5Driver{data: data, lsn: 0x1000000}
+	d := &p5Driver{data: data, lsn: 0x1000000, harness: opt.Harness, storeURI: cluster.URI("storage")}
 	if _, err := d.commit(ctx, last); err != nil {
 		return res, nil, err
 	}
@@ -129,12 +138,17 @@ func runChecksums(ctx context.Context, opt ChecksumsOptions) (Result, []p5Figure
 
 	var rows rowSet
 	var figs []p5Figures
-	for _, m := range p5Modes {
+	modes := p5Modes
+	if opt.Harness != nil {
+		modes = append(slices.Clone(modes), p5ChildMode)
+	}
+	for _, m := range modes {
 		f, err := d.runMode(ctx, m)
 		if err != nil {
 			return res, figs, fmt.Errorf("%s: %w", m.name, err)
 		}
 		figs = append(figs, f)
+		res.PeakRSS = max(res.PeakRSS, f.peakRSS)
 		for _, t := range f.ticks {
 			rows.add(m.name, "", Sample{Duration: slices.Max(t.complete), Rows: int64(len(t.complete)), Ops: t.summed})
 		}
@@ -147,9 +161,11 @@ func runChecksums(ctx context.Context, opt ChecksumsOptions) (Result, []p5Figure
 
 // p5Driver writes the ticks and publishes their checkpoints.
 type p5Driver struct {
-	data *p5Data
-	lsn  uint64
-	tick int
+	data     *p5Data
+	lsn      uint64
+	tick     int
+	harness  *Harness
+	storeURI string // for a child API
 }
 
 func (d *p5Driver) commit(ctx context.Context, op int64) (bucketstore.Checkpoint, error) {
@@ -166,37 +182,58 @@ func (d *p5Driver) commit(ctx context.Context, op int64) (bucketstore.Checkpoint
 
 // runMode starts a sync API server, connects the clients, waits for their
 // first sync and then measures Warmup + Ticks incremental checkpoints.
-func (d *p5Driver) runMode(ctx context.Context, m p5Mode) (p5Figures, error) {
+// The figures are a named result: a child's peak RSS is known only once
+// the deferred stop has run.
+func (d *p5Driver) runMode(ctx context.Context, m p5Mode) (fig p5Figures, err error) {
 	opt := d.data.opt
-	fig := p5Figures{mode: m}
+	fig = p5Figures{mode: m}
 	cp, _, ok, err := d.data.store.ActiveCheckpoint(ctx)
 	if err != nil || !ok {
 		return fig, fmt.Errorf("no active checkpoint (%v)", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv, err := syncapi.New(sctx, syncapi.Config{Store: d.data.store, DisableChangeRecords: m.off,
-		Auth:          config.Auth{Audience: []string{p5Audience}, HS256Secrets: []string{p5Secret}, MaxLifetime: 24 * time.Hour},
-		MeterProvider: noopmetric.NewMeterProvider(), MaxConcurrentConnections: opt.Clients + 10})
-	if err != nil {
-		return fig, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		srv.Close()
-		return fig, err
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	go func() { _ = hs.Serve(ln) }()
 	var clients sync.WaitGroup
-	defer func() {
-		cancel()
-		srv.Close()
-		_ = hs.Close()
-		clients.Wait()
-	}()
+	var srv *syncapi.Server
+	var url string
+	if m.child {
+		child, u, err := d.harness.startAPIChild(ctx, apiChildConfig{Storage: d.storeURI, Secret: p5Secret, Audience: p5Audience,
+			MaxConnections: opt.Clients + 10})
+		if err != nil {
+			cancel()
+			return fig, err
+		}
+		url = u
+		defer func() {
+			cancel()
+			clients.Wait()
+			st, _ := child.Stop()
+			fig.peakRSS = st.PeakRSS
+		}()
+	} else {
+		srv, err = syncapi.New(sctx, syncapi.Config{Store: d.data.store, DisableChangeRecords: m.off,
+			Auth:          config.Auth{Audience: []string{p5Audience}, HS256Secrets: []string{p5Secret}, MaxLifetime: 24 * time.Hour},
+			MeterProvider: noopmetric.NewMeterProvider(), MaxConcurrentConnections: opt.Clients + 10})
+		if err != nil {
+			cancel()
+			return fig, err
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			cancel()
+			srv.Close()
+			return fig, err
+		}
+		hs := &http.Server{Handler: srv.Handler()}
+		go func() { _ = hs.Serve(ln) }()
+		defer func() {
+			cancel()
+			srv.Close()
+			_ = hs.Close()
+			clients.Wait()
+		}()
+		url = "http://" + ln.Addr().String()
+	}
 	rec := newP5Arrivals()
-	url := "http://" + ln.Addr().String()
 	for u := range opt.Clients {
 		clients.Go(func() { runP5Client(sctx, url, p5User(u), d.data.global(), cp.OpID, rec) })
 	}
@@ -236,7 +273,11 @@ func (d *p5Driver) measure(ctx context.Context, srv *syncapi.Server, rec *p5Arri
 	if err != nil {
 		return p5Tick{}, fmt.Errorf("tick %d: write: %w", d.tick, err)
 	}
-	c0, p0 := srv.ChecksumStats(), d.data.store.Stats().ParameterQueries
+	var c0 bucketstore.ChecksumStats
+	if srv != nil {
+		c0 = srv.ChecksumStats()
+	}
+	p0 := d.data.store.Stats().ParameterQueries
 	t0 := time.Now() // before the commit: the latency includes it
 	cp, err := d.commit(ctx, op)
 	if err != nil {
@@ -245,9 +286,12 @@ func (d *p5Driver) measure(ctx context.Context, srv *syncapi.Server, rec *p5Arri
 	if err := rec.waitComplete(ctx, cp.OpID, d.data.opt.Clients, time.Minute); err != nil {
 		return p5Tick{}, fmt.Errorf("tick %d: %w", d.tick, err)
 	}
-	c1, p1 := srv.ChecksumStats(), d.data.store.Stats().ParameterQueries
-	t := p5Tick{changed: changed, queries: c1.Queries - c0.Queries, summed: c1.Misses - c0.Misses,
-		carried: c1.Carried - c0.Carried, changeQ: c1.ChangeQueries - c0.ChangeQueries, paramsQ: p1 - p0}
+	t := p5Tick{changed: changed}
+	if srv != nil {
+		c1, p1 := srv.ChecksumStats(), d.data.store.Stats().ParameterQueries
+		t.queries, t.summed, t.carried = c1.Queries-c0.Queries, c1.Misses-c0.Misses, c1.Carried-c0.Carried
+		t.changeQ, t.paramsQ = c1.ChangeQueries-c0.ChangeQueries, p1-p0
+	}
 	diff, complete := rec.times(cp.OpID)
 	for _, at := range diff {
 		t.diff = append(t.diff, at.Sub(t0))
@@ -314,12 +358,16 @@ func p5Report(figs []p5Figures) string {
 	b.WriteString("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, f := range figs {
 		mm := func(g func(p5Tick) int64) string {
+			if f.mode.child {
+				return "—" // counted inside the child
+			}
 			s := f.per(func(t p5Tick) float64 { return float64(g(t)) })
 			return fmt.Sprintf("%.0f / %.0f", s.med, s.max)
 		}
 		ds, cs := f.latencies(func(t p5Tick) []time.Duration { return t.diff }), f.latencies(func(t p5Tick) []time.Duration { return t.complete })
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s / %s / %s | %s / %s / %s |\n", f.mode.name, len(f.ticks),
-			mm(func(t p5Tick) int64 { return int64(t.changed) }), mm(func(t p5Tick) int64 { return t.queries }),
+			fmt.Sprintf("%.0f / %.0f", f.per(func(t p5Tick) float64 { return float64(t.changed) }).med,
+				f.per(func(t p5Tick) float64 { return float64(t.changed) }).max), mm(func(t p5Tick) int64 { return t.queries }),
 			mm(func(t p5Tick) int64 { return t.summed }), mm(func(t p5Tick) int64 { return t.carried }),
 			mm(func(t p5Tick) int64 { return t.changeQ }), mm(func(t p5Tick) int64 { return t.paramsQ }),
 			ds.p50, ds.p99, ds.max, cs.p50, cs.p99, cs.max)

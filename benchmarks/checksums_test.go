@@ -7,23 +7,32 @@ import (
 )
 
 // TestChecksumsSmoke runs the P5 scenario at a tiny scale: it must
-// complete in both modes, every client must complete every checkpoint,
-// and with change records a checkpoint costs at most one checksum query
-// per changed bucket. No timing is asserted.
+// complete in all three modes (change records on, off, and on in a
+// syncpipe child), every client must complete every checkpoint, with
+// change records a checkpoint costs at most one checksum query per changed
+// bucket, and the child's peak RSS is reported. No timing is asserted.
 func TestChecksumsSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL cluster; skipped in -short mode")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	dir := t.TempDir()
+	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
+	if err != nil {
+		t.Fatal(err)
+	}
 	opt := ChecksumsOptions{GlobalRows: 2000, RowBytes: 200, Clients: 5, ListsPerUser: 20, TodosPerList: 1,
-		Ticks: 3, Warmup: 1, TodosPerTick: 1}
+		Ticks: 3, Warmup: 1, TodosPerTick: 1, Harness: &Harness{Syncpipe: bin, Dir: dir}}
 	res, figs, err := runChecksums(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(figs) != 2 || len(res.Rows) != 2 || len(res.Bars) != 1 {
-		t.Fatalf("%d modes, %d rows, %d bars; want 2, 2, 1", len(figs), len(res.Rows), len(res.Bars))
+	if len(figs) != 3 || len(res.Rows) != 3 || len(res.Bars) != 1 {
+		t.Fatalf("%d modes, %d rows, %d bars; want 3, 3, 1", len(figs), len(res.Rows), len(res.Bars))
+	}
+	if !figs[2].mode.child || figs[2].peakRSS <= 0 || res.PeakRSS != figs[2].peakRSS {
+		t.Errorf("child mode %+v: peak RSS %d, result %d", figs[2].mode, figs[2].peakRSS, res.PeakRSS)
 	}
 	for _, f := range figs {
 		if len(f.ticks) != opt.Ticks {

@@ -36,6 +36,10 @@ type DrainOptions struct {
 	// NewDatabase, if set, creates an empty database and returns its URI
 	// (tests pass their harness's); nil starts a throwaway cluster.
 	NewDatabase func(ctx context.Context, name string) (string, error)
+	// Harness, if set, serves the LATERAL drains from a `syncpipe run
+	// --role api` child process, whose peak RSS the result reports; nil
+	// serves them in-process.
+	Harness *Harness
 }
 
 // SmallDrain is the quick scale: the two smaller todo counts only.
@@ -82,10 +86,10 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 	res := Result{Scenario: "drain", Date: time.Now(),
 		Params: fmt.Sprintf("P4: first sync of a client entitled to every bucket (global + by_list per list), todos %s × lists %v, "+
 			"median of %d runs; data replicated by syncpipe (snapshot + stream to the first checkpoint), then VACUUM ANALYZE (the state "+
-			"autovacuum reaches) and one untimed warm-up drain; in-process sync API, checksums computed by every drain (cache of one "+
+			"autovacuum reaches) and one untimed warm-up drain; %s, checksums computed by every drain (cache of one "+
 			"entry), Go client over loopback HTTP, NDJSON raw_data, no compression; storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
-			sizes(opt.Todos), opt.Lists, opt.Runs, drainSharedBuffers, opt.BaselineTimeout)}
+			sizes(opt.Todos), opt.Lists, opt.Runs, drainServerKind(opt.Harness), drainSharedBuffers, opt.BaselineTimeout)}
 	newDB := opt.NewDatabase
 	if newDB != nil {
 		res.Params = strings.Replace(res.Params, "shared_buffers "+drainSharedBuffers, "settings as given", 1)
@@ -111,7 +115,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			notes, err := measureDrain(ctx, d, opt, &rows)
+			notes, err := measureDrain(ctx, d, opt, &rows, &res.PeakRSS)
 			d.store.Close()
 			if err != nil {
 				return res, err
@@ -138,6 +142,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 type drainData struct {
 	todos, lists int
 	store        *bucketstore.Store
+	storeURI     string
 	ops          int64 // ops a full drain must deliver
 }
 
@@ -202,7 +207,7 @@ sync_rules:
 		store.Close()
 		return nil, fmt.Errorf("vacuum storage: %w", err)
 	}
-	return &drainData{todos: n, lists: lists, store: store, ops: int64(n + lists)}, nil
+	return &drainData{todos: n, lists: lists, store: store, storeURI: storeURI, ops: int64(n + lists)}, nil
 }
 
 // replicateUntil runs replication until the active group has published a
@@ -283,14 +288,18 @@ func dropSlots(ctx context.Context, src *pgx.Conn) error {
 // measureDrain runs the drains of one data set, shapes interleaved within
 // each run so that both see the same machine noise. It returns notes on
 // baseline drains that were cut off.
-func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *rowSet) ([]string, error) {
+func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *rowSet, peakRSS *int64) ([]string, error) {
 	servers := make([]*drainServer, len(drainShapes))
 	for i, sh := range drainShapes {
-		ds, err := startDrainServer(ctx, d.store, sh.shape)
+		var h *Harness
+		if sh.shape == bucketstore.ReadLateral {
+			h = opt.Harness
+		}
+		ds, err := startDrainServer(ctx, h, d, sh.shape)
 		if err != nil {
 			return nil, err
 		}
-		defer ds.close()
+		defer func() { *peakRSS = max(*peakRSS, ds.close()) }()
 		if err := ds.warm(ctx); err != nil {
 			return nil, fmt.Errorf("warm up the %s server: %w", sh.name, err)
 		}
@@ -354,6 +363,13 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		}
 	}
 	return notes, nil
+}
+
+func drainServerKind(h *Harness) string {
+	if h != nil {
+		return "sync API in a `syncpipe run --role api` child process (the OR-chain baseline in-process)"
+	}
+	return "in-process sync API"
 }
 
 func drainRowName(todos, lists int, shape string) string {

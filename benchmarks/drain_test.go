@@ -13,14 +13,24 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestDrainSmoke runs the P4 drain at a tiny scale (one run each of two
 // data sets) and checks what the client received: every op of every
-// bucket, for both query shapes, and a bar line for the tenfold step. No
-// timing is asserted: CI machines vary.
+// bucket, for both query shapes (LATERAL from a `syncpipe run --role api`
+// child, OR-chain in-process), a bar line for the tenfold step and the
+// child's peak RSS. No timing is asserted: CI machines vary.
 func TestDrainSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and builds syncpipe")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	dir := t.TempDir()
+	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var log strings.Builder
 	res, err := RunDrain(ctx, DrainOptions{Todos: []int{200, 2000}, Lists: []int{20}, Runs: 1, Log: &log,
-		NewDatabase: func(context.Context, string) (string, error) { return pgtest.NewDB(t), nil }})
+		NewDatabase: func(context.Context, string) (string, error) { return pgtest.NewDB(t), nil },
+		Harness:     &Harness{Syncpipe: bin, Dir: dir}})
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, log.String())
 	}
@@ -45,6 +55,9 @@ func TestDrainSmoke(t *testing.T) {
 	}
 	if len(res.Bars) != 1 || res.Bars[0].ID != "P4" || !strings.Contains(res.Bars[0].Value, "200 → 2k todos") {
 		t.Errorf("bars %+v", res.Bars)
+	}
+	if res.PeakRSS <= 0 {
+		t.Errorf("no peak RSS of the sync API child")
 	}
 	var md strings.Builder
 	res.WriteMarkdown(&md)

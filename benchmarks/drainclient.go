@@ -40,25 +40,36 @@ type drainStats struct {
 	ops, bytes int64
 }
 
-// drainServer is an in-process sync API over one data set's storage.
+// drainServer is a sync API over one data set's storage: in-process, or
+// a `syncpipe run --role api` child.
 type drainServer struct {
 	url   string
 	srv   *syncapi.Server
 	http  *http.Server
+	child *Child
 	token string
 }
 
-// startDrainServer serves store with the given query shape on a loopback
-// port. The checksum cache holds a single entry, so that every drain
-// computes its buckets' checksums, as the first client after a new
-// checkpoint does: a run measures a first sync, not a cache hit, and
-// runs do not depend on their order.
-func startDrainServer(ctx context.Context, store *bucketstore.Store, shape bucketstore.ReadShape) (*drainServer, error) {
+// startDrainServer serves the data set with the given query shape on a
+// loopback port: from a syncpipe child if h is set (which reads with
+// the default shape, LATERAL), else in-process. The checksum cache holds a
+// single entry, so that every drain computes its buckets' checksums, as
+// the first client after a new checkpoint does: a run measures a first
+// sync, not a cache hit, and runs do not depend on their order.
+func startDrainServer(ctx context.Context, h *Harness, d *drainData, shape bucketstore.ReadShape) (*drainServer, error) {
 	tok, err := drainToken()
 	if err != nil {
 		return nil, err
 	}
-	srv, err := syncapi.New(ctx, syncapi.Config{Store: store,
+	if h != nil {
+		child, url, err := h.startAPIChild(ctx, apiChildConfig{Storage: d.storeURI, Secret: drainSecret, Audience: drainAudience,
+			MaxBuckets: drainMaxBuckets, CacheSize: 1})
+		if err != nil {
+			return nil, fmt.Errorf("start the sync API child: %w", err)
+		}
+		return &drainServer{url: url, child: child, token: tok}, nil
+	}
+	srv, err := syncapi.New(ctx, syncapi.Config{Store: d.store,
 		Auth:                    config.Auth{Audience: []string{drainAudience}, HS256Secrets: []string{drainSecret}, MaxLifetime: 24 * time.Hour},
 		MaxBucketsPerConnection: drainMaxBuckets, ChecksumCacheSize: 1, ReadShape: shape})
 	if err != nil {
@@ -75,10 +86,16 @@ func startDrainServer(ctx context.Context, store *bucketstore.Store, shape bucke
 	return ds, nil
 }
 
-// close ends open streams, then the HTTP server.
-func (ds *drainServer) close() {
+// close ends open streams, then the server, and returns a child's peak
+// RSS (0 in-process).
+func (ds *drainServer) close() int64 {
+	if ds.child != nil {
+		st, _ := ds.child.Stop()
+		return st.PeakRSS
+	}
 	ds.srv.Close()
 	_ = ds.http.Close()
+	return 0
 }
 
 // drainOnce drains every bucket with one new client. timeout > 0 cuts the

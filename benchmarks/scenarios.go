@@ -147,7 +147,7 @@ func runDrainScenario(ctx context.Context, p Params) (Result, error) {
 	if err := checkScale(p); err != nil {
 		return Result{}, err
 	}
-	opt := DrainOptions{Runs: pick(p.Runs, 3, 3, p.Scale), BaselineTimeout: 2 * time.Minute, Log: p.Log}
+	opt := DrainOptions{Runs: pick(p.Runs, 3, 3, p.Scale), BaselineTimeout: 2 * time.Minute, Log: p.Log, Harness: p.Harness}
 	if p.Scale == "small" {
 		opt.Todos, opt.BaselineTimeout = SmallDrain, SmallDrainBaselineTimeout
 	}
@@ -170,6 +170,6 @@ func runChecksumsScenario(ctx context.Context, p Params) (Result, error) {
 	if p.Rows > 0 {
 		opt.GlobalRows = p.Rows
 	}
-	opt.Log = p.Log
+	opt.Log, opt.Harness = p.Log, p.Harness
 	return RunChecksums(ctx, opt)
 }
