@@ -185,10 +185,12 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	if !res.Bars[0].Met {
 		busiest := stages.Busiest()
 		st := stages.Stage(busiest)
-		res.Bars[0].Note = fmt.Sprintf("busiest stage %s (%.0f rows per busy second); CPU per change: syncpipe %s + cluster %s (walsender, storage backends) = %s, which caps 2 cores at ≈ %.0fk changes/s",
+		res.Bars[0].Note = fmt.Sprintf("busiest stage %s (%.0f rows per busy second); CPU per change: syncpipe %s + cluster %s = %s, which caps 2 cores at ≈ %.0fk changes/s; of the cluster's share the walsender takes %s (it reads storage's WAL too, %d bytes per change, as source and storage share the cluster) and the storage backends %s",
 			busiest, float64(st.Rows)/max(st.Busy, time.Nanosecond).Seconds()*float64(max(st.Workers, 1)),
 			perChange(ownCPU).Round(100*time.Nanosecond), perChange(allCPU-ownCPU).Round(100*time.Nanosecond),
-			perChange(allCPU).Round(100*time.Nanosecond), 2/perChange(allCPU).Seconds()/1000)
+			perChange(allCPU).Round(100*time.Nanosecond), 2/perChange(allCPU).Seconds()/1000,
+			perChange(sr.roleCPU["walsender"]).Round(100*time.Nanosecond), sr.storageWAL/int64(max(opt.Runs*opt.Updates, 1)),
+			perChange(sr.roleCPU["backend storage"]).Round(100*time.Nanosecond))
 	}
 	return res, nil
 }
