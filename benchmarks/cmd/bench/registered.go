@@ -23,9 +23,10 @@ var (
 
 // flagged are the scenarios whose options this command builds from flags
 // of their own (drain.go, checksums_flags.go) rather than from Params.
-var flagged = map[string]func(context.Context) (benchmarks.Result, error){
-	"drain": func(ctx context.Context) (benchmarks.Result, error) {
+var flagged = map[string]func(context.Context, *benchmarks.Harness) (benchmarks.Result, error){
+	"drain": func(ctx context.Context, h *benchmarks.Harness) (benchmarks.Result, error) {
 		opt := drainOptions(intFlag("runs"), intFlag("rows"), intFlag("lists"))
+		opt.Harness = h
 		if *scale == "small" && !isSet("rows") {
 			opt.Todos = benchmarks.SmallDrain // -scale defaults to small here too
 		}
@@ -36,8 +37,10 @@ var flagged = map[string]func(context.Context) (benchmarks.Result, error){
 		}
 		return benchmarks.RunDrain(ctx, opt)
 	},
-	"checksums": func(ctx context.Context) (benchmarks.Result, error) {
-		return benchmarks.RunChecksums(ctx, checksumsOptions())
+	"checksums": func(ctx context.Context, h *benchmarks.Harness) (benchmarks.Result, error) {
+		opt := checksumsOptions()
+		opt.Harness = h
+		return benchmarks.RunChecksums(ctx, opt)
 	},
 }
 
@@ -91,7 +94,7 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 		began := time.Now()
 		run := func(ctx context.Context) (benchmarks.Result, error) { return s.Run(ctx, p) }
 		if f, ok := flagged[s.Name]; ok {
-			run = f
+			run = func(ctx context.Context) (benchmarks.Result, error) { return f(ctx, h) }
 		}
 		res, err := run(ctx)
 		if err != nil {
