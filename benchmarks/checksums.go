@@ -155,7 +155,7 @@ func runChecksums(ctx context.Context, opt ChecksumsOptions) (Result, []p5Figure
 	}
 	res.Rows = rows.list()
 	res.Notes = append(res.Notes, p5Report(figs))
-	res.Bars = append(res.Bars, p5Bar(figs[0]))
+	res.Bars = append(res.Bars, p5Bar(figs))
 	return res, figs, nil
 }
 
@@ -379,16 +379,26 @@ func p5Report(figs []p5Figures) string {
 }
 
 // p5Bar decides SPEC §9 P5 on the change-records mode: at most one
-// checksum query per changed bucket at every checkpoint, and p99 of the
-// commit → checkpoint_complete latency under 50 ms.
-func p5Bar(f p5Figures) Bar {
+// checksum query per changed bucket at every checkpoint (counted
+// in-process), and p99 of the commit → checkpoint_complete latency under
+// 50 ms — in-process and, when measured, from the API child process too.
+func p5Bar(figs []p5Figures) Bar {
+	f := figs[0]
 	worst := 0.0
 	for _, t := range f.ticks {
 		worst = max(worst, float64(t.queries)/float64(max(t.changed, 1)))
 	}
 	_, l := f.summary()
-	return Bar{ID: "P5", Measure: "checksums, 100 clients, small updates",
+	bar := Bar{ID: "P5", Measure: "checksums, 100 clients, small updates",
 		Bar:   "≤ 1 checksum query per changed bucket per checkpoint; p99 < 50 ms",
 		Value: fmt.Sprintf("max %.2f checksum queries per changed bucket; commit → checkpoint_complete p99 %s", worst, l.p99),
 		Met:   worst <= 1 && l.p99 < 50*time.Millisecond && len(f.ticks) > 0}
+	for _, c := range figs[1:] {
+		if c.mode.child {
+			_, cl := c.summary()
+			bar.Value += fmt.Sprintf(" (API in a syncpipe child: p99 %s)", cl.p99)
+			bar.Met = bar.Met && cl.p99 < 50*time.Millisecond && len(c.ticks) > 0
+		}
+	}
+	return bar
 }
