@@ -3,7 +3,8 @@ package benchmarks
 import (
 	"context"
 	"fmt"
-	"net"
+
+	"github.com/syncpipe/syncpipe/internal/pgcluster"
 )
 
 // apiChildConfig is what a `syncpipe run --role api` child serves: the
@@ -29,7 +30,7 @@ const apiChildRules = `bucket_definitions:
 // process on a free loopback port, so that its peak RSS is measured apart
 // from the harness (P6), and returns it with its base URL once it listens.
 func (h *Harness) startAPIChild(ctx context.Context, c apiChildConfig) (*Child, string, error) {
-	port, err := freePort()
+	port, err := pgcluster.FreePort()
 	if err != nil {
 		return nil, "", err
 	}
@@ -61,14 +62,4 @@ log: {level: info, format: json}
 		return nil, "", err
 	}
 	return child, fmt.Sprintf("http://127.0.0.1:%d", port), nil
-}
-
-// freePort asks the kernel for a loopback port nobody listens on.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -159,7 +159,7 @@ func (c *Cluster) start(ctx context.Context, opts Options, cred *syscall.Credent
 	port := opts.Port
 	for attempt := 0; ; attempt++ {
 		if opts.Port == 0 {
-			p, err := freePort()
+			p, err := FreePort()
 			if err != nil {
 				return err
 			}
@@ -377,7 +377,9 @@ func removeStale(parent string, log *slog.Logger) {
 	}
 }
 
-func freePort() (int, error) {
+// FreePort asks the kernel for a loopback TCP port nobody listens on. The
+// port is free when it returns; whoever binds it next should do so soon.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
