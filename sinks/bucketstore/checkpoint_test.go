@@ -24,7 +24,10 @@ type observation struct {
 
 // TestCheckpointNeverAheadOfUncommittedOps is the checkpoint invariant
 // under concurrency: 4 writers with random delays before their commits, each
-// publishing after its write, and a reader polling checkpoints. At the end,
+// publishing after its write, and a reader polling checkpoints. The writes
+// are snapshot writes, which run concurrently in one group (the pipelined
+// flush writers of a unit, several units); a group's stream writes take
+// turns under its stream lock. At the end,
 // for every checkpoint C the reader saw, the ops ≤ C it saw must be all the
 // ops ≤ C that ever committed: a checkpoint published while an op ≤ C was
 // still uncommitted would show fewer.
@@ -74,7 +77,7 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 					cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(n),
 						Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, n%5), "todos", fmt.Sprint(n), `{}`)}})
 				}
-				res, err := w.WriteChanges(ctx, cs)
+				res, err := w.WriteSnapshot(ctx, cs)
 				if err != nil {
 					errs <- err
 					return

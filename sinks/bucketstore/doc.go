@@ -61,7 +61,7 @@
 // # The checkpoint invariant
 //
 // A checkpoint C promises that every op with op_id ≤ C is committed. With
-// several writers — the pipelined flush writers of one stream, snapshot
+// several writers — the pipelined flush writers of a snapshot unit, snapshot
 // writers of other processes — op ids are drawn from the sequence by one
 // transaction and committed in another order, so "the sequence's last value"
 // is not a safe checkpoint. Each write is therefore bracketed by a claim:
