@@ -48,6 +48,9 @@ type decoder struct {
 
 	out      []segment // decoded, not yet handed over
 	outBytes int
+
+	values []byte // arena chunk for column values (see dml.go)
+	cols   []Col  // shared column slice (see dml.go)
 }
 
 func newDecoder(skipBefore LSN, seed []*Relation) *decoder {
@@ -94,6 +97,9 @@ func (d *decoder) position(lsn LSN) {
 // XLogData frame. Tuple data is copied out of data (by pglogrepl), so the
 // caller may reuse data afterwards.
 func (d *decoder) message(walStart LSN, data []byte) error {
+	if len(data) > 0 && (data[0] == 'I' || data[0] == 'U' || data[0] == 'D') {
+		return d.dmlMessage(walStart, data) // the hot path, see dml.go
+	}
 	if err := checkFrame(data); err != nil {
 		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
 			": reconnecting; report it if it persists", Err: err}
@@ -141,39 +147,6 @@ func (d *decoder) message(walStart LSN, data []byte) error {
 				d.pendingRel = append(d.pendingRel, c)
 			}
 		}
-	case *pglogrepl.InsertMessage:
-		rel, err := d.dml("INSERT", m.RelationID)
-		if err != nil {
-			return err
-		}
-		c := Change{Kind: Insert, LSN: walStart, Relation: rel}
-		if c.New, err = tupleFrom(m.Tuple, rel); err != nil {
-			return err
-		}
-		d.add(c, size)
-	case *pglogrepl.UpdateMessage:
-		rel, err := d.dml("UPDATE", m.RelationID)
-		if err != nil {
-			return err
-		}
-		c := Change{Kind: Update, LSN: walStart, Relation: rel, OldKind: m.OldTupleType}
-		if c.New, err = tupleFrom(m.NewTuple, rel); err != nil {
-			return err
-		}
-		if c.Old, err = tupleFrom(m.OldTuple, rel); err != nil {
-			return err
-		}
-		d.add(c, size)
-	case *pglogrepl.DeleteMessage:
-		rel, err := d.dml("DELETE", m.RelationID)
-		if err != nil {
-			return err
-		}
-		c := Change{Kind: Delete, LSN: walStart, Relation: rel, OldKind: m.OldTupleType}
-		if c.Old, err = tupleFrom(m.OldTuple, rel); err != nil {
-			return err
-		}
-		d.add(c, size)
 	case *pglogrepl.TruncateMessage:
 		if d.txn == nil {
 			return protocolError("TRUNCATE outside a transaction")
@@ -244,26 +217,4 @@ func relationFrom(m *pglogrepl.RelationMessage) *Relation {
 		r.Columns[i] = Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 != 0}
 	}
 	return r
-}
-
-// tupleFrom converts a pgoutput tuple of rel. pglogrepl already copied each
-// value out of the receive buffer, so Data is kept as is. A tuple whose
-// column count differs from the relation's is a protocol error (callers
-// index Columns by relation column).
-func tupleFrom(td *pglogrepl.TupleData, rel *Relation) (Tuple, error) {
-	if td == nil {
-		return Tuple{}, nil
-	}
-	if len(td.Columns) != len(rel.Columns) {
-		return Tuple{}, protocolError("tuple of %d columns for %s.%s, which has %d",
-			len(td.Columns), rel.Namespace, rel.Name, len(rel.Columns))
-	}
-	cols := make([]Col, len(td.Columns))
-	for i, c := range td.Columns {
-		cols[i] = Col{Kind: c.DataType}
-		if c.DataType == ColText || c.DataType == ColBinary {
-			cols[i].Data = c.Data
-		}
-	}
-	return Tuple{Columns: cols}, nil
 }
