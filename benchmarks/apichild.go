@@ -53,7 +53,7 @@ api:
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
 `, c.Storage, c.Storage, indent(apiChildRules, "    "), port, c.Audience, c.Secret, max(c.MaxBuckets, 1000), max(c.MaxConnections, 200), cache)
-	child, err := StartChild(ctx, ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: cfg, Role: "api", Stdout: h.TraceOut})
+	child, err := StartChild(ctx, h.childOptions(cfg, "api"))
 	if err != nil {
 		return nil, "", err
 	}

@@ -67,6 +67,9 @@ type ChildOptions struct {
 	// Stdout receives the child's standard output, where the stdout trace
 	// exporter writes spans; nil discards it.
 	Stdout io.Writer
+	// CPUProfileDir, if set, receives the child's Go CPU profile, named
+	// after its config file and role.
+	CPUProfileDir string
 }
 
 // Child is a running `syncpipe run` process.
@@ -119,7 +122,12 @@ func StartChild(ctx context.Context, opt ChildOptions) (*Child, error) {
 	}
 	// Not CommandContext, whose SIGKILL would lose the summary logged on
 	// the way out: Stop ends the child with SIGTERM.
-	cmd := exec.Command(opt.Binary, "run", "--config", f.Name(), "--role", opt.Role)
+	args := []string{"run", "--config", f.Name(), "--role", opt.Role}
+	if opt.CPUProfileDir != "" {
+		name := strings.TrimSuffix(filepath.Base(f.Name()), ".yaml") + "-" + strings.ReplaceAll(opt.Role, ":", "-") + ".pprof"
+		args = append(args, "--cpu-profile", filepath.Join(opt.CPUProfileDir, name))
+	}
+	cmd := exec.Command(opt.Binary, args...)
 	cmd.Stdout = opt.Stdout
 	// A harness that dies must not leave syncpipe running.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

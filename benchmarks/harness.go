@@ -25,6 +25,14 @@ type Harness struct {
 	Trace string
 	// TraceOut receives the child's stdout (stdout-exported spans).
 	TraceOut io.Writer
+	// CPUProfileDir, if set, makes every child write a Go CPU profile of
+	// its run there (`syncpipe run --cpu-profile`).
+	CPUProfileDir string
+}
+
+// childOptions are the options of a child that runs config in role.
+func (h *Harness) childOptions(config, role string) ChildOptions {
+	return ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: config, Role: role, Stdout: h.TraceOut, CPUProfileDir: h.CPUProfileDir}
 }
 
 // SnapshotConfig is the part of a child's config a snapshot scenario varies.
@@ -68,7 +76,7 @@ log: {level: info, format: json}
 
 // start runs `syncpipe run --role replication:snapshot` on cfg.
 func (h *Harness) start(ctx context.Context, cfg SnapshotConfig) (*Child, error) {
-	return StartChild(ctx, ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: h.config(cfg), Stdout: h.TraceOut})
+	return StartChild(ctx, h.childOptions(h.config(cfg), ""))
 }
 
 // snapshotRun is one measured snapshot by a syncpipe child process.

@@ -259,7 +259,7 @@ type streamRun struct {
 
 func (sr *streamRun) startChild(ctx context.Context) (*Child, error) {
 	h := sr.opt.Harness
-	return StartChild(ctx, ChildOptions{Binary: h.Syncpipe, Dir: h.Dir, Config: sr.cfg, Role: "replication", Stdout: h.TraceOut})
+	return StartChild(ctx, h.childOptions(sr.cfg, "replication"))
 }
 
 // update commits opt.Updates single-row updates, opt.TxnRows per

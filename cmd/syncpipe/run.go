@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/syncpipe/syncpipe/config"
@@ -24,8 +25,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlags("run", stderr)
 	path := configFlag(fs)
 	role := fs.String("role", "all", "what this process does: all, api, replication, replication:streaming or replication:snapshot")
+	cpuProfile := fs.String("cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	valid := false
 	for _, r := range roles {
@@ -113,4 +122,20 @@ func logSummary(log *slog.Logger, s *pipeline.Summary) {
 	var b strings.Builder
 	_ = s.WriteTable(&b)
 	log.Info("stage-time summary\n" + b.String())
+}
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usagef("--cpu-profile: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start the CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -229,7 +229,9 @@ func (r *Replicator) stream(ctx context.Context, g *group) error {
 
 // batch converts one logical replication batch into storage changes.
 func (s *streamer) batch(ctx context.Context, lb logrepl.Batch) (sinks.Batch, error) {
-	out := sinks.Batch{Progress: sinks.Position{LSN: uint64(lb.EndLSN)}}
+	// Most changes make one storage change: sized once, the batch is not
+	// grown (and copied) change by change.
+	out := sinks.Batch{Progress: sinks.Position{LSN: uint64(lb.EndLSN)}, Items: make([]stages.Change, 0, lb.Changes)}
 	for _, st := range s.byOID {
 		st.builder.Begin(lb.Changes, lb.Bytes*2+1024)
 	}

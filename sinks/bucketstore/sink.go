@@ -85,15 +85,20 @@ func openSink(ctx context.Context, settings map[string]any, env sinks.Env) (sink
 // Writer returns a writer that takes a storage connection per batch, so
 // writers of finished runs hold nothing.
 func (k *Sink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
-	return sinkWriter{k}, nil
+	return &sinkWriter{k: k, bufs: &writeBufs{}}, nil
 }
 
-type sinkWriter struct{ k *Sink }
+// sinkWriter is one flush worker's writer. It keeps its encode buffers
+// from batch to batch (the worker writes one batch at a time).
+type sinkWriter struct {
+	k    *Sink
+	bufs *writeBufs
+}
 
 // Write persists one batch durably (its transaction has committed).
-func (w sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
+func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	wr, err := k.store.NewWriter(ctx, k.group)
+	wr, err := k.store.newWriter(ctx, k.group, w.bufs)
 	if err != nil {
 		return err
 	}

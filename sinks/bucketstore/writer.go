@@ -55,6 +55,7 @@ type Writer struct {
 	subkey           []byte
 	changed          changeRecord // what this transaction touched (changerecords.go)
 	order            []putRef     // a snapshot batch's PUTs in bucket order
+	home             *writeBufs   // where Close returns the buffers; nil = the store's pool
 
 	// beforeCommit, when set by tests, runs just before each commit, to
 	// widen race windows.
@@ -80,12 +81,24 @@ const (
 // NewWriter returns a writer for group holding one pooled connection until
 // Close.
 func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
+	return s.newWriter(ctx, group, nil)
+}
+
+// newWriter is NewWriter with the encode buffers taken from, and given
+// back to, home when it is set: a caller that writes batch after batch
+// keeps its buffers grown, where the pool loses them at every GC and each
+// batch would grow (and copy) them again.
+func (s *Store) newWriter(ctx context.Context, group int, home *writeBufs) (*Writer, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
 	}
-	w := &Writer{s: s, group: group, conn: conn}
-	if b, ok := s.bufs.Get().(*writeBufs); ok {
+	w := &Writer{s: s, group: group, conn: conn, home: home}
+	b := home
+	if b == nil {
+		b, _ = s.bufs.Get().(*writeBufs)
+	}
+	if b != nil {
 		w.cur, w.ops, w.params, w.ids, w.order = b.cur, b.ops, b.params, b.ids, b.order
 	}
 	return w, nil
@@ -110,7 +123,12 @@ func (w *Writer) Close() {
 	w.conn.Release()
 	w.conn = nil
 	clear(w.order) // its strings would keep the batch's memory alive
-	w.s.bufs.Put(&writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]})
+	b := writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]}
+	if w.home != nil {
+		*w.home = b
+	} else {
+		w.s.bufs.Put(&b)
+	}
 	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
 }
 

@@ -19,6 +19,7 @@ var (
 	scale    = flag.String("scale", "small", "data set sizes: small (whole set in minutes) or full (SPEC §9 sizes)")
 	trace    = flag.String("trace", "none", "export the syncpipe process's OTel spans: none, stdout or otlp (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)")
 	syncpipe = flag.String("syncpipe", "", "syncpipe binary to run; empty builds ./cmd/syncpipe into a temp dir")
+	cpuProf  = flag.String("cpuprofile", "", "directory for a Go CPU profile of every syncpipe child (`go tool pprof -top DIR/FILE`)")
 )
 
 // flagged are the scenarios whose options this command builds from flags
@@ -67,7 +68,13 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	h := &benchmarks.Harness{Syncpipe: *syncpipe, Dir: dir, Trace: *trace, TraceOut: io.Discard}
+	h := &benchmarks.Harness{Syncpipe: *syncpipe, Dir: dir, Trace: *trace, TraceOut: io.Discard, CPUProfileDir: *cpuProf}
+	if *cpuProf != "" {
+		if err := os.MkdirAll(*cpuProf, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
+			return 1
+		}
+	}
 	if *trace == "stdout" {
 		h.TraceOut = os.Stdout
 	}

@@ -89,7 +89,11 @@ func (s *Stream) take(b *Batch, seg segment, lim BatchLimits) (full bool) {
 		s.cur = &h
 	}
 	t := s.cur
-	t.Changes = append(t.Changes, seg.changes...)
+	if t.Changes == nil {
+		t.Changes = seg.changes // handed over: the segment's slice is ours, no copy
+	} else {
+		t.Changes = append(t.Changes, seg.changes...)
+	}
 	t.Bytes += seg.bytes
 	if seg.last {
 		t.EndLSN = seg.endLSN
