@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+
+	"github.com/syncpipe/syncpipe/internal/pgtest"
 )
 
 // TestSlotLifecycle: create, create again (resume: the slot's confirmed
@@ -189,5 +191,41 @@ func TestReceiveTimeout(t *testing.T) {
 	}
 	if err := s.Close(ctx); err != nil { // a failed stream: Close only stops the reader
 		t.Fatalf("Close after a failure: %v", err)
+	}
+}
+
+// TestSlotLostAgainstPostgres makes the server invalidate a slot
+// (max_slot_wal_keep_size) and checks that LookupSlot shows it lost and
+// that Start refuses it with ErrSlotLost, naming the slot. It changes a
+// server setting, so it runs only on the harness's own cluster and not in
+// parallel with the tests that stream.
+func TestSlotLostAgainstPostgres(t *testing.T) {
+	if pgtest.BinDir(t) == "" {
+		t.Skip("changes server settings: only on the harness's own cluster")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	e := newEnv(ctx, t, "CREATE TABLE t (id serial PRIMARY KEY)")
+	e.exec(ctx, `ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'`, `SELECT pg_reload_conf()`)
+	t.Cleanup(func() {
+		_, _ = e.db.Exec(context.Background(), `ALTER SYSTEM RESET max_slot_wal_keep_size`)
+		_, _ = e.db.Exec(context.Background(), `SELECT pg_reload_conf()`)
+	})
+	// Each round writes WAL, switches segments and checkpoints; the
+	// checkpointer invalidates the slot once it has seen the new setting.
+	var s Slot
+	for round := 0; round < 30 && s.WALStatus != "lost"; round++ {
+		e.exec(ctx, `INSERT INTO t DEFAULT VALUES`, `SELECT pg_switch_wal()`, `CHECKPOINT`)
+		var err error
+		if s, err = LookupSlot(ctx, e.db.PgConn(), e.slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.WALStatus != "lost" {
+		t.Fatalf("slot not invalidated: %+v", s)
+	}
+	_, err := Start(ctx, e.replConn(ctx), Config{Slot: e.slot, Publication: "syncpipe"})
+	mustKind(t, err, ErrSlotLost)
+	if !strings.Contains(err.Error(), e.slot) || !strings.Contains(err.Error(), "max_slot_wal_keep_size") {
+		t.Errorf("message %q", err)
 	}
 }
