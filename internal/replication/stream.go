@@ -79,6 +79,7 @@ type streamTable struct {
 	rel     *logrepl.Relation
 	cols    []int // relation column → TableInfo column (-1: not replicated)
 	builder *stages.Builder
+	begun   uint64 // the streamer's batch the builder's arenas were started for
 }
 
 // streamer turns logical replication batches into storage changes. It runs
@@ -91,6 +92,12 @@ type streamer struct {
 	byName map[string]*table
 	byID   map[string]*table // by storage table id
 	toast  toastState
+
+	// batchSeq counts batches; a table's builder starts fresh arenas, sized
+	// for the batch, the first time the batch has a change of it (not for
+	// every known table at every batch).
+	batchSeq              uint64
+	batchRows, batchBytes int
 }
 
 // stream applies the group's slot to storage until ctx ends: read →
@@ -232,9 +239,8 @@ func (s *streamer) batch(ctx context.Context, lb logrepl.Batch) (sinks.Batch, er
 	// Most changes make one storage change: sized once, the batch is not
 	// grown (and copied) change by change.
 	out := sinks.Batch{Progress: sinks.Position{LSN: uint64(lb.EndLSN)}, Items: make([]stages.Change, 0, lb.Changes)}
-	for _, st := range s.byOID {
-		st.builder.Begin(lb.Changes, lb.Bytes*2+1024)
-	}
+	s.batchSeq++
+	s.batchRows, s.batchBytes = lb.Changes, lb.Bytes*2+1024
 	if err := s.prefetchToast(ctx, lb); err != nil {
 		return out, err
 	}
@@ -252,9 +258,11 @@ func (s *streamer) batch(ctx context.Context, lb logrepl.Batch) (sinks.Batch, er
 	return out, nil
 }
 
-// table returns the mapping for a relation, building it on first sight.
+// table returns the mapping for a relation, building it on first sight,
+// with its builder started for the current batch.
 func (s *streamer) table(rel *logrepl.Relation) (*streamTable, error) {
 	if st, ok := s.byOID[rel.ID]; ok && st.rel == rel {
+		s.begin(st)
 		return st, nil
 	}
 	t := s.byName[rel.Namespace+"."+rel.Name]
@@ -273,9 +281,17 @@ func (s *streamer) table(rel *logrepl.Relation) (*streamTable, error) {
 			return nil, fmt.Errorf("table %s: column %s appeared in the stream: %w", t.info.QualifiedName(), c.Name, postgres.ErrSchemaChanged)
 		}
 	}
-	st.builder.Begin(64, 4096)
+	s.begin(st)
 	s.byOID[rel.ID] = st
 	return st, nil
+}
+
+// begin starts st's builder for the current batch unless it already is.
+func (s *streamer) begin(st *streamTable) {
+	if st.begun != s.batchSeq {
+		st.builder.Begin(s.batchRows, s.batchBytes)
+		st.begun = s.batchSeq
+	}
 }
 
 func (s *streamer) change(ctx context.Context, c *logrepl.Change, out *[]stages.Change) error {

@@ -72,11 +72,7 @@ func (c *ChecksumCache) unchanged(group int, bucket string, from, to int64) bool
 	}
 	same := true
 	covered := l.overlapping(from, to, func(iv *changeInterval) bool {
-		if iv.allBuckets {
-			same = false
-		} else if _, ok := iv.buckets[bucket]; ok {
-			same = false
-		}
+		same = !iv.hasBucket(bucket)
 		return same
 	})
 	return covered && same
@@ -86,9 +82,8 @@ func (c *ChecksumCache) unchanged(group int, bucket string, from, to int64) bool
 // checkpoints, by the change records. The zero value is "unknown":
 // everything may have changed.
 type ChangeSet struct {
-	known    bool
-	from, to int64
-	ivs      []*changeInterval // immutable; those overlapping (from, to]
+	known bool
+	ivs   []*changeInterval // immutable; those overlapping the range
 }
 
 // Known reports whether the change records covered the whole range; when
@@ -102,10 +97,7 @@ func (s ChangeSet) BucketChanged(bucket string) bool {
 		return true
 	}
 	for _, iv := range s.ivs {
-		if iv.allBuckets {
-			return true
-		}
-		if _, ok := iv.buckets[bucket]; ok {
+		if iv.hasBucket(bucket) {
 			return true
 		}
 	}
@@ -120,11 +112,8 @@ func (s ChangeSet) LookupsChanged(keys [][]byte) bool {
 		return len(keys) > 0
 	}
 	for _, iv := range s.ivs {
-		if iv.allLookups && len(keys) > 0 {
-			return true
-		}
 		for _, k := range keys {
-			if _, ok := iv.lookups[string(k)]; ok {
+			if iv.hasLookup(k) {
 				return true
 			}
 		}
@@ -144,19 +133,15 @@ func (c *ChecksumCache) Changes(ctx context.Context, group int, from, to int64) 
 		return ChangeSet{}, nil
 	}
 	if from == to {
-		return ChangeSet{known: true, from: from, to: to}, nil
+		return ChangeSet{known: true}, nil
 	}
 	if err := c.ensureLog(ctx, group, from, to); err != nil {
 		return ChangeSet{}, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	l := c.logs[group]
-	if l == nil {
-		return ChangeSet{}, nil
-	}
-	cs := ChangeSet{known: true, from: from, to: to}
-	if !l.overlapping(from, to, func(iv *changeInterval) bool {
+	cs := ChangeSet{known: true}
+	if !c.logs[group].overlapping(from, to, func(iv *changeInterval) bool {
 		cs.ivs = append(cs.ivs, iv)
 		return true
 	}) {

@@ -82,6 +82,7 @@ func (r *changeRecord) bucket(bucket string) {
 	}
 	r.buckets[bucket] = struct{}{}
 	r.names = append(r.names, bucket)
+	r.exact = len(r.names) <= maxRecordedNames // past it, stop collecting: "unknown"
 }
 
 // lookup notes a parameter entry written under key.
@@ -97,6 +98,7 @@ func (r *changeRecord) lookup(key []byte) {
 	}
 	r.lookups[string(key)] = struct{}{}
 	r.keys = append(r.keys, key)
+	r.exact = len(r.keys) <= maxRecordedNames
 }
 
 const recordChangesSQL = `INSERT INTO bucket_changes (group_id, op_low, op_high, buckets, lookups) VALUES ($1, $2, $3, $4, $5)`
@@ -108,17 +110,23 @@ func (w *Writer) recordChanges(ctx context.Context, tx pgx.Tx, res *Result) erro
 		return nil
 	}
 	r := &w.changed
-	exact := r.exact && len(r.names) <= maxRecordedNames && len(r.keys) <= maxRecordedNames
 	// An empty array is "none"; nil is NULL, "unknown".
 	buckets, lookups := []string{}, [][]byte{}
-	if exact {
-		buckets, lookups = append(buckets, r.names...), append(lookups, r.keys...)
-	}
-	if !exact && res.Ops > 0 {
-		buckets = nil
-	}
-	if !exact && res.Params > 0 {
-		lookups = nil
+	switch {
+	case r.exact:
+		if len(r.names) > 0 {
+			buckets = r.names
+		}
+		if len(r.keys) > 0 {
+			lookups = r.keys
+		}
+	default:
+		if res.Ops > 0 {
+			buckets = nil
+		}
+		if res.Params > 0 {
+			lookups = nil
+		}
 	}
 	// Ids are drawn ascending and used from the first on.
 	if _, err := tx.Exec(ctx, recordChangesSQL, w.group, w.ids[0], res.MaxOpID, buckets, lookups); err != nil {
@@ -170,6 +178,19 @@ type changeInterval struct {
 	allBuckets, allLookups bool
 	buckets                map[string]struct{}
 	lookups                map[string]struct{}
+}
+
+// hasBucket reports whether bucket may have changed in the interval.
+func (iv *changeInterval) hasBucket(bucket string) bool {
+	_, ok := iv.buckets[bucket]
+	return ok || iv.allBuckets
+}
+
+// hasLookup reports whether the lookup key may have got an entry or a
+// retraction in the interval.
+func (iv *changeInterval) hasLookup(key []byte) bool {
+	_, ok := iv.lookups[string(key)]
+	return ok || iv.allLookups
 }
 
 // loadChanges reads the change records of group over (from, to]. to must

@@ -30,7 +30,7 @@ var emptyParams = []byte("[]")
 
 // previous is a row's stored state before the batch.
 type previous struct {
-	tid     pgtype.TID // where the locked row is, to delete it without an index probe
+	tid     pgtype.TID // where the row is, to delete it without an index probe
 	buckets []string
 	lookups [][]byte
 	data    []byte
@@ -164,29 +164,40 @@ func collapse(changes []stages.Change) []*stages.Change {
 	return final
 }
 
-// loadPreviousSQL reads the stored state of a batch's rows: one primary key
-// probe per key. LATERAL … OFFSET 0 keeps it that way: joined plainly, the
+// currentProbe reads the current_data rows of group $1 named by the
+// (table, key) pairs in $2 and $3 as c, with k the pair: one primary key
+// probe per pair. LATERAL … OFFSET 0 keeps it that way: joined plainly, the
 // planner (which guesses the size of unnest) may instead hash every stored
 // row of the group and spill to disk, paying for the whole group per batch.
-const loadPreviousSQL = `
-	SELECT c.ctid, k.t, k.key, c.buckets, c.lookups, c.data
+const currentProbe = `
 	FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
 	CROSS JOIN LATERAL (
 		SELECT ctid, buckets, lookups, data FROM current_data
 		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
 		OFFSET 0) c`
 
-// loadPrevious reads the stored state of the batch's rows. It takes no row
-// locks: the transaction holds the group's stream lock (see
+// loadPreviousSQL reads the stored state of a batch's rows.
+const loadPreviousSQL = `SELECT c.ctid, k.t, k.key, c.buckets, c.lookups, c.data` + currentProbe
+
+// probeArgs are currentProbe's $2 and $3 for the rows ref names.
+func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgtype.UUID) {
+	tables := make([]string, len(rows))
+	keys := make([]pgtype.UUID, len(rows))
+	for i, r := range rows {
+		var k [16]byte
+		tables[i], k = ref(r)
+		keys[i] = pgtype.UUID{Bytes: k, Valid: true}
+	}
+	return tables, keys
+}
+
+// loadPrevious reads the stored state of the batch's rows (currentProbe).
+// It takes no row locks: the transaction holds the group's stream lock (see
 // streamLockClass), and no other writer changes stored rows of a streaming
 // group — snapshot writes only insert, and an insert racing ours fails on
 // the primary key and is retried.
 func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Change) (map[rowKey]previous, error) {
-	tables := make([]string, len(final))
-	keys := make([]pgtype.UUID, len(final))
-	for i, c := range final {
-		tables[i], keys[i] = c.Table.ID, pgtype.UUID{Bytes: c.Key, Valid: true}
-	}
+	tables, keys := probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
 	rows, err := tx.Query(ctx, loadPreviousSQL, w.group, tables, keys)
 	if err != nil {
 		return nil, fmt.Errorf("load previous row state: %w", err)
@@ -227,7 +238,8 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.
 		}
 	}
 	if len(tids) > 0 {
-		// The rows are locked since loadPrevious, so their ctids hold.
+		// No other writer changes the group's stored rows while this one holds
+		// the stream lock, so the ctids read by loadPrevious still hold.
 		if _, err := tx.Exec(ctx, `DELETE FROM current_data WHERE ctid = ANY($1::tid[])`, tids); err != nil {
 			return fmt.Errorf("delete previous row state: %w", err)
 		}

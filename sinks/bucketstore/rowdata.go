@@ -3,8 +3,6 @@ package bucketstore
 import (
 	"context"
 	"fmt"
-
-	"github.com/google/uuid"
 )
 
 // RowRef names one replicated source row of a group: its table (the
@@ -25,28 +23,18 @@ func (s *Store) RowData(ctx context.Context, group int, rows []RowRef) (map[RowR
 	if len(rows) == 0 {
 		return out, nil
 	}
-	tables := make([]string, len(rows))
-	keys := make([]uuid.UUID, len(rows))
-	for i, r := range rows {
-		tables[i], keys[i] = r.Table, r.Key
-	}
-	res, err := s.pool.Query(ctx, `
-		SELECT c.source_table, c.source_key, c.data
-		FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
-		JOIN current_data c ON c.group_id = $1 AND c.source_table = k.t AND c.source_key = k.key
-		WHERE c.data IS NOT NULL`, group, tables, keys)
+	tables, keys := probeArgs(rows, func(r RowRef) (string, [16]byte) { return r.Table, r.Key })
+	res, err := s.pool.Query(ctx, `SELECT k.t, k.key, c.data`+currentProbe+` WHERE c.data IS NOT NULL`, group, tables, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
 	}
 	defer res.Close()
 	for res.Next() {
 		var r RowRef
-		var key uuid.UUID
 		var data []byte
-		if err := res.Scan(&r.Table, &key, &data); err != nil {
+		if err := res.Scan(&r.Table, &r.Key, &data); err != nil {
 			return nil, fmt.Errorf("read stored row data: %w", err)
 		}
-		r.Key = key
 		out[r] = data
 	}
 	if err := res.Err(); err != nil {

@@ -39,10 +39,6 @@ type Store struct {
 	schema   string
 	log      *slog.Logger
 	counters counters
-	// bufs recycles the encode buffers of closed writers: a writer lives
-	// for one batch, and its buffers (megabytes for a 10k-row chunk) would
-	// otherwise be garbage per batch.
-	bufs sync.Pool
 	// changeRetention is how many op ids of change records Commit keeps
 	// (changerecords.go); tests lower it. pruneNext: per group, the
 	// horizon at which pruning is next worth a statement.

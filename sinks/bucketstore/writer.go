@@ -55,7 +55,7 @@ type Writer struct {
 	subkey           []byte
 	changed          changeRecord // what this transaction touched (changerecords.go)
 	order            []putRef     // a snapshot batch's PUTs in bucket order
-	home             *writeBufs   // where Close returns the buffers; nil = the store's pool
+	home             *writeBufs   // where Close returns the buffers; nil = dropped
 
 	// beforeCommit, when set by tests, runs just before each commit, to
 	// widen race windows.
@@ -85,21 +85,17 @@ func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
 }
 
 // newWriter is NewWriter with the encode buffers taken from, and given
-// back to, home when it is set: a caller that writes batch after batch
-// keeps its buffers grown, where the pool loses them at every GC and each
-// batch would grow (and copy) them again.
+// back to, home when it is set: a caller that opens a writer per batch
+// (the sink's flush workers) keeps its buffers grown instead of growing
+// (and copying) them again for every batch.
 func (s *Store) newWriter(ctx context.Context, group int, home *writeBufs) (*Writer, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
 	}
 	w := &Writer{s: s, group: group, conn: conn, home: home}
-	b := home
-	if b == nil {
-		b, _ = s.bufs.Get().(*writeBufs)
-	}
-	if b != nil {
-		w.cur, w.ops, w.params, w.ids, w.order = b.cur, b.ops, b.params, b.ids, b.order
+	if home != nil {
+		w.cur, w.ops, w.params, w.ids, w.order = home.cur, home.ops, home.params, home.ids, home.order
 	}
 	return w, nil
 }
@@ -122,12 +118,9 @@ func (w *Writer) Close() {
 	}
 	w.conn.Release()
 	w.conn = nil
-	clear(w.order) // its strings would keep the batch's memory alive
-	b := writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]}
 	if w.home != nil {
-		*w.home = b
-	} else {
-		w.s.bufs.Put(&b)
+		clear(w.order) // its strings would keep the batch's memory alive
+		*w.home = writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]}
 	}
 	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
 }

@@ -204,12 +204,6 @@ func (c *conn) advance(reqs []bucketstore.BucketRequest, more bool) ([]bucketsto
 	return reqs, nil
 }
 
-// readBatch reads the next ops of reqs up to cp into c.batch, sharing
-// small reads with streams that read the same (sharedread.go).
-func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {
-	return c.readShared(ctx, cp, reqs)
-}
-
 // readOwn reads the next ops of reqs up to cp into c.batch, holding a
 // data fetch slot for the duration of the query only.
 func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {

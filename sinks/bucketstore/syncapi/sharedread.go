@@ -99,9 +99,10 @@ func (c *conn) readKey(reqs []bucketstore.BucketRequest) string {
 	return string(b)
 }
 
-// readShared is readBatch through the shared reads: the first stream to
-// ask performs the read and keeps its result, the others copy it.
-func (c *conn) readShared(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (bool, error) {
+// readBatch reads the next ops of reqs up to cp into c.batch, sharing
+// small reads with streams that read the same: the first stream to ask
+// performs the read and keeps its result, the others copy it.
+func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (bool, error) {
 	key := c.readKey(reqs)
 	if key == "" {
 		return c.readOwn(ctx, cp, reqs)

@@ -80,6 +80,13 @@ func protocolError(format string, args ...any) error {
 		": reconnecting; report it if it persists"}
 }
 
+// malformed is protocolError for a message that could not be read, with
+// the reading error as its cause.
+func malformed(err error) error {
+	return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
+		": reconnecting; report it if it persists", Err: err}
+}
+
 // position records an acknowledgeable position seen outside a transaction
 // (keepalive WAL end, heartbeat message). Consecutive positions collapse.
 func (d *decoder) position(lsn LSN) {
@@ -94,20 +101,18 @@ func (d *decoder) position(lsn LSN) {
 }
 
 // message decodes one pgoutput message; walStart is the WAL position of its
-// XLogData frame. Tuple data is copied out of data (by pglogrepl), so the
-// caller may reuse data afterwards.
+// XLogData frame. Tuple data is copied out of data (into the decoder's
+// arena, see dml.go), so the caller may reuse data afterwards.
 func (d *decoder) message(walStart LSN, data []byte) error {
 	if len(data) > 0 && (data[0] == 'I' || data[0] == 'U' || data[0] == 'D') {
 		return d.dmlMessage(walStart, data) // the hot path, see dml.go
 	}
 	if err := checkFrame(data); err != nil {
-		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
-			": reconnecting; report it if it persists", Err: err}
+		return malformed(err)
 	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
-		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
-			": reconnecting; report it if it persists", Err: err}
+		return malformed(err)
 	}
 	size := len(data)
 	switch m := msg.(type) {

@@ -7,9 +7,9 @@ import "fmt"
 // which allocates the message, each tuple, each column and a copy of each
 // value. Here the values of many rows share one arena chunk and the columns
 // of many tuples share one slice: a few allocations per chunk, not per row.
-// The layout checks are checkFrame's (same frameReader), so a malformed
-// message is the same protocol error either way; fuzz_test.go compares the
-// two decodings on arbitrary input.
+// The layout checks use checkFrame's frameReader, so a malformed message is
+// the same kind of protocol error; dml_test.go compares this decoding with
+// pglogrepl's on arbitrary input.
 
 const (
 	valueChunk = 64 << 10 // bytes per arena chunk of column values
@@ -23,7 +23,8 @@ type dmlFrame struct {
 	old, new Tuple
 }
 
-// parseDML decodes an 'I', 'U' or 'D' message of protocol version 1.
+// parseDML decodes an 'I', 'U' or 'D' message (data[0]; the caller checks
+// it) of protocol version 1.
 func (d *decoder) parseDML(data []byte) (dmlFrame, error) {
 	var f dmlFrame
 	r := frameReader{b: data[1:]}
@@ -51,8 +52,6 @@ func (d *decoder) parseDML(data []byte) (dmlFrame, error) {
 			r.fail("delete tuple marker")
 		}
 		f.old = d.tuple(&r)
-	default:
-		return f, fmt.Errorf("not a row change: %q", data[0])
 	}
 	if r.err != nil {
 		return dmlFrame{}, fmt.Errorf("malformed pgoutput %q message: %w", data[0], r.err)
@@ -123,8 +122,7 @@ func (d *decoder) columns(n int) []Col {
 func (d *decoder) dmlMessage(walStart LSN, data []byte) error {
 	f, err := d.parseDML(data)
 	if err != nil {
-		return &Error{Kind: ErrProtocol, Msg: "pgoutput protocol error: " + err.Error() +
-			": reconnecting; report it if it persists", Err: err}
+		return malformed(err)
 	}
 	c := Change{LSN: walStart, OldKind: f.oldKind, New: f.new, Old: f.old}
 	what := "INSERT"
