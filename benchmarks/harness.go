@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
+	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
 // Harness is what the scenarios that run syncpipe share: the binary, where
@@ -169,6 +170,22 @@ func startCluster(ctx context.Context, sourceDB string) (*pgcluster.Cluster, *pg
 	if err != nil {
 		_ = cluster.Stop()
 		return nil, nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	return cluster, src, nil
+}
+
+// startTodos is startCluster with the todo data set of size loaded into the
+// source.
+func startTodos(ctx context.Context, log io.Writer, size todos.Size) (*pgcluster.Cluster, *pgx.Conn, error) {
+	cluster, src, err := startCluster(ctx, "app")
+	if err != nil {
+		return nil, nil, err
+	}
+	logf(log, "loading %d todos / %d lists…", size.Todos, size.Lists)
+	if _, err := todos.Load(ctx, src, size); err != nil {
+		src.Close(context.WithoutCancel(ctx))
+		_ = cluster.Stop()
+		return nil, nil, err
 	}
 	return cluster, src, nil
 }

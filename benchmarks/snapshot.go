@@ -42,16 +42,12 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 	if opt.Harness == nil {
 		return res, fmt.Errorf("snapshot scenario: no syncpipe harness")
 	}
-	cluster, src, err := startCluster(ctx, "app")
+	cluster, src, err := startTodos(ctx, opt.Log, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42})
 	if err != nil {
 		return res, err
 	}
 	defer cluster.Stop()
 	defer src.Close(context.WithoutCancel(ctx))
-	logf(opt.Log, "loading %d todos / %d lists…", opt.Todos, opt.Lists)
-	if _, err := todos.Load(ctx, src, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42}); err != nil {
-		return res, err
-	}
 	sourceRows := int64(opt.Todos + opt.Lists)
 
 	var rows rowSet

@@ -71,16 +71,12 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	if opt.Harness == nil {
 		return res, fmt.Errorf("streaming scenario: no syncpipe harness")
 	}
-	cluster, src, err := startCluster(ctx, "app")
+	cluster, src, err := startTodos(ctx, opt.Log, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42})
 	if err != nil {
 		return res, err
 	}
 	defer cluster.Stop()
 	defer src.Close(context.WithoutCancel(ctx))
-	logf(opt.Log, "loading %d todos / %d lists…", opt.Todos, opt.Lists)
-	if _, err := todos.Load(ctx, src, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42}); err != nil {
-		return res, err
-	}
 	if _, err := src.Exec(ctx, `CREATE TABLE bench_marks (id int PRIMARY KEY, seq bigint NOT NULL);
 		INSERT INTO bench_marks VALUES (1, 0)`); err != nil {
 		return res, fmt.Errorf("create marker table: %w", err)

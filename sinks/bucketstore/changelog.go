@@ -2,7 +2,6 @@ package bucketstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -184,16 +183,8 @@ func (c *ChecksumCache) ensureLog(ctx context.Context, group int, from, to int64
 		}
 		if f := l.loading; f != nil {
 			c.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			if f.err != nil && ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if f.err != nil && !errors.Is(f.err, context.Canceled) && !errors.Is(f.err, context.DeadlineExceeded) {
-				return f.err
+			if _, err := awaitOther(ctx, f.done, &f.err); err != nil {
+				return err
 			}
 			continue // extended, or the loader gave up with its context: look again
 		}

@@ -90,6 +90,28 @@ type flight struct {
 	err   error
 }
 
+// awaitOther waits for another caller's work (done closes, then err tells
+// how it ended). It returns retry when that work ended only because its
+// caller's context did: the result is not known, ours should do the work
+// again. With our own context ended, that is the error.
+func awaitOther(ctx context.Context, done <-chan struct{}, err *error) (retry bool, _ error) {
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	switch e := *err; {
+	case e == nil:
+		return false, nil
+	case ctx.Err() != nil:
+		return false, ctx.Err()
+	case errors.Is(e, context.Canceled) || errors.Is(e, context.DeadlineExceeded):
+		return true, nil
+	default:
+		return false, e
+	}
+}
+
 // NewChecksumCache returns a cache holding at most size (bucket,
 // checkpoint) entries (default 100000 when size ≤ 0). An entry is about
 // 150 bytes plus the bucket name.
@@ -238,19 +260,11 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 		}
 		pending = pending[:0]
 		for _, w := range waits {
-			select {
-			case <-w.f.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			retry, err := awaitOther(ctx, w.f.done, &w.f.err)
+			if err != nil {
+				return nil, err
 			}
-			if w.f.err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				if !errors.Is(w.f.err, context.Canceled) && !errors.Is(w.f.err, context.DeadlineExceeded) {
-					return nil, w.f.err
-				}
-				// Another caller's fetch ended with its context: fetch again.
+			if retry {
 				pending = append(pending, w.i)
 				continue
 			}

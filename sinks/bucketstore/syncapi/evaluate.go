@@ -27,12 +27,8 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 		}
 	}
 	refs, sameRefs := c.refs, c.evaluated && changes.Known()
-	if sameRefs && len(c.plan.Lookups) > 0 {
-		keys := make([][]byte, len(c.plan.Lookups))
-		for i := range c.plan.Lookups {
-			keys[i] = c.plan.Lookups[i].Key
-		}
-		sameRefs = !changes.LookupsChanged(keys)
+	if sameRefs && len(c.keys) > 0 {
+		sameRefs = !changes.LookupsChanged(c.keys)
 	}
 	if !sameRefs {
 		var err error

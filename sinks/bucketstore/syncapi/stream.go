@@ -58,6 +58,7 @@ type conn struct {
 	// The group served and this request's evaluation of its rules.
 	group int
 	plan  *syncrules.RequestPlan
+	keys  [][]byte // the keys of plan.Lookups
 
 	// The buckets and checksums at the last storage checkpoint evaluated.
 	evaluated bool
@@ -246,6 +247,10 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 			c.log.Warn("sync rules: some parameter queries failed for this request", "err", err)
 		}
 		c.group, c.plan, c.evaluated = cp.GroupID, plan, false
+		c.keys = make([][]byte, len(plan.Lookups))
+		for i := range plan.Lookups {
+			c.keys[i] = plan.Lookups[i].Key
+		}
 	}
 	// The write checkpoint read (one query per checkpoint for all streams,
 	// writecp.go) does not depend on the evaluation: run both at once.
@@ -283,12 +288,8 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([]syncrules.BucketRef, error) {
 	limit := c.s.cfg.MaxBucketsPerConnection
 	refs := append([]syncrules.BucketRef(nil), c.plan.Static...)
-	if n := len(c.plan.Lookups); n > 0 {
-		keys := make([][]byte, n)
-		for i := range c.plan.Lookups {
-			keys[i] = c.plan.Lookups[i].Key
-		}
-		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, keys, limit)
+	if len(c.keys) > 0 {
+		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, c.keys, limit)
 		if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
 			return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
 				"too many parameter query results for this connection (more than %d); narrow the sync rules' parameter queries", limit)}

@@ -34,6 +34,7 @@ type writeCheckpoints struct {
 type wcRound struct {
 	done     chan struct{}
 	included map[bucketstore.WriteCheckpointClient]struct{}
+	clients  []bucketstore.WriteCheckpointClient // included, as the query's list
 	res      map[bucketstore.WriteCheckpointClient]int64
 	err      error
 }
@@ -67,11 +68,7 @@ func (w *writeCheckpoints) get(ctx context.Context, c bucketstore.WriteCheckpoin
 		if r == nil {
 			r = w.start(lsn)
 			w.mu.Unlock()
-			keys := make([]bucketstore.WriteCheckpointClient, 0, len(r.included))
-			for k := range r.included {
-				keys = append(keys, k)
-			}
-			r.res, r.err = w.store.WriteCheckpointsFor(ctx, keys, lsn)
+			r.res, r.err = w.store.WriteCheckpointsFor(ctx, r.clients, lsn)
 			if r.err != nil {
 				// Let the next caller read again.
 				w.mu.Lock()
@@ -109,14 +106,16 @@ func (w *writeCheckpoints) get(ctx context.Context, c bucketstore.WriteCheckpoin
 // start registers a new round at lsn over the registered clients. w.mu
 // must be held.
 func (w *writeCheckpoints) start(lsn pglogrepl.LSN) *wcRound {
-	r := &wcRound{done: make(chan struct{}), included: make(map[bucketstore.WriteCheckpointClient]struct{}, len(w.clients))}
+	r := &wcRound{done: make(chan struct{}), included: make(map[bucketstore.WriteCheckpointClient]struct{}, len(w.clients)),
+		clients: make([]bucketstore.WriteCheckpointClient, 0, len(w.clients))}
 	for k := range w.clients {
 		r.included[k] = struct{}{}
+		r.clients = append(r.clients, k)
 	}
 	w.rounds[lsn] = r
 	w.order = append(w.order, lsn)
 	for len(w.order) > maxWCRounds {
-		if old := w.rounds[w.order[0]]; old != nil && w.order[0] != lsn {
+		if w.order[0] != lsn {
 			delete(w.rounds, w.order[0])
 		}
 		w.order = w.order[1:]
