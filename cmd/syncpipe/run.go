@@ -98,6 +98,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		term = stderr
 	}
 	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
+		MeterProvider: tel.MeterProvider,
 		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	err = rep.Run(ctx)
 	logSummary(log, summary)

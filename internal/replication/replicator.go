@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
@@ -91,6 +92,9 @@ type Options struct {
 	// ProgressEvery is the interval of snapshot progress log lines
 	// (default 10s).
 	ProgressEvery time.Duration
+	// MeterProvider creates the replication metrics; default the OTel
+	// global.
+	MeterProvider metric.MeterProvider
 }
 
 // sink returns the sink pipelines of group g write to.
