@@ -99,7 +99,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
 		MeterProvider: tel.MeterProvider,
-		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
+		Tracer:        pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	err = rep.Run(ctx)
 	logSummary(log, summary)
 	if ctx.Err() != nil {
