@@ -74,6 +74,9 @@ type Stream struct {
 	BatchMaxWait   time.Duration `koanf:"batch_max_wait" doc:"Flush a non-empty batch after this long even if it is small."`
 	ReceiveTimeout time.Duration `koanf:"receive_timeout" doc:"Reconnect when the source sends nothing (not even keepalives) for this long."`
 	StatusInterval time.Duration `koanf:"status_interval" doc:"Interval of standby status updates to the source; must be below receive_timeout."`
+	// SchemaCheckInterval exists because a DDL is invisible in the stream
+	// until a row of its table changes.
+	SchemaCheckInterval time.Duration `koanf:"schema_check_interval" doc:"How often the source catalog is compared with the stored table shapes and the publication, so a DDL on a table no row of which changed since is re-snapshotted too; 0 = only when the stream shows a new shape."`
 }
 
 // Lease configures how processes share work units through storage.
@@ -161,6 +164,8 @@ func Default() *Config {
 				BatchMaxWait:   50 * time.Millisecond,
 				ReceiveTimeout: 30 * time.Second,
 				StatusInterval: 10 * time.Second,
+
+				SchemaCheckInterval: 10 * time.Second,
 			},
 			Lease:          Lease{Duration: 30 * time.Second, Heartbeat: 10 * time.Second},
 			StorageTimeout: 5 * time.Minute,

@@ -214,6 +214,7 @@ func (v *validator) replication() {
 	v.nonNegative("replication.stream.batch_max_wait", st.BatchMaxWait)
 	v.positive("replication.stream.receive_timeout", st.ReceiveTimeout)
 	v.positive("replication.stream.status_interval", st.StatusInterval)
+	v.nonNegative("replication.stream.schema_check_interval", st.SchemaCheckInterval)
 	if st.StatusInterval > 0 && st.ReceiveTimeout > 0 && st.StatusInterval >= st.ReceiveTimeout {
 		v.add(KindRange, "replication.stream.status_interval", "must be below replication.stream.receive_timeout = %s (got %s)",
 			fmtDuration(st.ReceiveTimeout), fmtDuration(st.StatusInterval))

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/syncpipe/syncpipe/config"
@@ -120,6 +121,8 @@ type Replicator struct {
 	// values came from stored row data and from a source re-read.
 	toastMerged, toastReread atomic.Int64
 
+	errs *errorState
+
 	mu       sync.Mutex
 	groups   map[int]*group
 	retiring map[int]bool // groups being retired
@@ -131,8 +134,12 @@ func New(opts Options) *Replicator {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	mp := opts.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
 	host, _ := os.Hostname()
-	return &Replicator{opts: opts, cfg: opts.Config, store: opts.Store, log: log,
+	return &Replicator{opts: opts, cfg: opts.Config, store: opts.Store, log: log, errs: newErrorState(mp),
 		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}, progress: newProgress()}
 }
 
@@ -145,6 +152,25 @@ type group struct {
 
 	mu        sync.Mutex
 	remaining int // snapshot ranges not yet done
+}
+
+// spec binds the group's rules to a table's columns (see rulesBinder).
+func (g *group) spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error) {
+	return stages.NewTableSpec(t, g.rules, columns, identity)
+}
+
+// state is the group's state as last seen in storage.
+func (g *group) state() bucketstore.State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.g.State
+}
+
+// setState records a state change of the group seen in storage.
+func (g *group) setState(s bucketstore.State) {
+	g.mu.Lock()
+	g.g.State = s
+	g.mu.Unlock()
 }
 
 // table is one replicated source table of a group.
@@ -219,7 +245,7 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
 
 	var names []string
 	for _, t := range rules.Tables() {
@@ -267,11 +293,15 @@ func (r *Replicator) hasActive(ctx context.Context) bool {
 // gone after the snapshot finished cannot be recreated without losing
 // changes: that is reported for a new group to be started.
 func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
-	conn, err := logrepl.Connect(ctx, r.cfg.Source.URI)
+	conn, err := logrepl.Connect(ctx, r.replicationURI(false))
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := closeCtx()
+		conn.Close(cctx)
+		cancel()
+	}()
 	slot, err := logrepl.LookupSlot(ctx, conn, g.g.SlotName)
 	if err == nil {
 		if slot.WALStatus == "lost" {
@@ -301,6 +331,12 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 func (r *Replicator) registerTable(ctx context.Context, conn *pgx.Conn, g *group, info postgres.TableInfo) (*table, error) {
 	st, err := r.store.RegisterTable(ctx, g.g.ID, info.OID, info.Schema, info.Name, identityNames(info))
 	if err != nil {
+		return nil, err
+	}
+	// The shape the snapshot reads the table in; the stream compares every
+	// relation with it (a table stored before shapes were kept takes the
+	// source's current one).
+	if st.Shape, err = r.store.InitShape(ctx, st.ID, catalogShape(info).marshal()); err != nil {
 		return nil, err
 	}
 	spec, err := tableSpec(&st.Table, g.rules, info)

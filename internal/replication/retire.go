@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 )
 
@@ -19,27 +24,37 @@ func slotGone(err error) bool {
 	return errors.Is(err, logrepl.ErrSlotLost) || errors.Is(err, logrepl.ErrSlotMissing)
 }
 
-// replace starts a new group with g's rules after g's slot was lost. An
-// active g keeps serving its last checkpoint — stale, but consistent —
-// until the new group has snapshotted and takes over at its first
-// checkpoint; g is then stopped and retired. A processing g serves nobody
-// and is stopped at once.
+// replace starts a new group with g's rules after g's stream lost changes
+// (its slot was lost or dropped, its publication was dropped). What happens
+// to g follows its state in storage, never this process's memory of it (a
+// replacement group may have activated since it was loaded): an ACTIVE g
+// keeps serving its last checkpoint — stale, but consistent — until the new
+// group has snapshotted and takes over at its first checkpoint, which stops
+// g for retirement; a PROCESSING g serves nobody and is stopped at once; a
+// g that is stopped already was taken over and is only retired.
 func (r *Replicator) replace(ctx context.Context, g *group, cause error) error {
-	r.log.Error("replication slot gone: re-snapshotting into a new group", "group", g.g.ID, "slot", g.g.SlotName, "err", cause)
-	msg := fmt.Sprintf("%v: changes since were lost; a new group re-snapshots the source and takes over when done", cause)
-	if err := r.store.ReportError(ctx, g.g.ID, msg); err != nil {
-		return err
-	}
-	ng, created, err := r.store.ReplaceGroup(ctx, g.g, r.cfg.Source.SlotPrefix)
+	cur, err := r.store.Group(ctx, g.g.ID)
 	if err != nil {
 		return err
 	}
-	if g.g.State == bucketstore.StateProcessing {
+	g.setState(cur.State)
+	if cur.State == bucketstore.StateStop || cur.State == bucketstore.StateTerminated {
+		return r.submitRetire(cur)
+	}
+	r.log.Error("changes lost to the stream: re-snapshotting into a new group", "group", g.g.ID, "slot", g.g.SlotName, "err", cause)
+	r.report(ctx, g.g.ID, fmt.Sprintf("group %d stream", g.g.ID),
+		fmt.Errorf("%w: changes since were lost; a new group re-snapshots the source and takes over when done", cause))
+	ng, created, err := r.store.ReplaceGroup(ctx, cur, r.cfg.Source.SlotPrefix)
+	if err != nil {
+		return err
+	}
+	if cur.State == bucketstore.StateProcessing {
 		if err := r.store.SetState(ctx, g.g.ID, bucketstore.StateStop); err != nil {
 			return err
 		}
-		g.g.State = bucketstore.StateStop
-		if err := r.submitRetire(g.g); err != nil {
+		cur.State = bucketstore.StateStop
+		g.setState(cur.State)
+		if err := r.submitRetire(cur); err != nil {
 			return err
 		}
 	}
@@ -49,6 +64,45 @@ func (r *Replicator) replace(ctx context.Context, g *group, cause error) error {
 	r.log.Info("replacement group created", "group", ng.ID, "replaces", g.g.ID, "slot", ng.SlotName)
 	return r.startGroup(ctx, ng)
 }
+
+// awaitPublication waits until the publication publishes every table of g
+// again, with the problem stored for the operator meanwhile.
+func (r *Replicator) awaitPublication(ctx context.Context, g *group, cause error) error {
+	unit := fmt.Sprintf("group %d stream", g.g.ID)
+	names := make([]string, len(g.tables))
+	for i, t := range g.tables {
+		names[i] = t.info.QualifiedName()
+	}
+	for {
+		conn, err := r.connectSource(ctx)
+		if err == nil {
+			err = postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.cfg.Source.Publication, Tables: names})
+			closeConn(conn)
+			if err == nil {
+				r.log.Info("publication usable again", "group", g.g.ID, "publication", r.cfg.Source.Publication)
+				return nil
+			}
+			if publicationProblem(err) {
+				cause = err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.errs.count.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", "fatal"), attribute.String("unit", "stream")))
+		r.report(ctx, g.g.ID, unit, fmt.Errorf("%w; once it is fixed, syncpipe re-snapshots the source into a new group (changes made meanwhile were not published) while this one keeps serving", cause))
+		t := time.NewTimer(jitter(publicationPoll))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// publicationPoll is how often a group waiting for its publication checks.
+const publicationPoll = 5 * time.Second
 
 // submitRetirements queues the clean-up of every stopped or terminated
 // group: after a restart, or when a new group took over.
@@ -102,7 +156,7 @@ func (r *Replicator) retire(ctx context.Context, g bucketstore.Group) error {
 		delete(r.retiring, g.ID)
 		r.mu.Unlock()
 	}()
-	return r.retry(ctx, fmt.Sprintf("group %d retire", g.ID), func(ctx context.Context) error {
+	return r.retry(ctx, g.ID, fmt.Sprintf("group %d retire", g.ID), "retire", func(ctx context.Context) error {
 		cur, err := r.store.Group(ctx, g.ID)
 		if err != nil {
 			return err
@@ -110,11 +164,15 @@ func (r *Replicator) retire(ctx context.Context, g bucketstore.Group) error {
 		if cur.State != bucketstore.StateStop && cur.State != bucketstore.StateTerminated {
 			return nil
 		}
-		conn, err := logrepl.Connect(ctx, r.cfg.Source.URI)
+		conn, err := logrepl.Connect(ctx, r.replicationURI(false))
 		if err != nil {
 			return err
 		}
-		defer conn.Close(context.WithoutCancel(ctx))
+		defer func() {
+			cctx, cancel := closeCtx()
+			conn.Close(cctx)
+			cancel()
+		}()
 		if err := logrepl.DropSlot(ctx, conn, g.SlotName); err != nil {
 			return err
 		}

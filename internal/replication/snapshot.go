@@ -75,7 +75,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 		Priority: g.prio,
 		Run: func(ctx context.Context) error {
 			var done bool
-			err := r.retry(ctx, fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No), func(ctx context.Context) error {
+			err := r.retry(ctx, g.g.ID, fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No), "snapshot", func(ctx context.Context) error {
 				var err error
 				done, err = r.snapshotRange(ctx, g, t, st)
 				return err
@@ -109,7 +109,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	if err != nil {
 		return false, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
 
 	snap := r.cfg.Replication.Snapshot
 	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
@@ -236,19 +236,12 @@ func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
 	return r.submitStream(g)
 }
 
-// currentLSN is the source's WAL insert position: every transaction that
-// committed before the call has its commit record below it. (The write
-// position, pg_current_wal_lsn, can lag behind commits made with
-// synchronous_commit=off.)
+// currentLSN is the source's WAL insert position (see currentLSN).
 func (r *Replicator) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	conn, err := r.connectSource(ctx)
 	if err != nil {
 		return 0, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var s string
-	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
-		return 0, fmt.Errorf("read source WAL position: %w", err)
-	}
-	return pglogrepl.ParseLSN(s)
+	defer closeConn(conn)
+	return currentLSN(ctx, conn)
 }

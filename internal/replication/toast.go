@@ -41,12 +41,12 @@ type toastState struct {
 
 type pendingRow struct {
 	data []byte // RowData of the row's newest change; nil after a delete
-	lsn  uint64 // end LSN of the batch holding that change
+	seq  uint64 // the stream batch holding that change
 }
 
-// remember records the RowData of a batch's new changes as the newest
+// remember records the RowData of batch seq's new changes as the newest
 // state of their rows. Only tables with TOASTable columns are tracked.
-func (s *streamer) remember(changes []stages.Change, lsn uint64) {
+func (s *streamer) remember(changes []stages.Change, seq uint64) {
 	s.toast.mu.Lock()
 	defer s.toast.mu.Unlock()
 	for i := range changes {
@@ -57,7 +57,7 @@ func (s *streamer) remember(changes []stages.Change, lsn uint64) {
 		if s.toast.pending == nil {
 			s.toast.pending = map[bucketstore.RowRef]pendingRow{}
 		}
-		s.toast.pending[bucketstore.RowRef{Table: c.Table.ID, Key: c.Key}] = pendingRow{data: c.RowData, lsn: lsn}
+		s.toast.pending[bucketstore.RowRef{Table: c.Table.ID, Key: c.Key}] = pendingRow{data: c.RowData, seq: seq}
 	}
 }
 
@@ -65,40 +65,19 @@ func (s *streamer) remember(changes []stages.Change, lsn uint64) {
 // columns.
 func (s *streamer) hasToast(id string) bool {
 	t := s.byID[id]
-	return t != nil && len(t.spec.Toast) > 0
+	return t != nil && len(t.layout.spec.Toast) > 0
 }
 
-// committed forgets the rows whose newest change is in storage now.
-func (t *toastState) committed(lsn uint64) {
+// committed forgets the rows whose newest change is in storage now: batch
+// seq and every batch before it are committed.
+func (t *toastState) committed(seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, p := range t.pending {
-		if p.lsn <= lsn {
+		if p.seq <= seq {
 			delete(t.pending, k)
 		}
 	}
-}
-
-// decode turns a tuple into a row in the table's column order. It returns
-// the indexes of columns the tuple left out as unchanged TOAST values
-// (NULL in row until merged).
-func (s *streamer) decode(st *streamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
-	row := make([]syncrules.Value, len(st.t.info.Columns))
-	var missing []int
-	for i, col := range tup.Columns {
-		j := st.cols[i]
-		switch col.Kind {
-		case logrepl.ColText:
-			v, err := postgres.DecodeText(st.t.info.Columns[j], col.Data)
-			if err != nil {
-				return nil, nil, fmt.Errorf("decode %s.%s: %w", st.t.info.QualifiedName(), st.t.info.Columns[j].Name, err)
-			}
-			row[j] = v
-		case logrepl.ColUnchanged:
-			missing = append(missing, j)
-		}
-	}
-	return row, missing, nil
 }
 
 // prefetchToast reads from storage, in one query, the stored values of the
@@ -113,19 +92,19 @@ func (s *streamer) prefetchToast(ctx context.Context, lb logrepl.Batch) error {
 			if c.Kind != logrepl.Update || !hasUnchanged(c.New) {
 				continue
 			}
-			st, err := s.table(c.Relation)
-			if err != nil || st == nil {
-				continue // a relation change ahead re-binds it; merge reads on its own
+			ts := s.byName[c.Relation.Namespace+"."+c.Relation.Name]
+			if ts == nil || ts.rel != c.Relation {
+				continue // not bound yet (a shape change may come first): the merge reads on its own
 			}
 			tup := c.New
 			if c.OldKind != logrepl.OldNone {
 				tup = c.Old
 			}
-			row, _, err := s.decode(st, tup)
+			row, _, err := s.decode(ts, tup)
 			if err != nil {
 				continue
 			}
-			ref := bucketstore.RowRef{Table: st.t.stored.Table.ID, Key: st.builder.ReplicaID(row)}
+			ref := bucketstore.RowRef{Table: ts.t.stored.Table.ID, Key: ts.builder.ReplicaID(row)}
 			s.toast.mu.Lock()
 			_, pending := s.toast.pending[ref]
 			s.toast.mu.Unlock()
@@ -156,8 +135,8 @@ func hasUnchanged(tup logrepl.Tuple) bool {
 
 // mergeToast fills the missing (unchanged TOAST) columns of row from the
 // previous state of the row stored under prevKey.
-func (s *streamer) mergeToast(ctx context.Context, st *streamTable, prevKey [16]byte, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
-	ref := bucketstore.RowRef{Table: st.t.stored.Table.ID, Key: prevKey}
+func (s *streamer) mergeToast(ctx context.Context, ts *tableState, prevKey [16]byte, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
+	ref := bucketstore.RowRef{Table: ts.t.stored.Table.ID, Key: prevKey}
 	s.toast.mu.Lock()
 	p, pending := s.toast.pending[ref]
 	s.toast.mu.Unlock()
@@ -174,23 +153,24 @@ func (s *streamer) mergeToast(ctx context.Context, st *streamTable, prevKey [16]
 			data = got[ref]
 		}
 	}
-	complete, err := stages.MergeRowData(st.t.spec, data, row, missing)
+	complete, err := stages.MergeRowData(ts.layout.spec, data, row, missing)
 	if err != nil {
-		return nil, fmt.Errorf("merge unchanged TOAST values of %s: %w", st.t.info.QualifiedName(), err)
+		return nil, fmt.Errorf("merge unchanged TOAST values of %s: %w", ts.info.QualifiedName(), err)
 	}
 	if complete {
 		s.r.toastMerged.Add(1)
 		return row, nil
 	}
 	s.r.log.Debug("unchanged TOAST value not in stored row data; re-reading the row from the source",
-		"table", st.t.info.QualifiedName(), "merged", s.r.toastMerged.Load(), "reread", s.r.toastReread.Add(1))
-	return s.refetch(ctx, st, tup, row)
+		"table", ts.info.QualifiedName(), "merged", s.r.toastMerged.Load(), "reread", s.r.toastReread.Add(1))
+	return s.refetch(ctx, ts, tup, row)
 }
 
 // refetch fills unchanged TOAST values by reading the row from the source:
-// the fallback for rows stored without their values.
-func (s *streamer) refetch(ctx context.Context, st *streamTable, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
-	info := st.t.info
+// the fallback for rows stored without their values. The row is read in
+// the catalog's columns and mapped onto the layout's.
+func (s *streamer) refetch(ctx context.Context, ts *tableState, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
+	info := ts.info
 	q := "SELECT "
 	for i, c := range info.Columns {
 		if i > 0 {
@@ -204,7 +184,11 @@ func (s *streamer) refetch(ctx context.Context, st *streamTable, tup logrepl.Tup
 		if n > 0 {
 			q += " AND "
 		}
-		args = append(args, string(tupleValue(st, tup, k)))
+		j := ts.layout.fromCatalog[k]
+		if j < 0 || j >= len(tup.Columns) {
+			return row, nil // the key is not in the stream's shape: a re-shape follows
+		}
+		args = append(args, string(tup.Columns[j].Data))
 		q += fmt.Sprintf("%s = $%d::%s", pgx.Identifier{info.Columns[k].Name}.Sanitize(), len(args), info.Columns[k].TypeName)
 	}
 	vals := make([]*string, len(info.Columns))
@@ -218,24 +202,19 @@ func (s *streamer) refetch(ctx context.Context, st *streamTable, tup logrepl.Tup
 		return nil, fmt.Errorf("re-read %s for unchanged TOAST values: %w", info.QualifiedName(), err)
 	}
 	for i, v := range vals {
+		j := ts.layout.fromCatalog[i]
+		if j < 0 {
+			continue
+		}
 		if v == nil {
-			row[i] = syncrules.Null()
+			row[j] = syncrules.Null()
 			continue
 		}
 		dv, err := postgres.DecodeText(info.Columns[i], []byte(*v))
 		if err != nil {
 			return nil, err
 		}
-		row[i] = dv
+		row[j] = dv
 	}
 	return row, nil
-}
-
-func tupleValue(st *streamTable, tup logrepl.Tuple, col int) []byte {
-	for i, j := range st.cols {
-		if j == col && i < len(tup.Columns) {
-			return tup.Columns[i].Data
-		}
-	}
-	return nil
 }

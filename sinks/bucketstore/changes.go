@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -64,14 +63,12 @@ func (p *previous) same(c *stages.Change) bool {
 // replaces the row's stored state. Several changes of one row in a batch
 // collapse to the last: storage only ever shows batch boundaries.
 func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Result, error) {
-	return w.WriteStreamChanges(ctx, changes, 0)
+	return w.writeChanges(ctx, changes, nil)
 }
 
-// WriteStreamChanges is WriteChanges for a stream batch that ends at source
-// position lsn: the group's stream position advances to lsn in the same
-// transaction as the ops, so a restart resumes exactly after what storage
-// holds and never applies a transaction twice. lsn 0 records nothing.
-func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change, lsn uint64) (Result, error) {
+// writeChanges is WriteChanges recording p, when set, in the same
+// transaction as the ops (see WriteStream).
+func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *StreamProgress) (Result, error) {
 	start := time.Now()
 	final := collapse(changes)
 	var res Result
@@ -126,13 +123,8 @@ func (w *Writer) WriteStreamChanges(ctx context.Context, changes []stages.Change
 		if err := w.flushOps(ctx, tx, &res); err != nil {
 			return err
 		}
-		if lsn > 0 {
-			// Last, so the group row is locked only for the commit: Commit
-			// locks it too and would otherwise wait for the whole write.
-			if _, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn)
-				WHERE id = $1`, w.group, pglogrepl.LSN(lsn).String()); err != nil {
-				return fmt.Errorf("record stream position: %w", err)
-			}
+		if p != nil {
+			return recordProgress(ctx, tx, w.group, p)
 		}
 		return nil
 	})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/syncpipe/syncpipe/stages"
 )
 
@@ -96,7 +98,7 @@ func BenchmarkStreamWrite(b *testing.B) {
 			cs = append(cs, mk((n+j)%rows, i+1))
 		}
 		n += batch
-		if _, err := w.WriteStreamChanges(ctx, cs, uint64(i+1)); err != nil {
+		if _, err := w.WriteStream(ctx, cs, StreamProgress{LSN: pglogrepl.LSN(i + 1)}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -51,7 +51,9 @@ type Checkpoint struct {
 // covering ops up to opID that the caller has durably written (0 for a
 // keepalive with nothing new). It publishes only when
 //
-//   - the group's snapshot is done for every table,
+//   - the group's snapshot is done for every table, no source transaction
+//     is half written (StreamProgress.TxnLSN) and no table is being re-read
+//     (ResnapshotProgress),
 //   - lsn ≥ the group's no_checkpoint_before and its last checkpoint LSN, and
 //   - no live writer of the group may still commit an op id ≤ the new
 //     checkpoint (the checkpoint invariant; see doc.go).
@@ -70,12 +72,16 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 				last, keep                int64
 				lastLSNText, noBeforeText string
 				liveLow                   *int64
+				halfWritten               bool
 			)
+			// A source transaction written in pieces, or a table being
+			// re-read, leaves storage between two consistent states.
 			err := tx.QueryRow(ctx, `
 				SELECT state, snapshot_done, coalesce(last_checkpoint, 0), coalesce(keepalive_op, 0),
-				       coalesce(last_checkpoint_lsn, '0/0')::text, coalesce(no_checkpoint_before, '0/0')::text
-				FROM groups WHERE id = $1 FOR UPDATE`, group).
-				Scan(&state, &snapshotDone, &last, &keep, &lastLSNText, &noBeforeText)
+				       coalesce(last_checkpoint_lsn, '0/0')::text, coalesce(no_checkpoint_before, '0/0')::text,
+				       stream_txn_lsn IS NOT NULL OR EXISTS (SELECT 1 FROM source_tables t WHERE t.group_id = g.id AND t.resnapshot)
+				FROM groups g WHERE id = $1 FOR UPDATE`, group).
+				Scan(&state, &snapshotDone, &last, &keep, &lastLSNText, &noBeforeText, &halfWritten)
 			if err != nil {
 				return fmt.Errorf("lock group %d: %w", group, err)
 			}
@@ -92,7 +98,7 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 			lastLSN, _ := pglogrepl.ParseLSN(lastLSNText)
 			noBefore, _ := pglogrepl.ParseLSN(noBeforeText)
 			candidate := max(last, keep, opID)
-			can := snapshotDone && lsn >= noBefore && lsn >= lastLSN &&
+			can := snapshotDone && !halfWritten && lsn >= noBefore && lsn >= lastLSN &&
 				(liveLow == nil || candidate < *liveLow)
 			if !can {
 				_, err := tx.Exec(ctx, `UPDATE groups SET keepalive_op = GREATEST(coalesce(keepalive_op, 0), $2::bigint),

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncpipe/syncpipe/stages"
@@ -103,7 +104,7 @@ func TestConcurrentStreamWritersStayConsistent(t *testing.T) {
 					cs[i] = stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
 						Puts: []stages.Put{put(fmt.Sprintf("1#w[%d,%d]", wi, r), "todos", id, `{}`)}}
 				}
-				if _, err := w.WriteStreamChanges(ctx, cs, uint64(wi*rounds+r+1)); err != nil {
+				if _, err := w.WriteStream(ctx, cs, StreamProgress{LSN: pglogrepl.LSN(wi*rounds + r + 1)}); err != nil {
 					errs <- fmt.Errorf("writer %d round %d: %w", wi, r, err)
 					return
 				}

@@ -150,6 +150,24 @@ CREATE INDEX bucket_changes_range ON bucket_changes (group_id, op_high);
 ALTER TABLE groups ADD COLUMN changes_from bigint NOT NULL DEFAULT 0;
 UPDATE groups SET changes_from = (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq);
 `,
+	// 3: streams that survive large transactions and schema changes.
+	// stream_txn_lsn / stream_txn_changes: a source transaction too large
+	// for one write is stored in pieces; these name it (commit LSN) and
+	// count its changes storage holds, and no checkpoint is published
+	// while it is set (stream.go). source_tables.shape is the table shape
+	// (columns, types, replica identity) the stored rows were made from,
+	// compared with every relation the stream sees; resnapshot* is the
+	// progress of re-reading a table whose shape changed, during which no
+	// checkpoint is published either. Existing tables get their shape from
+	// the source at the next start.
+	`
+ALTER TABLE groups ADD COLUMN stream_txn_lsn pg_lsn,
+  ADD COLUMN stream_txn_changes bigint NOT NULL DEFAULT 0;
+ALTER TABLE source_tables ADD COLUMN shape jsonb,
+  ADD COLUMN resnapshot boolean NOT NULL DEFAULT false,
+  ADD COLUMN resnapshot_key text[],
+  ADD COLUMN resnapshot_rows bigint NOT NULL DEFAULT 0;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

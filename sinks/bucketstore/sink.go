@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // TypeName is the sink type bucket storage is registered under; it is the
@@ -65,7 +63,7 @@ func openSink(ctx context.Context, settings map[string]any, env sinks.Env) (sink
 	}
 	st := env.Config.Storage
 	store, err := Open(ctx, Config{URI: st.URI, Schema: st.Schema, MaxConns: int32(st.MaxConns),
-		SynchronousCommit: st.SynchronousCommit, Logger: env.Logger})
+		SynchronousCommit: st.SynchronousCommit, ConnectTimeout: st.ConnectTimeout, Logger: env.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -107,27 +105,9 @@ func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		_, err := wr.WriteSnapshot(ctx, b.Items)
 		return err
 	}
-	// A TRUNCATE splits the batch: changes before it, the truncate, the
-	// changes after it, each in its own transaction; the last one records
-	// the stream position. Nothing in between is visible to clients: the
-	// checkpoint is published at Commit.
-	items := b.Items
-	for {
-		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
-		if i < 0 {
-			_, err := wr.WriteStreamChanges(ctx, items, b.Progress.LSN)
-			return err
-		}
-		if i > 0 {
-			if _, err := wr.WriteChanges(ctx, items[:i]); err != nil {
-				return err
-			}
-		}
-		if _, err := wr.Truncate(ctx, items[i].Table, 0); err != nil {
-			return err
-		}
-		items = items[i+1:]
-	}
+	// Nothing is visible to clients before Commit publishes a checkpoint.
+	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(b.Progress.LSN)})
+	return err
 }
 
 // Commit records the batch's position: snapshot range progress, or a
@@ -137,16 +117,8 @@ func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
 	if !pos.IsStream() {
 		return k.commitRange(ctx, pos)
 	}
-	// Every op committed so far may be covered: Commit itself holds the
-	// checkpoint back below any writer still in flight.
-	var op int64
-	if err := k.store.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq`).Scan(&op); err != nil {
-		return fmt.Errorf("read op id sequence: %w", err)
-	}
-	if _, _, err := k.store.Commit(ctx, k.group, pglogrepl.LSN(pos.LSN), op); err != nil {
-		return err
-	}
-	return nil
+	_, _, err := k.store.CommitStream(ctx, k.group, pglogrepl.LSN(pos.LSN))
+	return err
 }
 
 func (k *Sink) tableID(ctx context.Context, table string) (string, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -16,6 +17,61 @@ type SourceTable struct {
 	ReplicaIDColumns []string
 	SnapshotDone     bool
 	EstimatedRows    int64
+	// Shape is the table shape the stored rows were made from, as the
+	// stream recorded it (opaque to storage); nil until recorded.
+	Shape []byte
+	// Resnapshot is set while the table is re-read after a shape change.
+	Resnapshot *ResnapshotProgress
+}
+
+// sourceTableColumns are the columns scanSourceTable reads.
+const sourceTableColumns = `id, relation_id, schema_name, table_name, replica_id_columns, snapshot_done, estimated_rows,
+	shape::text, resnapshot, resnapshot_key, resnapshot_rows`
+
+func scanSourceTable(row pgx.Row, group int) (SourceTable, error) {
+	var t SourceTable
+	var shape *string
+	var resnap bool
+	var rp ResnapshotProgress
+	err := row.Scan(&t.ID, &t.RelationID, &t.Schema, &t.Name, &t.ReplicaIDColumns, &t.SnapshotDone, &t.EstimatedRows,
+		&shape, &resnap, &rp.LastKey, &rp.Rows)
+	if err != nil {
+		return t, err
+	}
+	t.GroupID = group
+	if shape != nil {
+		t.Shape = []byte(*shape)
+	}
+	if resnap {
+		t.Resnapshot = &rp
+	}
+	return t, nil
+}
+
+// SourceTables returns the group's tables as storage records them.
+func (s *Store) SourceTables(ctx context.Context, group int) ([]SourceTable, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+sourceTableColumns+" FROM source_tables WHERE group_id = $1 ORDER BY schema_name, table_name", group)
+	if err != nil {
+		return nil, fmt.Errorf("read tables of group %d: %w", group, err)
+	}
+	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceTable, error) { return scanSourceTable(r, group) })
+	if err != nil {
+		return nil, fmt.Errorf("read tables of group %d: %w", group, err)
+	}
+	return ts, nil
+}
+
+// InitShape records shape as the table's shape unless one is recorded
+// already, and returns the recorded one: a table registered by a version
+// that kept no shapes gets the source's shape at its next start.
+func (s *Store) InitShape(ctx context.Context, tableID string, shape []byte) ([]byte, error) {
+	var stored string
+	err := s.pool.QueryRow(ctx, `UPDATE source_tables SET shape = coalesce(shape, $2::jsonb) WHERE id = $1 RETURNING shape::text`,
+		tableID, string(shape)).Scan(&stored)
+	if err != nil {
+		return nil, fmt.Errorf("record the shape of table %s: %w", tableID, err)
+	}
+	return []byte(stored), nil
 }
 
 // RegisterTable returns the group's record of a source table, creating it

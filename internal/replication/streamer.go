@@ -1,0 +1,452 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// streamPos is the progress token of the stream pipeline: what the batch's
+// write records in storage, and the streamer's batch number.
+type streamPos struct {
+	bucketstore.StreamProgress
+	seq uint64
+}
+
+// streamBatch is one batch of the stream pipeline.
+type streamBatch = pipeline.Batch[stages.Change, streamPos]
+
+// tableState is the stream's view of one table of the group: the shape
+// storage records for it (reloaded from storage at every stream start,
+// kept in step with what this stream writes), the rules bound to that
+// shape, and the relation the decoding is bound to.
+type tableState struct {
+	t      *table
+	info   postgres.TableInfo // the catalog, as last discovered
+	shape  shape
+	layout *layout
+
+	rel     *logrepl.Relation // relation the layout decodes; nil until seen
+	builder *stages.Builder
+	begun   uint64 // the batch the builder's arenas were started for
+
+	// check is set when the catalog showed a shape other than the stored
+	// one: once the stream passes check.lsn (the DDL is behind it) and the
+	// table still has not been re-shaped by a relation, it is re-shaped to
+	// the catalog's shape.
+	check *catalogCheck
+}
+
+type catalogCheck struct {
+	lsn  logrepl.LSN
+	info postgres.TableInfo
+}
+
+// streamer turns logical replication batches into stream pipeline
+// batches. It runs in the pipeline's source goroutine only.
+type streamer struct {
+	r     *Replicator
+	g     *group
+	side  *pgx.Conn // normal source connection: catalog reads, TOAST re-reads
+	toast toastState
+
+	byName map[string]*tableState // by schema.name
+	byID   map[string]*tableState // by storage table id
+
+	// pos is the position after the last batch handed to the pipeline.
+	pos bucketstore.StreamProgress
+	// skip is the partly stored transaction of a resumed stream: its first
+	// skip.TxnChanges changes are in storage already.
+	skip bucketstore.StreamProgress
+	// txnChanges counts the changes of the current source transaction
+	// (RelationChanged events excluded), across its pieces.
+	txnChanges int64
+
+	queue []streamBatch // ready, not yet handed to the pipeline
+	cur   *streamBatch  // being filled
+	seq   uint64
+
+	resnaps    []*resnap // tables being re-read, first one active
+	resnapTurn bool      // the next read is a re-read chunk
+	lastCheck  time.Time // of the catalog (checkCatalog)
+
+	st  *logrepl.Stream
+	lim logrepl.BatchLimits
+
+	batchRows, batchBytes int
+}
+
+// errTxnNotRedelivered: storage holds part of a source transaction the
+// slot no longer delivers, so the group cannot be completed by streaming.
+var errTxnNotRedelivered = errors.New("the slot no longer delivers a source transaction storage holds part of")
+
+// open starts a new batch unless one is open.
+func (s *streamer) open() *streamBatch {
+	if s.cur == nil {
+		s.seq++
+		s.cur = &streamBatch{Progress: streamPos{seq: s.seq}}
+	}
+	return s.cur
+}
+
+// position is where the changes so far leave the stream: inside txn (its
+// first txnChanges changes) when txn is set.
+func (s *streamer) position(txn *logrepl.Txn) bucketstore.StreamProgress {
+	if txn == nil {
+		return s.pos
+	}
+	n := s.txnChanges
+	if s.skip.TxnLSN == txn.CommitLSN {
+		// Storage holds more of the transaction than was re-delivered yet.
+		n = max(n, s.skip.TxnChanges)
+	}
+	return bucketstore.StreamProgress{LSN: s.pos.LSN, TxnLSN: txn.CommitLSN, TxnChanges: n}
+}
+
+// cutAt queues the open batch (an empty one if none is open) ending at p.
+func (s *streamer) cutAt(p bucketstore.StreamProgress) {
+	b := s.open()
+	b.Progress.LSN, b.Progress.TxnLSN, b.Progress.TxnChanges = p.LSN, p.TxnLSN, p.TxnChanges
+	if b.Rows == 0 {
+		b.Rows = len(b.Items)
+	}
+	s.queue = append(s.queue, *b)
+	s.cur = nil
+}
+
+// cut queues the open batch at the current position (inside txn if set).
+func (s *streamer) cut(txn *logrepl.Txn) { s.cutAt(s.position(txn)) }
+
+// cutIfAny is cut for a batch that holds something.
+func (s *streamer) cutIfAny(txn *logrepl.Txn) {
+	if s.cur != nil && (len(s.cur.Items) > 0 || len(s.cur.Progress.Tables) > 0) {
+		s.cut(txn)
+	}
+}
+
+// convert queues the pipeline batches of one logical replication batch: a
+// TRUNCATE and a table shape change each get a batch of their own (their
+// writes take several transactions, which a replay must be able to repeat
+// harmlessly), everything else is applied in one batch. Batches that end
+// inside a source transaction carry its commit LSN and change count.
+func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
+	s.batchRows, s.batchBytes = lb.Changes, lb.Bytes*2+1024
+	if err := s.prefetchToast(ctx, lb); err != nil {
+		return err
+	}
+	for ti := range lb.Txns {
+		txn := &lb.Txns[ti]
+		if !txn.Continued {
+			s.txnChanges = 0
+		}
+		skipping := false
+		if s.skip.TxnLSN != 0 {
+			if txn.CommitLSN != s.skip.TxnLSN {
+				return fmt.Errorf("storage holds %d changes of the source transaction committed at %s, but the slot delivered the transaction at %s first: %w",
+					s.skip.TxnChanges, s.skip.TxnLSN, txn.CommitLSN, errTxnNotRedelivered)
+			}
+			skipping = true
+		}
+		for i := range txn.Changes {
+			c := &txn.Changes[i]
+			if c.Kind == logrepl.RelationChanged {
+				if err := s.relation(ctx, c.Relation, txn); err != nil {
+					return err
+				}
+				continue
+			}
+			if skipping && s.txnChanges < s.skip.TxnChanges {
+				s.txnChanges++
+				continue // stored before the restart
+			}
+			if err := s.change(ctx, c, txn); err != nil {
+				return err
+			}
+			s.txnChanges++
+		}
+		if txn.EndLSN != 0 { // the transaction is complete
+			s.pos = bucketstore.StreamProgress{LSN: txn.EndLSN}
+			s.txnChanges = 0
+			s.skip = bucketstore.StreamProgress{}
+		}
+	}
+	if lb.Partial {
+		s.pos = s.position(&lb.Txns[0])
+		s.cut(nil)
+		return nil
+	}
+	if s.skip.TxnLSN != 0 && lb.EndLSN > s.skip.TxnLSN {
+		return fmt.Errorf("storage holds %d changes of the source transaction committed at %s, but the slot moved on to %s: %w",
+			s.skip.TxnChanges, s.skip.TxnLSN, lb.EndLSN, errTxnNotRedelivered)
+	}
+	if lb.EndLSN > s.pos.LSN {
+		s.pos.LSN = lb.EndLSN // an idle position after the last transaction
+	}
+	if s.cur != nil || lb.EndLSN > 0 {
+		s.cut(nil)
+	}
+	return s.checkCatalogDue(ctx)
+}
+
+// change adds one row change (or a TRUNCATE) of txn to the open batch.
+func (s *streamer) change(ctx context.Context, c *logrepl.Change, txn *logrepl.Txn) error {
+	if c.Kind == logrepl.Truncate {
+		var items []stages.Change
+		for _, rel := range c.TruncateRelations {
+			if ts := s.byName[rel.Namespace+"."+rel.Name]; ts != nil {
+				items = append(items, stages.Change{Table: &ts.t.stored.Table, Kind: stages.Truncate})
+			}
+		}
+		if len(items) == 0 {
+			return nil
+		}
+		// Changes before it, then the TRUNCATE alone, each with its position.
+		s.cutIfAny(txn)
+		s.open().Items = items
+		p := s.position(txn)
+		p.TxnChanges++
+		s.cutAt(p)
+		return nil
+	}
+	ts, err := s.bind(ctx, c.Relation, txn)
+	if err != nil || ts == nil {
+		return err
+	}
+	b := s.open()
+	n := len(b.Items)
+	if err := s.rowChange(ctx, ts, c, &b.Items); err != nil {
+		return err
+	}
+	s.remember(b.Items[n:], b.Progress.seq)
+	return nil
+}
+
+// relation handles a RelationChanged event: the table's layout is
+// re-bound (or the table re-shaped) before its next change.
+func (s *streamer) relation(ctx context.Context, rel *logrepl.Relation, txn *logrepl.Txn) error {
+	_, err := s.bind(ctx, rel, txn)
+	return err
+}
+
+// bind returns the state of rel's table with its layout bound to rel,
+// re-shaping the table first when rel's shape is not the stored one. It
+// returns nil for a relation the rules do not use.
+func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl.Txn) (*tableState, error) {
+	ts := s.byName[rel.Namespace+"."+rel.Name]
+	if ts == nil {
+		return nil, nil // published but not used by the rules
+	}
+	if ts.rel == rel {
+		s.begin(ts)
+		return ts, nil
+	}
+	if sh := relationShape(rel); !sh.equal(ts.shape) {
+		if err := s.reshape(ctx, ts, sh, txn); err != nil {
+			return nil, err
+		}
+	}
+	ts.rel = rel
+	ts.check = nil
+	s.begin(ts)
+	return ts, nil
+}
+
+// begin starts ts's builder for the open batch unless it already is.
+func (s *streamer) begin(ts *tableState) {
+	b := s.open()
+	if ts.begun != b.Progress.seq {
+		ts.builder.Begin(max(s.batchRows, 16), max(s.batchBytes, 1024))
+		ts.begun = b.Progress.seq
+	}
+}
+
+func (s *streamer) rowChange(ctx context.Context, ts *tableState, c *logrepl.Change, out *[]stages.Change) error {
+	switch c.Kind {
+	case logrepl.Insert, logrepl.Update:
+		row, missing, err := s.decode(ts, c.New)
+		if err != nil {
+			return err
+		}
+		var old []syncrules.Value
+		if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
+			// An old image means the key changed (or identity is FULL):
+			// retract the row under its old key when that key differs.
+			if old, _, err = s.decode(ts, c.Old); err != nil {
+				return err
+			}
+			if ts.builder.ReplicaID(old) != ts.builder.ReplicaID(row) {
+				*out = ts.builder.Delete(old, *out)
+			}
+		}
+		if len(missing) > 0 {
+			// Unchanged TOAST values come from the row's previous state,
+			// stored under its previous key.
+			prev := row
+			if old != nil {
+				prev = old
+			}
+			if row, err = s.mergeToast(ctx, ts, ts.builder.ReplicaID(prev), c.New, row, missing); err != nil {
+				return err
+			}
+		}
+		*out, err = ts.builder.Upsert(row, *out)
+		if err != nil {
+			s.r.log.Warn("sync rules failed on a row", "table", ts.t.info.QualifiedName(), "err", err)
+		}
+	case logrepl.Delete:
+		row, _, err := s.decode(ts, c.Old)
+		if err != nil {
+			return err
+		}
+		*out = ts.builder.Delete(row, *out)
+	}
+	return nil
+}
+
+// decode turns a tuple into a row in the layout's column order. It returns
+// the indexes of columns the tuple left out as unchanged TOAST values
+// (NULL in row until merged).
+func (s *streamer) decode(ts *tableState, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
+	l := ts.layout
+	row := make([]syncrules.Value, len(l.spec.Columns))
+	var missing []int
+	for i, col := range tup.Columns {
+		if i >= len(l.cols) {
+			break
+		}
+		switch col.Kind {
+		case logrepl.ColText:
+			v, err := postgres.DecodeText(l.cols[i], col.Data)
+			if err != nil {
+				return nil, nil, fmt.Errorf("decode %s.%s: %w", ts.t.info.QualifiedName(), l.cols[i].Name, err)
+			}
+			row[i] = v
+		case logrepl.ColUnchanged:
+			missing = append(missing, i)
+		}
+	}
+	return row, missing, nil
+}
+
+// newStreamer loads what storage records about the group's tables (shape,
+// replica identity, re-reads in progress) and binds the rules to it, with
+// decoding details from the source catalog.
+func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, pos bucketstore.StreamProgress) (*streamer, error) {
+	s := &streamer{r: r, g: g, side: side, byName: map[string]*tableState{}, byID: map[string]*tableState{}, pos: pos}
+	if pos.TxnLSN != 0 {
+		s.skip = pos
+	}
+	stored, err := r.store.SourceTables(ctx, g.g.ID)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]bucketstore.SourceTable, len(stored))
+	for _, st := range stored {
+		byID[st.ID] = st
+	}
+	var names []string
+	for _, t := range g.tables {
+		names = append(names, t.info.QualifiedName())
+	}
+	infos, err := postgres.Discover(ctx, side, names)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range g.tables {
+		st, ok := byID[t.stored.ID]
+		if !ok || st.Shape == nil {
+			return nil, fmt.Errorf("table %s of group %d has no stored shape", t.info.QualifiedName(), g.g.ID)
+		}
+		sh, err := parseShape(st.Shape)
+		if err != nil {
+			return nil, err
+		}
+		info := t.info
+		for _, in := range infos {
+			if in.OID == t.info.OID || in.Schema == t.info.Schema && in.Name == t.info.Name {
+				info = in
+			}
+		}
+		lay, err := newLayout(&t.stored.Table, g, sh, info)
+		if err != nil {
+			return nil, err
+		}
+		ts := &tableState{t: t, info: info, shape: sh, layout: lay, builder: stages.NewBuilder(lay.spec)}
+		s.byName[info.Schema+"."+info.Name] = ts
+		s.byID[t.stored.ID] = ts
+		if rp := st.Resnapshot; rp != nil {
+			s.startResnap(ts, rp.LastKey, rp.Rows)
+		}
+	}
+	return s, nil
+}
+
+// next is the pipeline source: the next queued batch, reading the slot (and
+// re-reading tables whose shape changed, a chunk between stream batches)
+// until there is one.
+func (s *streamer) next(ctx context.Context) (streamBatch, error) {
+	for len(s.queue) == 0 {
+		if err := s.checkCatalogEvery(ctx); err != nil {
+			return streamBatch{}, err
+		}
+		if len(s.resnaps) > 0 && s.resnapTurn {
+			s.resnapTurn = false
+			if err := s.resnapChunk(ctx); err != nil {
+				return streamBatch{}, err
+			}
+			continue
+		}
+		s.resnapTurn = true
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if len(s.resnaps) > 0 {
+			// Do not wait for the slot while a re-read has work.
+			nctx, cancel = context.WithTimeout(ctx, s.lim.MaxWait)
+		}
+		lb, err := s.st.Next(nctx, s.lim)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && nctx.Err() != nil {
+				continue // the re-read's turn
+			}
+			return streamBatch{}, err
+		}
+		if err := s.convert(ctx, lb); err != nil {
+			return streamBatch{}, err
+		}
+	}
+	b := s.queue[0]
+	s.queue[0] = streamBatch{}
+	s.queue = s.queue[1:]
+	return b, nil
+}
+
+// checkCatalogEvery runs checkCatalog at start and then every
+// replication.stream.schema_check_interval (never when it is 0).
+func (s *streamer) checkCatalogEvery(ctx context.Context) error {
+	every := s.r.cfg.Replication.Stream.SchemaCheckInterval
+	if every <= 0 || time.Since(s.lastCheck) < every {
+		return nil
+	}
+	s.lastCheck = time.Now()
+	if err := s.checkCatalog(ctx); err != nil {
+		return err
+	}
+	return s.checkCatalogDue(ctx)
+}
+
+// close releases the re-reads' connections.
+func (s *streamer) close() {
+	for _, rs := range s.resnaps {
+		rs.close()
+	}
+}

@@ -1,0 +1,200 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// StreamProgress is the stream position a stream write records in its own
+// transaction, so that a restart resumes exactly after what storage holds:
+// every source change is applied once, whatever the crash point.
+type StreamProgress struct {
+	// LSN is the end LSN of the last complete source transaction written
+	// (or an idle position after it): the stream restarts there.
+	LSN pglogrepl.LSN
+	// TxnLSN, when set, is the commit LSN of a source transaction too
+	// large for one write, of which storage now holds the first TxnChanges
+	// changes. No checkpoint is published while it is set: a client never
+	// sees part of a source transaction. A restarted stream receives the
+	// transaction again from its start and skips those changes.
+	TxnLSN     pglogrepl.LSN
+	TxnChanges int64
+	// Tables are table records changed with this write.
+	Tables []TableUpdate
+}
+
+// TableUpdate changes what storage records about one source table, in the
+// transaction of the write that carries it.
+type TableUpdate struct {
+	// ID is the table's storage id (stages.Table.ID).
+	ID string
+	// Shape, when set, replaces the recorded shape, and ReplicaIDColumns
+	// the replica identity columns: the rows written from now on follow
+	// them.
+	Shape            []byte
+	ReplicaIDColumns []string
+	// Resnapshot, when set, records the progress of the table's re-read.
+	Resnapshot *ResnapshotProgress
+}
+
+// ResnapshotProgress is how far the re-read of a table whose shape changed
+// got. While any table of a group is being re-read, no checkpoint of the
+// group is published (its rows are a mix of states until the stream has
+// passed the end of the re-read).
+type ResnapshotProgress struct {
+	// LastKey is the key of the last row re-read (text forms of the key
+	// columns); nil when the re-read (re)starts.
+	LastKey []string
+	// Rows counts the rows re-read so far.
+	Rows int64
+	// Done ends the re-read. DoneLSN, the source position after its last
+	// read, becomes the group's no_checkpoint_before (if higher).
+	Done    bool
+	DoneLSN pglogrepl.LSN
+}
+
+// WriteStream persists a stream batch and records p with its last
+// transaction. Changes are written as by WriteChanges; a Truncate item
+// removes every stored row of its table (in bounded transactions of its
+// own, see Truncate) at its place in the batch. Only the last transaction
+// records p, so a batch holding a Truncate is exact after a crash only if
+// replaying it is harmless: the stream gives each TRUNCATE a batch of its
+// own (removing rows already removed is a no-op).
+func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p StreamProgress) (Result, error) {
+	var total Result
+	items := changes
+	for {
+		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
+		if i < 0 {
+			res, err := w.writeChanges(ctx, items, &p)
+			total.add(res)
+			return total, err
+		}
+		if i > 0 {
+			res, err := w.writeChanges(ctx, items[:i], nil)
+			total.add(res)
+			if err != nil {
+				return total, err
+			}
+		}
+		res, err := w.Truncate(ctx, items[i].Table, 0)
+		total.add(res)
+		if err != nil {
+			return total, err
+		}
+		items = items[i+1:]
+	}
+}
+
+// recordProgress writes p in tx. It runs last in its transaction, so the
+// group row is locked only for the commit (Commit locks it too).
+func recordProgress(ctx context.Context, tx pgx.Tx, group int, p *StreamProgress) error {
+	for _, u := range p.Tables {
+		if err := recordTable(ctx, tx, group, u); err != nil {
+			return err
+		}
+	}
+	var txn *string
+	if p.TxnLSN != 0 {
+		s := p.TxnLSN.String()
+		txn = &s
+	}
+	_, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn),
+		stream_txn_lsn = $3::pg_lsn, stream_txn_changes = $4 WHERE id = $1`,
+		group, p.LSN.String(), txn, p.TxnChanges)
+	if err != nil {
+		return fmt.Errorf("record stream position: %w", err)
+	}
+	return nil
+}
+
+func recordTable(ctx context.Context, tx pgx.Tx, group int, u TableUpdate) error {
+	if u.Shape != nil {
+		if _, err := tx.Exec(ctx, `UPDATE source_tables SET shape = $2::jsonb, replica_id_columns = $3 WHERE id = $1`,
+			u.ID, string(u.Shape), u.ReplicaIDColumns); err != nil {
+			return fmt.Errorf("record the shape of table %s: %w", u.ID, err)
+		}
+	}
+	r := u.Resnapshot
+	if r == nil {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE source_tables SET resnapshot = $2, resnapshot_key = $3, resnapshot_rows = $4 WHERE id = $1`,
+		u.ID, !r.Done, r.LastKey, r.Rows); err != nil {
+		return fmt.Errorf("record the re-snapshot of table %s: %w", u.ID, err)
+	}
+	if r.Done {
+		if _, err := tx.Exec(ctx, `UPDATE groups SET no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn)
+			WHERE id = $1`, group, r.DoneLSN.String()); err != nil {
+			return fmt.Errorf("record the end of the re-snapshot of table %s: %w", u.ID, err)
+		}
+	}
+	return nil
+}
+
+// StreamResume returns the stream position storage holds for group (ok is
+// false before the first stream write).
+func (s *Store) StreamResume(ctx context.Context, group int) (p StreamProgress, ok bool, err error) {
+	var lsn, txn *string
+	err = s.pool.QueryRow(ctx, `SELECT stream_lsn::text, stream_txn_lsn::text, stream_txn_changes FROM groups WHERE id = $1`, group).
+		Scan(&lsn, &txn, &p.TxnChanges)
+	if err != nil {
+		return p, false, fmt.Errorf("resume stream of group %d: %w", group, err)
+	}
+	if lsn == nil {
+		return StreamProgress{}, false, nil
+	}
+	if p.LSN, err = pglogrepl.ParseLSN(*lsn); err != nil {
+		return p, false, fmt.Errorf("resume stream of group %d: %w", group, err)
+	}
+	if txn != nil {
+		if p.TxnLSN, err = pglogrepl.ParseLSN(*txn); err != nil {
+			return p, false, fmt.Errorf("resume stream of group %d: %w", group, err)
+		}
+	} else {
+		p.TxnChanges = 0
+	}
+	return p, true, nil
+}
+
+// StreamWriter writes one group's stream batches, one at a time, taking a
+// storage connection per batch and keeping its encode buffers grown from
+// batch to batch.
+type StreamWriter struct {
+	s     *Store
+	group int
+	bufs  writeBufs
+}
+
+// NewStreamWriter returns a stream writer for group.
+func (s *Store) NewStreamWriter(group int) *StreamWriter {
+	return &StreamWriter{s: s, group: group}
+}
+
+// Write persists one stream batch durably with its progress (WriteStream).
+func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p StreamProgress) (Result, error) {
+	w, err := sw.s.newWriter(ctx, sw.group, &sw.bufs)
+	if err != nil {
+		return Result{}, err
+	}
+	defer w.Close()
+	return w.WriteStream(ctx, changes, p)
+}
+
+// CommitStream publishes a checkpoint of group at source position lsn
+// covering every op committed so far (Commit keeps it below any writer
+// still in flight, and refuses while a transaction or a re-snapshot is
+// half written).
+func (s *Store) CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
+	var op int64
+	if err := s.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq`).Scan(&op); err != nil {
+		return Checkpoint{}, false, fmt.Errorf("read op id sequence: %w", err)
+	}
+	return s.Commit(ctx, group, lsn, op)
+}
