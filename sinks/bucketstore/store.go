@@ -28,6 +28,11 @@ type Config struct {
 	// or "off"). "off" is safe: acknowledged LSNs are read back from
 	// durable records only (see doc.go).
 	SynchronousCommit string
+	// ConnectTimeout bounds establishing each storage connection (config
+	// storage.connect_timeout); 0 = none beyond ctx. Without it a storage
+	// host that accepts TCP but never answers stalls Open for as long as
+	// ctx allows.
+	ConnectTimeout time.Duration
 	// Logger receives storage events; nil discards them.
 	Logger *slog.Logger
 }
@@ -62,6 +67,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("storage uri: %w", err)
 	}
 	pcfg.MaxConns = cfg.MaxConns
+	if cfg.ConnectTimeout > 0 {
+		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	}
 	pcfg.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
 	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.SynchronousCommit
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "syncpipe"
