@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// syncClient is a minimal PowerSync protocol client for tests that watch
+// what clients see while syncpipe goes through failures: it keeps its
+// buckets across checkpoints and reconnects (resuming with the op ids it
+// has), verifies every bucket's checksum at each checkpoint_complete and
+// hands the complete state to observe.
+type syncClient struct {
+	url, token string
+	// observe gets every complete checkpoint: its op id and the rows of
+	// every bucket ("type/id" → data).
+	observe func(checkpoint string, rows map[string]map[string]string)
+
+	mu      sync.Mutex
+	buckets map[string]*clientBucket
+	target  map[string]int32 // the checkpoint's bucket checksums
+	errs    []error
+	seen    int // complete checkpoints
+}
+
+type clientBucket struct {
+	after string
+	sum   uint32
+	rows  map[string]string
+}
+
+func newSyncClient(api, token string, observe func(string, map[string]map[string]string)) *syncClient {
+	return &syncClient{url: "http://" + api + "/sync/stream", token: token, observe: observe,
+		buckets: map[string]*clientBucket{}, target: map[string]int32{}}
+}
+
+// run syncs until ctx ends, reconnecting after every failure.
+func (c *syncClient) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := c.once(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// failures returns the protocol errors seen (checksum mismatches, bad
+// lines); connection failures are not errors, they are retried.
+func (c *syncClient) failures() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]error(nil), c.errs...)
+}
+
+// complete returns how many complete checkpoints the client saw.
+func (c *syncClient) complete() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
+func (c *syncClient) once(ctx context.Context) error {
+	c.mu.Lock()
+	var have []map[string]string
+	for name, b := range c.buckets {
+		have = append(have, map[string]string{"name": name, "after": b.after})
+	}
+	c.mu.Unlock()
+	body, _ := json.Marshal(map[string]any{"buckets": have, "raw_data": true, "include_checksum": true, "client_id": "test"})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Token "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sync stream: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		if err := c.line(sc.Bytes()); err != nil {
+			c.mu.Lock()
+			c.errs = append(c.errs, err)
+			c.mu.Unlock()
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+type wireBucket struct {
+	Bucket   string `json:"bucket"`
+	Checksum int32  `json:"checksum"`
+}
+
+type wireLine struct {
+	Checkpoint *struct {
+		LastOpID string       `json:"last_op_id"`
+		Buckets  []wireBucket `json:"buckets"`
+	} `json:"checkpoint"`
+	Diff *struct {
+		LastOpID string       `json:"last_op_id"`
+		Updated  []wireBucket `json:"updated_buckets"`
+		Removed  []string     `json:"removed_buckets"`
+	} `json:"checkpoint_diff"`
+	Data *struct {
+		Bucket    string `json:"bucket"`
+		NextAfter string `json:"next_after"`
+		Data      []struct {
+			OpID       string `json:"op_id"`
+			Op         string `json:"op"`
+			ObjectType string `json:"object_type"`
+			ObjectID   string `json:"object_id"`
+			Data       string `json:"data"`
+			Checksum   uint32 `json:"checksum"`
+		} `json:"data"`
+	} `json:"data"`
+	Complete *struct {
+		LastOpID string `json:"last_op_id"`
+	} `json:"checkpoint_complete"`
+}
+
+func (c *syncClient) line(b []byte) error {
+	var l wireLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("line %q: %w", b, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case l.Checkpoint != nil:
+		c.target = map[string]int32{}
+		for _, wb := range l.Checkpoint.Buckets {
+			c.target[wb.Bucket] = wb.Checksum
+		}
+		for name := range c.buckets {
+			if _, ok := c.target[name]; !ok {
+				delete(c.buckets, name)
+			}
+		}
+	case l.Diff != nil:
+		for _, wb := range l.Diff.Updated {
+			c.target[wb.Bucket] = wb.Checksum
+		}
+		for _, name := range l.Diff.Removed {
+			delete(c.target, name)
+			delete(c.buckets, name)
+		}
+	case l.Data != nil:
+		bk := c.buckets[l.Data.Bucket]
+		if bk == nil {
+			bk = &clientBucket{rows: map[string]string{}}
+			c.buckets[l.Data.Bucket] = bk
+		}
+		for _, op := range l.Data.Data {
+			bk.sum += op.Checksum
+			key := op.ObjectType + "/" + op.ObjectID
+			switch op.Op {
+			case "PUT":
+				bk.rows[key] = op.Data
+			case "REMOVE":
+				delete(bk.rows, key)
+			default:
+				return fmt.Errorf("op %s in bucket %s: unexpected %q", op.OpID, l.Data.Bucket, op.Op)
+			}
+		}
+		bk.after = l.Data.NextAfter
+	case l.Complete != nil:
+		rows := map[string]map[string]string{}
+		for name, want := range c.target {
+			bk := c.buckets[name]
+			var sum uint32
+			if bk != nil {
+				sum = bk.sum
+				rows[name] = bk.rows
+			}
+			if int32(sum) != want {
+				return fmt.Errorf("checkpoint %s: bucket %s checksum %d, want %d", l.Complete.LastOpID, name, int32(sum), want)
+			}
+		}
+		c.seen++
+		if c.observe != nil {
+			c.observe(l.Complete.LastOpID, rows)
+		}
+	}
+	return nil
+}
+
+// countRows counts the rows of every bucket whose name has prefix … (any
+// group) and definition def, e.g. `by_list[`.
+func countRows(rows map[string]map[string]string, def string) int {
+	n := 0
+	for name, rs := range rows {
+		if i := bytes.IndexByte([]byte(name), '#'); i >= 0 && bytes.HasPrefix([]byte(name[i+1:]), []byte(def)) {
+			n += len(rs)
+		}
+	}
+	return n
+}
+
+// opID parses a decimal op id (0 when empty).
+func opID(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
