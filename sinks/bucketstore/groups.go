@@ -34,6 +34,7 @@ type Group struct {
 	LastCheckpointLSN  pglogrepl.LSN
 	NoCheckpointBefore pglogrepl.LSN
 	LastError          string
+	LastErrorAt        time.Time // when LastError was reported; zero when there is none
 	CreatedAt          time.Time
 }
 
@@ -66,15 +67,19 @@ func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Grou
 }
 
 const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
-	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), created_at`
+	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at`
 
 func scanGroup(row pgx.Row) (Group, error) {
 	var g Group
 	var lcl, ncb string
+	var errAt *time.Time
 	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
-		&lcl, &ncb, &g.LastError, &g.CreatedAt)
+		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt)
 	if err != nil {
 		return g, err
+	}
+	if errAt != nil {
+		g.LastErrorAt = *errAt
 	}
 	g.LastCheckpointLSN, _ = pglogrepl.ParseLSN(lcl)
 	g.NoCheckpointBefore, _ = pglogrepl.ParseLSN(ncb)

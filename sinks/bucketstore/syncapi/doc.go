@@ -8,7 +8,8 @@
 //   - GET /write-checkpoint2.json?client_id=…: records a write checkpoint
 //     at the source's current WAL position; the stream reports it once
 //     replication has passed that position.
-//   - GET /healthz: 200 {"ok":true} while storage answers.
+//   - GET /healthz: storage's view of this deployment's health (see
+//     Health below). No auth.
 //
 // Every endpoint but /healthz needs "Authorization: Token <JWT>" (or
 // Bearer): HS256 secrets, or RS256/ES256 keys from an inline JWKS or a
@@ -63,10 +64,42 @@
 // and the stream ends; beyond max_concurrent_connections streams, new ones
 // get 429.
 //
+// # Health
+//
+// GET /healthz answers from one storage read of the groups, reused for a
+// second (healthTTL) by every probe and scrape and bounded by 5 s:
+//
+//   - 200 {"ok":true,"status":"ok"}: storage answers and no serving group
+//     has a stored replication error;
+//   - 200 {"ok":true,"status":"degraded","reasons":[{"group":2,
+//     "state":"ACTIVE","error":"…","since":"2025-01-02T03:04:05Z"}]}: an
+//     ACTIVE or PROCESSING group has an error that the replication side
+//     stored because retrying will not heal it (bucketstore
+//     Store.ReportError; cleared when the group recovers). STOP groups
+//     are being retired and do not count;
+//   - 503 {"ok":false,"status":"unavailable","error":"storage unreachable: …"}.
+//
+// Degraded is deliberately 200: under Kubernetes a failing liveness probe
+// restarts the pod, which cannot heal an error that retrying does not
+// heal, and a failing readiness probe would take every API pod out of the
+// Service at once (they share storage), so clients would lose the data
+// storage still serves. Alert on the syncpipe_replication_group_errors
+// gauge or on "status":"degraded" instead. Unreachable storage is 503:
+// the process can serve nothing, and readiness should route around it.
+//
+// # Shutdown
+//
+// Shutdown(ctx) refuses new streams with 503 at once and lets open ones
+// go on (they keep receiving checkpoints) until they end or ctx does;
+// then it closes the rest as Close does. syncpipe run stops the HTTP
+// listener first and gives streams api.shutdown_timeout.
+//
 // # Telemetry
 //
-// Metrics syncpipe_concurrent_connections (up/down counter) and
-// syncpipe_operations_synced (counter; _total in Prometheus); spans
-// syncapi.auth, syncapi.checkpoint and syncapi.data_batch (one per storage
-// read, never per op).
+// Metrics syncpipe_concurrent_connections (up/down counter),
+// syncpipe_operations_synced (counter; _total in Prometheus) and
+// syncpipe_replication_group_errors (gauge: serving groups with a stored
+// replication error, from the /healthz read; no value while storage is
+// unreachable); spans syncapi.auth, syncapi.checkpoint and
+// syncapi.data_batch (one per storage read, never per op).
 package syncapi

@@ -65,7 +65,7 @@ func TestHealthz(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
 	rec := httpRecord(e.srv, http.MethodGet, "/healthz", "", "")
-	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"ok":true}` {
+	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"ok":true,"status":"ok"}` {
 		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
 	}
 	if rec := httpRecord(e.srv, http.MethodGet, "/sync/stream", "", ""); rec.Code != http.StatusMethodNotAllowed {

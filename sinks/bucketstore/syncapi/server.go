@@ -107,6 +107,9 @@ type Server struct {
 
 	connections metric.Int64UpDownCounter
 	opsSynced   metric.Int64Counter
+	errorsGauge metric.Registration // syncpipe_replication_group_errors
+
+	healthc healthCache // storage health read shared by /healthz and the gauge
 
 	// Test hooks: called after a data line was written, and when a stream
 	// handler has released its connection slot.
@@ -176,6 +179,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DisableChangeRecords {
 		s.cache.DisableChangeRecords()
 	}
+	if s.errorsGauge, err = s.registerGroupErrorGauge(meter); err != nil {
+		cancel()
+		return nil, fmt.Errorf("syncapi: create metric: %w", err)
+	}
 	s.wcs = newWriteCheckpoints(cfg.Store)
 	s.watcher = cfg.Store.WatchCheckpoints(sctx)
 	return s, nil
@@ -192,16 +199,47 @@ func (s *Server) ChecksumStats() bucketstore.ChecksumStats {
 }
 
 // Close ends every open stream, stops the checkpoint watcher and waits for
-// both. Requests arriving afterwards get 503. Call it when the HTTP
-// server shuts down (e.g. with http.Server.RegisterOnShutdown), since
-// sync streams never end on their own.
+// both. Requests arriving afterwards get 503. Call it (or Shutdown) when
+// the HTTP server shuts down, since sync streams never end on their own.
 func (s *Server) Close() {
-	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
+	s.refuse()
 	s.cancel()
 	s.streams.Wait()
 	<-s.watcher.Done()
+	_ = s.errorsGauge.Unregister()
+}
+
+// Shutdown closes the server gracefully: new streams are refused (503)
+// at once, open ones go on until they end or ctx does, and then the
+// server is closed as by Close. It returns an error wrapping ctx's when
+// streams were still open at the deadline (they were closed). Stop the
+// HTTP server's listener first (http.Server.Shutdown does) so clients
+// are sent elsewhere rather than refused.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.refuse()
+	drained := make(chan struct{})
+	go func() {
+		// Ends at the latest when Close below has ended every stream.
+		s.streams.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = fmt.Errorf("syncapi: closed %d sync streams still open at the end of the grace period: %w", s.active.Load(), ctx.Err())
+	}
+	s.Close()
+	return err
+}
+
+// refuse makes begin refuse new streams. Streams register under mu and
+// only while not closed, so no stream is added once the wait for them
+// has started.
+func (s *Server) refuse() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 }
 
 // Handler serves POST /sync/stream, GET /write-checkpoint2.json and
@@ -279,16 +317,6 @@ func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]string{"write_checkpoint": strconv.FormatInt(n, 10)}})
-}
-
-func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	if err := s.store.Pool().Ping(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ok": false, "error": "storage unreachable: " + err.Error()})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 }
 
 // begin registers a stream unless the server is closing.
