@@ -98,9 +98,13 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		w.changed.reset(true)
 		next := 0
 		take := func() int64 { id := w.ids[next]; next++; return id }
+		// Every REMOVE of the batch precedes every PUT: a row whose replica
+		// id changed (a key update, or any update under REPLICA IDENTITY
+		// FULL) leaves its object under the old id and enters it under the
+		// new one, and the client, which knows objects by type and id, must
+		// see the PUT last whatever order the two ids sort in.
 		for _, c := range final {
 			p := prev[rowKey{c.Table.ID, c.Key}]
-			res.Rows++
 			for _, m := range p.buckets {
 				if !hasPut(c.Puts, m) {
 					bucket, typ, id := splitMember(m)
@@ -108,6 +112,10 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 					w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), &res)
 				}
 			}
+		}
+		for _, c := range final {
+			p := prev[rowKey{c.Table.ID, c.Key}]
+			res.Rows++
 			for j := range c.Puts {
 				w.encodePut(c, &c.Puts[j], take(), &res)
 			}

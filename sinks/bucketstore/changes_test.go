@@ -65,6 +65,41 @@ func TestUnchangedCurrentRowIsNotRewritten(t *testing.T) {
 	}
 }
 
+// TestReplicaIDChangeKeepsObject checks a row whose replica id changes but
+// whose object stays (an update under REPLICA IDENTITY FULL): the batch
+// deletes the old id and upserts the new one, and the object's REMOVE must
+// come before its PUT, whichever of the two ids sorts first.
+func TestReplicaIDChangeKeepsObject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	tbl := registerTable(t, s, g.ID, "items")
+	w := newWriter(t, s, g.ID)
+	for i := 1; i <= 20; i++ {
+		oldKey, newKey := key(2*i), key(2*i+1)
+		id := fmt.Sprint(i)
+		if _, err := w.WriteChanges(ctx, []stages.Change{{Table: tbl, Kind: stages.Upsert, Key: oldKey,
+			Puts: []stages.Put{put("1#a[]", "items", id, `{"v":1}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteChanges(ctx, []stages.Change{
+			{Table: tbl, Kind: stages.Delete, Key: oldKey},
+			{Table: tbl, Kind: stages.Upsert, Key: newKey, Puts: []stages.Put{put("1#a[]", "items", id, `{"v":2}`)}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := map[string]op{}
+	for _, o := range ops(t, s, g.ID) {
+		last[o.ObjectID] = o
+	}
+	for i := 1; i <= 20; i++ {
+		if o := last[fmt.Sprint(i)]; o.Op != OpPut || o.Data == nil || *o.Data != `{"v":2}` {
+			t.Fatalf("object %d: last op %+v, want the PUT of its new version", i, o)
+		}
+	}
+}
+
 // BenchmarkStreamWrite times stream batches of 5000 updates over 40000
 // stored rows, each update moving nothing (a PUT in the same bucket): the
 // common streaming case, whose current rows stay as they are.
