@@ -28,7 +28,7 @@ type callNode struct {
 
 type unaryNode struct {
 	pos int
-	op  string // "NOT", "-", "+"
+	op  string // "NOT"
 	x   node
 }
 
@@ -75,6 +75,7 @@ type selectCol struct {
 type fromItem struct {
 	pos          int
 	schema, name string
+	nameTok      token // the (first) name token
 	alias        string
 	call         *callNode // json_each(...)
 }
@@ -84,4 +85,5 @@ type selectStmt struct {
 	cols  []selectCol
 	from  *fromItem
 	where node
+	cases []caseUse
 }

@@ -22,7 +22,19 @@ type clause struct {
 	e    expr       // ckStatic, ckRow, ckParam (nil for bucket.x)
 	key  string     // ckParam: canonical text, identifies the input parameter
 	m    *matchSpec // ckMatch
+	use  reqUse     // the request values it reads
 }
+
+// reqUse records which request values a clause reads, for PowerSync's
+// "potentially dangerous query" warning: authenticated ones (JWT: sub,
+// claims, token_parameters) and client-supplied ones (request.parameters(),
+// user_parameters).
+type reqUse uint8
+
+const (
+	useAuth reqUse = 1 << iota
+	useUnauth
+)
 
 func (c clause) rowCap() bool   { return c.kind == ckStatic || c.kind == ckRow }
 func (c clause) paramCap() bool { return c.kind == ckStatic || c.kind == ckParam }
@@ -45,11 +57,12 @@ type colUse struct {
 
 // compiler turns one parsed query into evaluators, collecting every error.
 type compiler struct {
-	mode    qmode
-	rowName string // name (or alias) that qualifies row columns
-	errs    []*sqlError
-	params  map[string]*inputParam
-	refs    []colUse
+	mode     qmode
+	rowName  string // name (or alias) that qualifies row columns
+	errs     []*sqlError
+	params   map[string]*inputParam
+	refs     []colUse
+	whereUse reqUse // request values the WHERE clause reads
 }
 
 func newCompiler(mode qmode, rowName string) *compiler {
@@ -59,6 +72,12 @@ func newCompiler(mode qmode, rowName string) *compiler {
 func (c *compiler) errorf(pos int, tok, format string, args ...any) clause {
 	c.errs = append(c.errs, &sqlError{pos: pos, token: tok, msg: fmt.Sprintf(format, args...)})
 	return clause{kind: ckErr}
+}
+
+// abortf is errorf for a problem that stops PowerSync's compiler (sqlError.abort).
+func (c *compiler) abortf(pos int, tok, format string, args ...any) {
+	c.errorf(pos, tok, format, args...)
+	c.errs[len(c.errs)-1].abort = true
 }
 
 func (c *compiler) supportsParamExpr() bool { return c.mode != modeData }
@@ -90,16 +109,9 @@ func (c *compiler) compile(n node) clause {
 		return c.ref(n)
 	case *callNode:
 		return c.call(n)
-	case *unaryNode:
+	case *unaryNode: // NOT; a sign is part of a number literal
 		x := c.compile(n.x)
-		switch n.op {
-		case "NOT":
-			return c.compose(n.pos, "NOT", "not", []clause{x}, func(a []expr) expr { return &notE{x: a[0]} })
-		case "-":
-			return c.compose(n.pos, "-", "neg", []clause{x}, func(a []expr) expr { return &negE{x: a[0]} })
-		default:
-			return c.compose(n.pos, "+", "plus", []clause{x}, func(a []expr) expr { return a[0] })
-		}
+		return c.compose(n.pos, "NOT", "not", []clause{x}, func(a []expr) expr { return &notE{x: a[0]} })
 	case *isNullNode:
 		x := c.compile(n.x)
 		name := "is_null"
@@ -137,11 +149,13 @@ func (c *compiler) ref(n *refNode) clause {
 		if c.mode == modeData {
 			return c.errorf(n.pos, n.raw, "%s is not available in data queries; use bucket.<parameter>", n.table)
 		}
-		fn := reqTokenParam
+		fn, use := reqTokenParam, useAuth
 		if n.table == "user_parameters" {
-			fn = reqUserParam
+			fn, use = reqUserParam, useUnauth
 		}
-		return c.reqClause(&reqE{fn: fn, name: n.name}, n.table+"."+n.name)
+		cl := c.reqClause(&reqE{fn: fn, name: n.name}, n.table+"."+n.name)
+		cl.use = use
+		return cl
 	case n.table == c.rowName && c.rowName != "":
 		return c.rowRef(n)
 	case n.table == "request":
@@ -208,7 +222,7 @@ func (c *compiler) requestCall(n *callNode) clause {
 	if c.mode == modeData {
 		return c.errorf(n.pos, n.raw, "request functions are not available in data queries; use bucket.<parameter>")
 	}
-	want := 0
+	want, use := 0, useAuth
 	var fn reqFn
 	switch n.name {
 	case "user_id":
@@ -216,9 +230,9 @@ func (c *compiler) requestCall(n *callNode) clause {
 	case "jwt":
 		fn = reqJWT
 	case "parameters":
-		fn = reqParameters
+		fn, use = reqParameters, useUnauth
 	case "parameter":
-		fn, want = reqParameter, 1
+		fn, want, use = reqParameter, 1, useUnauth
 	default:
 		return c.errorf(n.pos, n.raw, "unknown function %q", "request."+n.name)
 	}
@@ -227,6 +241,7 @@ func (c *compiler) requestCall(n *callNode) clause {
 	}
 	e := &reqE{fn: fn}
 	key := "request." + n.name + "()"
+	var argUse reqUse
 	if want == 1 {
 		a := c.compile(n.args[0])
 		if a.kind == ckErr {
@@ -235,10 +250,12 @@ func (c *compiler) requestCall(n *callNode) clause {
 		if !a.paramCap() && !(c.mode == modeTableFunc && a.kind == ckRow) {
 			return c.errorf(n.args[0].position(), "", "the argument of request.parameter() must only depend on the request")
 		}
-		e.arg = a.e
+		e.arg, argUse = a.e, a.use
 		key = "request.parameter(" + a.key + ")"
 	}
-	return c.reqClause(e, key)
+	cl := c.reqClause(e, key)
+	cl.use = use | argUse
+	return cl
 }
 
 // compose builds a function or operator over compiled arguments, applying
@@ -270,8 +287,10 @@ func (c *compiler) compose(pos int, tok, name string, args []clause, build func(
 	}
 	exprs := make([]expr, len(args))
 	keys := make([]string, len(args))
+	var use reqUse
 	for i, a := range args {
 		exprs[i], keys[i] = a.e, a.key
+		use |= a.use
 	}
 	e := build(exprs)
 	switch kind {
@@ -283,9 +302,9 @@ func (c *compiler) compose(pos int, tok, name string, args []clause, build func(
 		}
 		return clause{kind: ckStatic, e: &constE{v: v}, key: v.String()}
 	case ckParam:
-		return clause{kind: ckParam, e: e, key: name + "(" + strings.Join(keys, ",") + ")"}
+		return clause{kind: ckParam, e: e, key: name + "(" + strings.Join(keys, ",") + ")", use: use}
 	}
-	return clause{kind: ckRow, e: e}
+	return clause{kind: ckRow, e: e, use: use}
 }
 
 func (c *compiler) binary(n *binaryNode) clause {
@@ -346,7 +365,7 @@ func (c *compiler) equals(n *binaryNode, l, r clause) clause {
 		return c.compose(n.pos, "=", "=", []clause{l, r}, build)
 	case ckParam:
 		p := c.param(other.key, other.e, false, false)
-		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, node: &mEq{row: row.e, p: p}}}
+		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, node: &mEq{row: row.e, p: p}}, use: other.use}
 	}
 	return c.errorf(n.pos, "=", "parameter match clauses cannot be compared with =")
 }
@@ -362,12 +381,12 @@ func (c *compiler) in(n *binaryNode, l, r clause) clause {
 	if l.kind == ckParam && r.kind == ckRow {
 		// bucket.x IN row.array / token_parameters.x IN row.array
 		p := c.param(l.key, l.e, false, false)
-		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, unbounded: true, node: &mParamInRow{row: r.e, p: p}}}
+		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, unbounded: true, node: &mParamInRow{row: r.e, p: p}}, use: l.use}
 	}
 	if c.mode == modeParamTable && l.rowCap() && r.kind == ckParam {
 		// row.x IN request array: one lookup per array element
 		p := c.param(r.key+"[*]", r.e, true, false)
-		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, node: &mRowInParam{row: l.e, p: p}}}
+		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, node: &mRowInParam{row: l.e, p: p}}, use: r.use}
 	}
 	if c.mode == modeData {
 		return c.errorf(n.pos, "IN", "cannot use bucket parameters on the right side of IN operators")
@@ -396,13 +415,19 @@ func (c *compiler) combineMatch(n *binaryNode, l, r clause, and bool) clause {
 		if a.unbounded && b.unbounded {
 			return c.errorf(n.pos, n.op, "cannot have multiple IN expressions on bucket parameters")
 		}
-		return clause{kind: ckMatch, m: &matchSpec{params: params, unbounded: a.unbounded || b.unbounded, node: &mAnd{a: a.node, b: b.node}}}
+		return clause{kind: ckMatch, m: &matchSpec{params: params, unbounded: a.unbounded || b.unbounded, node: &mAnd{a: a.node, b: b.node}},
+			use: l.use | r.use}
 	}
 	if len(params) != len(a.params) || len(params) != len(b.params) {
 		return c.errorf(n.pos, n.op, "left and right sides of OR must use the same parameters (%s vs %s), or split into separate queries",
 			paramKeys(a.params), paramKeys(b.params))
 	}
-	return clause{kind: ckMatch, m: &matchSpec{params: params, unbounded: a.unbounded || b.unbounded, node: &mOr{a: a.node, b: b.node}}}
+	// PowerSync counts an OR as authenticated only if both sides are.
+	use := (l.use | r.use) & useUnauth
+	if l.use&r.use&useAuth != 0 {
+		use |= useAuth
+	}
+	return clause{kind: ckMatch, m: &matchSpec{params: params, unbounded: a.unbounded || b.unbounded, node: &mOr{a: a.node, b: b.node}}, use: use}
 }
 
 func mergeParams(a, b []*inputParam) []*inputParam {
@@ -440,6 +465,7 @@ func (c *compiler) whereSpec(where node) *matchSpec {
 	if cl.kind == ckErr {
 		return nil
 	}
+	c.whereUse = cl.use
 	m := c.toMatch(cl)
 	for i, p := range m.params {
 		p.slot = i

@@ -5,11 +5,32 @@ import (
 	"strings"
 )
 
+// Level grades a RuleError the way PowerSync's compiler does.
+type Level uint8
+
+const (
+	// LevelFatal rejects the rules.
+	LevelFatal Level = iota
+	// LevelWarning is reported, and the rules still load and run as they are
+	// (PowerSync's "warning" errors, e.g. a column the source lacks).
+	LevelWarning
+)
+
+// String returns "fatal" or "warning", PowerSync's names.
+func (l Level) String() string {
+	if l == LevelWarning {
+		return "warning"
+	}
+	return "fatal"
+}
+
 // RuleError is one problem found while loading or checking sync rules. It
 // names the place precisely enough for `syncpipe validate` to print
 //
 //	rules.yaml:12:18: bucket "by_list" data[0]: unknown function "foo"
+//	rules.yaml:14:20: bucket "by_list" data[1]: warning: column "x" does not exist in table public.todos
 type RuleError struct {
+	Level  Level
 	File   string // rules file name, if known
 	Line   int    // 1-based line in the YAML document (0 if unknown)
 	Column int    // 1-based column (0 if unknown)
@@ -47,6 +68,9 @@ func (e *RuleError) Error() string {
 		sb.Reset()
 		sb.WriteString(s)
 		sb.WriteString(": ")
+	}
+	if e.Level == LevelWarning {
+		sb.WriteString("warning: ")
 	}
 	sb.WriteString(e.Msg)
 	return sb.String()

@@ -3,6 +3,7 @@ package syncrules
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -187,9 +188,10 @@ func appendDataValue(b []byte, v Value) []byte {
 	return append(b, "null"...)
 }
 
-// appendParamValue writes a bucket parameter into a bucket id (JSON.stringify
-// of the value: REAL 1.0 and INTEGER 1 both give 1). NULL and BLOB are not
-// valid parameters.
+// appendParamValue writes a bucket parameter into a bucket id as
+// PowerSync's bucket name serializer does (JSON.stringify of the value:
+// REAL 1.0 and INTEGER 1 both give 1, NULL gives null). BLOB is not a
+// valid parameter.
 func appendParamValue(b []byte, v Value) ([]byte, bool) {
 	switch v.kind {
 	case KindInteger:
@@ -198,15 +200,28 @@ func appendParamValue(b []byte, v Value) ([]byte, bool) {
 		return appendJSONNumberPlain(b, v.Float64()), true
 	case KindText:
 		return appendJSONString(b, v.s), true
+	case KindNull:
+		return append(b, "null"...), true
+	case kindJSON:
+		return append(b, v.s...), true
 	}
 	return b, false
 }
 
-// appendLookupValue writes a lookup key component, normalising integral
-// REALs to integers so that both sides of a lookup agree.
+// appendLookupValue writes a lookup key component as PowerSync serializes
+// lookups (JSONBig of the normalised values): integral REALs as the exact
+// integer they hold, so that both sides of a lookup agree, other REALs as
+// JavaScript prints them (NaN and Infinity included).
 func appendLookupValue(b []byte, v Value) ([]byte, bool) {
-	if v.kind == KindReal && isSafeIntegral(v.Float64()) {
-		return strconv.AppendInt(b, int64(v.Float64()), 10), true
+	if v.kind == KindReal {
+		f := v.Float64()
+		if f == math.Trunc(f) && !math.IsInf(f, 0) {
+			if f == 0 {
+				return append(b, '0'), true
+			}
+			return strconv.AppendFloat(b, f, 'f', 0, 64), true
+		}
+		return appendJSNumber(b, f), true
 	}
 	return appendParamValue(b, v)
 }

@@ -168,19 +168,6 @@ func (e *castE) eval(c *evalCtx) (Value, error) {
 }
 func (e *castE) bind(b *binder) expr { return &castE{x: e.x.bind(b), to: e.to} }
 
-// negE is unary minus (an extension: PowerSync's parser folds it into
-// numeric literals only). It behaves like 0 - x.
-type negE struct{ x expr }
-
-func (e *negE) eval(c *evalCtx) (Value, error) {
-	v, err := e.x.eval(c)
-	if err != nil {
-		return Value{}, err
-	}
-	return arith('-', Int(0), v)
-}
-func (e *negE) bind(b *binder) expr { return &negE{x: e.x.bind(b)} }
-
 // jsonOpE is x -> 'path' or x ->> 'path' with edition-1 path rules.
 type jsonOpE struct {
 	x    expr
@@ -314,8 +301,8 @@ func jsonExtract(src, path Value, op string) (Value, error) {
 		return Null(), nil
 	}
 	comps := strings.Split(textOf(path), ".")
-	if comps[0] == "$" {
-		comps = comps[1:]
+	if strings.HasPrefix(comps[0], "$") {
+		comps = comps[1:] // "$", but also "$x": PowerSync drops the part that starts with $
 	} else if op == "json_extract" {
 		return Value{}, ErrJSONPath
 	}
@@ -337,6 +324,9 @@ func jsonExtract(src, path Value, op string) (Value, error) {
 		return Null(), nil // undefined
 	}
 	if op == "->" {
+		if cur.k == jNull {
+			return Null(), nil // edition 1: -> gives NULL for JSON null
+		}
 		return Text(string(appendJSONBig(nil, &cur, false))), nil
 	}
 	return cur.toSQLiteLegacy(false), nil

@@ -112,19 +112,29 @@ func (m *mEq) filter(c *evalCtx, a *setArena) (int, int, error) {
 	return lo, a.count(), nil
 }
 
-// mRowInParam is row_expr IN <request array>: the row stores its value and
-// the request supplies one lookup per array element.
+// mRowInParam is row_expr IN <request array>: the row stores its value
+// and the request supplies one lookup per array element. Unlike =, NULL is
+// stored (PowerSync keeps every JSON-compatible value here, so a NULL row
+// value meets a null array element); BLOBs cannot be persisted.
 type mRowInParam struct {
 	row expr
 	p   *inputParam
 }
 
 func (m *mRowInParam) filter(c *evalCtx, a *setArena) (int, int, error) {
-	return (&mEq{row: m.row, p: m.p}).filter(c, a)
+	v, err := m.row.eval(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	lo := a.count()
+	if v.kind != KindBlob {
+		a.set(a.add(), m.p.slot, v)
+	}
+	return lo, a.count(), nil
 }
 
 // mParamInRow is parameter IN row_array: one set per element of the row's
-// JSON array (parsed like JSON.parse). NULL elements never match.
+// JSON array (parsed like JSON.parse), null elements included.
 type mParamInRow struct {
 	row expr
 	p   *inputParam
@@ -152,28 +162,25 @@ func (m *mParamInRow) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, errNotArray
 	}
 	for i := range doc.arr {
-		if el, ok := jsElementValue(&doc.arr[i]); ok {
-			a.set(a.add(), m.p.slot, el)
-		}
+		a.set(a.add(), m.p.slot, jsElementValue(&doc.arr[i]))
 	}
 	return lo, a.count(), nil
 }
 
 // jsElementValue converts an element of a JSON.parse'd array into a
-// parameter value: strings stay TEXT, numbers are doubles (REAL), booleans
-// 1/0, objects/arrays JSON text; null is not a valid parameter.
-func jsElementValue(el *jval) (Value, bool) {
+// bucket parameter as PowerSync keeps it: strings TEXT, numbers doubles
+// (REAL), null NULL, and booleans, objects and arrays as the JSON
+// JavaScript writes for them.
+func jsElementValue(el *jval) Value {
 	switch el.k {
 	case jNull:
-		return Value{}, false
+		return Null()
 	case jStr:
-		return Text(el.s), true
+		return Text(el.s)
 	case jNum:
-		return Real(el.numFloat()), true
-	case jBool:
-		return Bool(el.b), true
+		return Real(el.numFloat())
 	}
-	return Text(string(appendJSONBig(nil, el, true))), true
+	return Value{kind: kindJSON, s: string(appendJSONPlain(nil, el))}
 }
 
 // mParamBool is a request-only condition inside a table query: the row

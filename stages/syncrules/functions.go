@@ -1,10 +1,15 @@
 package syncrules
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"strings"
 	"unicode/utf16"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/language"
 )
 
 // builtin is a scalar SQL function with PowerSync's semantics.
@@ -15,8 +20,9 @@ type builtin struct {
 	call    func(args []Value) (Value, error)
 }
 
-// builtins are the functions of SPEC §3 plus typeof, json_valid and
-// json_keys, which PowerSync also provides and cost nothing to support.
+// builtins are the functions of SPEC §3 plus typeof, instr, json_valid
+// and json_keys, which PowerSync also provides and cost nothing to
+// support (its other functions are listed in doc.go).
 var builtins = map[string]*builtin{}
 
 func init() {
@@ -28,6 +34,7 @@ func init() {
 		{"hex", 1, 1, fnHex},
 		{"base64", 1, 1, fnBase64},
 		{"typeof", 1, 1, fnTypeof},
+		{"instr", 2, 2, fnInstr},
 		{"ifnull", 2, 2, fnIfnull},
 		{"iif", 3, 3, fnIif},
 		{"json_extract", 2, 2, fnJSONExtract},
@@ -46,20 +53,57 @@ var aggregates = map[string]bool{
 	"json_group_array": true, "json_group_object": true, "bool_and": true, "bool_or": true,
 }
 
+// fnUpper and fnLower are JavaScript's toUpperCase/toLowerCase: full
+// Unicode case mapping (ß → SS, final sigma), which x/text/cases does;
+// ASCII takes the fast path.
 func fnUpper(a []Value) (Value, error) {
 	if a[0].IsNull() {
 		return Null(), nil
 	}
-	// JavaScript toUpperCase; Go's simple case mapping differs only for
-	// the few characters with multi-character mappings (e.g. ß → SS).
-	return Text(strings.ToUpper(textOf(a[0]))), nil
+	s := textOf(a[0])
+	if isASCII(s) {
+		return Text(strings.ToUpper(s)), nil
+	}
+	return Text(cases.Upper(language.Und).String(s)), nil
 }
 
 func fnLower(a []Value) (Value, error) {
 	if a[0].IsNull() {
 		return Null(), nil
 	}
-	return Text(strings.ToLower(textOf(a[0]))), nil
+	s := textOf(a[0])
+	if isASCII(s) {
+		return Text(strings.ToLower(s)), nil
+	}
+	return Text(cases.Lower(language.Und).String(s)), nil
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// fnInstr is SQLite's instr as PowerSync implements it: the 1-based
+// position of y in x (0 if absent), in bytes when both are BLOBs and in
+// UTF-16 code units otherwise.
+func fnInstr(a []Value) (Value, error) {
+	x, y := a[0], a[1]
+	if x.IsNull() || y.IsNull() {
+		return Null(), nil
+	}
+	if x.kind == KindBlob && y.kind == KindBlob {
+		return Int(int64(bytes.Index(x.b, y.b) + 1)), nil
+	}
+	hay, needle := textOf(x), textOf(y)
+	i := strings.Index(hay, needle)
+	if i < 0 {
+		return Int(0), nil
+	}
+	return Int(int64(jsStringLen(hay[:i]) + 1)), nil
 }
 
 // fnSubstring follows PowerSync's SQLite-compatible substring on UTF-16

@@ -437,6 +437,43 @@ func appendJSONBigOpt(dst []byte, v *jval, jsNumbers, boolInts bool) []byte {
 	}
 }
 
+// appendJSONPlain serializes v as JSON.stringify writes what JSON.parse
+// read: numbers as doubles (1.0 → 1), object keys in JavaScript order.
+func appendJSONPlain(dst []byte, v *jval) []byte {
+	switch v.k {
+	case jNull:
+		return append(dst, "null"...)
+	case jBool:
+		if v.b {
+			return append(dst, "true"...)
+		}
+		return append(dst, "false"...)
+	case jStr:
+		return appendJSONString(dst, v.s)
+	case jNum:
+		return appendJSONNumberPlain(dst, v.numFloat())
+	case jArr:
+		dst = append(dst, '[')
+		for i := range v.arr {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendJSONPlain(dst, &v.arr[i])
+		}
+		return append(dst, ']')
+	}
+	dst = append(dst, '{')
+	for n, i := range jsKeyOrder(v.keys) {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, v.keys[i])
+		dst = append(dst, ':')
+		dst = appendJSONPlain(dst, &v.vals[i])
+	}
+	return append(dst, '}')
+}
+
 // jsKeyOrder returns the property enumeration order of a JavaScript object
 // with these keys: integer-like keys ascending, then the rest in insertion
 // order.

@@ -3,6 +3,7 @@ package syncrules
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -58,10 +59,11 @@ func locOf(n *yaml.Node, src []string) srcLoc {
 
 // loader walks the YAML document, collecting every error.
 type loader struct {
-	opts  Options
-	src   []string
-	errs  RuleErrors
-	rules *Rules
+	opts     Options
+	src      []string
+	errs     RuleErrors
+	warnings RuleErrors
+	rules    *Rules
 }
 
 func (ld *loader) errAt(n *yaml.Node, bucket, query, token, format string, args ...any) {
@@ -178,6 +180,7 @@ func (ld *loader) definition(k, v *yaml.Node) {
 			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
 				ld.errAt(val, name, "", val.Value, "accept_potentially_dangerous_queries must be true or false")
 			}
+			def.acceptDangerous = val.Value == "true"
 		default:
 			ld.errAt(key, name, "", key.Value, "unknown key %q in bucket definition", key.Value)
 		}
@@ -194,11 +197,16 @@ func (ld *loader) definition(k, v *yaml.Node) {
 			if !ok {
 				continue
 			}
+			if def.paramsAborted {
+				ld.errAt(n, name, label, "", "not compiled: the bucket's parameters are unknown because its parameter query failed")
+				continue
+			}
 			q := &dataQuery{queryBase: queryBase{def: def, label: label, sql: sql, loc: locOf(n, ld.src)}}
 			if errs := compileDataQuery(def, q, ld.opts.defaultSchema()); len(errs) > 0 {
 				ld.sqlErrors(&q.queryBase, errs)
 				continue
 			}
+			ld.queryWarnings(&q.queryBase)
 			def.data = append(def.data, q)
 		}
 	}
@@ -242,21 +250,32 @@ func (ld *loader) paramQueries(def *definition, params *yaml.Node) {
 		}
 		base := queryBase{def: def, label: labels[i], sql: sql, loc: locOf(n, ld.src)}
 		q, errs := compileParamQuery(def, base, strconv.Itoa(i+1), ld.opts.defaultSchema())
-		if len(errs) > 0 {
-			ld.sqlErrors(&base, errs)
+		ld.sqlErrors(&base, errs)
+		if q == nil || slices.ContainsFunc(errs, func(e *sqlError) bool { return e.abort }) {
+			// As in PowerSync, the bucket's data queries then fail too.
+			def.paramsAborted = true
 			continue
 		}
 		var names []string
 		switch q := q.(type) {
 		case *staticParamQuery:
 			names = q.outNames
-			def.static = append(def.static, q)
+			if len(errs) == 0 {
+				def.static = append(def.static, q)
+				ld.queryWarnings(&q.queryBase)
+			}
 		case *funcParamQuery:
 			names = q.outNames
-			def.funcs = append(def.funcs, q)
+			if len(errs) == 0 {
+				def.funcs = append(def.funcs, q)
+				ld.queryWarnings(&q.queryBase)
+			}
 		case *tableParamQuery:
 			names = q.outNames
-			def.tables = append(def.tables, q)
+			if len(errs) == 0 {
+				def.tables = append(def.tables, q)
+				ld.queryWarnings(&q.queryBase)
+			}
 		}
 		if !firstSet {
 			first, firstSet = names, true
@@ -285,6 +304,15 @@ func duplicate(names []string) string {
 func (ld *loader) sqlErrors(q *queryBase, errs []*sqlError) {
 	for _, e := range errs {
 		ld.errs = append(ld.errs, q.errorAt(ld.opts.File, e.pos, e.token, e.msg))
+	}
+}
+
+// queryWarnings records the warnings of a compiled query.
+func (ld *loader) queryWarnings(q *queryBase) {
+	for _, w := range q.warns {
+		e := q.errorAt(ld.opts.File, w.pos, w.token, w.msg)
+		e.Level = LevelWarning
+		ld.warnings = append(ld.warnings, e)
 	}
 }
 

@@ -13,8 +13,6 @@ import (
 // Errors returned while evaluating a row. They never abort other queries;
 // see Evaluator.
 var (
-	// ErrDivisionByZero: INTEGER / 0 (PowerSync's BigInt division throws).
-	ErrDivisionByZero = errors.New("division by zero")
 	// ErrCompareBlobs: PowerSync cannot order two BLOBs.
 	ErrCompareBlobs = errors.New("comparing blobs is not supported")
 	// ErrNotJSONArray: the right side of IN is not TEXT holding a JSON array.
@@ -84,8 +82,9 @@ func blobOf(v Value) []byte {
 }
 
 // castNumeric is CAST(x AS numeric) and the operand conversion of
-// arithmetic: text keeps its leading unsigned number, integer-looking text
-// stays INTEGER.
+// arithmetic, as PowerSync's parseNumeric: text keeps its leading
+// (optionally signed) number, INTEGER when it has no fraction or exponent,
+// REAL otherwise; text without one is INTEGER 0.
 func castNumeric(v Value) Value {
 	switch v.kind {
 	case KindInteger, KindReal:
@@ -93,23 +92,29 @@ func castNumeric(v Value) Value {
 	case KindText, KindBlob:
 		s := trimJSSpaceLeft(textOf(v))
 		i := 0
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		intStart := i
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
 			i++
 		}
-		if i == 0 {
+		intDigits := i - intStart
+		isInt := true
+		if i < len(s) && s[i] == '.' {
+			j := i + 1
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+				j++
+			}
+			if intDigits == 0 && j == i+1 {
+				return Int(0) // neither "1" nor ".5"
+			}
+			i, isInt = j, false
+		} else if intDigits == 0 {
 			return Int(0)
 		}
-		end := i
-		isInt := true
-		if end < len(s) && s[end] == '.' {
-			isInt = false
-			end++
-			for end < len(s) && s[end] >= '0' && s[end] <= '9' {
-				end++
-			}
-		}
-		if end < len(s) && (s[end] == 'e' || s[end] == 'E') {
-			j := end + 1
+		if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+			j := i + 1
 			if j < len(s) && (s[j] == '+' || s[j] == '-') {
 				j++
 			}
@@ -118,16 +123,19 @@ func castNumeric(v Value) Value {
 				k++
 			}
 			if k > j {
-				isInt = false
-				end = k
+				i, isInt = k, false
 			}
 		}
 		if isInt {
-			if n, err := strconv.ParseInt(s[:i], 10, 64); err == nil {
+			if n, err := strconv.ParseInt(strings.TrimPrefix(s[:i], "+"), 10, 64); err == nil {
 				return Int(n)
 			}
 		}
-		return Real(jsParseFloat(s[:end]))
+		f := jsParseFloat(s[:i])
+		if f != f {
+			return Int(0)
+		}
+		return Real(f)
 	}
 	return Int(0)
 }
@@ -149,8 +157,9 @@ func castReal(v Value) Value {
 	return Real(0)
 }
 
-// castInteger is CAST(x AS integer): leading unsigned digits of text, floor
-// of reals. Non-finite reals are an error (JavaScript's BigInt throws).
+// castInteger is CAST(x AS integer): the leading (optionally signed)
+// digits of text, floor of reals. Non-finite reals are an error
+// (JavaScript's BigInt throws).
 func castInteger(v Value) (Value, error) {
 	switch v.kind {
 	case KindInteger:
@@ -162,11 +171,20 @@ func castInteger(v Value) (Value, error) {
 		}
 		return Int(floatToInt64(math.Floor(f))), nil
 	case KindText, KindBlob:
-		d := leadingDigits(textOf(v))
-		if d == "" {
+		s := trimJSSpaceLeft(textOf(v))
+		neg := false
+		if s != "" && (s[0] == '+' || s[0] == '-') {
+			neg, s = s[0] == '-', s[1:]
+		}
+		d := leadingDigits(s)
+		if d == "" || (len(s) > 0 && s[0] != d[0]) {
 			return Int(0), nil
 		}
-		return Int(parseDigitsInt64(d)), nil
+		n := parseDigitsInt64(d)
+		if neg {
+			n = -n
+		}
+		return Int(n), nil
 	}
 	return Int(0), nil
 }
@@ -235,6 +253,9 @@ func compareNumbers(a, b Value) int {
 		}
 		return 0
 	}
+	if (a.kind == KindReal && a.Float64() != a.Float64()) || (b.kind == KindReal && b.Float64() != b.Float64()) {
+		return -1 // NaN: neither equal nor greater, so PowerSync's compare() says less
+	}
 	if a.kind == KindReal && b.kind == KindReal {
 		x, y := a.Float64(), b.Float64()
 		switch {
@@ -242,10 +263,8 @@ func compareNumbers(a, b Value) int {
 			return -1
 		case x > y:
 			return 1
-		case x == y:
-			return 0
 		}
-		return 1 // NaN: neither less nor equal; JS compare() returns 1
+		return 0
 	}
 	if a.kind == KindInteger {
 		return -compareFloatInt(b.Float64(), a.Int64())
@@ -253,12 +272,9 @@ func compareNumbers(a, b Value) int {
 	return compareFloatInt(a.Float64(), b.Int64())
 }
 
-// compareFloatInt compares a double with an int64 exactly, as JavaScript
-// compares a number with a BigInt.
+// compareFloatInt compares a (non-NaN) double with an int64 exactly, as
+// JavaScript compares a number with a BigInt.
 func compareFloatInt(f float64, i int64) int {
-	if f != f {
-		return 1
-	}
 	if math.IsInf(f, 1) {
 		return 1
 	}
@@ -303,14 +319,17 @@ func utf16Key(r rune) rune {
 }
 
 // arith evaluates + - * / with PowerSync semantics: NULL in, NULL out;
-// operands converted with castNumeric; INTEGER op INTEGER stays INTEGER
-// (falling back to REAL on int64 overflow, where JavaScript would use an
-// unbounded BigInt), integer division truncates and fails on zero.
+// operands converted with castNumeric; division by zero is NULL; INTEGER op
+// INTEGER stays INTEGER (falling back to REAL on int64 overflow, where
+// JavaScript would use an unbounded BigInt) and integer division truncates.
 func arith(op byte, a, b Value) (Value, error) {
 	if a.kind == KindNull || b.kind == KindNull {
 		return Null(), nil
 	}
 	a, b = castNumeric(a), castNumeric(b)
+	if op == '/' && ((b.kind == KindInteger && b.Int64() == 0) || (b.kind == KindReal && b.Float64() == 0)) {
+		return Null(), nil
+	}
 	if a.kind == KindInteger && b.kind == KindInteger {
 		x, y := a.Int64(), b.Int64()
 		switch op {
@@ -333,9 +352,6 @@ func arith(op byte, a, b Value) (Value, error) {
 				return Int(r), nil
 			}
 		case '/':
-			if y == 0 {
-				return Value{}, ErrDivisionByZero
-			}
 			if !(x == math.MinInt64 && y == -1) {
 				return Int(x / y), nil
 			}
@@ -377,9 +393,9 @@ func concat(a, b Value) Value {
 }
 
 // inJSONArray is "a IN b" for row values: b must be TEXT holding a JSON
-// array; membership uses JavaScript's Array.includes on JSON.parse output,
-// so TEXT matches strings and REAL matches numbers, while INTEGER (a BigInt
-// in PowerSync) never matches a parsed number.
+// array, parsed losslessly (integers INTEGER, other numbers REAL, booleans
+// 1/0, nested values JSON text); a is in it when an element compares equal
+// (numbers by value across INTEGER and REAL, text by text).
 func inJSONArray(a, b Value) (Value, error) {
 	if a.kind == KindNull || b.kind == KindNull {
 		return Null(), nil
@@ -396,14 +412,12 @@ func inJSONArray(a, b Value) (Value, error) {
 	}
 	for i := range arr.arr {
 		el := &arr.arr[i]
-		switch {
-		case a.kind == KindText && el.k == jStr && el.s == a.s:
+		if el.k == jNull {
+			continue
+		}
+		v := el.toSQLiteLegacy(false)
+		if (v.isNumeric() && a.isNumeric() && compareNumbers(v, a) == 0) || (v.kind == KindText && a.kind == KindText && v.s == a.s) {
 			return valTrue, nil
-		case a.kind == KindReal && el.k == jNum:
-			f, g := a.Float64(), el.numFloat()
-			if f == g || (f != f && g != g) {
-				return valTrue, nil
-			}
 		}
 	}
 	return valFalse, nil

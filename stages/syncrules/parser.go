@@ -12,6 +12,23 @@ type parser struct {
 	toks  []token
 	i     int
 	depth int
+	cases []caseUse
+}
+
+// caseUse is an unquoted identifier written with upper-case letters, which
+// SQL folds to lower case; PowerSync warns about those that name columns,
+// tables and (in parameter queries) output columns.
+type caseUse struct {
+	pos   int
+	raw   string
+	alias bool // an output column alias
+}
+
+// noteCase records t if it is such an identifier.
+func (p *parser) noteCase(t token, alias bool) {
+	if t.kind == tIdent && t.raw != t.text {
+		p.cases = append(p.cases, caseUse{pos: t.pos, raw: t.raw, alias: alias})
+	}
 }
 
 // maxDepth bounds expression nesting so hostile input cannot exhaust the
@@ -25,7 +42,11 @@ func parseSelect(src string) (*selectStmt, *sqlError) {
 		return nil, err
 	}
 	p := &parser{toks: toks}
-	return p.selectStmt()
+	s, perr := p.selectStmt()
+	if s != nil {
+		s.cases = p.cases
+	}
+	return s, perr
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
@@ -179,9 +200,11 @@ func (p *parser) selectCol() (selectCol, *sqlError) {
 			return selectCol{}, errAt(a, "expected an alias after AS, found %s", describe(a))
 		}
 		col.alias, col.aliasPos, col.hasAlias = a.text, a.pos, true
+		p.noteCase(a, true)
 	} else if a.kind == tQIdent || (a.kind == tIdent && !isReserved(a)) {
 		p.next()
 		col.alias, col.aliasPos, col.hasAlias = a.text, a.pos, true
+		p.noteCase(a, true)
 	}
 	return col, nil
 }
@@ -194,7 +217,7 @@ func (p *parser) fromItem() (*fromItem, *sqlError) {
 	if t.kind != tIdent && t.kind != tQIdent || isReserved(t) {
 		return nil, errAt(t, "expected a table name, found %s", describe(t))
 	}
-	f := &fromItem{pos: t.pos, name: t.text}
+	f := &fromItem{pos: t.pos, name: t.text, nameTok: t}
 	if p.peek().is(".") {
 		p.next()
 		n := p.next()
@@ -262,7 +285,7 @@ const (
 	bpOther   = 7
 	bpAdd     = 8
 	bpMul     = 9
-	bpUnary   = 10
+	bpMember  = 10 // -> and ->> bind tighter than arithmetic, as in PowerSync's parser
 	bpCast    = 11
 )
 
@@ -288,7 +311,9 @@ func infixPower(t token) int {
 	switch t.text {
 	case "=", "==", "!=", "<>", "<", ">", "<=", ">=":
 		return bpCompare
-	case "||", "->", "->>", "&", "|", "#", "~", "^", "@", "!":
+	case "->", "->>":
+		return bpMember
+	case "||", "&", "|", "#", "~", "^", "@", "!":
 		return bpOther
 	case "+", "-":
 		return bpAdd
@@ -374,11 +399,7 @@ func (p *parser) prefix() (node, *sqlError) {
 	case tString:
 		return &litNode{pos: t.pos, v: Text(t.text), raw: t.raw}, nil
 	case tInt:
-		if n, err := strconv.ParseInt(t.text, 10, 64); err == nil {
-			return &litNode{pos: t.pos, v: Int(n), raw: t.raw}, nil
-		}
-		f, _ := strconv.ParseFloat(t.text, 64)
-		return &litNode{pos: t.pos, v: Real(f), raw: t.raw}, nil
+		return intLiteral(t, t.text, t.raw), nil
 	case tFloat:
 		f, _ := strconv.ParseFloat(t.text, 64)
 		return &litNode{pos: t.pos, v: Real(f), raw: t.raw}, nil
@@ -396,12 +417,20 @@ func (p *parser) prefix() (node, *sqlError) {
 				return nil, err
 			}
 			return e, nil
-		case "-", "+":
-			x, err := p.expr(bpUnary)
-			if err != nil {
-				return nil, err
+		case "-":
+			// Only a minus written against a number is supported: it is
+			// part of the literal, as in PowerSync's SQL parser.
+			if n := p.peek(); (n.kind == tInt || n.kind == tFloat) && n.pos == t.pos+1 {
+				p.next()
+				if n.kind == tInt {
+					return intLiteral(t, "-"+n.text, "-"+n.raw), nil
+				}
+				f, _ := strconv.ParseFloat("-"+n.text, 64)
+				return &litNode{pos: t.pos, v: Real(f), raw: "-" + n.raw}, nil
 			}
-			return &unaryNode{pos: t.pos, op: t.text, x: x}, nil
+			return nil, errAt(t, "unary - is only supported in front of a number (write -1, not - 1 or -x)")
+		case "+":
+			return nil, errAt(t, "unary + is not supported")
 		case "?", "$":
 			return nil, errAt(t, "query parameters are not supported")
 		}
@@ -438,6 +467,17 @@ func (p *parser) prefix() (node, *sqlError) {
 	return p.refOrCall(t)
 }
 
+// intLiteral is an integer literal as PowerSync reads it: through a
+// JavaScript number, so digits beyond 2^53 are rounded (9007199254740993
+// is 9007199254740992); past int64 it stays REAL.
+func intLiteral(t token, text, raw string) *litNode {
+	f, _ := strconv.ParseFloat(text, 64)
+	if isSafeIntegral(f) {
+		return &litNode{pos: t.pos, v: Int(int64(f)), raw: raw}
+	}
+	return &litNode{pos: t.pos, v: Real(f), raw: raw}
+}
+
 func (p *parser) castExpr(t token) (node, *sqlError) {
 	if _, err := p.expect("("); err != nil {
 		return nil, err
@@ -463,6 +503,7 @@ func (p *parser) castExpr(t token) (node, *sqlError) {
 func (p *parser) refOrCall(t token) (node, *sqlError) {
 	parts := []string{t.text}
 	raw := t.raw
+	last := t
 	for p.peek().is(".") {
 		p.next()
 		n := p.next()
@@ -474,6 +515,7 @@ func (p *parser) refOrCall(t token) (node, *sqlError) {
 		}
 		parts = append(parts, n.text)
 		raw += "." + n.raw
+		last = n
 		if len(parts) > 3 {
 			return nil, errAt(n, "too many name parts in %s", raw)
 		}
@@ -494,6 +536,13 @@ func (p *parser) refOrCall(t token) (node, *sqlError) {
 			return nil, errAt(p.peek(), "window and aggregate functions are not supported")
 		}
 		return c, nil
+	}
+	// The column name, and the table part of table.column, are folded.
+	if len(parts) <= 2 {
+		p.noteCase(last, false)
+	}
+	if len(parts) == 2 {
+		p.noteCase(t, false)
 	}
 	r := &refNode{pos: t.pos, name: parts[len(parts)-1], raw: raw}
 	switch len(parts) {

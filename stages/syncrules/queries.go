@@ -1,6 +1,7 @@
 package syncrules
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -17,19 +18,48 @@ type queryBase struct {
 	label string // "data[0]", "parameters[1]", "parameters"
 	sql   string
 	loc   srcLoc
+	warns []*sqlError // PowerSync's warnings about the query
+}
+
+// Warning texts.
+const (
+	msgDangerous = "potentially dangerous query: it depends on parameters the client sets (request.parameters(), user_parameters) " +
+		"and on no authenticated value, so it cannot authorize anything; set accept_potentially_dangerous_queries: true on the bucket if this is intended"
+)
+
+// noteWarnings records the folded-identifier warnings of s (aliases only in
+// parameter queries, as PowerSync checks them) and, for a parameter query
+// whose bucket does not accept it, the dangerous-query warning.
+func (q *queryBase) noteWarnings(s *selectStmt, paramQuery bool, use, authUse reqUse) {
+	for _, c := range s.cases {
+		if !c.alias || paramQuery {
+			q.warns = append(q.warns, caseWarning(c.pos, c.raw))
+		}
+	}
+	if f := s.from; f != nil && f.call == nil && f.alias == "" && f.schema == "" && f.nameTok.kind == tIdent && f.nameTok.raw != f.nameTok.text {
+		q.warns = append(q.warns, caseWarning(f.pos, f.nameTok.raw))
+	}
+	if paramQuery && use&useUnauth != 0 && authUse&useAuth == 0 && !q.def.acceptDangerous {
+		q.warns = append(q.warns, &sqlError{pos: 0, msg: msgDangerous})
+	}
+}
+
+func caseWarning(pos int, raw string) *sqlError {
+	return &sqlError{pos: pos, token: raw, msg: fmt.Sprintf(`unquoted identifier %s is folded to lower case; write "%s" to keep the upper case`, raw, raw)}
 }
 
 // dataQuery is a compiled `SELECT … FROM table [WHERE …]` of a definition.
 type dataQuery struct {
 	queryBase
-	table   tableRef
-	outName string // object_type
-	filter  *matchSpec
-	slots   []int // slot of each definition bucket parameter
-	cols    []outCol
-	refs    []colUse
-	hasStar bool
-	starPos int
+	table    tableRef
+	tablePos int    // offset of the table name in the query
+	outName  string // object_type
+	filter   *matchSpec
+	slots    []int // slot of each definition bucket parameter
+	cols     []outCol
+	refs     []colUse
+	hasStar  bool
+	starPos  int
 }
 
 // outCol is one item of a data query's SELECT list.
@@ -46,6 +76,7 @@ type tableParamQuery struct {
 	queryBase
 	queryID    string
 	table      tableRef
+	tablePos   int // offset of the table name in the query
 	filter     *matchSpec
 	lookupCols []lookupCol // row columns stored in parameter rows
 	reqCols    map[string]expr
@@ -83,6 +114,11 @@ type definition struct {
 	name         string
 	priority     int
 	prioritySet  bool // priority given in YAML
+	// acceptDangerous is accept_potentially_dangerous_queries: true.
+	acceptDangerous bool
+	// paramsAborted: a parameter query failed so that its bucket
+	// parameters are unknown.
+	paramsAborted bool
 	prefix       string
 	globalID     string // prefix + "[]", for definitions without parameters
 	bucketParams []string
@@ -114,7 +150,7 @@ func compileDataQuery(def *definition, q *dataQuery, defaultSchema string) []*sq
 	if s.from.call != nil {
 		return []*sqlError{{pos: s.from.pos, token: s.from.name, msg: "table-valued functions are only supported in parameter queries"}}
 	}
-	q.table = tableRef{schema: s.from.schema, name: s.from.name}
+	q.table, q.tablePos = tableRef{schema: s.from.schema, name: s.from.name}, s.from.pos
 	if q.table.schema == "" {
 		q.table.schema = defaultSchema
 	}
@@ -182,6 +218,7 @@ func compileDataQuery(def *definition, q *dataQuery, defaultSchema string) []*sq
 		c.errorf(s.pos, "SELECT", `query must return an "id" column`)
 	}
 	q.refs = c.refs
+	q.noteWarnings(s, false, 0, 0)
 	return c.errs
 }
 
@@ -230,20 +267,23 @@ func compileParamQuery(def *definition, base queryBase, queryID, defaultSchema s
 	case s.from == nil:
 		q := &staticParamQuery{queryBase: base, cols: map[string]expr{}, priority: -1}
 		c := newCompiler(modeStatic, "")
+		var whereUse reqUse
 		if s.where != nil {
 			cl := c.compile(s.where)
 			if cl.kind != ckErr && !cl.paramCap() {
 				c.errorf(s.where.position(), "WHERE", "a parameter query without FROM can only filter on request values")
 			}
-			q.where = cl.e
+			q.where, whereUse = cl.e, cl.use
 		}
-		q.outNames = c.outputColumns(s, def, q.cols, &q.priority)
+		var selUse reqUse
+		q.outNames = c.outputColumns(s, def, q.cols, &q.priority, &selUse)
+		q.noteWarnings(s, true, whereUse|selUse, selUse)
 		return q, c.errs
 	case s.from.call != nil:
 		return compileFuncQuery(def, base, s)
 	}
 	q := &tableParamQuery{queryBase: base, queryID: queryID, reqCols: map[string]expr{}, priority: -1,
-		table: tableRef{schema: s.from.schema, name: s.from.name}}
+		table: tableRef{schema: s.from.schema, name: s.from.name}, tablePos: s.from.pos}
 	if q.table.schema == "" {
 		q.table.schema = defaultSchema
 	}
@@ -264,6 +304,7 @@ func compileParamQuery(def *definition, base queryBase, queryID, defaultSchema s
 			c.errorf(s.pos, "IN", "cannot have multiple array input parameters")
 		}
 	}
+	var selUse reqUse
 	for _, col := range s.cols {
 		name, ok := c.colName(col)
 		if !ok {
@@ -289,8 +330,10 @@ func compileParamQuery(def *definition, base queryBase, queryID, defaultSchema s
 		}
 		q.reqCols[name] = cl.e
 		q.outNames = append(q.outNames, name)
+		selUse |= cl.use
 	}
 	q.refs = c.refs
+	q.noteWarnings(s, true, c.whereUse|selUse, c.whereUse|selUse)
 	return q, c.errs
 }
 
@@ -302,7 +345,7 @@ func compileFuncQuery(def *definition, base queryBase, s *selectStmt) (any, []*s
 	}
 	q := &funcParamQuery{queryBase: base, cols: map[string]expr{}, priority: -1}
 	if call.name != "json_each" || call.schema != "" {
-		c.errorf(call.pos, call.raw, "unsupported table-valued function %q (only json_each)", call.name)
+		c.abortf(call.pos, call.raw, "unsupported table-valued function %q (only json_each)", call.name)
 		return q, c.errs
 	}
 	if len(call.args) != 1 {
@@ -316,16 +359,19 @@ func compileFuncQuery(def *definition, base queryBase, s *selectStmt) (any, []*s
 		c.errorf(call.args[0].position(), "json_each", "the argument of json_each must only depend on the request")
 	}
 	q.arg = arg.e
+	var whereUse reqUse
 	if s.where != nil {
 		cl := c.compile(s.where)
-		q.where = cl.e
+		q.where, whereUse = cl.e, cl.use
 	}
-	q.outNames = c.outputColumns(s, def, q.cols, &q.priority)
+	var selUse reqUse
+	q.outNames = c.outputColumns(s, def, q.cols, &q.priority, &selUse)
+	q.noteWarnings(s, true, whereUse|selUse|arg.use, selUse|arg.use)
 	return q, c.errs
 }
 
 // outputColumns compiles the SELECT list of a static or json_each query.
-func (c *compiler) outputColumns(s *selectStmt, def *definition, cols map[string]expr, prio *int) []string {
+func (c *compiler) outputColumns(s *selectStmt, def *definition, cols map[string]expr, prio *int, use *reqUse) []string {
 	var names []string
 	for _, col := range s.cols {
 		name, ok := c.colName(col)
@@ -346,18 +392,19 @@ func (c *compiler) outputColumns(s *selectStmt, def *definition, cols map[string
 		}
 		cols[name] = cl.e
 		names = append(names, name)
+		*use |= cl.use
 	}
 	return names
 }
 
 func (c *compiler) colName(col selectCol) (string, bool) {
 	if col.star {
-		c.errorf(col.pos, "*", "* is not supported in parameter queries; select explicit columns")
+		c.abortf(col.pos, "*", "* is not supported in parameter queries; select explicit columns")
 		return "", false
 	}
 	name, ok := outputName(col)
 	if !ok {
-		c.errorf(col.pos, "", "alias is required for expressions in the SELECT list")
+		c.abortf(col.pos, "", "alias is required for expressions in the SELECT list")
 	}
 	return name, ok
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 )
 
 // Request is what a sync request contributes to parameter queries.
@@ -17,33 +18,39 @@ type Request struct {
 // reqState is a request prepared for evaluation.
 type reqState struct {
 	userID      string
-	rawClaims   string
-	rawParams   string
+	rawClaims   string // request.jwt(): the payload as PowerSync re-serializes it
+	rawParams   string // request.parameters(), likewise
 	tokenParams map[string]Value
 	userParams  map[string]Value
 	params      jval
 }
 
+// newReqState parses the claims and client parameters as the PowerSync
+// service does (JSON.parse, so every number is a double) and keeps their
+// JSONBig re-serialization as request.jwt() and request.parameters() see
+// it: integral numbers written with ".0", integer-like keys first.
 func newReqState(r Request) (*reqState, error) {
-	s := &reqState{userID: r.UserID, rawClaims: strings.TrimSpace(string(r.Claims)),
-		rawParams: strings.TrimSpace(string(r.Parameters)), tokenParams: map[string]Value{}, userParams: map[string]Value{}}
-	if s.rawClaims == "" {
-		s.rawClaims = "{}"
+	s := &reqState{userID: r.UserID, tokenParams: map[string]Value{}, userParams: map[string]Value{}}
+	rawClaims, rawParams := strings.TrimSpace(string(r.Claims)), strings.TrimSpace(string(r.Parameters))
+	if rawClaims == "" {
+		rawClaims = "{}"
 	}
-	if s.rawParams == "" {
-		s.rawParams = "{}"
+	if rawParams == "" {
+		rawParams = "{}"
 	}
-	claims, err := parseJSON(s.rawClaims)
+	claims, err := parseJSON(rawClaims)
 	if err != nil || claims.k != jObj {
 		return nil, fmt.Errorf("request claims must be a JSON object: %w", orSyntax(err))
 	}
+	s.rawClaims = string(appendJSONBig(nil, &claims, true))
 	if i := claims.index("parameters"); i >= 0 && claims.vals[i].k == jObj {
 		fillParams(s.tokenParams, &claims.vals[i])
 	}
-	s.params, err = parseJSON(s.rawParams)
+	s.params, err = parseJSON(rawParams)
 	if err != nil || s.params.k != jObj {
 		return nil, fmt.Errorf("request parameters must be a JSON object: %w", orSyntax(err))
 	}
+	s.rawParams = string(appendJSONBig(nil, &s.params, true))
 	fillParams(s.userParams, &s.params)
 	return s, nil
 }
@@ -82,27 +89,70 @@ func fillParams(dst map[string]Value, obj *jval) {
 	}
 }
 
-// parameter implements request.parameter(key): a "$."-path or plain key
-// into the client parameters; JSON null is SQL NULL.
-func (s *reqState) parameter(k string) Value {
-	var comps []string
-	if strings.HasPrefix(k, "$.") {
-		comps = strings.Split(k[2:], ".")
-	} else {
-		comps = []string{k}
+// parameter implements request.parameter(path) as PowerSync does: a path
+// starting with "$" is split on "." (the "$" part dropped), any other path
+// is one key; the first component reads the client parameters as
+// converted for user_parameters (nested values are JSON text), further
+// components index that value as JavaScript would (a text's characters and
+// length; anything else is undefined, i.e. NULL).
+func (s *reqState) parameter(path string) Value {
+	comps := []string{path}
+	if strings.HasPrefix(path, "$") {
+		comps = strings.Split(path, ".")[1:]
 	}
-	cur := s.params
-	for _, c := range comps {
-		next, ok := cur.jsMember(c)
-		if !ok {
-			return Null()
-		}
-		cur = next
+	if len(comps) == 0 {
+		return Text(string(s.appendUserParams(nil)))
 	}
-	if cur.k == jNull {
+	v, ok := s.userParams[comps[0]]
+	if !ok {
 		return Null()
 	}
-	return cur.toSQLiteLegacy(false)
+	for _, c := range comps[1:] {
+		if v.kind != KindText {
+			return Null()
+		}
+		if c == "length" {
+			v = Real(float64(jsStringLen(v.s)))
+			continue
+		}
+		i, ok := arrayIndex(c)
+		u := utf16.Encode([]rune(v.s))
+		if !ok || i >= len(u) {
+			return Null()
+		}
+		v = Text(string(utf16.Decode(u[i : i+1])))
+	}
+	return v
+}
+
+// undefined reports whether r reads a token or user parameter the request
+// does not have.
+func (s *reqState) undefined(r *reqE) bool {
+	switch r.fn {
+	case reqTokenParam:
+		_, ok := s.tokenParams[r.name]
+		return !ok && r.name != "user_id"
+	case reqUserParam:
+		_, ok := s.userParams[r.name]
+		return !ok
+	}
+	return false
+}
+
+// appendUserParams writes the converted client parameters as JSONBig
+// would (request.parameter('$')).
+func (s *reqState) appendUserParams(dst []byte) []byte {
+	dst = append(dst, '{')
+	for n, i := range jsKeyOrder(s.params.keys) {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		k := s.params.keys[i]
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = appendDataValue(dst, s.userParams[k])
+	}
+	return append(dst, '}')
 }
 
 // BucketRef is a bucket a request is entitled to.
@@ -131,38 +181,38 @@ type RequestPlan struct {
 // Request evaluates the parameter queries for a sync request. Static
 // queries (no FROM, json_each) and definitions without parameters produce
 // buckets directly; table parameter queries produce lookups. The error is
-// non-nil for malformed claims/parameters JSON (then the plan is nil), or
-// reports queries that failed for this request (the plan holds the rest).
+// non-nil (and the plan nil) for malformed claims/parameters JSON, or when
+// a query fails for this request: PowerSync then fails the whole request
+// rather than serve a partial set of buckets.
 func (r *Rules) Request(req Request) (*RequestPlan, error) {
 	st, err := newReqState(req)
 	if err != nil {
 		return nil, err
 	}
 	plan := &RequestPlan{}
-	var errs []error
 	ctx := &evalCtx{req: st}
 	for _, d := range r.defs {
 		if !d.hasParams {
 			plan.Static = append(plan.Static, BucketRef{ID: d.globalID, Definition: d.name, Priority: d.priority})
 			continue
 		}
+		for _, q := range d.tables {
+			if err := lookupsFor(plan, q, ctx); err != nil {
+				return nil, &EvalError{Bucket: d.name, Query: q.label, Err: err}
+			}
+		}
 		for _, q := range d.static {
 			if err := evalStatic(plan, d, q, ctx); err != nil {
-				errs = append(errs, &EvalError{Bucket: d.name, Query: q.label, Err: err})
+				return nil, &EvalError{Bucket: d.name, Query: q.label, Err: err}
 			}
 		}
 		for _, q := range d.funcs {
 			if err := evalFunc(plan, d, q, st); err != nil {
-				errs = append(errs, &EvalError{Bucket: d.name, Query: q.label, Err: err})
-			}
-		}
-		for _, q := range d.tables {
-			if err := lookupsFor(plan, q, ctx); err != nil {
-				errs = append(errs, &EvalError{Bucket: d.name, Query: q.label, Err: err})
+				return nil, &EvalError{Bucket: d.name, Query: q.label, Err: err}
 			}
 		}
 	}
-	return plan, errors.Join(errs...)
+	return plan, nil
 }
 
 func prio(d *definition, p int) int {
@@ -172,8 +222,12 @@ func prio(d *definition, p int) int {
 	return d.priority
 }
 
+// errInvalidParameter: a json_each query produced a BLOB bucket parameter,
+// which PowerSync rejects by failing the request.
+var errInvalidParameter = errors.New("invalid bucket parameter value (blob)")
+
 // bucketFrom builds a bucket id from named values; ok is false if a value
-// is NULL or not a valid parameter.
+// is not a valid parameter (a BLOB).
 func bucketFrom(d *definition, get func(name string) (Value, error)) (string, bool, error) {
 	b := append([]byte(d.prefix), '[')
 	for i, name := range d.bucketParams {
@@ -192,6 +246,9 @@ func bucketFrom(d *definition, get func(name string) (Value, error)) (string, bo
 	return string(append(b, ']')), true, nil
 }
 
+// evalStatic evaluates a parameter query without FROM. Its row always
+// counts, NULL values included (bucket "…[null]"); only a false WHERE or a
+// BLOB value yields no bucket.
 func evalStatic(plan *RequestPlan, d *definition, q *staticParamQuery, ctx *evalCtx) error {
 	if q.where != nil {
 		v, err := q.where.eval(ctx)
@@ -210,6 +267,11 @@ func evalStatic(plan *RequestPlan, d *definition, q *staticParamQuery, ctx *eval
 }
 
 func evalFunc(plan *RequestPlan, d *definition, q *funcParamQuery, st *reqState) error {
+	if r, ok := q.arg.(*reqE); ok && st.undefined(r) {
+		// JavaScript's undefined (an absent token or user parameter) is
+		// not null to json_each, which then fails the request.
+		return fmt.Errorf("json_each expects JSON text, got undefined (%s is not set)", r.describe())
+	}
 	arg, err := q.arg.eval(&evalCtx{req: st})
 	if err != nil {
 		return err
@@ -233,15 +295,17 @@ func evalFunc(plan *RequestPlan, d *definition, q *funcParamQuery, st *reqState)
 		if err != nil {
 			return err
 		}
-		if ok {
-			plan.Static = append(plan.Static, BucketRef{ID: id, Definition: d.name, Priority: prio(d, q.priority)})
+		if !ok {
+			return errInvalidParameter
 		}
+		plan.Static = append(plan.Static, BucketRef{ID: id, Definition: d.name, Priority: prio(d, q.priority)})
 	}
 	return nil
 }
 
-// jsonEach returns json_each rows [key, value] with edition-1 values
-// (JSON.parse numbers as REAL, null as the text "null").
+// jsonEach returns json_each rows [key, value] with edition-1 values:
+// array indexes as INTEGER keys, numbers (JSON.parse) REAL, booleans 1/0,
+// null, objects and arrays as JSON text.
 func jsonEach(arg Value) ([][2]Value, error) {
 	if arg.kind == KindNull {
 		return nil, nil
@@ -257,7 +321,7 @@ func jsonEach(arg Value) ([][2]Value, error) {
 	case jArr:
 		rows := make([][2]Value, len(doc.arr))
 		for i := range doc.arr {
-			rows[i] = [2]Value{Real(float64(i)), doc.arr[i].toSQLiteLegacy(true)}
+			rows[i] = [2]Value{Int(int64(i)), doc.arr[i].toSQLiteLegacy(true)}
 		}
 		return rows, nil
 	case jObj:
@@ -270,6 +334,9 @@ func jsonEach(arg Value) ([][2]Value, error) {
 	return [][2]Value{{Null(), doc.toSQLiteLegacy(true)}}, nil
 }
 
+// lookupsFor evaluates a table parameter query's request side into lookup
+// keys. NULL request values are looked up as null (PowerSync does; they
+// meet only rows stored with NULL through IN); a BLOB value means no lookup.
 func lookupsFor(plan *RequestPlan, q *tableParamQuery, ctx *evalCtx) error {
 	params := q.filter.params
 	vals := make([]Value, len(params))
@@ -298,7 +365,7 @@ func lookupsFor(plan *RequestPlan, q *tableParamQuery, ctx *evalCtx) error {
 			var ok bool
 			key = append(key, ',')
 			if key, ok = appendLookupValue(key, v); !ok {
-				return // NULL never matches a stored lookup
+				return
 			}
 		}
 		plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: q.def.name, q: q, req: ctx.req})
@@ -320,9 +387,10 @@ func bpKeyHead(q *tableParamQuery) []byte {
 	return appendJSONString(b, q.queryID)
 }
 
-// expandArray parses a request-side JSON array for row IN <array>: one
-// lookup value per element, numbers normalised; nulls, booleans and nested
-// values can never match a stored row value and are skipped.
+// expandArray parses a request-side JSON array for row IN <array> as
+// PowerSync does (JSON.parse; not TEXT or not an array: no lookups): one
+// lookup value per element, every element kept (null, booleans and nested
+// values too, though only strings, numbers and null can meet a stored row).
 func expandArray(v Value) []Value {
 	if v.kind != KindText {
 		return nil
@@ -334,17 +402,24 @@ func expandArray(v Value) []Value {
 	out := make([]Value, 0, len(doc.arr))
 	for i := range doc.arr {
 		switch el := &doc.arr[i]; el.k {
+		case jNull:
+			out = append(out, Null())
 		case jStr:
 			out = append(out, Text(el.s))
 		case jNum:
 			out = append(out, Real(el.numFloat()))
+		default:
+			out = append(out, Value{kind: kindJSON, s: string(appendJSONBig(nil, el, true))})
 		}
 	}
 	return out
 }
 
 // Buckets turns one stored parameter-rows value (the JSON array kept under
-// this lookup's key) into bucket ids, appended to dst.
+// this lookup's key) into bucket ids, appended to dst. Stored values are
+// used as they are (a missing or null one is null in the bucket id);
+// request-side values must be valid parameters, else the row gives no
+// bucket.
 func (l *Lookup) Buckets(rows []byte, dst []BucketRef) ([]BucketRef, error) {
 	if l.q == nil {
 		return dst, errors.New("lookup was not produced by Rules.Request")

@@ -28,8 +28,9 @@ func (o Options) defaultSchema() string {
 // Rules are compiled sync rules for one replication group. They are
 // immutable and safe for concurrent use.
 type Rules struct {
-	opts Options
-	defs []*definition
+	opts     Options
+	defs     []*definition
+	warnings RuleErrors
 }
 
 // Parse compiles PowerSync edition-1 sync rules (YAML with
@@ -39,15 +40,27 @@ type Rules struct {
 func Parse(src []byte, opts Options) (*Rules, error) {
 	ld := &loader{opts: opts, src: strings.Split(string(src), "\n"), rules: &Rules{opts: opts}}
 	ld.load(src)
+	sortErrors(ld.errs)
 	if len(ld.errs) > 0 {
-		sort.SliceStable(ld.errs, func(i, j int) bool {
-			a, b := ld.errs[i], ld.errs[j]
-			return a.Line < b.Line || (a.Line == b.Line && a.Column < b.Column)
-		})
 		return nil, ld.errs
 	}
+	sortErrors(ld.warnings)
+	ld.rules.warnings = ld.warnings
 	return ld.rules, nil
 }
+
+// sortErrors orders problems by position.
+func sortErrors(es RuleErrors) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		return a.Line < b.Line || (a.Line == b.Line && a.Column < b.Column)
+	})
+}
+
+// Warnings returns the problems PowerSync reports without rejecting the
+// rules (e.g. a query reading unauthenticated client parameters), in
+// document order.
+func (r *Rules) Warnings() RuleErrors { return r.warnings }
 
 // Definition describes one bucket definition, for status output and for
 // callers that need to list buckets.
@@ -120,45 +133,46 @@ func (s Schema) columns(t tableRef, defaultSchema string) ([]string, bool) {
 	return nil, false
 }
 
-// CheckSchema validates the rules against a known source schema (the hook
-// for the source issue): every table a query reads must exist, every column
-// it references must exist, and data queries selecting * need an id column.
-// All problems are returned together as RuleErrors, naming bucket, query,
-// column and position.
-func (r *Rules) CheckSchema(s Schema) error {
-	var errs RuleErrors
+// CheckSchema checks the rules against a known source schema: every table
+// a query reads and every column it references should exist, and a data
+// query selecting * from a table without an id column should select one.
+// As with PowerSync, these are warnings (the rules still run: a missing
+// column reads as NULL and is left out of the row data), returned together
+// in document order, each naming bucket, query, table, column and position.
+func (r *Rules) CheckSchema(s Schema) RuleErrors {
+	var out RuleErrors
 	file, ds := r.opts.File, r.opts.defaultSchema()
-	check := func(q *queryBase, t tableRef, refs []colUse) []string {
+	warn := func(q *queryBase, pos int, token, format string, args ...any) {
+		e := q.errorAt(file, pos, token, fmt.Sprintf(format, args...))
+		e.Level = LevelWarning
+		out = append(out, e)
+	}
+	check := func(q *queryBase, t tableRef, tablePos int, refs []colUse) []string {
 		cols, ok := s.columns(t, ds)
 		if !ok {
-			errs = append(errs, q.errorAt(file, strings.Index(q.sql, t.name), t.name,
-				fmt.Sprintf("table %s does not exist in the source", describeTable(t))))
+			warn(q, tablePos, t.name, "table %s does not exist in the source", describeTable(t))
 			return nil
 		}
 		for _, ref := range refs {
 			if !contains(cols, ref.name) {
-				errs = append(errs, q.errorAt(file, ref.pos, ref.name,
-					fmt.Sprintf("column %q does not exist in table %s", ref.name, describeTable(t))))
+				warn(q, ref.pos, ref.name, "column %q does not exist in table %s", ref.name, describeTable(t))
 			}
 		}
 		return cols
 	}
 	for _, d := range r.defs {
 		for _, q := range d.tables {
-			check(&q.queryBase, q.table, q.refs)
+			check(&q.queryBase, q.table, q.tablePos, q.refs)
 		}
 		for _, q := range d.data {
-			cols := check(&q.queryBase, q.table, q.refs)
+			cols := check(&q.queryBase, q.table, q.tablePos, q.refs)
 			if cols != nil && q.hasStar && !contains(cols, "id") && !q.selectsID() {
-				errs = append(errs, q.errorAt(file, q.starPos, "*",
-					fmt.Sprintf(`table %s has no "id" column; select one with an alias, e.g. "SELECT pk AS id, *"`, describeTable(q.table))))
+				warn(&q.queryBase, q.starPos, "*", `table %s has no "id" column; select one with an alias, e.g. "SELECT pk AS id, *"`, describeTable(q.table))
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
+	sortErrors(out)
+	return out
 }
 
 func (q *dataQuery) selectsID() bool {

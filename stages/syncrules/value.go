@@ -17,6 +17,12 @@ const (
 	KindReal
 	KindText
 	KindBlob
+
+	// kindJSON is a bucket parameter or lookup value that JavaScript keeps
+	// and SQLite has no type for: true, false, an object or an array taken
+	// from a JSON array (PowerSync puts JSON.parse output into bucket ids
+	// as it is). s holds the JSON text it is written as.
+	kindJSON
 )
 
 // String returns the SQLite typeof() name of the kind.
