@@ -24,12 +24,29 @@ type apiServer struct {
 	http   *http.Server
 	ln     net.Listener
 	source *pgxpool.Pool
-	errc   chan error
+	log    *slog.Logger
+	errc   chan error // an error of Serve: the API stopped serving
 }
+
+// apiFailure is the sync API having stopped serving after it started. It
+// ends the whole process, whatever else runs in it: a process that goes on
+// replicating without the API it was started with looks alive to its
+// supervisor while clients cannot sync.
+type apiFailure struct{ err error }
+
+func (e apiFailure) Error() string {
+	return fmt.Sprintf("the sync API stopped serving: %v (the process stops with it; restart it)", e.err)
+}
+
+func (e apiFailure) Unwrap() error { return e.err }
+
+// wrapAPIListener, when set, wraps the API's listener (tests: a listener
+// that fails, to make Serve return an error).
+var wrapAPIListener func(net.Listener) net.Listener
 
 // startAPI serves the sync API (and /metrics) on cfg.API.Listen.
 func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (*apiServer, error) {
-	a := &apiServer{errc: make(chan error, 1)}
+	a := &apiServer{log: log, errc: make(chan error, 1)}
 	pcfg, err := pgxpool.ParseConfig(cfg.Source.URI)
 	if err != nil {
 		return nil, fmt.Errorf("source uri: %w", err)
@@ -39,7 +56,9 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 		return nil, fmt.Errorf("source pool for write checkpoints: %w", err)
 	}
 	api := cfg.API
-	a.srv, err = syncapi.New(ctx, syncapi.Config{
+	// Not ctx's cancellation: ctx ends at SIGTERM, when open streams are
+	// to get their grace period (shutdown), not be cut off.
+	a.srv, err = syncapi.New(context.WithoutCancel(ctx), syncapi.Config{
 		Store: store, Auth: api.Auth,
 		MaxBucketsPerConnection: api.MaxBucketsPerConnection, MaxConcurrentConnections: api.MaxConcurrentConnections,
 		MaxDataFetchConcurrency: api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,
@@ -59,10 +78,13 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 		a.source.Close()
 		return nil, fmt.Errorf("listen for the sync API on %s: %w", api.Listen, err)
 	}
+	if wrapAPIListener != nil {
+		a.ln = wrapAPIListener(a.ln)
+	}
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := a.http.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.errc <- err
+			a.errc <- apiFailure{err}
 		}
 	}()
 	log.Info("sync API listening", "addr", a.ln.Addr().String())
@@ -83,12 +105,24 @@ func (a *apiServer) sourceLSN(ctx context.Context) (pglogrepl.LSN, error) {
 // Addr is the address the API listens on.
 func (a *apiServer) Addr() string { return a.ln.Addr().String() }
 
-// shutdown stops accepting, gives open streams the grace period, and
-// closes the server.
+// shutdown stops accepting connections, gives open sync streams the
+// grace period to end, and then closes those left and the server. It
+// returns within the grace period plus the moment closing streams takes.
 func (a *apiServer) shutdown(grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	a.srv.Close() // ends open streams so Shutdown need not wait for them
-	_ = a.http.Shutdown(ctx)
+	a.log.Info("sync API shutting down: open sync streams get the grace period", "grace", grace)
+	// http.Server.Shutdown closes the listener at once and then waits for
+	// the connections, which streams keep busy until a.srv ends them.
+	httpDone := make(chan struct{})
+	go func() {
+		_ = a.http.Shutdown(ctx)
+		close(httpDone)
+	}()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		a.log.Warn("sync API shutdown", "err", err)
+	}
+	<-httpDone         // ends with ctx at the latest
+	_ = a.http.Close() // connections still busy after the grace period
 	a.source.Close()
 }

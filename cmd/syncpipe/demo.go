@@ -92,7 +92,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Logger: log})
+	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, ConnectTimeout: cfg.Storage.ConnectTimeout, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -69,7 +70,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}()
 	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema,
-		MaxConns: int32(cfg.Storage.MaxConns), SynchronousCommit: cfg.Storage.SynchronousCommit, Logger: log})
+		MaxConns: int32(cfg.Storage.MaxConns), SynchronousCommit: cfg.Storage.SynchronousCommit,
+		ConnectTimeout: cfg.Storage.ConnectTimeout, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -91,6 +93,19 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 				return err
 			}
 		}
+		// Under role all an API that fails stops replication too (see
+		// apiFailure), so the process exits non-zero.
+		var stop context.CancelCauseFunc
+		ctx, stop = context.WithCancelCause(ctx)
+		defer stop(nil)
+		go func() {
+			select {
+			case err := <-api.errc:
+				log.Error("sync API failed: stopping replication", "err", err)
+				stop(err)
+			case <-ctx.Done():
+			}
+		}()
 	}
 	summary := pipeline.NewSummary()
 	var term io.Writer
@@ -102,6 +117,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Tracer:        pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	err = rep.Run(ctx)
 	logSummary(log, summary)
+	if af := (apiFailure{}); errors.As(context.Cause(ctx), &af) {
+		return af
+	}
 	if ctx.Err() != nil {
 		log.Info("syncpipe stopped")
 		return nil

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +27,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2})
+	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2,
+		ConnectTimeout: cfg.Storage.ConnectTimeout})
 	if err != nil {
 		return err
 	}
@@ -48,6 +51,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			defer src.Close(context.WithoutCancel(ctx))
 		}
 	}
+	// Error ages are measured on storage's clock, which stamped them.
+	now := time.Now()
+	_ = store.Pool().QueryRow(ctx, "SELECT now()").Scan(&now)
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tSTATE\tSLOT\tSNAPSHOT\tCHECKPOINT\tLSN\tLAG\tSLOT HEALTH\tLAST ERROR")
 	for _, g := range groups {
@@ -60,10 +66,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			lag, health = sourceLag(ctx, src, store, g)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.ID, g.State, g.SlotName, snap, g.LastCheckpoint,
-			g.LastCheckpointLSN, lag, health, orDash(g.LastError))
+			g.LastCheckpointLSN, lag, health, errorCell(g, now))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(stdout)
+	writeErrors(stdout, groups, now)
 	tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tTABLE\tRANGES DONE\tROWS\tESTIMATED\tPROGRESS")
 	rows, err := store.Pool().Query(ctx, `
@@ -121,9 +128,68 @@ func sourceLag(ctx context.Context, src *pgx.Conn, store *bucketstore.Store, g b
 	return lag, health
 }
 
-func orDash(s string) string {
-	if s == "" {
+// errorCellRunes is how much of an error the LAST ERROR column shows; the
+// ERRORS section below the table has all of it.
+const errorCellRunes = 60
+
+// errorCell is the LAST ERROR column: the error's age and the start of its
+// first line, e.g. "12s ago: publication \"syncpipe\" does not exist…".
+func errorCell(g bucketstore.Group, now time.Time) string {
+	if g.LastError == "" {
 		return "—"
 	}
-	return s
+	msg, _, cut := strings.Cut(strings.TrimSpace(g.LastError), "\n")
+	if r := []rune(msg); len(r) > errorCellRunes {
+		msg, cut = string(r[:errorCellRunes]), true
+	}
+	if cut {
+		msg += "…"
+	}
+	return errorAge(g, now) + ": " + msg
+}
+
+// writeErrors lists every group's error in full, with when it happened:
+// the remedy is usually at the end of the message, where the table cuts
+// it off.
+func writeErrors(w io.Writer, groups []bucketstore.Group, now time.Time) {
+	header := false
+	for _, g := range groups {
+		if g.LastError == "" {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "ERRORS")
+			header = true
+		}
+		when := errorAge(g, now)
+		if !g.LastErrorAt.IsZero() {
+			when += ", at " + g.LastErrorAt.UTC().Format("2006-01-02 15:04:05Z")
+		}
+		fmt.Fprintf(w, "group %d (%s), %s:\n", g.ID, g.State, when)
+		for _, l := range strings.Split(strings.TrimSpace(g.LastError), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if header {
+		fmt.Fprintln(w)
+	}
+}
+
+// errorAge says how long ago the group's error was reported: "12s ago",
+// "5m3s ago", "2h10m ago", "3d4h ago".
+func errorAge(g bucketstore.Group, now time.Time) string {
+	if g.LastErrorAt.IsZero() {
+		return "at an unknown time"
+	}
+	d := max(now.Sub(g.LastErrorAt), 0).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds ago", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm ago", int(d.Hours()), int(d.Minutes())%60)
+	default:
+		return fmt.Sprintf("%dd%dh ago", int(d.Hours())/24, int(d.Hours())%24)
+	}
 }
