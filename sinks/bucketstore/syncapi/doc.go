@@ -74,9 +74,10 @@
 //   - 200 {"ok":true,"status":"degraded","reasons":[{"group":2,
 //     "state":"ACTIVE","error":"…","since":"2025-01-02T03:04:05Z"}]}: an
 //     ACTIVE or PROCESSING group has an error that the replication side
-//     stored because retrying will not heal it (bucketstore
-//     Store.ReportError; cleared when the group recovers). STOP groups
-//     are being retired and do not count;
+//     stored because it needs an operator — retrying will not heal it,
+//     or it has persisted for minutes (bucketstore Store.ReportError;
+//     cleared when the group recovers). STOP groups are being retired and
+//     do not count;
 //   - 503 {"ok":false,"status":"unavailable","error":"storage unreachable: …"}.
 //
 // Degraded is deliberately 200: under Kubernetes a failing liveness probe

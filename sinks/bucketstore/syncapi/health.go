@@ -103,8 +103,9 @@ func (s *Server) health(ctx context.Context) (healthState, error) {
 
 // readHealth reads the groups that serve or will serve (ACTIVE and
 // PROCESSING) and keeps those with a stored error: the replication side
-// stores only errors that retrying will not heal (ReportError), and clears
-// them when the group recovers. STOP groups are on their way out, so their
+// stores only errors that need an operator (ReportError: retrying will
+// not heal them, or they have lasted for minutes), and clears them when
+// the group recovers. STOP groups are on their way out, so their
 // errors no longer matter to anyone.
 func (s *Server) readHealth(ctx context.Context) healthState {
 	gs, err := s.store.Groups(ctx)
