@@ -316,6 +316,11 @@ func (c *compiler) binary(n *binaryNode) clause {
 	case "AND", "OR":
 		and := n.op == "AND"
 		build := func(a []expr) expr { return &logicE{and: and, l: a[0], r: a[1]} }
+		if l.kind == ckStatic && r.kind == ckStatic {
+			// PowerSync does not fold AND/OR of constants: the result is a
+			// row value (so e.g. json_keys(1 AND 1) fails per row, not at load).
+			return clause{kind: ckRow, e: build([]expr{l.e, r.e})}
+		}
 		if l.rowCap() && r.rowCap() {
 			return c.compose(n.pos, n.op, strings.ToLower(n.op), []clause{l, r}, build)
 		}

@@ -300,15 +300,21 @@ func jsonExtract(src, path Value, op string) (Value, error) {
 	if src.kind == KindNull || path.kind == KindNull {
 		return Null(), nil
 	}
+	// The document is parsed before the path is looked at, and a null
+	// document is NULL whatever the path (a null reached by the path is
+	// "null" text for ->> below).
+	doc, err := parseJSONBig(textOf(src))
+	if err != nil {
+		return Value{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if doc.k == jNull {
+		return Null(), nil
+	}
 	comps := strings.Split(textOf(path), ".")
 	if strings.HasPrefix(comps[0], "$") {
 		comps = comps[1:] // "$", but also "$x": PowerSync drops the part that starts with $
 	} else if op == "json_extract" {
 		return Value{}, ErrJSONPath
-	}
-	doc, err := parseJSON(textOf(src))
-	if err != nil {
-		return Value{}, fmt.Errorf("%s: %w", op, err)
 	}
 	cur, found := doc, true
 	for _, c := range comps {

@@ -11,7 +11,7 @@ func TestLiteralsAndColumns(t *testing.T) {
 	runExprCases(t, []exprCase{
 		{expr: "1", want: Int(1)},
 		{expr: "1.5", want: Real(1.5)},
-		{expr: "1e3", want: Real(1000)},
+		{expr: "1e3", err: errAny}, // no exponent notation in PowerSync's SQL
 		{expr: "'it''s'", want: Text("it's")},
 		{expr: "NULL", want: Null()},
 		{expr: "TRUE", want: Int(1)},
@@ -29,8 +29,8 @@ func TestLiteralsAndColumns(t *testing.T) {
 }
 
 func TestComparisons(t *testing.T) {
-	cols := []string{"b1", "b2"}
-	row := []Value{Blob([]byte("a")), Blob([]byte("a"))}
+	cols := []string{"b1", "b2", "big"}
+	row := []Value{Blob([]byte("a")), Blob([]byte("a")), Int(9007199254740993)}
 	runExprCases(t, []exprCase{
 		{expr: "1 = 1", want: Int(1)},
 		{expr: "1 = 1.0", want: Int(1)},
@@ -48,7 +48,8 @@ func TestComparisons(t *testing.T) {
 		{expr: "NULL = NULL", want: Null()},
 		{expr: "1 = NULL", want: Null()},
 		{expr: "NULL < 1", want: Null()},
-		{expr: "9007199254740993 > 9007199254740992.0", want: Int(1)}, // exact int/float comparison
+		{expr: "9007199254740993 > 9007199254740992.0", want: Int(0)}, // the literal is read through a JavaScript number
+		{expr: "big > 9007199254740992.0", want: Int(1)},              // exact int/float comparison
 		{expr: "'😀' < 'ｚ'", want: Int(1)},                             // UTF-16 code unit order
 		{expr: "'abc' < 'abd'", want: Int(1)},
 		{expr: "'ab' < 'abc'", want: Int(1)},
@@ -80,7 +81,7 @@ func TestArithmetic(t *testing.T) {
 		{expr: "big + 1", want: Real(9.223372036854775807e18 + 1)},
 		{expr: "1 + 2 * 3", want: Int(7)},
 		{expr: "(1 + 2) * 3", want: Int(9)},
-		{expr: "- (2 + 3)", want: Int(-5)},
+		{expr: "- (2 + 3)", err: errAny}, // a sign belongs to a number literal only
 		{expr: "1 % 2", err: errAny},
 	}, cols, row)
 }
@@ -91,7 +92,7 @@ func TestConcatAndText(t *testing.T) {
 		{expr: "1 || 2", want: Text("12")},
 		{expr: "1.0 || ''", want: Text("1")},
 		{expr: "0.1 || ''", want: Text("0.1")},
-		{expr: "1e21 || ''", want: Text("1e+21")},
+		{expr: "CAST('1e21' AS real) || ''", want: Text("1e+21")},
 		{expr: "(0.1 + 0.2) || ''", want: Text("0.30000000000000004")},
 		{expr: "NULL || 'a'", want: Null()},
 		{expr: "'a' || 1 + 2", want: Text("a3")}, // + binds tighter than ||
@@ -130,7 +131,7 @@ func TestInOperator(t *testing.T) {
 		{expr: "s IN arr", want: Int(1)},
 		{expr: "'b' IN arr", want: Int(0)},
 		{expr: "r IN arr", want: Int(1)},
-		{expr: "i IN arr", want: Int(0)}, // INTEGER is a BigInt in PowerSync and never equals a parsed number
+		{expr: "i IN arr", want: Int(1)}, // numbers compare by value
 		{expr: "NULL IN arr", want: Null()},
 		{expr: "s IN NULL", want: Null()},
 		{expr: "s IN 'nope'", err: errAny},
@@ -152,14 +153,14 @@ func TestJSONOperators(t *testing.T) {
 		{expr: "j ->> 'a.c'", want: Text("x")},
 		{expr: "j ->> '$.a.c'", want: Text("x")},
 		{expr: "j ->> 'n'", want: Text("null")}, // edition 1 quirk: JSON null is the text 'null'
-		{expr: "j -> 'n'", want: Text("null")},
+		{expr: "j -> 'n'", want: Null()},
 		{expr: "j ->> 'missing'", want: Null()},
 		{expr: "j -> 'missing.deeper'", want: Null()},
 		{expr: "j ->> 't'", want: Int(1)},
 		{expr: "j ->> 'f'", want: Real(1)},
 		{expr: "j -> 'f'", want: Text("1.0")},
 		{expr: "j ->> 'arr.1'", want: Int(20)},
-		{expr: "j ->> 'arr.length'", want: Int(2)},
+		{expr: "j ->> 'arr.length'", want: Real(2)}, // a JavaScript number
 		{expr: "j -> 'big'", want: Text("12345678901234567890")},
 		{expr: "j ->> 's.0'", want: Text("s")},
 		{expr: "j -> 'a' ->> 'b'", want: Int(1)},
@@ -175,7 +176,7 @@ func TestCast(t *testing.T) {
 	row := []Value{Real(math.Inf(1))}
 	runExprCases(t, []exprCase{
 		{expr: "CAST('12abc' AS integer)", want: Int(12)},
-		{expr: "CAST('-5' AS integer)", want: Int(0)},
+		{expr: "CAST('-5' AS integer)", want: Int(-5)},
 		{expr: "CAST(1.7 AS integer)", want: Int(1)},
 		{expr: "CAST(-1.5 AS integer)", want: Int(-2)}, // floor, as PowerSync
 		{expr: "CAST(inf AS integer)", err: ErrNotNumber},

@@ -232,7 +232,7 @@ func fnJSONArrayLength(a []Value) (Value, error) {
 	if j.IsNull() {
 		return Null(), nil
 	}
-	doc, err := parseJSON(textOf(j))
+	doc, err := parseJSONBig(textOf(j))
 	if err != nil {
 		return Value{}, err
 	}
@@ -246,7 +246,7 @@ func fnJSONValid(a []Value) (Value, error) {
 	if a[0].IsNull() {
 		return Int(0), nil
 	}
-	_, err := parseJSON(textOf(a[0]))
+	_, err := parseJSONBig(textOf(a[0]))
 	return Bool(err == nil), nil
 }
 
@@ -256,7 +256,7 @@ func fnJSONKeys(a []Value) (Value, error) {
 	if a[0].IsNull() {
 		return Null(), nil
 	}
-	doc, err := parseJSON(textOf(a[0]))
+	doc, err := parseJSONBig(textOf(a[0]))
 	if err != nil {
 		return Value{}, err
 	}

@@ -40,8 +40,14 @@ const maxJSONDepth = 256
 var errJSONSyntax = errors.New("invalid JSON")
 
 // parseJSON parses strict JSON (RFC 8259) text.
-func parseJSON(s string) (jval, error) {
-	p := jparser{s: s}
+func parseJSON(s string) (jval, error) { return parseJSONWith(jparser{s: s}) }
+
+// parseJSONBig parses JSON as PowerSync's lossless JSONBig.parse does,
+// which also takes a number written with a leading dot (.5); the JSON
+// functions and operators and IN use it, JSON.parse contexts parseJSON.
+func parseJSONBig(s string) (jval, error) { return parseJSONWith(jparser{s: s, leadingDot: true}) }
+
+func parseJSONWith(p jparser) (jval, error) {
 	p.ws()
 	v, err := p.value(0)
 	if err != nil {
@@ -55,8 +61,9 @@ func parseJSON(s string) (jval, error) {
 }
 
 type jparser struct {
-	s string
-	i int
+	s          string
+	i          int
+	leadingDot bool
 }
 
 func (p *jparser) ws() {
@@ -91,6 +98,11 @@ func (p *jparser) value(depth int) (jval, error) {
 		return jval{k: jStr, s: s}, err
 	case c == '-' || (c >= '0' && c <= '9'):
 		return p.number()
+	case c == '.' && p.leadingDot && p.i+1 < len(p.s) && p.s[p.i+1] >= '0' && p.s[p.i+1] <= '9':
+		p.i++
+		v, err := p.number()
+		v.s, v.isInt = "."+v.s, false
+		return v, err
 	case p.lit("true"):
 		return jval{k: jBool, b: true}, nil
 	case p.lit("false"):
@@ -340,15 +352,15 @@ func (v *jval) jsMember(c string) (jval, bool) {
 			return v.vals[i], true
 		}
 	case jArr:
-		if c == "length" {
-			return jval{k: jNum, isInt: true, s: strconv.Itoa(len(v.arr))}, true
+		if c == "length" { // a JavaScript number: REAL
+			return jval{k: jNum, s: strconv.Itoa(len(v.arr))}, true
 		}
 		if i, ok := arrayIndex(c); ok && i < len(v.arr) {
 			return v.arr[i], true
 		}
 	case jStr:
 		if c == "length" {
-			return jval{k: jNum, isInt: true, s: strconv.Itoa(jsStringLen(v.s))}, true
+			return jval{k: jNum, s: strconv.Itoa(jsStringLen(v.s))}, true
 		}
 		if i, ok := arrayIndex(c); ok {
 			u := utf16.Encode([]rune(v.s))

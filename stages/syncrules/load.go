@@ -288,6 +288,9 @@ func (ld *loader) paramQueries(def *definition, params *yaml.Node) {
 			ld.errAt(n, def.name, labels[i], dup, "bucket parameter %q is selected twice", dup)
 		}
 	}
+	// Any parameter query that got as far as naming its columns defines
+	// the bucket parameters.
+	def.paramsAborted = def.paramsAborted && !firstSet
 }
 
 func duplicate(names []string) string {

@@ -403,7 +403,7 @@ func inJSONArray(a, b Value) (Value, error) {
 	if b.kind != KindText {
 		return Value{}, ErrNotJSONArray
 	}
-	arr, err := parseJSON(b.s)
+	arr, err := parseJSONBig(b.s)
 	if err != nil {
 		return Value{}, fmt.Errorf("IN: %w", err)
 	}

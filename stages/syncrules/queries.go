@@ -111,22 +111,22 @@ type funcParamQuery struct {
 
 // definition is one entry of bucket_definitions.
 type definition struct {
-	name         string
-	priority     int
-	prioritySet  bool // priority given in YAML
+	name        string
+	priority    int
+	prioritySet bool // priority given in YAML
 	// acceptDangerous is accept_potentially_dangerous_queries: true.
 	acceptDangerous bool
 	// paramsAborted: a parameter query failed so that its bucket
 	// parameters are unknown.
 	paramsAborted bool
-	prefix       string
-	globalID     string // prefix + "[]", for definitions without parameters
-	bucketParams []string
-	hasParams    bool
-	static       []*staticParamQuery
-	funcs        []*funcParamQuery
-	tables       []*tableParamQuery
-	data         []*dataQuery
+	prefix        string
+	globalID      string // prefix + "[]", for definitions without parameters
+	bucketParams  []string
+	hasParams     bool
+	static        []*staticParamQuery
+	funcs         []*funcParamQuery
+	tables        []*tableParamQuery
+	data          []*dataQuery
 }
 
 func outputName(col selectCol) (string, bool) {
@@ -320,6 +320,7 @@ func compileParamQuery(def *definition, base queryBase, queryID, defaultSchema s
 			q.outNames = append(q.outNames, name)
 			continue
 		}
+		q.outNames = append(q.outNames, name)
 		cl := c.compile(col.expr)
 		if cl.kind == ckErr {
 			continue
@@ -329,7 +330,6 @@ func compileParamQuery(def *definition, base queryBase, queryID, defaultSchema s
 			continue
 		}
 		q.reqCols[name] = cl.e
-		q.outNames = append(q.outNames, name)
 		selUse |= cl.use
 	}
 	q.refs = c.refs
@@ -382,6 +382,9 @@ func (c *compiler) outputColumns(s *selectStmt, def *definition, cols map[string
 			c.priorityCol(col, def, prio)
 			continue
 		}
+		// Every item names a bucket parameter, even one that fails to
+		// compile (PowerSync takes the names first).
+		names = append(names, name)
 		cl := c.compile(col.expr)
 		if cl.kind == ckErr {
 			continue
@@ -391,7 +394,6 @@ func (c *compiler) outputColumns(s *selectStmt, def *definition, cols map[string
 			continue
 		}
 		cols[name] = cl.e
-		names = append(names, name)
 		*use |= cl.use
 	}
 	return names

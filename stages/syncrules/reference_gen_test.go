@@ -52,7 +52,11 @@ var (
 		"日本語", "😀x", "null", "true", "u1", "t1", "l1", "admin",
 		`[1,2,"a"]`, `["a","b",null]`, `[1.0,2.5,9007199254740993]`, `["u1","t1"]`, `[]`, `[[1],{"a":1}]`,
 		`{"a":1,"b":{"c":"d"},"2":true}`, `{"a":null}`, `{}`, `{"a":[1,2,3],"b":1.50}`, "$.a", "not json", `{"a":`}
-	poolInt  = []int64{0, 1, -1, 2, 42, -7, 1000, 9007199254740993, math.MaxInt64, math.MinInt64}
+	// Integers that arithmetic could take past int64 (where PowerSync's
+	// BigInt goes on and syncpipe turns REAL, doc.go) live only in the
+	// "big" column, which expressions never read.
+	poolInt  = []int64{0, 1, -1, 2, 42, -7, 1000}
+	poolBig  = []int64{9007199254740993, math.MaxInt64, math.MinInt64, -9007199254740993}
 	poolReal = []float64{0, 1, -1, 1.5, -2.25, 0.1, 1e21, 1e-7, 123456789.125, 2, math.NaN(), math.Inf(1), math.Inf(-1), math.Copysign(0, -1)}
 	poolBlob = []string{"", "616263", "00ff10", "e29883", "7b2261223a317d"}
 )
@@ -127,7 +131,7 @@ func (g *gen) itemsRow() refRow {
 		}
 		row.Row = append(row.Row, col("c"+strconv.Itoa(i), v))
 	}
-	row.Row = append(row.Row, col("arr", arr), col("js", js))
+	row.Row = append(row.Row, col("arr", arr), col("js", js), col("big", [2]string{"i", strconv.FormatInt(poolBig[g.r.IntN(len(poolBig))], 10)}))
 	if g.chance(0.2) {
 		row.Row = append(row.Row, col("_hidden", g.value()))
 	}
@@ -144,7 +148,7 @@ func (g *gen) literal() string {
 	case 1:
 		return g.pick("TRUE", "FALSE")
 	case 2, 3:
-		return g.pick("0", "1", "2", "-3", "42", "9007199254740993")
+		return g.pick("0", "1", "2", "-3", "42")
 	case 4:
 		return g.pick("1.5", "2.0", "-0.5", "1e3", "0.1")
 	}
@@ -545,7 +549,6 @@ var badDataQueries = []string{
 	"SELECT * FROM items; SELECT * FROM lists",
 	"DELETE FROM items",
 	"SELECT id, CAST(c0 AS varchar) AS v FROM items",
-	"SELECT id, upper(c0, c1) AS v FROM items",
 	"SELECT id, c0 AS v FROM items WHERE c0 LIKE 'a%'",
 	"SELECT Id, C0 FROM items",
 	"SELECT * FROM Items",
@@ -557,7 +560,6 @@ var badDataQueries = []string{
 	"SELECT id, 1/0 AS v FROM items",
 	"SELECT id, c0::text AS v FROM items",
 	"SELECT id, json_each(c0) AS v FROM items",
-	"SELECT id, unixepoch(c0) AS v FROM items",
 	"SELECT id, c0 && arr AS v FROM items",
 	"SELECT id FROM other.items",
 	"SELECT id, lists.c0 AS v FROM items",
@@ -584,8 +586,6 @@ var badParamQueries = []string{
 	"SELECT request.user_id() AS p, 1 AS _priority, 2 AS _priority",
 	"SELECT id AS p FROM lists WHERE owner = bucket.x",
 	"SELECT value AS p FROM json_tree(request.jwt())",
-	"SELECT value AS p FROM json_each(request.jwt() -> 'a', 1)",
-	"SELECT value AS p FROM json_each(c0)",
 	"SELECT request.user_id() AS P",
 	"SELECT id AS p FROM lists WHERE owner = request.user_id() AND request.parameters() ->> 'flag'",
 	"SELECT request.user_id()",
@@ -615,7 +615,8 @@ func (g *gen) rejectedCase() refCase {
 		case 0:
 			bad.priority = g.pick("5", "-1", "'x'", "1.5")
 		case 1:
-			bad.extra = "    nonsense: 1\n"
+			bad.params = []string{"SELECT request.user_id() AS p", "SELECT request.user_id() AS p WHERE request.jwt() ->> 'role' = 'admin'"}
+			bad.list = true
 		case 2:
 			bad.params = []string{"SELECT request.user_id() AS p", "SELECT request.jwt() ->> 'tenant' AS q"}
 		case 3:
