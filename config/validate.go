@@ -27,6 +27,22 @@ func (c *Config) Validate() error {
 	return v.errs.orNil()
 }
 
+// ValidateServe checks what serving the sync API needs beyond Validate:
+// the settings that `syncpipe run` (role all or api) refuses at start-up.
+// `syncpipe validate` calls it, so that a file run rejects is rejected
+// there too, with its position; other roles do not need these keys.
+func (c *Config) ValidateServe() error {
+	v := &validator{c: c}
+	au := c.API.Auth
+	if len(au.Audience) == 0 {
+		v.add(KindRequired, "api.auth.audience", "required: at least one accepted audience (tokens must carry aud); `syncpipe run` refuses to serve without one")
+	}
+	if len(au.HS256Secrets) == 0 && au.JWKSURI == "" && len(au.JWKS.Keys) == 0 {
+		v.add(KindRequired, "api.auth", "required: a key to verify tokens with (hs256_secrets, jwks_uri or jwks.keys); `syncpipe run` refuses to serve without one")
+	}
+	return v.errs.orNil()
+}
+
 // Location reports where the key at path (e.g. "api.listen" or
 // "pipelines[0].name") was set: a file position, the env variable, or, for a
 // key that was not set, the nearest enclosing key that was. Other packages

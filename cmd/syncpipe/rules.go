@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -15,28 +21,45 @@ func loadRules(cfg *config.Config, group string) (*syncrules.Rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	file, offset := cfg.SyncRules.Path, 0
-	if file == "" {
-		loc := cfg.Location("sync_rules.content")
-		file = loc.File
-		offset = loc.Line - 1
-		if len(src) > 0 && containsNewline(src) {
-			offset = loc.Line // a block scalar starts on the line after its key
-		}
-	}
-	rules, err := syncrules.Parse(src, syncrules.Options{File: file, GroupID: group})
+	rules, err := syncrules.Parse(src, syncrules.Options{File: rulesFile(cfg), GroupID: group})
 	if err != nil {
 		var res syncrules.RuleErrors
-		if errors.As(err, &res) && offset > 0 {
-			for _, e := range res {
-				if e.Line > 0 {
-					e.Line += offset
-				}
-			}
+		if errors.As(err, &res) {
+			shiftRuleLines(cfg, src, res)
 		}
 		return nil, err
 	}
+	shiftRuleLines(cfg, src, rules.Warnings())
 	return rules, nil
+}
+
+// rulesFile names the file rule problems point into: the rules file, or
+// the config file for inline content.
+func rulesFile(cfg *config.Config) string {
+	if cfg.SyncRules.Path != "" {
+		return cfg.SyncRules.Path
+	}
+	return cfg.Location("sync_rules.content").File
+}
+
+// shiftRuleLines turns rule positions of inline content (counted from its
+// first line) into lines of the config file.
+func shiftRuleLines(cfg *config.Config, src []byte, es syncrules.RuleErrors) {
+	if cfg.SyncRules.Path != "" {
+		return
+	}
+	offset := cfg.Location("sync_rules.content").Line - 1
+	if len(src) > 0 && containsNewline(src) {
+		offset++ // a block scalar starts on the line after its key
+	}
+	if offset <= 0 {
+		return
+	}
+	for _, e := range es {
+		if e.Line > 0 {
+			e.Line += offset
+		}
+	}
 }
 
 func containsNewline(b []byte) bool {
@@ -59,4 +82,109 @@ func ruleProblems(err error) []string {
 		return out
 	}
 	return []string{fmt.Sprint(err)}
+}
+
+// checkSourceSchema checks the rules against the tables and columns of
+// their sources, as PowerSync's validation does: each pipeline's source
+// is asked (sources/postgres.Discover) for the rule tables that pipeline
+// carries. The result holds warnings (a missing table or column does not
+// stop the rules, PowerSync only warns) with positions in the config's
+// files; err reports a source that could not be read.
+func checkSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrules.Rules, timeout time.Duration) (syncrules.RuleErrors, error) {
+	src, err := cfg.SyncRules.Read()
+	if err != nil {
+		return nil, err
+	}
+	byURI := map[string][]string{}
+	var uris []string
+	seen := map[string]bool{}
+	for _, p := range cfg.EffectivePipelines() {
+		for _, t := range rules.Tables() {
+			if seen[t.String()] || (len(p.Tables) > 0 && !pipelineHas(p, t)) {
+				continue
+			}
+			seen[t.String()] = true
+			if byURI[p.Source.URI] == nil {
+				uris = append(uris, p.Source.URI)
+			}
+			byURI[p.Source.URI] = append(byURI[p.Source.URI], t.String())
+		}
+	}
+	schema := syncrules.Schema{}
+	for _, uri := range uris {
+		if err := discoverTables(ctx, uri, timeout, byURI[uri], schema); err != nil {
+			return nil, err
+		}
+	}
+	warnings := rules.CheckSchema(schema)
+	shiftRuleLines(cfg, src, warnings)
+	return warnings, nil
+}
+
+// pipelineHas reports whether a pipeline with explicit tables carries t.
+func pipelineHas(p config.Pipeline, t syncrules.TableName) bool {
+	for _, name := range p.Tables {
+		if name == t.String() || (t.Schema == "public" && name == t.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+// discoverTables adds the columns of tables to schema. A table that
+// exists but cannot be replicated (no key) is added with unknown columns:
+// replication reports that problem itself.
+func discoverTables(ctx context.Context, uri string, timeout time.Duration, tables []string, schema syncrules.Schema) error {
+	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
+	if err != nil {
+		return err
+	}
+	cc.ConnectTimeout = timeout
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect to the source: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, t := range tables {
+		infos, err := postgres.Discover(ctx, conn, []string{t})
+		switch {
+		case len(infos) == 1:
+			cols := make([]string, len(infos[0].Columns))
+			for i, c := range infos[0].Columns {
+				cols[i] = c.Name
+			}
+			schema[t] = cols
+		case errors.Is(err, postgres.ErrTableNotFound):
+			// absent from the schema: CheckSchema reports it
+		case errors.Is(err, postgres.ErrNoKey):
+			schema[t] = nil
+		case err != nil:
+			return fmt.Errorf("read the source schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// warnSourceSchema is run's start-up check of the rules against the
+// source: one log line per problem, as the PowerSync service reports them
+// (warnings; replication goes on). The API role reads no source, and a
+// source that cannot be reached is left to replication to report.
+func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) {
+	if role == "api" {
+		return
+	}
+	rules, err := loadRules(cfg, "1")
+	if err != nil {
+		return // reported before
+	}
+	warnings, err := checkSourceSchema(ctx, cfg, rules, cfg.Source.ConnectTimeout)
+	if err != nil {
+		log.Debug("sync rules not checked against the source", "err", err)
+		return
+	}
+	for _, w := range append(rules.Warnings(), warnings...) {
+		log.Warn("sync rules: " + w.Error())
+	}
 }

@@ -58,6 +58,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("log: %v", err)
 	}
+	warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
 	tel, err := telemetry.Setup(ctx, telemetryOptions(cfg))
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks"
@@ -38,9 +40,19 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	return cfg, nil
 }
 
+// validateSourceTimeout bounds validate's look at the source, so that an
+// unreachable host costs seconds, not the configured connect timeout.
+const validateSourceTimeout = 3 * time.Second
+
+// oneLine joins a multi-line error (pgx lists every address it tried).
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ; ")), " ")
+}
+
 func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	path := configFlag(fs)
+	offline := fs.Bool("offline", false, "judge the file alone: do not check the sync rules against the source's tables and columns")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -48,15 +60,40 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	// What `run` (role all) refuses at start-up, validate refuses too;
+	// every problem is listed at once.
+	var problems []string
+	if err := cfg.ValidateServe(); err != nil {
+		for _, e := range config.AsErrors(err) {
+			problems = append(problems, e.Error())
+		}
+	}
 	rules, err := loadRules(cfg, "1")
 	if err != nil {
-		problems := ruleProblems(err)
+		problems = append(problems, ruleProblems(err)...)
+	}
+	if len(problems) > 0 {
 		for _, p := range problems {
 			fmt.Fprintln(stderr, p)
 		}
-		return usagef("%s: %d problem(s) in the sync rules", *path, len(problems))
+		return usagef("%s: %d problem(s) found", *path, len(problems))
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %d bucket definition(s) over %d table(s))\n",
-		*path, len(cfg.EffectivePipelines()), len(rules.Definitions()), len(rules.Tables()))
+	warnings := rules.Warnings()
+	checked := "not checked against the source (--offline)"
+	if !*offline {
+		sw, err := checkSourceSchema(ctx, cfg, rules, min(cfg.Source.ConnectTimeout, validateSourceTimeout))
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: source not checked (%s); judged the file alone (--offline skips this)\n", *path, oneLine(err))
+			checked = "source not reachable"
+		} else {
+			warnings = append(warnings, sw...)
+			checked = "checked against the source"
+		}
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(stderr, w.Error())
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %d bucket definition(s) over %d table(s), %d warning(s), %s)\n",
+		*path, len(cfg.EffectivePipelines()), len(rules.Definitions()), len(rules.Tables()), len(warnings), checked)
 	return nil
 }

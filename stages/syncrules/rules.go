@@ -119,7 +119,8 @@ func (r *Rules) Tables() []TableName {
 }
 
 // Schema is a known source schema: table → ordered column names. Keys are
-// "schema.table", or "table" for the default schema.
+// "schema.table", or "table" for the default schema. A table with a nil
+// column list is known to exist with columns unknown (they are not checked).
 type Schema map[string][]string
 
 func (s Schema) columns(t tableRef, defaultSchema string) ([]string, bool) {
@@ -151,6 +152,9 @@ func (r *Rules) CheckSchema(s Schema) RuleErrors {
 		cols, ok := s.columns(t, ds)
 		if !ok {
 			warn(q, tablePos, t.name, "table %s does not exist in the source", describeTable(t))
+			return nil
+		}
+		if cols == nil {
 			return nil
 		}
 		for _, ref := range refs {

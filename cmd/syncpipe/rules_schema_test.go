@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/pgtest"
+)
+
+// schemaRules name a column (nosuchcol) and a table (gone) the source
+// lacks, next to what it has.
+const schemaRules = `bucket_definitions:
+  global:
+    data:
+      - SELECT id, nosuchcol FROM todos
+  lost:
+    data:
+      - SELECT * FROM gone
+`
+
+// schemaEnv is a source with a todos table and a config whose rules are
+// schemaRules; storage is an empty database.
+func schemaEnv(t *testing.T, audience string) string {
+	t.Helper()
+	source, storage := pgtest.NewDB(t), pgtest.NewDB(t)
+	conn := pgtest.Connect(t, source)
+	if _, err := conn.Exec(context.Background(), `CREATE TABLE todos (id text PRIMARY KEY, description text)`); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(schemaRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "syncpipe.yaml")
+	cfg := fmt.Sprintf(`source: {uri: %q}
+storage: {uri: %q}
+sync_rules: {path: rules.yaml}
+api:
+  listen: 127.0.0.1:0
+  auth:
+    audience: %s
+    hs256_secrets: ["a-long-random-secret"]
+telemetry: {metrics_listen: ""}
+log: {level: info, format: text}
+`, source, storage, audience)
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestValidateChecksRulesAgainstSource: validate reads the source's
+// tables and reports what the rules name that it lacks as PowerSync does,
+// as warnings (exit 0), each with file, line, bucket, query, column and
+// table; --offline judges the file alone.
+func TestValidateChecksRulesAgainstSource(t *testing.T) {
+	path := schemaEnv(t, "[syncpipe]")
+	code, stdout, stderr := runCLI(t, "validate", "--config", path)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	rules := filepath.Join(filepath.Dir(path), "rules.yaml")
+	want := []string{
+		rules + `:4:20: bucket "global" data[0]: warning: column "nosuchcol" does not exist in table public.todos`,
+		rules + `:7:23: bucket "lost" data[0]: warning: table public.gone does not exist in the source`,
+	}
+	if got := strings.Split(strings.TrimSpace(stderr), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("stderr:\n%s\nwant:\n%s", stderr, strings.Join(want, "\n"))
+	}
+	if !strings.Contains(stdout, "2 warning(s), checked against the source") {
+		t.Fatalf("stdout = %q", stdout)
+	}
+
+	code, stdout, stderr = runCLI(t, "validate", "--offline", "--config", path)
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "not checked against the source (--offline)") {
+		t.Fatalf("--offline: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// TestValidateWithoutSource: a source that cannot be reached costs one
+// line on stderr, and the file is judged alone.
+func TestValidateWithoutSource(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "syncpipe.yaml")
+	cfg := `source: {uri: "postgres://user@127.0.0.1:1/app"}
+storage: {uri: "postgres://user@127.0.0.1:1/syncpipe"}
+sync_rules:
+  content: |
+    bucket_definitions:
+      global:
+        data:
+          - SELECT id, nosuchcol FROM todos
+api: {auth: {audience: [a], hs256_secrets: [s]}}
+`
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "validate", "--config", path)
+	if code != exitOK || !strings.Contains(stdout, "source not reachable") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "source not checked") {
+		t.Fatalf("want one line about the source, got:\n%s", stderr)
+	}
+}
+
+// TestValidateRejectsWhatRunRejects: run refuses to serve without an
+// audience, so validate refuses the file, naming file, line and key.
+func TestValidateRejectsWhatRunRejects(t *testing.T) {
+	path := schemaEnv(t, "[]")
+	code, _, stderr := runCLI(t, "validate", "--offline", "--config", path)
+	if code != exitUsage || !strings.HasPrefix(stderr, path+":7:") || !strings.Contains(stderr, "api.auth.audience: required") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "run", "--config", path)
+	if code == exitOK || !strings.Contains(stderr, "api.auth.audience") {
+		t.Fatalf("run: exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestRunWarnsAboutRulesMissingFromSource runs the real binary: at
+// start-up `syncpipe run` logs one line per rules problem with the source
+// (a warning, as the PowerSync service reports it) and goes on.
+func TestRunWarnsAboutRulesMissingFromSource(t *testing.T) {
+	path := schemaEnv(t, "[syncpipe]")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{"run", "--config", path, "--role", "replication"}, "\x1f"))
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var warnings, log []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		log = append(log, line)
+		if strings.Contains(line, "sync rules:") {
+			warnings = append(warnings, line)
+		}
+		if strings.Contains(line, "syncpipe starting") {
+			break // the check runs before start-up goes on
+		}
+	}
+	cancel()
+	_ = cmd.Wait()
+	if len(warnings) != 2 {
+		t.Fatalf("want 2 rules warnings before start-up, got %d; log:\n%s", len(warnings), strings.Join(log, "\n"))
+	}
+	for i, want := range []string{`level=WARN`, `column \"nosuchcol\" does not exist in table public.todos`} {
+		if !strings.Contains(warnings[0], want) {
+			t.Errorf("warning %q lacks %q (%d)", warnings[0], want, i)
+		}
+	}
+	if !strings.Contains(warnings[0], `bucket \"global\" data[0]`) || !strings.Contains(warnings[0], "rules.yaml:4:20") {
+		t.Errorf("warning lacks position, bucket and query: %s", warnings[0])
+	}
+	if !strings.Contains(warnings[1], "table public.gone does not exist in the source") {
+		t.Errorf("second warning: %s", warnings[1])
+	}
+}
