@@ -89,6 +89,9 @@ log: {level: info, format: json}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("groups:\n%s", e.dumpGroups())
+		}
 		e.stop()
 		e.storage.Close()
 		if t.Failed() {
@@ -333,4 +336,24 @@ func (e *streamEnv) activeGroup(ctx context.Context) int {
 	var id int
 	_ = e.storage.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM syncpipe.groups WHERE state = 'ACTIVE'").Scan(&id)
 	return id
+}
+
+// dumpGroups describes the stored groups, for failure messages.
+func (e *streamEnv) dumpGroups() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rows, err := e.storage.Query(ctx, `SELECT format('%s %s checkpoint=%s@%s stream=%s txn=%s/%s no_before=%s error=%s',
+		id, state, last_checkpoint, last_checkpoint_lsn, stream_lsn, stream_txn_lsn, stream_txn_changes, no_checkpoint_before, last_error)
+		FROM syncpipe.groups ORDER BY id`)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		_ = rows.Scan(&line)
+		b.WriteString(line + "\n")
+	}
+	return b.String()
 }

@@ -23,8 +23,13 @@ type State map[string]map[string]string
 // Stored replays a storage schema's ops in op id order into a State,
 // checking that every PUT's checksum matches its data.
 func Stored(ctx context.Context, pool *pgxpool.Pool, schema string) (State, error) {
+	return StoredGroup(ctx, pool, schema, 0)
+}
+
+// StoredGroup is Stored for the ops of one group (0: all groups).
+func StoredGroup(ctx context.Context, pool *pgxpool.Pool, schema string, group int) (State, error) {
 	rows, err := pool.Query(ctx, `SELECT bucket_name, op, object_type, object_id, checksum, coalesce(data, '')
-		FROM `+pgx.Identifier{schema, "bucket_data"}.Sanitize()+` ORDER BY op_id`)
+		FROM `+pgx.Identifier{schema, "bucket_data"}.Sanitize()+` WHERE $1 = 0 OR group_id = $1 ORDER BY op_id`, group)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +69,12 @@ func Stored(ctx context.Context, pool *pgxpool.Pool, schema string) (State, erro
 // ExpectedTodos computes with SQL on the source, independently of the rules
 // engine, what the todo rules (todos.Rules, group 1) put in which bucket.
 func ExpectedTodos(ctx context.Context, src *pgx.Conn) (State, error) {
+	return ExpectedTodosGroup(ctx, src, 1)
+}
+
+// ExpectedTodosGroup is ExpectedTodos for the buckets of another group.
+func ExpectedTodosGroup(ctx context.Context, src *pgx.Conn, group int) (State, error) {
+	prefix := fmt.Sprint(group) + "#"
 	st := State{}
 	add := func(q, typ string) error {
 		rows, err := src.Query(ctx, q)
@@ -85,10 +96,10 @@ func ExpectedTodos(ctx context.Context, src *pgx.Conn) (State, error) {
 	}
 	// lists has only text-like columns, so row_to_json is SELECT * (also
 	// after a column is added while streaming).
-	if err := add(`SELECT '1#global[]', id::text, row_to_json(l)::text FROM lists l`, "lists"); err != nil {
+	if err := add(`SELECT '`+prefix+`global[]', id::text, row_to_json(l)::text FROM lists l`, "lists"); err != nil {
 		return nil, err
 	}
-	err := add(`SELECT '1#by_list["' || list_id || '"]', id::text, json_build_object('id', id, 'list_id', list_id,
+	err := add(`SELECT '`+prefix+`by_list["' || list_id || '"]', id::text, json_build_object('id', id, 'list_id', list_id,
 		'description', description, 'completed', completed::int,
 		'created_at', regexp_replace(to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '\.?0+$', '') || 'Z')::text
 		FROM todos`, "todos")

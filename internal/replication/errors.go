@@ -127,7 +127,8 @@ func (r *Replicator) recovered(ctx context.Context, group int) {
 // retry runs f until it succeeds, ctx ends, or it fails with an error that
 // ends the unit (endsStream), backing off between attempts as the error's
 // kind says (see above). unit names the work in logs; kind is its kind for
-// the metric.
+// the metric. Units clear a stored error themselves (recovered) once they
+// make progress: success of f alone does not say the group is healthy.
 func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f func(context.Context) error) error {
 	backoff := minBackoff
 	attempt := 0
@@ -138,7 +139,6 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 			return nil
 		}
 		if err == nil {
-			r.recovered(ctx, group)
 			return nil
 		}
 		if endsStream(err) {

@@ -83,6 +83,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 			if err != nil || !done {
 				return err
 			}
+			r.recovered(ctx, g.g.ID)
 			return r.rangeDone(ctx, g, t)
 		},
 	}
