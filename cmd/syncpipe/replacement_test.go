@@ -253,7 +253,9 @@ func TestForcedStreamFailuresLeaveNoWalsenders(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	// No garbage collection in the child: a connection left open would
+	// otherwise be closed by a finalizer at some point, hiding the leak.
+	e := newStreamEnv(t, envOptions{rules: todos.Rules, env: []string{"GOGC=off"}})
 	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 10, Todos: 2000, Seed: 8}); err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +280,12 @@ func TestForcedStreamFailuresLeaveNoWalsenders(t *testing.T) {
 			p := walsender()
 			return p != 0 && p != old
 		})
+		// The stream works again before the next failure.
 		e.exec(ctx, `UPDATE todos SET description = $1 || id WHERE id IN (SELECT id FROM todos LIMIT 5)`, fmt.Sprintf("failure %d ", i))
+		e.waitCaughtUp(ctx)
+		if n := e.walsenders(ctx); n > 1 {
+			t.Fatalf("after forced stream failure %d the source has %d walsenders for one group", i+1, n)
+		}
 	}
 	e.waitCaughtUp(ctx)
 	e.converge(ctx, time.Minute, func() bucketcheck.State {
@@ -288,10 +295,8 @@ func TestForcedStreamFailuresLeaveNoWalsenders(t *testing.T) {
 		}
 		return st
 	})
-	var walsenders, groups int
-	if err := e.src.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'`).Scan(&walsenders); err != nil {
-		t.Fatal(err)
-	}
+	walsenders := e.walsenders(ctx)
+	var groups int
 	if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.groups WHERE state IN ('ACTIVE', 'PROCESSING')`).Scan(&groups); err != nil {
 		t.Fatal(err)
 	}
@@ -299,4 +304,14 @@ func TestForcedStreamFailuresLeaveNoWalsenders(t *testing.T) {
 		t.Fatalf("after 20 forced stream failures the source has %d walsenders for %d groups", walsenders, groups)
 	}
 	e.alive()
+}
+
+// walsenders counts the source's walsender processes.
+func (e *streamEnv) walsenders(ctx context.Context) int {
+	e.t.Helper()
+	var n int
+	if err := e.src.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'`).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
 }

@@ -34,6 +34,7 @@ type streamEnv struct {
 	storage *pgxpool.Pool
 	config  string
 	api     string // host:port of the sync API
+	env     []string
 
 	mu    sync.Mutex
 	logs  bytes.Buffer
@@ -50,7 +51,8 @@ type child struct {
 // envOptions shape a streamEnv's config.
 type envOptions struct {
 	rules string
-	extra string // more YAML under replication:
+	extra string   // more YAML under replication:
+	env   []string // extra environment of the children
 }
 
 const testSecret = "a-long-random-secret-for-the-stream-tests"
@@ -58,7 +60,7 @@ const testSecret = "a-long-random-secret-for-the-stream-tests"
 func newStreamEnv(t *testing.T, opt envOptions) *streamEnv {
 	t.Helper()
 	ctx := context.Background()
-	e := &streamEnv{t: t, dir: t.TempDir()}
+	e := &streamEnv{t: t, dir: t.TempDir(), env: opt.env}
 	e.srcURI = pgtest.NewDB(t)
 	storage := pgtest.NewDB(t)
 	e.src = pgtest.Connect(t, e.srcURI)
@@ -122,7 +124,7 @@ func freeAddr(t *testing.T) string {
 func (e *streamEnv) start() *child {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{"run", "--config", e.config}, "\x1f"))
+	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join([]string{"run", "--config", e.config}, "\x1f"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		e.t.Fatal(err)

@@ -75,15 +75,23 @@ func fatal(err error) bool {
 // recovering unit clears it with one statement and a healthy one writes
 // nothing.
 type errorState struct {
-	mu     sync.Mutex
-	stored map[int]string // group → message stored
-	count  metric.Int64Counter
+	mu       sync.Mutex
+	stored   map[int]string // group → message stored
+	progress map[int]uint64 // group → calls of recovered: work done
+	count    metric.Int64Counter
+}
+
+// progressOf returns how often group's units made progress.
+func (e *errorState) progressOf(group int) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.progress[group]
 }
 
 func newErrorState(mp metric.MeterProvider) *errorState {
 	c, _ := mp.Meter("github.com/syncpipe/syncpipe/internal/replication").Int64Counter("syncpipe_replication_errors_total",
 		metric.WithDescription("Replication errors by kind (fatal: needs an operator; retryable: backing off) and unit kind."))
-	return &errorState{stored: map[int]string{}, count: c}
+	return &errorState{stored: map[int]string{}, progress: map[int]uint64{}, count: c}
 }
 
 // report stores msg as group's last error (once per distinct message) and
@@ -108,9 +116,11 @@ func (r *Replicator) report(ctx context.Context, group int, unit string, err err
 	}
 }
 
-// recovered clears group's stored error, if this process stored one.
+// recovered records that a unit of group made progress and clears the
+// group's stored error, if this process stored one.
 func (r *Replicator) recovered(ctx context.Context, group int) {
 	r.errs.mu.Lock()
+	r.errs.progress[group]++
 	_, had := r.errs.stored[group]
 	delete(r.errs.stored, group)
 	r.errs.mu.Unlock()
@@ -134,6 +144,7 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 	attempt := 0
 	var failingSince time.Time
 	for {
+		done := r.errs.progressOf(group)
 		err := f(ctx)
 		if ctx.Err() != nil {
 			return nil
@@ -143,6 +154,10 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 		}
 		if endsStream(err) {
 			return err
+		}
+		if r.errs.progressOf(group) != done {
+			// The attempt got work done: this failure starts afresh.
+			backoff, attempt, failingSince = minBackoff, 0, time.Time{}
 		}
 		attempt++
 		if failingSince.IsZero() {

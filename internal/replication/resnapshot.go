@@ -184,6 +184,9 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 	if publicationProblem(err) {
 		return fmt.Errorf("%w: %w", errPublication, err)
 	}
+	if err != nil {
+		return err // a table without a key, the connection gone, …
+	}
 	infos, err := postgres.Discover(ctx, s.side, names)
 	if err != nil && len(infos) == 0 {
 		return fmt.Errorf("check the source tables: %w", err)
