@@ -48,7 +48,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)
 			src = nil
 		} else {
-			defer src.Close(context.WithoutCancel(ctx))
+			defer func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				_ = src.Close(cctx)
+			}()
 		}
 	}
 	// Error ages are measured on storage's clock, which stamped them.

@@ -1,40 +1,3 @@
-// Package replication wires a PostgreSQL source to bucket storage: it is the
-// assembly where sources/postgres and sinks/bucketstore meet in pipelines
-// (they never import each other), run by the pipeline scheduler.
-//
-// For every replication group (sync rules version) it
-//
-//  1. checks the source (wal_level, publication, tables, identities),
-//  2. creates the group's logical slot if it has none — before any
-//     snapshot read, so that the stream later replays every change made
-//     while the snapshot ran,
-//  3. snapshots every table in key ranges (one scheduler unit per range,
-//     resumable from its committed progress), and
-//  4. once every table is done, streams from the slot.
-//
-// Consistency: snapshot chunks are read with plain READ COMMITTED
-// statements, not from one exported snapshot. A row changed while the
-// snapshot runs may be read in either state, but every change after the
-// slot's consistent point is in the slot and is applied, in commit order,
-// after the snapshot (stream writes are upserts and deletes by replica id,
-// computing REMOVEs from the stored previous state), so storage converges
-// to the source. A row deleted before its chunk was read is simply not
-// read; one deleted after is removed when the stream replays the DELETE —
-// a snapshot read can never resurrect it, because the stream starts only
-// after the snapshot finished and applies the DELETE last. No checkpoint is
-// published until the stream has passed the LSN at which the last chunk
-// was read (no_checkpoint_before), so clients never see a half-replayed
-// state.
-//
-// A slot that is dropped or invalidated (wal_status = lost) after the
-// snapshot started has lost changes nothing can replay. The group is then
-// replaced: a new group with the same rules and a new slot snapshots
-// afresh while the old one keeps serving its last checkpoint, takes over
-// at its first checkpoint, and the old group is retired — slot dropped,
-// storage cleared — as is every group a new rules version replaced.
-//
-// UPDATEs that leave TOASTed values unchanged are merged with the row's
-// previous state kept in storage (see toast.go).
 package replication
 
 import (
@@ -98,13 +61,40 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 }
 
-// sink returns the sink pipelines of group g write to.
+// sink returns the sink snapshot pipelines of group g write to: each
+// write and commit bounded by replication.storage_timeout.
 func (r *Replicator) sink(g *group) sinks.Sink {
 	var s sinks.Sink = progressSink{Sink: r.store.Sink(g.g.ID), p: r.progress}
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
-	return s
+	return timeoutSink{Sink: s, r: r}
+}
+
+// timeoutSink bounds every Write and Commit of the sink it wraps: a storage
+// that stops answering fails the unit, which is retried, instead of
+// stalling it forever.
+type timeoutSink struct {
+	sinks.Sink
+	r *Replicator
+}
+
+func (s timeoutSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
+	w, err := s.Sink.Writer(ctx, i)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.WriterFunc[stages.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
+		ctx, cancel := s.r.storageCtx(ctx)
+		defer cancel()
+		return w.Write(ctx, b)
+	}), nil
+}
+
+func (s timeoutSink) Commit(ctx context.Context, b sinks.Batch) error {
+	ctx, cancel := s.r.storageCtx(ctx)
+	defer cancel()
+	return s.Sink.Commit(ctx, b)
 }
 
 // Replicator runs replication for the configured sync rules.
@@ -199,8 +189,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 		every = 10 * time.Second
 	}
 	pctx, stopProgress := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer stopProgress()
-	go r.progress.run(pctx, r.log, r.opts.Terminal, every)
+	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {
 		if err := r.startGroup(ctx, g); err != nil {
 			return fmt.Errorf("group %d: %w", g.ID, err)

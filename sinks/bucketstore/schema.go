@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -188,7 +189,13 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('syncpipe.migrate.' || $1))", schema); err != nil {
 		return fmt.Errorf("migrate: lock: %w", err)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(hashtext('syncpipe.migrate.' || $1))", schema)
+	defer func() {
+		// Bounded: a shutdown must not wait on a dead storage; a lost
+		// connection releases the lock anyway.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock(hashtext('syncpipe.migrate.' || $1))", schema)
+	}()
 
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+ident); err != nil {
 		return fmt.Errorf("migrate: create schema %s: %w", schema, err)

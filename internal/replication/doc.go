@@ -1,0 +1,111 @@
+// Package replication wires a PostgreSQL source to bucket storage: it is the
+// assembly where sources/postgres and sinks/bucketstore meet in pipelines
+// (they never import each other), run by the pipeline scheduler.
+//
+// For every replication group (sync rules version) it
+//
+//  1. checks the source (wal_level, publication, tables, identities),
+//  2. creates the group's logical slot if it has none — before any
+//     snapshot read, so that the stream later replays every change made
+//     while the snapshot ran,
+//  3. snapshots every table in key ranges (one scheduler unit per range,
+//     resumable from its committed progress), and
+//  4. once every table is done, streams from the slot.
+//
+// # Consistency
+//
+// Snapshot chunks are read with plain READ COMMITTED statements, not from
+// one exported snapshot. A row changed while the snapshot runs may be read
+// in either state, but every change after the slot's consistent point is in
+// the slot and is applied, in commit order, after the snapshot (stream
+// writes are upserts and deletes by replica id, computing REMOVEs from the
+// stored previous state), so storage converges to the source. A row deleted
+// before its chunk was read is simply not read; one deleted after is
+// removed when the stream replays the DELETE — a snapshot read can never
+// resurrect it, because the stream starts only after the snapshot finished
+// and applies the DELETE last. No checkpoint is published until the stream
+// has passed the LSN at which the last chunk was read
+// (no_checkpoint_before), so clients never see a half-replayed state.
+//
+// # Transactions of any size
+//
+// The stream reads pgoutput protocol version 1: the server decodes a
+// transaction only once it has committed (spilling large ones to disk on
+// its side, logical_decoding_work_mem) and sends it whole, in commit order.
+// logrepl hands a transaction larger than the batch limits over in pieces
+// (Batch.Partial), so memory stays bounded by the limits, not by the
+// transaction. Each piece is written to storage as it comes, in a storage
+// transaction that also records the stream position inside the source
+// transaction: its commit LSN and how many of its changes storage now holds
+// (groups.stream_txn_lsn, stream_txn_changes). While that is set, storage
+// refuses to publish a checkpoint of the group, and the commit LSN is not
+// acknowledged to the source, so a client never sees part of a
+// transaction. The last piece clears it in the same storage transaction as
+// its ops; the next commit publishes the whole transaction at once.
+//
+// After a crash, pieces already written are reused, not discarded: the
+// stream restarts at the end of the last complete transaction, the slot
+// delivers the partly stored transaction again from its start — decoding
+// is deterministic, the same changes in the same order — and the first
+// stream_txn_changes changes are skipped. Nothing is applied twice, so
+// every changed row gets exactly one new PUT per bucket, and nothing needs
+// undoing (discarding would mean restoring every row's previous state,
+// which the pieces replaced). Should the slot ever deliver anything else
+// first, the stored part cannot be completed and the group is replaced by a
+// re-snapshot, as for a lost slot.
+//
+// Why not protocol version 2 (streaming 'on', PostgreSQL 14+), which sends
+// a large transaction while it is still running? Its pieces arrive before
+// the transaction is known to commit, interleaved with other transactions,
+// so they could not be written where they belong — a transaction that
+// aborts would have to be undone — and would have to be staged and copied
+// at commit instead: twice the storage writes on the path whose cost
+// decides throughput. What it would save is decoding latency: with version
+// 1 the walsender starts decoding at commit, at about the speed the stream
+// applies changes anyway. Version 1 keeps one code path and exact resume.
+//
+// # Schema changes
+//
+// Storage records, per table, the shape its rows were made from: columns
+// (name, type) and replica identity (source_tables.shape). Every relation
+// the stream sees is compared with it — not with what this process saw
+// since it started — and so, every few seconds
+// (replication.stream.schema_check_interval), is the source catalog, since
+// a DDL shows in the stream only once a row of its table changes. A table
+// whose shape differs is re-shaped at that point of the stream (the catalog
+// check waits until the stream has passed the position read after the
+// catalog): its new shape is recorded, its stored rows are removed first if
+// their replica ids change (another identity), and it is re-read from the
+// source in key-ordered chunks between the stream's own batches, through
+// the stream's single writer, so the other tables keep streaming and every
+// write applies in order (resnapshot.go). The re-read's progress is stored
+// with each chunk and resumed after a restart. Until it is done and the
+// stream has passed the position of its last read, no checkpoint is
+// published: re-read rows may be ahead of the stream. The process never
+// exits for a schema change.
+//
+// # Lost slots, publication events, group replacement
+//
+// A slot that is dropped or invalidated (wal_status = lost) after the
+// snapshot started has lost changes nothing can replay; so has a slot whose
+// publication was dropped or stopped publishing a table (changes made
+// meanwhile were never decoded). The group is then replaced — for a
+// publication, once the publication is usable again; until then the
+// problem is stored and reported with the statement that fixes it. A new
+// group with the same rules and a new slot snapshots afresh while the old
+// one keeps serving its last checkpoint, takes over at its first
+// checkpoint, and the old group is retired — slot dropped, storage cleared
+// — as is every group a new rules version replaced. What happens to the old
+// group follows its state in storage, never this process's memory of it,
+// however many replacements one process goes through.
+//
+// # Errors
+//
+// See errors.go: retryable errors back off with jitter; errors that need an
+// operator are stored in the group's last_error (syncpipe status, /healthz,
+// syncpipe_replication_errors_total) and checked again every 30 s; the
+// stored error is cleared once the unit works again.
+//
+// UPDATEs that leave TOASTed values unchanged are merged with the row's
+// previous state kept in storage (see toast.go).
+package replication
