@@ -209,6 +209,9 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 	if !strings.Contains(health, "degraded") || !strings.Contains(health, "publication") {
 		t.Fatalf("/healthz while the publication is gone: %s", health)
 	}
+	if m := e.get(ctx, "/metrics"); !strings.Contains(m, `syncpipe_replication_errors_total{kind="fatal"`) {
+		t.Fatalf("/metrics does not count the fatal error:\n%s", m)
+	}
 
 	e.exec(ctx, `CREATE PUBLICATION syncpipe FOR TABLE lists, todos`)
 	e.exec(ctx, `UPDATE todos SET description = 'after the publication came back ' || id WHERE id IN (SELECT id FROM todos LIMIT 50)`)
@@ -222,7 +225,26 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 		}
 		return st
 	})
-	e.waitFor(ctx, "/healthz to be ok again", func() bool { return strings.Contains(e.get(ctx, "/healthz"), `"ok"`) })
+	e.waitFor(ctx, "/healthz to be ok again", func() bool { return strings.Contains(e.get(ctx, "/healthz"), `"status":"ok"`) })
+
+	// A publication that stops publishing a table is the same event.
+	e.exec(ctx, `ALTER PUBLICATION syncpipe DROP TABLE todos`)
+	e.exec(ctx, `UPDATE todos SET description = 'while todos were not published ' || id WHERE id IN (SELECT id FROM todos LIMIT 50)`)
+	e.waitFor(ctx, "syncpipe status to show the publication error", func() bool {
+		_, status, _ = runCLI(t, "status", "--config", e.config)
+		return strings.Contains(status, "ALTER PUBLICATION syncpipe ADD TABLE")
+	})
+	e.exec(ctx, `ALTER PUBLICATION syncpipe ADD TABLE todos`)
+	e.waitFor(ctx, "a new group to serve", func() bool { return e.activeGroup(ctx) > active })
+	e.waitCaughtUp(ctx)
+	active = e.activeGroup(ctx)
+	e.converge(ctx, time.Minute, func() bucketcheck.State {
+		st, err := bucketcheck.ExpectedTodosGroup(ctx, e.src, active)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
 	e.alive()
 }
 
