@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
@@ -80,13 +79,7 @@ func TestLargeTransactions(t *testing.T) {
 	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 100, Todos: rows, Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	want := func() bucketcheck.State {
-		st, err := bucketcheck.ExpectedTodos(ctx, e.src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	want := e.todos(ctx, 1)
 	e.start()
 	e.waitCaughtUp(ctx)
 

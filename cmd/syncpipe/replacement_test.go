@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
@@ -163,13 +162,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 		err := e.storage.QueryRow(ctx, "SELECT count(*) FROM syncpipe.bucket_data WHERE group_id <> $1", active).Scan(&others)
 		return err == nil && others == 0
 	})
-	e.converge(ctx, time.Minute, func() bucketcheck.State {
-		st, err := bucketcheck.ExpectedTodosGroup(ctx, e.src, active)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	})
+	e.converge(ctx, time.Minute, e.todos(ctx, active))
 	if f := w.failures(); len(f) > 0 {
 		t.Fatalf("the client saw data disappear while groups were replaced: %v", f)
 	}
@@ -218,13 +211,7 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 	e.waitFor(ctx, "a new group to serve", func() bool { return e.activeGroup(ctx) > 1 })
 	e.waitCaughtUp(ctx)
 	active := e.activeGroup(ctx)
-	e.converge(ctx, time.Minute, func() bucketcheck.State {
-		st, err := bucketcheck.ExpectedTodosGroup(ctx, e.src, active)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	})
+	e.converge(ctx, time.Minute, e.todos(ctx, active))
 	e.waitFor(ctx, "/healthz to be ok again", func() bool { return strings.Contains(e.get(ctx, "/healthz"), `"status":"ok"`) })
 
 	// A publication that stops publishing a table is the same event.
@@ -238,13 +225,7 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 	e.waitFor(ctx, "a new group to serve", func() bool { return e.activeGroup(ctx) > active })
 	e.waitCaughtUp(ctx)
 	active = e.activeGroup(ctx)
-	e.converge(ctx, time.Minute, func() bucketcheck.State {
-		st, err := bucketcheck.ExpectedTodosGroup(ctx, e.src, active)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	})
+	e.converge(ctx, time.Minute, e.todos(ctx, active))
 	e.alive()
 }
 
@@ -310,13 +291,7 @@ func TestForcedStreamFailuresLeaveNoWalsenders(t *testing.T) {
 		}
 	}
 	e.waitCaughtUp(ctx)
-	e.converge(ctx, time.Minute, func() bucketcheck.State {
-		st, err := bucketcheck.ExpectedTodos(ctx, e.src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	})
+	e.converge(ctx, time.Minute, e.todos(ctx, 1))
 	walsenders := e.walsenders(ctx)
 	var groups int
 	if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.groups WHERE state IN ('ACTIVE', 'PROCESSING')`).Scan(&groups); err != nil {

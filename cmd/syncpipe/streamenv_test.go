@@ -304,6 +304,18 @@ func (e *streamEnv) converge(ctx context.Context, timeout time.Duration, want fu
 	}
 }
 
+// todos returns what the todo rules of group put in storage, computed
+// from the source each time it is called (bucketcheck.ExpectedTodosGroup).
+func (e *streamEnv) todos(ctx context.Context, group int) func() bucketcheck.State {
+	return func() bucketcheck.State {
+		st, err := bucketcheck.ExpectedTodosGroup(ctx, e.src, group)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return st
+	}
+}
+
 // token mints a client JWT through `syncpipe token`.
 func (e *streamEnv) token(sub string) string {
 	e.t.Helper()
