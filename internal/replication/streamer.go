@@ -180,8 +180,10 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 			s.skip = bucketstore.StreamProgress{}
 		}
 	}
+	// The source bytes go to the last batch (for tracing and summaries).
 	if lb.Partial {
 		s.pos = s.position(&lb.Txns[0])
+		s.open().Bytes += int64(lb.Bytes)
 		s.cut(nil)
 		return nil
 	}
@@ -193,6 +195,7 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 		s.pos.LSN = lb.EndLSN // an idle position after the last transaction
 	}
 	if s.cur != nil || lb.EndLSN > 0 {
+		s.open().Bytes += int64(lb.Bytes)
 		s.cut(nil)
 	}
 	return s.checkCatalogDue(ctx)
