@@ -95,7 +95,7 @@
 //     definition) are reported at their line; PowerSync reports them
 //     without a position (line 1).
 //   - Functions: unixepoch, datetime, uuid_blob and the st_* geometry
-//     functions are not implemented (rejected as unknown functions), and
+//     functions are outside the supported set (rejected as unknown functions), and
 //     a call with the wrong number of arguments is rejected, where
 //     JavaScript ignores extra arguments and passes missing ones as
 //     undefined. Column references in the argument of json_each are
