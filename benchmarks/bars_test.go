@@ -30,14 +30,15 @@ func TestWriteSummary(t *testing.T) {
 		"| P1 | snapshot of 1M todos / 1k lists | ≥ 60% of the ceiling | 94% | met | [snapshot.md](snapshot.md) |",
 		"| **NOT met** — busiest stage: flush |",
 		"| P3 |", "not measured",
-		"| P6 | memory (syncpipe process) | RSS < 500 MB through P1–P5 | peak P1 300 MB, P2 520 MB | **NOT met**",
+		"| P3-large | one 1M-row source transaction |",
+		"| P6 | memory (syncpipe process) | RSS < 500 MB through P1–P5 and one 1M-row source transaction | peak P1 300 MB, P2 520 MB | **NOT met**",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
 	}
-	if n := strings.Count(md, "\n| P"); n != 7 { // P1 twice, P2..P6 once
-		t.Errorf("%d bar lines, want 7:\n%s", n, md)
+	if n := strings.Count(md, "\n| P"); n != 8 { // P1 twice, P2, P3, P3-large .. P6 once
+		t.Errorf("%d bar lines, want 8:\n%s", n, md)
 	}
 }
 

@@ -38,20 +38,21 @@ func newDecodeOnly(ctx context.Context, uri, slot string) (*decodeOnly, error) {
 
 // consume streams from the slot until it has parsed updates UPDATE
 // messages, acknowledging as it goes, and returns how long that took from
-// START_REPLICATION on.
-func (d *decodeOnly) consume(ctx context.Context, publication string, updates int) (time.Duration, error) {
+// START_REPLICATION on, and how long until the first UPDATE arrived (for
+// one large transaction: the walsender decodes all of it first).
+func (d *decodeOnly) consume(ctx context.Context, publication string, updates int64) (total, first time.Duration, err error) {
 	start := time.Now()
-	err := pglogrepl.StartReplication(ctx, d.conn, d.slot, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(ctx, d.conn, d.slot, 0, pglogrepl.StartReplicationOptions{
 		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"}})
 	if err != nil {
-		return 0, fmt.Errorf("decode-only consumer: start: %w", err)
+		return 0, 0, fmt.Errorf("decode-only consumer: start: %w", err)
 	}
-	seen := 0
+	var seen int64
 	var last pglogrepl.LSN
 	for seen < updates {
 		msg, err := d.conn.ReceiveMessage(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("decode-only consumer: receive after %d updates: %w", seen, err)
+			return 0, 0, fmt.Errorf("decode-only consumer: receive after %d updates: %w", seen, err)
 		}
 		cd, ok := msg.(*pgproto3.CopyData)
 		if !ok || len(cd.Data) == 0 {
@@ -61,31 +62,34 @@ func (d *decodeOnly) consume(ctx context.Context, publication string, updates in
 		case pglogrepl.PrimaryKeepaliveMessageByteID:
 			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if ka.ReplyRequested {
 				if err := pglogrepl.SendStandbyStatusUpdate(ctx, d.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: last}); err != nil {
-					return 0, err
+					return 0, 0, err
 				}
 			}
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			m, err := pglogrepl.Parse(xld.WALData)
 			if err != nil {
-				return 0, fmt.Errorf("decode-only consumer: parse: %w", err)
+				return 0, 0, fmt.Errorf("decode-only consumer: parse: %w", err)
 			}
 			switch m := m.(type) {
 			case *pglogrepl.UpdateMessage:
+				if seen == 0 {
+					first = time.Since(start)
+				}
 				seen++
 			case *pglogrepl.CommitMessage:
 				last = m.TransactionEndLSN
 			}
 		}
 	}
-	return time.Since(start), nil
+	return time.Since(start), first, nil
 }
 
 // Close ends the connection, which drops the temporary slot.

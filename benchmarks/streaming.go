@@ -28,23 +28,30 @@ type StreamingOptions struct {
 	SteadyRate    int
 	SteadyFor     time.Duration
 	SteadyTxnRows int
-	Log           io.Writer
-	Harness       *Harness
+	// LargeUpdates single-row UPDATEs are committed in ONE transaction per
+	// run (P3-large; 0 = not measured), far more than a storage write
+	// takes at the default batch limits, so syncpipe writes it in pieces.
+	LargeUpdates int
+	Log          io.Writer
+	Harness      *Harness
 }
 
 // runStreamingScenario: full is SPEC §9 P3 (200k updates in 1k-row
-// transactions; 5k changes/s for 30 s); small has a fifth of the updates
+// transactions; 5k changes/s for 30 s) and P3-large (1M updates in one
+// transaction, so the todo table has 1M rows: each is updated once); small
+// has a fifth of the 1k-row-txn updates, 100k in the large transaction
 // and 10 s of load.
 func runStreamingScenario(ctx context.Context, p Params) (Result, error) {
 	if err := checkScale(p); err != nil {
 		return Result{}, err
 	}
 	updates := pick(0, 40_000, 200_000, p.Scale)
+	large := pick(0, 100_000, 1_000_000, p.Scale)
 	return RunStreaming(ctx, StreamingOptions{
-		Todos: pick(p.Rows, updates, updates, p.Scale), Lists: pick(p.Lists, 100, 1000, p.Scale),
+		Todos: pick(p.Rows, max(updates, large), max(updates, large), p.Scale), Lists: pick(p.Lists, 100, 1000, p.Scale),
 		Updates: updates, TxnRows: 1000, Runs: pick(p.Runs, 3, 3, p.Scale),
 		SteadyRate: 5000, SteadyFor: pick(0, 10*time.Second, 30*time.Second, p.Scale), SteadyTxnRows: 100,
-		Log: p.Log, Harness: p.Harness})
+		LargeUpdates: large, Log: p.Log, Harness: p.Harness})
 }
 
 // streamingRules are the todo rules plus a one-row marker table the lag
@@ -54,46 +61,65 @@ const streamingRules = todos.Rules + `  marks:
       - SELECT id, seq FROM bench_marks
 `
 
+// Row names of the streaming result.
+const (
+	streamBaseline = "decode-only pglogrepl consumer"
+	streamSyncpipe = "syncpipe streaming"
+)
+
 // RunStreaming measures SPEC §9 P3. Throughput: with syncpipe stopped,
 // Updates single-row UPDATEs are committed in transactions of TxnRows; then
 // a decode-only pglogrepl consumer (its slot created before the updates)
 // and a `syncpipe run` child process each consume exactly that WAL, both
 // timed from just before START_REPLICATION (the child's "streaming from the
 // replication slot" log line) until, for the child, storage publishes a
-// checkpoint at the updates' end. Lag: with syncpipe running,
-// transactions arrive at SteadyRate changes/s, and each one's lag is the
-// time from its commit until a published checkpoint includes it (seen
-// through a marker row the transaction also updates).
+// checkpoint at the updates' end. P3-large, in the same runs: the same for
+// LargeUpdates single-row UPDATEs in one transaction (see large). Lag: with
+// syncpipe running, transactions arrive at SteadyRate changes/s, and each
+// one's lag is the time from its commit until a published checkpoint
+// includes it (seen through a marker row the transaction also updates).
 func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
-	res := Result{Scenario: "streaming", Date: time.Now(),
-		Params: fmt.Sprintf("P3: %d todos / %d lists; throughput: %d single-row UPDATEs in %d-row transactions consumed from the slot, timed from START_REPLICATION (syncpipe: until a published checkpoint covers them), median of %d runs; lag: %d changes/s in %d-row transactions for %s; one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication`)",
-			opt.Todos, opt.Lists, opt.Updates, opt.TxnRows, opt.Runs, opt.SteadyRate, opt.SteadyTxnRows, opt.SteadyFor)}
+	res, _, err := runStreaming(ctx, opt)
+	return res, err
+}
+
+// runStreaming is RunStreaming, also returning the P3-large runs.
+func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges []largeRun, err error) {
+	params := fmt.Sprintf("P3: %d todos / %d lists; throughput: %d single-row UPDATEs in %d-row transactions consumed from the slot, timed from START_REPLICATION (syncpipe: until a published checkpoint covers them), median of %d runs",
+		opt.Todos, opt.Lists, opt.Updates, opt.TxnRows, opt.Runs)
+	if opt.LargeUpdates > 0 {
+		params += fmt.Sprintf("; P3-large, in the same runs: %d single-row UPDATEs in one transaction (%s), timed the same way, default batch limits (storage writes of ≤ 10000 rows / 16 MiB: the transaction is written in pieces)",
+			opt.LargeUpdates, largeRowsNote(opt))
+	}
+	params += fmt.Sprintf("; lag: %d changes/s in %d-row transactions for %s; one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication`)",
+		opt.SteadyRate, opt.SteadyTxnRows, opt.SteadyFor)
+	res = Result{Scenario: "streaming", Date: time.Now(), Params: params}
 	if opt.Harness == nil {
-		return res, fmt.Errorf("streaming scenario: no syncpipe harness")
+		return res, larges, fmt.Errorf("streaming scenario: no syncpipe harness")
 	}
 	cluster, src, err := startTodos(ctx, opt.Log, todos.Size{Lists: opt.Lists, Todos: opt.Todos, Seed: 42})
 	if err != nil {
-		return res, err
+		return res, larges, err
 	}
 	defer cluster.Stop()
 	defer src.Close(context.WithoutCancel(ctx))
 	if _, err := src.Exec(ctx, `CREATE TABLE bench_marks (id int PRIMARY KEY, seq bigint NOT NULL);
 		INSERT INTO bench_marks VALUES (1, 0)`); err != nil {
-		return res, fmt.Errorf("create marker table: %w", err)
+		return res, larges, fmt.Errorf("create marker table: %w", err)
 	}
 	ids, err := pgx.CollectRows(mustQuery(ctx, src, `SELECT id::text FROM todos ORDER BY id`), pgx.RowTo[string])
 	if err != nil {
-		return res, fmt.Errorf("read todo ids: %w", err)
+		return res, larges, fmt.Errorf("read todo ids: %w", err)
 	}
 	if err := cluster.CreateDatabase(ctx, "storage"); err != nil {
-		return res, err
+		return res, larges, err
 	}
-	sr := &streamRun{opt: opt, cluster: cluster, src: src, ids: ids, roleCPU: map[string]time.Duration{},
+	sr := &streamRun{opt: opt, cluster: cluster, src: src, ids: ids,
 		cfg: opt.Harness.config(SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI("storage"),
 			SlotPrefix: "bench_", Rules: streamingRules, Workers: 2, ChunkRows: 10000})}
 	sr.storage, err = pgx.Connect(ctx, cluster.URI("storage"))
 	if err != nil {
-		return res, fmt.Errorf("connect to storage: %w", err)
+		return res, larges, fmt.Errorf("connect to storage: %w", err)
 	}
 	defer sr.storage.Close(context.WithoutCancel(ctx))
 
@@ -101,17 +127,17 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	logf(opt.Log, "initial snapshot…")
 	child, err := sr.startChild(ctx)
 	if err != nil {
-		return res, err
+		return res, larges, err
 	}
 	if _, err := child.WaitFor(ctx, "snapshot done"); err != nil {
-		return res, err
+		return res, larges, err
 	}
 	if _, err := sr.waitCaughtUp(ctx, child); err != nil {
-		return res, err
+		return res, larges, err
 	}
 	st, err := child.Stop()
 	if err != nil {
-		return res, err
+		return res, larges, err
 	}
 	res.PeakRSS = st.PeakRSS
 
@@ -119,39 +145,51 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	stages := &Breakdown{}
 	var ownCPU, allCPU time.Duration  // syncpipe process; it plus the cluster
 	var decodeWalsender time.Duration // the walsender's CPU for the baseline
-	const baseline = "decode-only pglogrepl consumer"
+	var smallRates []float64          // per run, for the per-run ratios of P3-large
 	for r := range opt.Runs {
 		dec, err := newDecodeOnly(ctx, cluster.URI("app"), "bench_decode_only")
 		if err != nil {
-			return res, err
+			return res, larges, err
 		}
 		if err := sr.update(ctx, r); err != nil {
 			dec.Close(ctx)
-			return res, err
+			return res, larges, err
 		}
 		data := filepath.Join(cluster.Dir(), "data")
 		procs0 := clusterProcs(data)
-		d, err := dec.consume(ctx, "syncpipe", opt.Updates)
+		d, _, err := dec.consume(ctx, "syncpipe", int64(opt.Updates))
 		if err == nil {
 			decodeWalsender += clusterProcs(data).since(procs0)["walsender"]
 		}
 		dec.Close(context.WithoutCancel(ctx))
 		if err != nil {
-			return res, err
+			return res, larges, err
 		}
-		rows.add(baseline, "", Sample{Duration: d, Rows: int64(opt.Updates)})
+		rows.add(streamBaseline, "", Sample{Duration: d, Rows: int64(opt.Updates)})
 		logf(opt.Log, "run %d: decode-only: %.0f changes/s", r+1, float64(opt.Updates)/d.Seconds())
 
-		s, cst, err := sr.catchUp(ctx)
+		cu, err := sr.catchUp(ctx, &sr.smallCost, int64(opt.Updates), false)
 		if err != nil {
-			return res, err
+			return res, larges, err
 		}
-		stages.Add(cst.Stages)
-		res.PeakRSS = max(res.PeakRSS, cst.PeakRSS)
-		ownCPU += cst.User + cst.System
-		allCPU += s.OwnCPU
-		rows.add("syncpipe streaming", baseline, s)
-		logf(opt.Log, "run %d: syncpipe: %.0f changes/s (%d ops), peak RSS %s", r+1, rate(s), s.Ops, fmtBytes(cst.PeakRSS))
+		stages.Add(cu.Child.Stages)
+		res.PeakRSS = max(res.PeakRSS, cu.Child.PeakRSS)
+		ownCPU += cu.Child.User + cu.Child.System
+		allCPU += cu.OwnCPU
+		rows.add(streamSyncpipe, streamBaseline, cu.Sample)
+		smallRates = append(smallRates, rate(cu.Sample))
+		logf(opt.Log, "run %d: syncpipe: %.0f changes/s (%d ops), peak RSS %s", r+1, rate(cu.Sample), cu.Ops, fmtBytes(cu.Child.PeakRSS))
+
+		if opt.LargeUpdates > 0 {
+			lr, err := sr.large(ctx, r)
+			if err != nil {
+				return res, larges, err
+			}
+			larges = append(larges, lr)
+			res.PeakRSS = max(res.PeakRSS, lr.Child.PeakRSS)
+			rows.add(largeRowName(streamBaseline, opt), streamBaseline, Sample{Duration: lr.decode, Rows: lr.Rows})
+			rows.add(largeRowName(streamSyncpipe, opt), streamSyncpipe, lr.Sample)
+		}
 	}
 	res.Rows = rows.list()
 	res.Stages = stages
@@ -160,34 +198,32 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("CPU per streamed change: syncpipe process %s, cluster (walsender, storage backends) %s.",
 		perChange(ownCPU), perChange(allCPU-ownCPU)))
-	if len(sr.roleCPU) > 0 {
-		roles := slices.Sorted(maps.Keys(sr.roleCPU))
-		parts := make([]string, len(roles))
-		for i, r := range roles {
-			parts[i] = fmt.Sprintf("%s %s", r, perChange(sr.roleCPU[r]).Round(100*time.Nanosecond))
-		}
-		res.Notes = append(res.Notes, "Cluster CPU per streamed change by process (live processes only): "+strings.Join(parts, ", ")+
+	if len(sr.smallCost.roleCPU) > 0 {
+		res.Notes = append(res.Notes, "Cluster CPU per streamed change by process (live processes only): "+sr.smallCost.roles()+
 			fmt.Sprintf(". WAL written while catching up (storage's, which the walsender reads as well as the source's): %d bytes per change.",
-				sr.storageWAL/int64(max(opt.Runs*opt.Updates, 1))))
+				sr.smallCost.walPerChange()))
 	}
 
-	if len(sr.startups) > 0 {
+	if len(sr.smallCost.startups) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("Start-up before streaming (storage open → START_REPLICATION: preflight, group state), not in the throughput: median %s.",
-			percentile(sr.startups, 0.5).Round(time.Millisecond)))
+			percentile(sr.smallCost.startups, 0.5).Round(time.Millisecond)))
+	}
+	if len(larges) > 0 {
+		res.Notes = append(res.Notes, sr.largeNotes(larges, smallRates)...)
 	}
 	lags, achieved, lst, err := sr.steady(ctx)
 	if err != nil {
-		return res, err
+		return res, larges, err
 	}
 	res.PeakRSS = max(res.PeakRSS, lst.PeakRSS)
 	p50, p99, worst := percentile(lags, 0.50), percentile(lags, 0.99), slices.Max(lags)
 	res.Notes = append(res.Notes, fmt.Sprintf("Replication lag at %.0f changes/s (target %d) over %s: %d transactions, commit → included in a published checkpoint: p50 %s, p99 %s, max %s.",
 		achieved, opt.SteadyRate, opt.SteadyFor, len(lags), p50, p99, worst))
-	res.Bars = streamingBars(res, baseline, achieved, p99)
+	res.Bars = streamingBars(res, achieved, p99)
 	if !res.Bars[0].Met {
 		busiest := stages.Busiest()
 		st := stages.Stage(busiest)
-		ws := perChange(sr.roleCPU["walsender"])
+		ws := perChange(sr.smallCost.roleCPU["walsender"])
 		res.Bars[0].Note = fmt.Sprintf("busiest stage %s (%.0f rows per busy second); CPU per change: syncpipe %s + cluster %s = %s, which caps 2 cores at ≈ %.0fk changes/s. "+
 			"Of the cluster's share the storage backends take %s and the walsender %s, against %s for the decode-only consumer: it also reads storage's WAL "+
 			"(%d bytes per change), as source and storage share the cluster. At the %s per change it spent here, the walsender alone (one process, one core) "+
@@ -195,17 +231,20 @@ func RunStreaming(ctx context.Context, opt StreamingOptions) (Result, error) {
 			busiest, float64(st.Rows)/max(st.Busy, time.Nanosecond).Seconds()*float64(max(st.Workers, 1)),
 			perChange(ownCPU).Round(100*time.Nanosecond), perChange(allCPU-ownCPU).Round(100*time.Nanosecond),
 			perChange(allCPU).Round(100*time.Nanosecond), 2/perChange(allCPU).Seconds()/1000,
-			perChange(sr.roleCPU["backend storage"]).Round(100*time.Nanosecond), ws.Round(100*time.Nanosecond),
-			perChange(decodeWalsender).Round(100*time.Nanosecond), sr.storageWAL/int64(max(opt.Runs*opt.Updates, 1)),
-			ws.Round(100*time.Nanosecond), 1/max(ws, time.Nanosecond).Seconds()/1000, 100/max(ws, time.Nanosecond).Seconds()/max(baseRate(res, baseline), 1))
+			perChange(sr.smallCost.roleCPU["backend storage"]).Round(100*time.Nanosecond), ws.Round(100*time.Nanosecond),
+			perChange(decodeWalsender).Round(100*time.Nanosecond), sr.smallCost.walPerChange(),
+			ws.Round(100*time.Nanosecond), 1/max(ws, time.Nanosecond).Seconds()/1000, 100/max(ws, time.Nanosecond).Seconds()/max(baseRate(res, streamBaseline), 1))
 	}
-	return res, nil
+	if len(larges) > 0 {
+		res.Bars = append(res.Bars, sr.largeBars(res, larges)...)
+	}
+	return res, larges, nil
 }
 
-// baseRate is the median changes/s of the baseline row.
-func baseRate(res Result, baseline string) float64 {
+// baseRate is the median changes/s of the named row (0 if absent).
+func baseRate(res Result, name string) float64 {
 	for _, r := range res.Rows {
-		if r.Name == baseline {
+		if r.Name == name && len(r.Samples) > 0 {
 			med, _, _ := r.rate(func(s Sample) int64 { return s.Rows })
 			return med
 		}
@@ -213,16 +252,8 @@ func baseRate(res Result, baseline string) float64 {
 	return 0
 }
 
-func streamingBars(res Result, baseline string, achieved float64, p99 time.Duration) []Bar {
-	var sp, base float64
-	for _, r := range res.Rows {
-		med, _, _ := r.rate(func(s Sample) int64 { return s.Rows })
-		if r.Name == baseline {
-			base = med
-		} else {
-			sp = med
-		}
-	}
+func streamingBars(res Result, achieved float64, p99 time.Duration) []Bar {
+	sp, base := baseRate(res, streamSyncpipe), baseRate(res, streamBaseline)
 	ratio := sp / max(base, 1)
 	return []Bar{
 		{ID: "P3", Measure: "streaming throughput", Bar: "≥ 70% of a decode-only consumer",
@@ -242,15 +273,40 @@ type streamRun struct {
 	ids     []string
 	cfg     string
 	next    int // next todo to update
-	// roleCPU adds up the cluster's CPU time during catch-ups by process
-	// role (see clusterProcs).
+	// smallCost and largeCost add up what the catch-ups of the 1k-row and
+	// of the large transactions cost.
+	smallCost, largeCost catchUpCost
+}
+
+// catchUpCost adds up what catch-ups cost, for per-change figures.
+type catchUpCost struct {
+	// changes streamed by the catch-ups added up here.
+	changes int64
+	// roleCPU is the cluster's CPU time by process role (see clusterProcs).
 	roleCPU map[string]time.Duration
-	// storageWAL adds up the WAL written during catch-ups (by storage:
-	// the source is idle then), which the walsender reads too.
+	// storageWAL is the WAL written (by storage: the source is idle then),
+	// which the walsender reads too.
 	storageWAL int64
 	// startups are the times from process start (storage open) to the
 	// stream's start, kept out of the throughput.
 	startups []time.Duration
+}
+
+// perChange divides d by the changes streamed.
+func (c *catchUpCost) perChange(d time.Duration) time.Duration {
+	return d / time.Duration(max(c.changes, 1))
+}
+
+func (c *catchUpCost) walPerChange() int64 { return c.storageWAL / max(c.changes, 1) }
+
+// roles lists the cluster's CPU per change by process role.
+func (c *catchUpCost) roles() string {
+	roles := slices.Sorted(maps.Keys(c.roleCPU))
+	parts := make([]string, len(roles))
+	for i, r := range roles {
+		parts[i] = fmt.Sprintf("%s %s", r, c.perChange(c.roleCPU[r]).Round(100*time.Nanosecond))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (sr *streamRun) startChild(ctx context.Context) (*Child, error) {
@@ -281,58 +337,101 @@ func (sr *streamRun) take(n int) []string {
 	return out
 }
 
-// catchUp starts syncpipe on the WAL left by update and times it until a
-// checkpoint covers the source's current position.
-func (sr *streamRun) catchUp(ctx context.Context) (Sample, ChildStats, error) {
+// catchUpRun is one timed catch-up by a syncpipe child.
+type catchUpRun struct {
+	Sample
+	Child ChildStats
+	// started is the child's "syncpipe starting" log line (storage open),
+	// begin its START_REPLICATION, end when the checkpoint was seen.
+	started, begin, end time.Time
+	// pieces is what polling storage saw of a transaction written in
+	// pieces (zero unless asked for).
+	pieces pieceWatch
+	// slotWAL is the WAL from the restart_lsn of syncpipe's slot to the
+	// source's position at the start: what its walsender decodes.
+	slotWAL int64
+	// settle is how long the slot took to advance after the catch-up (see
+	// settle; not part of the timing).
+	settle time.Duration
+}
+
+// catchUp starts syncpipe on the WAL left by the updates (changes of them)
+// and times it until a checkpoint covers the source's current position,
+// adding what it cost to cost. With watch it also polls storage for the
+// pieces of a transaction too large for one write.
+func (sr *streamRun) catchUp(ctx context.Context, cost *catchUpCost, changes int64, watch bool) (catchUpRun, error) {
+	var cu catchUpRun
 	var ops0 int64
 	if err := sr.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.bucket_data`).Scan(&ops0); err != nil {
-		return Sample{}, ChildStats{}, fmt.Errorf("count ops: %w", err)
+		return cu, fmt.Errorf("count ops: %w", err)
 	}
 	data := filepath.Join(sr.cluster.Dir(), "data")
 	var wal0 int64
 	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal0); err != nil {
-		return Sample{}, ChildStats{}, fmt.Errorf("read WAL position: %w", err)
+		return cu, fmt.Errorf("read WAL position: %w", err)
+	}
+	if cu.slotWAL, err = sr.groupSlotBehind(ctx); err != nil {
+		return cu, err
+	}
+	stopWatch := func() (pieceWatch, error) { return pieceWatch{}, nil }
+	if watch {
+		var err error
+		if stopWatch, err = sr.watchPieces(ctx); err != nil {
+			return cu, err
+		}
 	}
 	cpu0, pg0, procs0 := readCPU(), clusterCPU(data), clusterProcs(data)
 	child, err := sr.startChild(ctx)
 	if err != nil {
-		return Sample{}, ChildStats{}, err
+		_, _ = stopWatch()
+		return cu, err
 	}
-	started, err := child.WaitFor(ctx, "syncpipe starting")
-	var begin, end time.Time
+	cu.started, err = child.WaitFor(ctx, "syncpipe starting")
 	if err == nil {
-		begin, err = child.WaitFor(ctx, "streaming from the replication slot")
+		cu.begin, err = child.WaitFor(ctx, "streaming from the replication slot")
 	}
 	if err == nil {
-		sr.startups = append(sr.startups, begin.Sub(started))
-		end, err = sr.waitCaughtUp(ctx, child)
+		cost.startups = append(cost.startups, cu.begin.Sub(cu.started))
+		cu.end, err = sr.waitCaughtUp(ctx, child)
 	}
-	cpu1 := readCPU()
+	cpu1, pg1 := readCPU(), clusterCPU(data)
+	pw, werr := stopWatch()
+	cu.pieces = pw
+	if err == nil {
+		err = werr
+	}
 	if err == nil {
 		// Before the child stops: its walsender and storage backends exit
 		// with it, and the time of exited processes is no longer theirs.
+		if cost.roleCPU == nil {
+			cost.roleCPU = map[string]time.Duration{}
+		}
 		for role, d := range clusterProcs(data).since(procs0) {
-			sr.roleCPU[role] += d
+			cost.roleCPU[role] += d
 		}
 		var wal1 int64
 		if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal1); err == nil {
-			sr.storageWAL += wal1 - wal0
+			cost.storageWAL += wal1 - wal0
 		}
+		cost.changes += changes
+		// Untimed and uncounted: the next catch-up decodes its own WAL only.
+		cu.settle, err = sr.settle(ctx, child)
 	}
 	st, stopErr := child.Stop()
+	cu.Child = st
 	if err != nil {
-		return Sample{}, st, err
+		return cu, err
 	}
 	if stopErr != nil {
-		return Sample{}, st, stopErr
+		return cu, stopErr
 	}
-	s := Sample{Duration: end.Sub(begin), Rows: int64(sr.opt.Updates), PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
-		OwnCPU: clusterCPU(data) - pg0 + st.User + st.System}
+	cu.Sample = Sample{Duration: cu.end.Sub(cu.begin), Rows: changes, PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
+		OwnCPU: pg1 - pg0 + st.User + st.System}
 	if err := sr.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
-		FROM syncpipe.bucket_data`, ops0).Scan(&s.Ops, &s.Bytes); err != nil {
-		return s, st, fmt.Errorf("count ops: %w", err)
+		FROM syncpipe.bucket_data`, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
+		return cu, fmt.Errorf("count ops: %w", err)
 	}
-	return s, st, nil
+	return cu, nil
 }
 
 // waitCaughtUp waits until storage publishes a checkpoint at or past the

@@ -1,0 +1,350 @@
+package benchmarks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// P3-large (SPEC §9): one source transaction of LargeUpdates single-row
+// UPDATEs, far more than one storage write takes at the default batch
+// limits (replication.stream.batch_max_rows 10000, batch_max_bytes
+// 16 MiB), so syncpipe writes it in pieces and publishes no checkpoint
+// until the last one. Measured in every run next to the 1k-row
+// transactions, so the ratio of the two rates is taken in one run.
+
+// largeStmtRows is how many rows each UPDATE statement of the large
+// transaction changes (one row change each in the WAL, as in the 1k-row
+// transactions).
+const largeStmtRows = 10_000
+
+// largeRun is one measured large transaction.
+type largeRun struct {
+	catchUpRun
+	// ran is the source transaction's own time, BEGIN to COMMIT returned,
+	// in stmts statements; committed is when COMMIT returned.
+	ran       time.Duration
+	stmts     int
+	committed time.Time
+	// decode and decodeFirst are the decode-only consumer's times from
+	// START_REPLICATION to the last and to the first UPDATE.
+	decode, decodeFirst time.Duration
+	// txnWAL is the WAL the transaction wrote; decodeSlotWAL the WAL from
+	// the decode-only slot's restart_lsn to the end of the transaction
+	// (for syncpipe's slot see catchUpRun.slotWAL): what the walsender
+	// decodes before it can send the transaction's first change.
+	txnWAL, decodeSlotWAL int64
+}
+
+// commitToCheckpoint is the time from the source commit until storage
+// published a checkpoint covering it.
+func (lr largeRun) commitToCheckpoint() time.Duration { return lr.end.Sub(lr.committed) }
+
+// large runs P3-large once: a decode-only slot is created, the transaction
+// committed with syncpipe stopped, and a syncpipe child started at once and
+// timed like the 1k-row catch-up (START_REPLICATION → a published
+// checkpoint covers the commit), storage polled meanwhile for the pieces.
+// The decode-only consumer reads the same transaction afterwards, so that
+// the time from the commit to the checkpoint is syncpipe's alone.
+func (sr *streamRun) large(ctx context.Context, run int) (largeRun, error) {
+	var lr largeRun
+	dec, err := newDecodeOnly(ctx, sr.cluster.URI("app"), "bench_decode_large")
+	if err != nil {
+		return lr, err
+	}
+	defer dec.Close(context.WithoutCancel(ctx))
+	changes, err := sr.updateOneTxn(ctx, run, &lr)
+	if err != nil {
+		return lr, err
+	}
+	if lr.decodeSlotWAL, err = slotBehind(ctx, sr.src, dec.slot); err != nil {
+		return lr, err
+	}
+	lr.catchUpRun, err = sr.catchUp(ctx, &sr.largeCost, changes, true)
+	if err != nil {
+		return lr, err
+	}
+	logf(sr.opt.Log, "run %d: syncpipe, one %s-row transaction (%s of WAL; slot restart_lsn %s before its end): %.0f changes/s (%d ops), commit → checkpoint %s, first piece stored %s after START_REPLICATION, peak RSS %s",
+		run+1, fmtCount(sr.opt.LargeUpdates), fmtBytes(lr.txnWAL), fmtBytes(lr.slotWAL), rate(lr.Sample), lr.Ops,
+		lr.commitToCheckpoint().Round(time.Millisecond), lr.pieces.since(lr.begin), fmtBytes(lr.Child.PeakRSS))
+	lr.decode, lr.decodeFirst, err = dec.consume(ctx, "syncpipe", changes)
+	if err != nil {
+		return lr, err
+	}
+	logf(sr.opt.Log, "run %d: decode-only, one %s-row transaction: %.0f changes/s, first change after %s",
+		run+1, fmtCount(sr.opt.LargeUpdates), float64(changes)/lr.decode.Seconds(), lr.decodeFirst.Round(time.Millisecond))
+	return lr, nil
+}
+
+// updateOneTxn commits opt.LargeUpdates single-row updates in one
+// transaction, in statements of largeStmtRows, and returns the rows
+// changed (fewer only if a statement named a todo twice).
+func (sr *streamRun) updateOneTxn(ctx context.Context, run int, lr *largeRun) (int64, error) {
+	n := sr.opt.LargeUpdates
+	logf(sr.opt.Log, "run %d: committing %d updates in one transaction…", run+1, n)
+	var wal0, wal1 int64
+	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal0); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	start := time.Now()
+	var changes int64
+	err := pgx.BeginFunc(ctx, sr.src, func(tx pgx.Tx) error {
+		for done := 0; done < n; done += largeStmtRows {
+			tag, err := tx.Exec(ctx, `UPDATE todos SET completed = NOT completed WHERE id = ANY($1::uuid[])`, sr.take(min(largeStmtRows, n-done)))
+			if err != nil {
+				return err
+			}
+			changes += tag.RowsAffected()
+			lr.stmts++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("large transaction: %w", err)
+	}
+	lr.committed = time.Now()
+	lr.ran = lr.committed.Sub(start)
+	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal1); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	lr.txnWAL = wal1 - wal0
+	return changes, nil
+}
+
+// pieceWatch is what polling the group's position inside a partly stored
+// transaction saw: the first and the last piece seen in storage, with the
+// changes storage held of the transaction then.
+type pieceWatch struct {
+	first, last   time.Time
+	firstN, lastN int64
+}
+
+// since is how long after t the first piece was seen ("—" if none was).
+func (w pieceWatch) since(t time.Time) string {
+	if w.first.IsZero() {
+		return "—"
+	}
+	return w.first.Sub(t).Round(time.Millisecond).String()
+}
+
+// pieceInterval is how often watchPieces polls storage.
+const pieceInterval = 50 * time.Millisecond
+
+// watchPieces polls storage, on a connection of its own, for the changes it
+// holds of a partly written source transaction (groups.stream_txn_changes,
+// set while the transaction's pieces are written) until stop is called.
+func (sr *streamRun) watchPieces(ctx context.Context) (stop func() (pieceWatch, error), err error) {
+	conn, err := pgx.Connect(ctx, sr.cluster.URI("storage"))
+	if err != nil {
+		return nil, fmt.Errorf("watch pieces: %w", err)
+	}
+	var w pieceWatch
+	var werr error
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(pieceInterval)
+		defer tick.Stop()
+		for {
+			var n int64
+			err := conn.QueryRow(ctx, `SELECT coalesce(max(stream_txn_changes) FILTER (WHERE stream_txn_lsn IS NOT NULL), 0)
+				FROM syncpipe.groups WHERE state = 'ACTIVE'`).Scan(&n)
+			if err != nil {
+				werr = fmt.Errorf("watch pieces: %w", err)
+				return
+			}
+			if at := time.Now(); n > 0 {
+				if w.first.IsZero() {
+					w.first, w.firstN = at, n
+				}
+				if n > w.lastN {
+					w.last, w.lastN = at, n
+				}
+			}
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() (pieceWatch, error) {
+		close(quit)
+		<-finished
+		conn.Close(context.WithoutCancel(ctx))
+		return w, werr
+	}, nil
+}
+
+// largeRowName names a P3-large row after its 1k-row counterpart.
+func largeRowName(base string, opt StreamingOptions) string {
+	return fmt.Sprintf("%s, one %s-row transaction", base, fmtCount(opt.LargeUpdates))
+}
+
+// largeRowsNote says which rows the large transaction updates.
+func largeRowsNote(opt StreamingOptions) string {
+	switch {
+	case opt.LargeUpdates == opt.Todos:
+		return "every todo once"
+	case opt.LargeUpdates < opt.Todos:
+		return fmt.Sprintf("%d distinct todos", opt.LargeUpdates)
+	default:
+		return fmt.Sprintf("each todo about %.1f times", float64(opt.LargeUpdates)/float64(max(opt.Todos, 1)))
+	}
+}
+
+// fmtCount is 1000000 → "1M", 100000 → "100k", 1500 → "1500".
+func fmtCount(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return fmt.Sprintf("%dM", n/1_000_000)
+	case n >= 1000 && n%1000 == 0:
+		return fmt.Sprintf("%dk", n/1000)
+	default:
+		return fmt.Sprint(n)
+	}
+}
+
+// medianOf is the median of f over the runs.
+func medianOf(larges []largeRun, f func(largeRun) time.Duration) time.Duration {
+	ds := make([]time.Duration, len(larges))
+	for i, lr := range larges {
+		ds[i] = f(lr)
+	}
+	return percentile(ds, 0.5)
+}
+
+// afterFirstPiece is the rate at which syncpipe stored the transaction
+// once its first piece was in storage: the changes after that piece over
+// the time from it to the checkpoint (0 if no piece was seen).
+func (lr largeRun) afterFirstPiece() float64 {
+	if lr.pieces.first.IsZero() || !lr.end.After(lr.pieces.first) {
+		return 0
+	}
+	return float64(lr.Rows-lr.pieces.firstN) / lr.end.Sub(lr.pieces.first).Seconds()
+}
+
+// largeNotes reports P3-large beyond its rows: where the time from the
+// commit to the checkpoint goes, the per-run ratios to the 1k-row
+// transactions (smallRates, by run), the CPU per change and the stage-time
+// summary of the large transactions' syncpipe runs.
+func (sr *streamRun) largeNotes(larges []largeRun, smallRates []float64) []string {
+	opt := sr.opt
+	n := fmtCount(opt.LargeUpdates)
+	var ratios, rss []string
+	var stages Breakdown
+	var own, all time.Duration
+	for i, lr := range larges {
+		ratios = append(ratios, fmt.Sprintf("%.0f / %.0f = %.0f%%", rate(lr.Sample), smallRates[i], 100*rate(lr.Sample)/max(smallRates[i], 1)))
+		rss = append(rss, fmtBytes(lr.Child.PeakRSS))
+		stages.Add(lr.Child.Stages)
+		own += lr.Child.User + lr.Child.System
+		all += lr.OwnCPU
+	}
+	med := func(f func(largeRun) time.Duration) string {
+		return medianOf(larges, f).Round(time.Millisecond).String()
+	}
+	var afters []float64
+	for _, lr := range larges {
+		afters = append(afters, lr.afterFirstPiece())
+	}
+	notes := []string{
+		fmt.Sprintf("P3-large, one %s-row transaction (%s; medians of %d runs): the source transaction ran %s (%d UPDATE statements of %d rows). "+
+			"Commit → published checkpoint %s = commit → syncpipe's storage open %s (process start, migration check) + start-up %s "+
+			"+ START_REPLICATION → checkpoint %s, of which START_REPLICATION → first piece in storage %s "+
+			"(the walsender decodes the whole transaction — spilling it to disk past logical_decoding_work_mem — before it sends the first change: "+
+			"the decode-only consumer's first change came %s after its START_REPLICATION, its last %s), then the rest at %.0f changes/s. "+
+			"WAL: the transaction wrote %s; from its slot's restart_lsn to the commit the walsender read %s for syncpipe, %s for the decode-only consumer. "+
+			"Rate vs the same run's 1k-row transactions: %s. Peak RSS per run: %s.",
+			n, largeRowsNote(opt), len(larges), med(func(lr largeRun) time.Duration { return lr.ran }), larges[0].stmts, largeStmtRows,
+			med(largeRun.commitToCheckpoint), med(func(lr largeRun) time.Duration { return lr.started.Sub(lr.committed) }),
+			med(func(lr largeRun) time.Duration { return lr.begin.Sub(lr.started) }),
+			med(func(lr largeRun) time.Duration { return lr.Duration }),
+			med(func(lr largeRun) time.Duration {
+				if lr.pieces.first.IsZero() {
+					return lr.Duration
+				}
+				return lr.pieces.first.Sub(lr.begin)
+			}),
+			med(func(lr largeRun) time.Duration { return lr.decodeFirst }), med(func(lr largeRun) time.Duration { return lr.decode }),
+			medianFloat(afters), fmtBytes(medianInt(larges, func(lr largeRun) int64 { return lr.txnWAL })),
+			fmtBytes(medianInt(larges, func(lr largeRun) int64 { return lr.slotWAL })),
+			fmtBytes(medianInt(larges, func(lr largeRun) int64 { return lr.decodeSlotWAL })),
+			strings.Join(ratios, ", "), strings.Join(rss, ", ")),
+	}
+	c := &sr.largeCost
+	if len(c.roleCPU) > 0 {
+		notes = append(notes, fmt.Sprintf("P3-large CPU per streamed change: syncpipe process %s, cluster %s (by process: %s); storage WAL %d bytes per change.",
+			c.perChange(own).Round(100*time.Nanosecond), c.perChange(all-own).Round(100*time.Nanosecond), c.roles(), c.walPerChange()))
+	}
+	if len(stages.Stages) > 0 {
+		var sb strings.Builder
+		_ = stages.WriteTable(&sb)
+		notes = append(notes, fmt.Sprintf("P3-large stage-time summary over its %d syncpipe runs (busiest stage per worker: **%s**):\n\n```\n%s```",
+			len(larges), stages.Busiest(), sb.String()))
+	}
+	return notes
+}
+
+// medianInt is the median of f over the runs.
+func medianInt(larges []largeRun, f func(largeRun) int64) int64 {
+	xs := make([]int64, len(larges))
+	for i, lr := range larges {
+		xs[i] = f(lr)
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+// medianFloat is the median of xs (0 for none).
+func medianFloat(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// largeBars are the P3-large bars: the large transaction's rate against the
+// 1k-row transactions' of the same run, and syncpipe's peak RSS through it.
+func (sr *streamRun) largeBars(res Result, larges []largeRun) []Bar {
+	n := fmtCount(sr.opt.LargeUpdates)
+	lg, small := baseRate(res, largeRowName(streamSyncpipe, sr.opt)), baseRate(res, streamSyncpipe)
+	ratio := lg / max(small, 1)
+	var peak int64
+	for _, lr := range larges {
+		peak = max(peak, lr.Child.PeakRSS)
+	}
+	ck := medianOf(larges, largeRun.commitToCheckpoint)
+	bars := []Bar{
+		{ID: "P3-large", Measure: "one " + n + "-row transaction: throughput", Bar: "≥ 50% of the 1k-row-txn rate (same run)",
+			Value: fmt.Sprintf("%.0f changes/s = %.0f%% of %.0f; commit → checkpoint %s", lg, 100*ratio, small, ck.Round(100*time.Millisecond)),
+			Met:   ratio >= 0.50},
+		{ID: "P3-large", Measure: "one " + n + "-row transaction: syncpipe peak RSS", Bar: "< 500 MB",
+			Value: fmtBytes(peak), Met: peak < RSSBar},
+	}
+	if !bars[0].Met {
+		first := medianOf(larges, func(lr largeRun) time.Duration {
+			if lr.pieces.first.IsZero() {
+				return lr.Duration
+			}
+			return lr.pieces.first.Sub(lr.begin)
+		})
+		total := medianOf(larges, func(lr largeRun) time.Duration { return lr.Duration })
+		var afters []float64
+		for _, lr := range larges {
+			afters = append(afters, lr.afterFirstPiece())
+		}
+		bars[0].Note = fmt.Sprintf("START_REPLICATION → first piece in storage took %s of the %s (the walsender decodes the whole transaction before sending any of it; decode-only consumer: first change after %s); "+
+			"after it syncpipe stored the rest at %.0f changes/s = %.0f%% of the 1k-row-txn rate",
+			first.Round(100*time.Millisecond), total.Round(100*time.Millisecond),
+			medianOf(larges, func(lr largeRun) time.Duration { return lr.decodeFirst }).Round(100*time.Millisecond),
+			medianFloat(afters), 100*medianFloat(afters)/max(small, 1))
+	}
+	return bars
+}
