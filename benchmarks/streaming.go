@@ -74,7 +74,9 @@ const (
 // timed from just before START_REPLICATION (the child's "streaming from the
 // replication slot" log line) until, for the child, storage publishes a
 // checkpoint at the updates' end. P3-large, in the same runs: the same for
-// LargeUpdates single-row UPDATEs in one transaction (see large). Lag: with
+// LargeUpdates single-row UPDATEs in one transaction (see large), then once
+// with syncpipe running (liveLarge). Between catch-ups the slot is moved on,
+// untimed (settle). Lag: with
 // syncpipe running, transactions arrive at SteadyRate changes/s, and each
 // one's lag is the time from its commit until a published checkpoint
 // includes it (seen through a marker row the transaction also updates).
@@ -140,18 +142,31 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 		return res, larges, err
 	}
 	res.PeakRSS = st.PeakRSS
+	if _, err := sr.settle(ctx); err != nil {
+		return res, larges, err
+	}
 
 	var rows rowSet
 	stages := &Breakdown{}
 	var ownCPU, allCPU time.Duration  // syncpipe process; it plus the cluster
 	var decodeWalsender time.Duration // the walsender's CPU for the baseline
 	var smallRates []float64          // per run, for the per-run ratios of P3-large
+	var slotLags, ownWAL []int64      // per 1k-row catch-up: WAL its walsender decoded, the updates' own
+	var settles []time.Duration
 	for r := range opt.Runs {
 		dec, err := newDecodeOnly(ctx, cluster.URI("app"), "bench_decode_only")
 		if err != nil {
 			return res, larges, err
 		}
-		if err := sr.update(ctx, r); err != nil {
+		wal0, err := walPos(ctx, src)
+		if err == nil {
+			err = sr.update(ctx, r)
+		}
+		var wal1 int64
+		if err == nil {
+			wal1, err = walPos(ctx, src)
+		}
+		if err != nil {
 			dec.Close(ctx)
 			return res, larges, err
 		}
@@ -178,7 +193,10 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 		allCPU += cu.OwnCPU
 		rows.add(streamSyncpipe, streamBaseline, cu.Sample)
 		smallRates = append(smallRates, rate(cu.Sample))
-		logf(opt.Log, "run %d: syncpipe: %.0f changes/s (%d ops), peak RSS %s", r+1, rate(cu.Sample), cu.Ops, fmtBytes(cu.Child.PeakRSS))
+		slotLags, ownWAL = append(slotLags, cu.slotWAL), append(ownWAL, wal1-wal0)
+		settles = append(settles, cu.settle)
+		logf(opt.Log, "run %d: syncpipe: %.0f changes/s (%d ops; slot restart_lsn %s behind, the updates wrote %s), peak RSS %s",
+			r+1, rate(cu.Sample), cu.Ops, fmtBytes(cu.slotWAL), fmtBytes(wal1-wal0), fmtBytes(cu.Child.PeakRSS))
 
 		if opt.LargeUpdates > 0 {
 			lr, err := sr.large(ctx, r)
@@ -186,6 +204,7 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 				return res, larges, err
 			}
 			larges = append(larges, lr)
+			settles = append(settles, lr.settle)
 			res.PeakRSS = max(res.PeakRSS, lr.Child.PeakRSS)
 			rows.add(largeRowName(streamBaseline, opt), streamBaseline, Sample{Duration: lr.decode, Rows: lr.Rows})
 			rows.add(largeRowName(streamSyncpipe, opt), streamSyncpipe, lr.Sample)
@@ -204,11 +223,21 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 				sr.smallCost.walPerChange()))
 	}
 
+	res.Notes = append(res.Notes, fmt.Sprintf("WAL syncpipe's walsender decoded per 1k-row catch-up, from its slot's restart_lsn: median %s (the updates themselves wrote %s). "+
+		"After every catch-up, untimed, a syncpipe child of its own streams until the slot's restart_lsn has passed the catch-up's end (median %s; see streaming_slot.go), so that no catch-up decodes the WAL of the one before: "+
+		"restart_lsn moves only past a running-transactions record the client has confirmed, and a child stopped right after catching up leaves it behind.",
+		fmtBytes(medianInt64(slotLags)), fmtBytes(medianInt64(ownWAL)), percentile(slices.Clone(settles), 0.5).Round(100*time.Millisecond)))
 	if len(sr.smallCost.startups) > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("Start-up before streaming (storage open → START_REPLICATION: preflight, group state), not in the throughput: median %s.",
 			percentile(sr.smallCost.startups, 0.5).Round(time.Millisecond)))
 	}
 	if len(larges) > 0 {
+		live, err := sr.liveLarge(ctx)
+		if err != nil {
+			return res, larges, err
+		}
+		sr.live = &live
+		res.PeakRSS = max(res.PeakRSS, live.Child.PeakRSS)
 		res.Notes = append(res.Notes, sr.largeNotes(larges, smallRates)...)
 	}
 	lags, achieved, lst, err := sr.steady(ctx)
@@ -225,8 +254,8 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 		st := stages.Stage(busiest)
 		ws := perChange(sr.smallCost.roleCPU["walsender"])
 		res.Bars[0].Note = fmt.Sprintf("busiest stage %s (%.0f rows per busy second); CPU per change: syncpipe %s + cluster %s = %s, which caps 2 cores at ≈ %.0fk changes/s. "+
-			"Of the cluster's share the storage backends take %s and the walsender %s, against %s for the decode-only consumer: it also reads storage's WAL "+
-			"(%d bytes per change), as source and storage share the cluster. At the %s per change it spent here, the walsender alone (one process, one core) "+
+			"Of the cluster's share the storage backends take %s and the walsender %s, against %s for the decode-only consumer's "+
+			"(syncpipe's also reads storage's WAL, %d bytes per change, as source and storage share the cluster). At the %s per change it spent here, the walsender alone (one process, one core) "+
 			"tops out at %.0fk changes/s = %.0f%% of the baseline",
 			busiest, float64(st.Rows)/max(st.Busy, time.Nanosecond).Seconds()*float64(max(st.Workers, 1)),
 			perChange(ownCPU).Round(100*time.Nanosecond), perChange(allCPU-ownCPU).Round(100*time.Nanosecond),
@@ -239,6 +268,25 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, larges
 		res.Bars = append(res.Bars, sr.largeBars(res, larges)...)
 	}
 	return res, larges, nil
+}
+
+// walPos is the source's current WAL insert position, in bytes.
+func walPos(ctx context.Context, src *pgx.Conn) (int64, error) {
+	var n int64
+	if err := src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&n); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	return n, nil
+}
+
+// medianInt64 is the median of xs (0 for none).
+func medianInt64(xs []int64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // baseRate is the median changes/s of the named row (0 if absent).
@@ -276,6 +324,8 @@ type streamRun struct {
 	// smallCost and largeCost add up what the catch-ups of the 1k-row and
 	// of the large transactions cost.
 	smallCost, largeCost catchUpCost
+	// live is the P3-large run with syncpipe running (nil before it).
+	live *largeRun
 }
 
 // catchUpCost adds up what catch-ups cost, for per-change figures.
@@ -370,12 +420,12 @@ func (sr *streamRun) catchUp(ctx context.Context, cost *catchUpCost, changes int
 	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() - '0/0'").Scan(&wal0); err != nil {
 		return cu, fmt.Errorf("read WAL position: %w", err)
 	}
+	var err error
 	if cu.slotWAL, err = sr.groupSlotBehind(ctx); err != nil {
 		return cu, err
 	}
 	stopWatch := func() (pieceWatch, error) { return pieceWatch{}, nil }
 	if watch {
-		var err error
 		if stopWatch, err = sr.watchPieces(ctx); err != nil {
 			return cu, err
 		}
@@ -394,7 +444,7 @@ func (sr *streamRun) catchUp(ctx context.Context, cost *catchUpCost, changes int
 		cost.startups = append(cost.startups, cu.begin.Sub(cu.started))
 		cu.end, err = sr.waitCaughtUp(ctx, child)
 	}
-	cpu1, pg1 := readCPU(), clusterCPU(data)
+	cpu1 := readCPU()
 	pw, werr := stopWatch()
 	cu.pieces = pw
 	if err == nil {
@@ -414,8 +464,6 @@ func (sr *streamRun) catchUp(ctx context.Context, cost *catchUpCost, changes int
 			cost.storageWAL += wal1 - wal0
 		}
 		cost.changes += changes
-		// Untimed and uncounted: the next catch-up decodes its own WAL only.
-		cu.settle, err = sr.settle(ctx, child)
 	}
 	st, stopErr := child.Stop()
 	cu.Child = st
@@ -426,12 +474,14 @@ func (sr *streamRun) catchUp(ctx context.Context, cost *catchUpCost, changes int
 		return cu, stopErr
 	}
 	cu.Sample = Sample{Duration: cu.end.Sub(cu.begin), Rows: changes, PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
-		OwnCPU: pg1 - pg0 + st.User + st.System}
+		OwnCPU: clusterCPU(data) - pg0 + st.User + st.System}
 	if err := sr.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
 		FROM syncpipe.bucket_data`, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
 		return cu, fmt.Errorf("count ops: %w", err)
 	}
-	return cu, nil
+	// Untimed, uncounted: the next catch-up decodes its own WAL only.
+	cu.settle, err = sr.settle(ctx)
+	return cu, err
 }
 
 // waitCaughtUp waits until storage publishes a checkpoint at or past the
