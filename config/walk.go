@@ -98,6 +98,11 @@ func (w *walker) walk(path string, t reflect.Type, n, at *yaml.Node) bool {
 			w.fail(at, KindType, path, "expected a mapping, got %s", describe(n))
 			return false
 		}
+		// Free-form keys are checked elsewhere (a sink's settings by its
+		// spec); their positions let those checks name the line.
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			w.idx[path+"."+n.Content[i].Value] = w.loc(n.Content[i])
+		}
 		return true
 	default:
 		return w.walkScalar(path, sh, n, at)

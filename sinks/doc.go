@@ -17,10 +17,16 @@
 //
 // # Making a sink usable from YAML
 //
-// Register a Factory under a name, usually in an init function so that a
+// Register a Factory under a name with the Spec of its settings (name,
+// type, default, required, doc), usually in an init function so that a
 // blank import enables the sink:
 //
-//	func init() { sinks.MustRegister("mysink", newMySink) }
+//	var spec = sinks.Spec{Summary: "posts each batch to an HTTP endpoint", Fields: []sinks.Field{
+//		{Name: "endpoint", Type: sinks.FieldString, Required: true, Doc: "URL to POST to."},
+//		{Name: "timeout", Type: sinks.FieldDuration, Default: 10 * time.Second, Doc: "Bound of one POST."},
+//	}}
+//
+//	func init() { sinks.MustRegister("mysink", spec, newMySink) }
 //
 // A config can then name it:
 //
@@ -29,7 +35,10 @@
 //	    sink: {type: mysink, settings: {endpoint: "https://…"}}
 //
 // The program checks the config against the registered names with
-// config.CheckSinks(sinks.Names()) and builds each pipeline's sink with Open.
+// config.CheckSinks(sinks.Names()) and every pipeline's settings against
+// its sink's spec with CheckSettings (both offline, with file positions),
+// and builds each pipeline's sink with Open, whose factory gets the checked
+// Settings.
 // NewPipeline wires a source of evaluated changes to a sink in one call;
 // FlushAndCommit ends a pipeline that has its own processing stages.
 package sinks

@@ -21,23 +21,16 @@ type countSink struct {
 	last    atomic.Pointer[sinks.Position]
 }
 
-// newCountSink is the sink's Factory: it validates the YAML settings and
-// names the offending key in errors.
-func newCountSink(_ context.Context, settings map[string]any, _ sinks.Env) (sinks.Sink, error) {
-	s := &countSink{label: "changes"}
-	for key, v := range settings {
-		switch key {
-		case "label":
-			label, ok := v.(string)
-			if !ok {
-				return nil, fmt.Errorf("settings.label: want a string, got %T", v)
-			}
-			s.label = label
-		default:
-			return nil, fmt.Errorf("settings.%s: unknown setting", key)
-		}
-	}
-	return s, nil
+// countSpec declares the sink's settings: validate checks them offline
+// with their file positions, Open hands the factory checked values.
+var countSpec = sinks.Spec{
+	Summary: "counts the changes it receives",
+	Fields:  []sinks.Field{{Name: "label", Type: sinks.FieldString, Default: "changes", Doc: "Prefix of the lines it prints."}},
+}
+
+// newCountSink is the sink's Factory.
+func newCountSink(_ context.Context, settings *sinks.Settings, _ sinks.Env) (sinks.Sink, error) {
+	return &countSink{label: settings.String("label")}, nil
 }
 
 func (s *countSink) Writer(context.Context, int) (sinks.Writer, error) {
@@ -74,7 +67,7 @@ func (s *countSink) Close(context.Context) error {
 // Register the sink type before the config is checked and opened; a
 // library sink does this in its own init, so a blank import enables it.
 func init() {
-	if err := sinks.Register("counting", newCountSink); err != nil {
+	if err := sinks.Register("counting", countSpec, newCountSink); err != nil {
 		panic(err)
 	}
 }

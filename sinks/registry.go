@@ -31,31 +31,41 @@ type Env struct {
 	Config *config.Config
 }
 
-// Factory builds a sink from its YAML settings (pipelines[].sink.settings,
-// possibly nil). It must validate them, reject keys it does not know, and
-// return errors that name the offending key (for example
-// `settings.dir: required`), because the user fixes the YAML from that
-// message. Open adds the pipeline and sink type to the error. A factory is
-// called from whatever goroutine calls Open, and ctx bounds the
-// construction only (connecting, creating directories), not the sink's life.
-type Factory func(ctx context.Context, settings map[string]any, env Env) (Sink, error)
+// Factory builds a sink from its settings (pipelines[].sink.settings),
+// already checked against the Spec it was registered with: every key known,
+// values of their declared types, defaults filled in. A factory checks only
+// what a spec cannot say (a directory that must be writable, a group that
+// must exist) and names the key in its errors (for example
+// `settings.dir: permission denied`), because the user fixes the YAML from
+// that message. Open adds the pipeline and sink type to the error. A
+// factory is called from whatever goroutine calls Open, and ctx bounds the
+// construction only (connecting, creating directories), not the sink's
+// life.
+type Factory func(ctx context.Context, settings *Settings, env Env) (Sink, error)
 
 // sinkTypeRE is the config package's rule for pipelines[].sink.type, so
 // that every registered name can also be written in YAML.
 var sinkTypeRE = regexp.MustCompile(`^[a-z][a-z0-9_.-]*$`)
 
+// plugin is one registered sink type.
+type plugin struct {
+	spec    Spec
+	factory Factory
+}
+
 var (
 	registryMu sync.RWMutex
-	registry   = map[string]Factory{}
+	registry   = map[string]plugin{}
 )
 
-// Register makes a sink type available to YAML pipelines under name. It
-// fails when name is already registered, is not a valid sink type name
-// (a lowercase letter, then lowercase letters, digits, '_', '.' or '-'), or
-// f is nil. It is safe for concurrent use, but sinks are normally registered
+// Register makes a sink type available to YAML pipelines under name, with
+// the settings spec validate, Open and the README reference use. It fails
+// when name is already registered, is not a valid sink type name (a
+// lowercase letter, then lowercase letters, digits, '_', '.' or '-'), or f
+// is nil. It is safe for concurrent use, but sinks are normally registered
 // before the config is loaded and checked, typically in main or an init
 // function.
-func Register(name string, f Factory) error {
+func Register(name string, spec Spec, f Factory) error {
 	if !sinkTypeRE.MatchString(name) {
 		return fmt.Errorf("register sink %q: invalid name: want a lowercase letter followed by lowercase letters, digits, _ . or -", name)
 	}
@@ -67,16 +77,24 @@ func Register(name string, f Factory) error {
 	if _, dup := registry[name]; dup {
 		return fmt.Errorf("register sink %q: already registered", name)
 	}
-	registry[name] = f
+	registry[name] = plugin{spec: spec, factory: f}
 	return nil
 }
 
 // MustRegister is Register for the init function of a built-in sink, where
 // a failure is a programming error: it panics instead of returning it.
-func MustRegister(name string, f Factory) {
-	if err := Register(name, f); err != nil {
+func MustRegister(name string, spec Spec, f Factory) {
+	if err := Register(name, spec, f); err != nil {
 		panic(err)
 	}
+}
+
+// SpecOf returns the settings spec a sink type was registered with.
+func SpecOf(name string) (Spec, bool) {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	p, ok := registry[name]
+	return p.spec, ok
 }
 
 // Names returns the registered sink types, sorted; pass it to
@@ -103,9 +121,9 @@ func Open(ctx context.Context, p config.Pipeline, env Env) (Sink, error) {
 		typ = config.SinkBucketstore
 	}
 	registryMu.RLock()
-	f := registry[typ]
+	pl, ok := registry[typ]
 	registryMu.RUnlock()
-	if f == nil {
+	if !ok {
 		return nil, fmt.Errorf("pipeline %q: sink %q: %w; registered: %s", p.Name, typ, ErrUnknownSink, strings.Join(Names(), ", "))
 	}
 	if env.Pipeline == "" {
@@ -114,7 +132,11 @@ func Open(ctx context.Context, p config.Pipeline, env Env) (Sink, error) {
 	if env.Logger == nil {
 		env.Logger = slog.Default()
 	}
-	s, err := f(ctx, p.Sink.Settings, env)
+	settings, err := pl.spec.Parse(p.Sink.Settings)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %q: sink %s: %w", p.Name, typ, err)
+	}
+	s, err := pl.factory(ctx, settings, env)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %q: sink %s: %w", p.Name, typ, err)
 	}

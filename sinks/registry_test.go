@@ -25,13 +25,13 @@ var runs atomic.Int64
 
 func uniq(name string) string { return fmt.Sprintf("%s-%d", name, runs.Add(1)) }
 
-func nopFactory(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) {
+func nopFactory(context.Context, *sinks.Settings, sinks.Env) (sinks.Sink, error) {
 	return &fakeSink{}, nil
 }
 
 func TestRegisterRejectsBadNames(t *testing.T) {
 	for _, name := range []string{"", "Jsonl", "1sink", "_sink", "my sink", "a/b", "bücher"} {
-		if err := sinks.Register(name, nopFactory); err == nil {
+		if err := sinks.Register(name, sinks.Spec{}, nopFactory); err == nil {
 			t.Errorf("Register(%q) succeeded; want invalid name error", name)
 		}
 	}
@@ -39,7 +39,7 @@ func TestRegisterRejectsBadNames(t *testing.T) {
 		t.Error("a rejected name was registered")
 	}
 	for _, name := range []string{uniq("reg-ok"), uniq("reg_ok.v2")} {
-		if err := sinks.Register(name, nopFactory); err != nil {
+		if err := sinks.Register(name, sinks.Spec{}, nopFactory); err != nil {
 			t.Errorf("Register(%q): %v", name, err)
 		}
 	}
@@ -47,17 +47,17 @@ func TestRegisterRejectsBadNames(t *testing.T) {
 
 func TestRegisterRejectsNilAndDuplicate(t *testing.T) {
 	name := uniq("reg-nil")
-	if err := sinks.Register(name, nil); err == nil || !strings.Contains(err.Error(), "nil factory") {
+	if err := sinks.Register(name, sinks.Spec{}, nil); err == nil || !strings.Contains(err.Error(), "nil factory") {
 		t.Errorf("nil factory: err = %v", err)
 	}
 	if slices.Contains(sinks.Names(), name) {
 		t.Error("nil factory was registered")
 	}
 	name = uniq("reg-dup")
-	if err := sinks.Register(name, nopFactory); err != nil {
+	if err := sinks.Register(name, sinks.Spec{}, nopFactory); err != nil {
 		t.Fatal(err)
 	}
-	err := sinks.Register(name, nopFactory)
+	err := sinks.Register(name, sinks.Spec{}, nopFactory)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q: already registered", name)) {
 		t.Errorf("duplicate: err = %v", err)
 	}
@@ -65,19 +65,19 @@ func TestRegisterRejectsNilAndDuplicate(t *testing.T) {
 
 func TestMustRegisterPanicsOnDuplicate(t *testing.T) {
 	name := uniq("reg-must")
-	sinks.MustRegister(name, nopFactory)
+	sinks.MustRegister(name, sinks.Spec{}, nopFactory)
 	defer func() {
 		if r := recover(); r == nil {
 			t.Error("second MustRegister did not panic")
 		}
 	}()
-	sinks.MustRegister(name, nopFactory)
+	sinks.MustRegister(name, sinks.Spec{}, nopFactory)
 }
 
 func TestNamesSorted(t *testing.T) {
 	za, aa := uniq("names-z"), uniq("names-a")
-	sinks.MustRegister(za, nopFactory)
-	sinks.MustRegister(aa, nopFactory)
+	sinks.MustRegister(za, sinks.Spec{}, nopFactory)
+	sinks.MustRegister(aa, sinks.Spec{}, nopFactory)
 	names := sinks.Names()
 	if !slices.IsSorted(names) {
 		t.Errorf("Names not sorted: %v", names)
@@ -88,11 +88,12 @@ func TestNamesSorted(t *testing.T) {
 }
 
 func TestOpenPassesSettingsAndEnv(t *testing.T) {
-	var gotSettings map[string]any
+	var gotSettings *sinks.Settings
 	var gotEnv sinks.Env
 	want := &fakeSink{}
 	typ := uniq("open-rec")
-	sinks.MustRegister(typ, func(_ context.Context, s map[string]any, env sinks.Env) (sinks.Sink, error) {
+	spec := sinks.Spec{Fields: []sinks.Field{{Name: "dir", Type: sinks.FieldString, Required: true}}}
+	sinks.MustRegister(typ, spec, func(_ context.Context, s *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
 		gotSettings, gotEnv = s, env
 		return want, nil
 	})
@@ -101,7 +102,7 @@ func TestOpenPassesSettingsAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s != want || gotSettings["dir"] != "out" || gotEnv.Pipeline != "audit" || gotEnv.Logger == nil {
+	if s != want || gotSettings.String("dir") != "out" || gotEnv.Pipeline != "audit" || gotEnv.Logger == nil {
 		t.Errorf("sink %p (want %p), settings %v, env %+v", s, want, gotSettings, gotEnv)
 	}
 
@@ -116,7 +117,7 @@ func TestOpenPassesSettingsAndEnv(t *testing.T) {
 
 func TestOpenUnknownType(t *testing.T) {
 	known := uniq("unknown-known")
-	sinks.MustRegister(known, nopFactory)
+	sinks.MustRegister(known, sinks.Spec{}, nopFactory)
 	p := config.Pipeline{Name: "p1", Sink: config.Sink{Type: "nosuch"}}
 	_, err := sinks.Open(context.Background(), p, sinks.Env{})
 	if !errors.Is(err, sinks.ErrUnknownSink) {
@@ -138,8 +139,8 @@ func TestOpenUnknownType(t *testing.T) {
 func TestOpenFactoryFailure(t *testing.T) {
 	bad := errors.New("settings.dir: required")
 	badType, nilType := uniq("open-bad"), uniq("open-nil")
-	sinks.MustRegister(badType, func(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) { return nil, bad })
-	sinks.MustRegister(nilType, func(context.Context, map[string]any, sinks.Env) (sinks.Sink, error) { return nil, nil })
+	sinks.MustRegister(badType, sinks.Spec{}, func(context.Context, *sinks.Settings, sinks.Env) (sinks.Sink, error) { return nil, bad })
+	sinks.MustRegister(nilType, sinks.Spec{}, func(context.Context, *sinks.Settings, sinks.Env) (sinks.Sink, error) { return nil, nil })
 
 	_, err := sinks.Open(context.Background(), config.Pipeline{Name: "p2", Sink: config.Sink{Type: badType}}, sinks.Env{})
 	if want := `pipeline "p2": sink ` + badType + `: settings.dir: required`; !errors.Is(err, bad) || err.Error() != want {
@@ -153,7 +154,7 @@ func TestOpenFactoryFailure(t *testing.T) {
 
 func TestCheckSinksRejectsUnregistered(t *testing.T) {
 	known := uniq("check-known")
-	sinks.MustRegister(known, nopFactory)
+	sinks.MustRegister(known, sinks.Spec{}, nopFactory)
 	base := `
 source: {uri: "postgres://app@127.0.0.1/app"}
 storage: {uri: "postgres://app@127.0.0.1/syncpipe"}

@@ -27,8 +27,13 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	}
 	cfg, err := config.Load(path)
 	if err == nil {
-		// Sinks register themselves by name; YAML may only name those.
-		err = cfg.CheckSinks(sinks.Names())
+		// Sinks register themselves by name, with the spec of their
+		// settings; YAML may only name those, with those settings.
+		errs := append(config.AsErrors(cfg.CheckSinks(sinks.Names())), config.AsErrors(sinks.CheckSettings(cfg))...)
+		if len(errs) > 0 {
+			errs.Sort()
+			err = errs
+		}
 	}
 	if err != nil {
 		errs := config.AsErrors(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -67,10 +68,19 @@ func TestValidateRequiresConfig(t *testing.T) {
 	}
 }
 
-// TestReadmeConfigReference keeps the README's reference table generated
-// from the config structs.
+// TestReadmeConfigReference keeps the README's reference tables generated:
+// the config keys from the config structs, the sink settings from the
+// registered sinks' specs.
 func TestReadmeConfigReference(t *testing.T) {
-	const begin, end = "<!-- BEGIN CONFIG REFERENCE", "<!-- END CONFIG REFERENCE -->"
+	readmeBlock(t, "CONFIG REFERENCE", config.Reference())
+	readmeBlock(t, "SINK REFERENCE", sinks.Reference())
+}
+
+// readmeBlock checks (with -update: rewrites) the README text between the
+// markers named name.
+func readmeBlock(t *testing.T, name, want string) {
+	t.Helper()
+	begin, end := "<!-- BEGIN "+name, "<!-- END "+name+" -->"
 	path := "../../README.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -79,15 +89,15 @@ func TestReadmeConfigReference(t *testing.T) {
 	s := string(b)
 	i, j := strings.Index(s, begin), strings.Index(s, end)
 	if i < 0 || j < i {
-		t.Fatalf("README lacks the config reference markers")
+		t.Fatalf("README lacks the %s markers", name)
 	}
 	i += strings.Index(s[i:], "\n") + 1
-	want := "\n" + config.Reference() + "\n"
+	want = "\n" + want + "\n"
 	if s[i:j] == want {
 		return
 	}
 	if !*update {
-		t.Fatalf("README config reference is stale; run: go test ./cmd/syncpipe -run TestReadmeConfigReference -update")
+		t.Fatalf("README %s is stale; run: go test ./cmd/syncpipe -run TestReadmeConfigReference -update", strings.ToLower(name))
 	}
 	if err := os.WriteFile(path, []byte(s[:i]+want+s[j:]), 0o644); err != nil {
 		t.Fatal(err)

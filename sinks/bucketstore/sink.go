@@ -17,7 +17,15 @@ import (
 // default sink of a YAML pipeline.
 const TypeName = "bucketstore"
 
-func init() { sinks.MustRegister(TypeName, openSink) }
+func init() { sinks.MustRegister(TypeName, Spec, openSink) }
+
+// Spec declares the bucketstore sink's settings.
+var Spec = sinks.Spec{
+	Summary: "PowerSync-style bucket storage in the database of the storage section, served by the sync API (the default sink).",
+	Fields: []sinks.Field{
+		{Name: "group", Type: sinks.FieldInt, Doc: "Replication group to write to; absent = the newest group that is not terminated."},
+	},
+}
 
 // Sink adapts a Store to sinks.Sink for one replication group.
 //
@@ -44,19 +52,10 @@ func (s *Store) Sink(group int) *Sink {
 // openSink is the registry factory: it opens the storage of env.Config
 // and writes to the group named by the "group" setting, or the newest
 // group that is not terminated.
-func openSink(ctx context.Context, settings map[string]any, env sinks.Env) (sinks.Sink, error) {
-	group := 0
-	for k, v := range settings {
-		switch k {
-		case "group":
-			n, ok := v.(int)
-			if !ok || n < 1 {
-				return nil, fmt.Errorf("settings.group: want a group id (a positive integer), got %v", v)
-			}
-			group = n
-		default:
-			return nil, fmt.Errorf("settings.%s: unknown setting (known: group)", k)
-		}
+func openSink(ctx context.Context, settings *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
+	group := settings.Int("group")
+	if settings.Has("group") && group < 1 {
+		return nil, fmt.Errorf("settings.group: want a group id (a positive integer), got %d", group)
 	}
 	if env.Config == nil {
 		return nil, errors.New("bucketstore needs the storage section of a syncpipe config")

@@ -270,10 +270,10 @@ func TestBadSettings(t *testing.T) {
 		want     []string
 	}{
 		{nil, []string{"settings.dir: required"}},
-		{map[string]any{"dir": 5}, []string{"settings.dir: want a directory path, got int 5"}},
+		{map[string]any{"dir": 5}, []string{"settings.dir: want a string, got the number 5"}},
 		{map[string]any{"dir": ""}, []string{"settings.dir: must not be empty"}},
-		{map[string]any{"dir": dir, "dri": "x", "mode": 1}, []string{`settings.dri: unknown setting (known: dir, fsync)`, "settings.mode: unknown"}},
-		{map[string]any{"dir": dir, "fsync": "maybe"}, []string{"settings.fsync: want true or false, got string maybe"}},
+		{map[string]any{"dir": dir, "dri": "x", "mode": 1}, []string{`settings.dri: unknown setting (did you mean "dir"? known: dir, fsync)`, "settings.mode: unknown"}},
+		{map[string]any{"dir": dir, "fsync": "maybe"}, []string{`settings.fsync: want a boolean, got the string "maybe"`}},
 		{map[string]any{"dri": dir}, []string{"settings.dri: unknown", "settings.dir: required"}},
 		{map[string]any{"dir": file}, []string{"create directory"}},
 	} {

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/syncpipe/syncpipe/sinks"
@@ -19,7 +17,16 @@ import (
 // TypeName is the sink type under which the package registers itself.
 const TypeName = "jsonl"
 
-func init() { sinks.MustRegister(TypeName, open) }
+func init() { sinks.MustRegister(TypeName, Spec, open) }
+
+// Spec declares the jsonl sink's settings.
+var Spec = sinks.Spec{
+	Summary: "one JSON-lines file per table, with the evaluated buckets, ops and lookups of every change (see sinks/jsonl).",
+	Fields: []sinks.Field{
+		{Name: "dir", Type: sinks.FieldString, Required: true, Doc: "Directory of the files and of _progress.json; created if missing. One pipeline per directory."},
+		{Name: "fsync", Type: sinks.FieldBool, Default: true, Doc: "fsync every write and commit; false trades crash safety for speed."},
+	},
+}
 
 // Options configures a Sink built from Go rather than from YAML settings.
 type Options struct {
@@ -64,56 +71,13 @@ var (
 	dirsInUse = map[string]string{}
 )
 
-// known lists the settings the factory accepts, for error messages.
-var known = []string{"dir", "fsync"}
-
 // open is the sinks.Factory registered as "jsonl".
-func open(_ context.Context, settings map[string]any, env sinks.Env) (sinks.Sink, error) {
-	opts := Options{Logger: env.Logger}
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(settings)) {
-		v := settings[k]
-		switch k {
-		case "dir":
-			s, ok := v.(string)
-			switch {
-			case !ok:
-				errs = append(errs, fmt.Errorf("settings.dir: want a directory path, got %T %v", v, v))
-			case s == "":
-				errs = append(errs, errors.New("settings.dir: must not be empty"))
-			}
-			opts.Dir = s
-		case "fsync":
-			b, err := parseBool(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("settings.fsync: %w", err))
-			}
-			opts.NoFsync = !b
-		default:
-			errs = append(errs, fmt.Errorf("settings.%s: unknown setting (known: %s)", k, strings.Join(known, ", ")))
-		}
+func open(_ context.Context, settings *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
+	dir := settings.String("dir")
+	if dir == "" {
+		return nil, errors.New("settings.dir: must not be empty")
 	}
-	if _, ok := settings["dir"]; !ok {
-		errs = append(errs, errors.New("settings.dir: required"))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return newSink(opts, env.Pipeline)
-}
-
-// parseBool accepts a YAML boolean, or its text as environment overrides
-// may deliver it.
-func parseBool(v any) (bool, error) {
-	switch b := v.(type) {
-	case bool:
-		return b, nil
-	case string:
-		if p, err := strconv.ParseBool(b); err == nil {
-			return p, nil
-		}
-	}
-	return false, fmt.Errorf("want true or false, got %T %v", v, v)
+	return newSink(Options{Dir: dir, NoFsync: !settings.Bool("fsync"), Logger: env.Logger}, env.Pipeline)
 }
 
 // New opens a sink writing to opts.Dir, creating the directory if needed
