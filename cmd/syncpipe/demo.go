@@ -117,8 +117,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	elapsed := time.Since(start)
-	var ops, buckets int64
-	err = store.Pool().QueryRow(ctx, "SELECT count(*), count(DISTINCT bucket_name) FROM bucket_data").Scan(&ops, &buckets)
+	ops, buckets, err := store.Size(ctx)
 	if err != nil {
 		return err
 	}

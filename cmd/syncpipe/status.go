@@ -56,8 +56,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	// Error ages are measured on storage's clock, which stamped them.
-	now := time.Now()
-	_ = store.Pool().QueryRow(ctx, "SELECT now()").Scan(&now)
+	now, err := store.Now(ctx)
+	if err != nil {
+		now = time.Now()
+	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tSTATE\tSLOT\tSNAPSHOT\tCHECKPOINT\tLSN\tLAG\tSLOT HEALTH\tLAST ERROR")
 	for _, g := range groups {
@@ -67,7 +69,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		lag, health := "?", "?"
 		if src != nil {
-			lag, health = sourceLag(ctx, src, store, g)
+			lag, health = sourceLag(ctx, src, g)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.ID, g.State, g.SlotName, snap, g.LastCheckpoint,
 			g.LastCheckpointLSN, lag, health, errorCell(g, now))
@@ -77,47 +79,35 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	writeErrors(stdout, groups, now)
 	tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tTABLE\tRANGES DONE\tROWS\tESTIMATED\tPROGRESS")
-	rows, err := store.Pool().Query(ctx, `
-		SELECT t.group_id, t.schema_name || '.' || t.table_name, t.snapshot_done,
-		       count(r.range_no), count(r.range_no) FILTER (WHERE r.done), coalesce(sum(r.rows_done), 0), t.estimated_rows
-		FROM source_tables t LEFT JOIN snapshot_ranges r ON r.source_table_id = t.id
-		GROUP BY t.id ORDER BY 1, 2`)
+	tables, err := store.SnapshotProgress(ctx)
 	if err != nil {
-		return fmt.Errorf("read snapshot progress: %w", err)
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var group, ranges, done int
-		var table string
-		var tableDone bool
-		var rowsDone, estimated int64
-		if err := rows.Scan(&group, &table, &tableDone, &ranges, &done, &rowsDone, &estimated); err != nil {
-			return err
-		}
+	for _, p := range tables {
 		pct := "—"
 		switch {
-		case tableDone:
+		case p.Resnapshot:
+			pct = fmt.Sprintf("re-reading after a schema change (%d rows)", p.ResnapshotRows)
+		case p.Done:
 			pct = "done"
-		case estimated > 0:
-			pct = fmt.Sprintf("%.1f%%", min(100, 100*float64(rowsDone)/float64(estimated)))
+		case p.Estimated > 0:
+			pct = fmt.Sprintf("%.1f%%", min(100, 100*float64(p.RowsDone)/float64(p.Estimated)))
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%d\t%s\n", group, table, done, ranges, rowsDone, estimated, pct)
-	}
-	if err := rows.Err(); err != nil {
-		return err
+		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%d\t%s\n", p.Group, p.Table, p.RangesDone, p.Ranges, p.RowsDone, p.Estimated, pct)
 	}
 	return tw.Flush()
 }
 
 // sourceLag returns how far the source's WAL is ahead of what storage
 // holds, and the slot's health.
-func sourceLag(ctx context.Context, src *pgx.Conn, store *bucketstore.Store, g bucketstore.Group) (lag, health string) {
+func sourceLag(ctx context.Context, src *pgx.Conn, g bucketstore.Group) (lag, health string) {
 	lag, health = "?", "?"
-	var streamLSN *string
-	if err := store.Pool().QueryRow(ctx, "SELECT stream_lsn::text FROM groups WHERE id = $1", g.ID).Scan(&streamLSN); err == nil && streamLSN != nil {
-		var bytes int64
-		if err := src.QueryRow(ctx, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint", *streamLSN).Scan(&bytes); err == nil {
-			lag = fmt.Sprintf("%d bytes", max(bytes, 0))
+	if g.Stream.LSN != 0 {
+		if bytes, err := postgres.WALBehind(ctx, src, uint64(g.Stream.LSN)); err == nil {
+			lag = fmt.Sprintf("%d bytes", bytes)
+		}
+		if g.Stream.TxnLSN != 0 {
+			lag += fmt.Sprintf(" (applying a large transaction: %d changes stored)", g.Stream.TxnChanges)
 		}
 	}
 	st, err := postgres.SlotHealth(ctx, src, g.SlotName)

@@ -36,6 +36,10 @@ type Group struct {
 	LastError          string
 	LastErrorAt        time.Time // when LastError was reported; zero when there is none
 	CreatedAt          time.Time
+	// Stream is the stream position storage holds (StreamResume): zero
+	// before the group streamed; TxnLSN set while a large source
+	// transaction is written in pieces.
+	Stream StreamProgress
 }
 
 // ErrNoGroup is returned when a group does not exist.
@@ -67,14 +71,15 @@ func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Grou
 }
 
 const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
-	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at`
+	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at,
+	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes`
 
 func scanGroup(row pgx.Row) (Group, error) {
 	var g Group
 	var lcl, ncb string
 	var errAt *time.Time
 	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
-		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt)
+		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges)
 	if err != nil {
 		return g, err
 	}

@@ -1,6 +1,8 @@
 package bucketstore
 
 import (
+	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -42,4 +44,12 @@ func (s *Store) Stats() Stats {
 		Writes: c.writes.Load(), WriteTime: time.Duration(c.writeNanos.Load()), Retries: c.retries.Load(),
 		ParameterQueries: c.paramQueries.Load(),
 	}
+}
+
+// Size counts the ops and distinct buckets storage holds (all groups).
+func (s *Store) Size(ctx context.Context) (ops, buckets int64, err error) {
+	if err := s.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT bucket_name) FROM bucket_data").Scan(&ops, &buckets); err != nil {
+		return 0, 0, fmt.Errorf("count ops: %w", err)
+	}
+	return ops, buckets, nil
 }

@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -109,4 +110,47 @@ func (s *Store) MarkTableSnapshotDone(ctx context.Context, tableID string, lsn p
 		return fmt.Errorf("mark table %s snapshot done: %w", tableID, err)
 	}
 	return nil
+}
+
+// TableProgress is one table's snapshot progress as storage records it.
+type TableProgress struct {
+	Group               int
+	Table               string // schema.name
+	Done                bool
+	Ranges, RangesDone  int
+	RowsDone, Estimated int64
+	Resnapshot          bool  // being re-read after a shape change
+	ResnapshotRows      int64 // rows re-read so far
+}
+
+// SnapshotProgress returns the progress of every table of every group,
+// ordered by group and table.
+func (s *Store) SnapshotProgress(ctx context.Context) ([]TableProgress, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT t.group_id, t.schema_name || '.' || t.table_name, t.snapshot_done,
+		       count(r.range_no), count(r.range_no) FILTER (WHERE r.done), coalesce(sum(r.rows_done), 0), t.estimated_rows,
+		       t.resnapshot, t.resnapshot_rows
+		FROM source_tables t LEFT JOIN snapshot_ranges r ON r.source_table_id = t.id
+		GROUP BY t.id ORDER BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot progress: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TableProgress, error) {
+		var p TableProgress
+		err := r.Scan(&p.Group, &p.Table, &p.Done, &p.Ranges, &p.RangesDone, &p.RowsDone, &p.Estimated, &p.Resnapshot, &p.ResnapshotRows)
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot progress: %w", err)
+	}
+	return out, nil
+}
+
+// Now is storage's clock, which stamps errors and checkpoints.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read storage clock: %w", err)
+	}
+	return now, nil
 }

@@ -69,3 +69,15 @@ FROM pg_replication_slots WHERE slot_name = $1`
 	s.ConfirmedFlushLSN, s.RestartLSN = uint64(confirmed), uint64(restart)
 	return s, nil
 }
+
+// WALBehind returns how many bytes of WAL the server has written past lsn
+// (0 if none): how far a consumer at lsn is behind.
+func WALBehind(ctx context.Context, conn *pgx.Conn, lsn uint64) (int64, error) {
+	var n int64
+	err := conn.QueryRow(ctx, `SELECT greatest(0, ((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)
+		- $1::text::pg_lsn)::int8)`, fmt.Sprintf("%X/%X", lsn>>32, uint32(lsn))).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("read the source WAL position: %w", err)
+	}
+	return n, nil
+}
