@@ -210,7 +210,7 @@ func (d *p5Driver) runMode(ctx context.Context, m p5Mode) (fig p5Figures, err er
 			fig.peakRSS = st.PeakRSS
 		}()
 	} else {
-		srv, err = syncapi.New(sctx, syncapi.Config{Store: d.data.store, DisableChangeRecords: m.off,
+		srv, err = syncapi.New(sctx, syncapi.Config{Store: d.data.store, Baseline: syncapi.Baseline{IgnoreChangeRecords: m.off},
 			Auth:          config.Auth{Audience: []string{p5Audience}, HS256Secrets: []string{p5Secret}, MaxLifetime: 24 * time.Hour},
 			MeterProvider: noopmetric.NewMeterProvider(), MaxConcurrentConnections: opt.Clients + 10})
 		if err != nil {

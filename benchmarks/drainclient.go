@@ -71,7 +71,7 @@ func startDrainServer(ctx context.Context, h *Harness, d *drainData, shape bucke
 	}
 	srv, err := syncapi.New(ctx, syncapi.Config{Store: d.store,
 		Auth:                    config.Auth{Audience: []string{drainAudience}, HS256Secrets: []string{drainSecret}, MaxLifetime: 24 * time.Hour},
-		MaxBucketsPerConnection: drainMaxBuckets, ChecksumCacheSize: 1, ReadShape: shape})
+		MaxBucketsPerConnection: drainMaxBuckets, ChecksumCacheSize: 1, Baseline: syncapi.Baseline{ReadShape: shape}})
 	if err != nil {
 		return nil, err
 	}

@@ -47,7 +47,7 @@ func diffBuckets(t *testing.T, l line) []string {
 func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
 	t.Parallel()
 	for _, disabled := range []bool{false, true} {
-		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.DisableChangeRecords = disabled })
+		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled })
 		e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
 			e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
 		s := e.open(token(t, "u1", nil), nil)

@@ -131,7 +131,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 				reqs = append(reqs, bucketstore.BucketRequest{Bucket: name, After: st.after})
 			}
 		}
-		if c.s.cfg.ReadShape == bucketstore.ReadORChain {
+		if c.s.cfg.Baseline.ReadShape == bucketstore.ReadORChain {
 			// The benchmark baseline reads in bucket name order.
 			slices.SortFunc(reqs, func(a, b bucketstore.BucketRequest) int { return strings.Compare(a.Bucket, b.Bucket) })
 		}
@@ -219,7 +219,7 @@ func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bu
 	c.batch.reset()
 	idx := 0
 	raw := c.req.rawData
-	more, err = c.s.store.ReadBucketDataShape(ctx, c.s.cfg.ReadShape, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
+	more, err = c.s.store.ReadBucketDataShape(ctx, c.s.cfg.Baseline.ReadShape, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
 		for idx < len(reqs) && reqs[idx].Bucket != row.Bucket {
 			idx++
 		}

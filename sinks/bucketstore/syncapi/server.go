@@ -64,19 +64,25 @@ type Config struct {
 	// KeepaliveInterval is the cadence of token_expires_in lines (default
 	// 20 s).
 	KeepaliveInterval time.Duration
-	// DisableChangeRecords ignores storage's change records: every stream
-	// re-reads its parameter lookups and sums each of its buckets (since
-	// the cached checkpoint) at every new checkpoint, the path before
-	// change records. Benchmark baseline only; production leaves it false.
-	DisableChangeRecords bool
 	// CORSOrigins are the origins browser clients may call the API from
 	// (config api.cors_origins): "*" allows any origin, as the PowerSync
 	// service does; empty sends no CORS headers (same-origin only).
 	CORSOrigins []string
-	// ReadShape selects the bucket data query. Benchmark baseline only:
-	// production leaves it zero (bucketstore.ReadLateral); the P4 drain
-	// benchmark sets bucketstore.ReadORChain to measure the query shape it
-	// replaced through this very endpoint.
+	// Baseline selects older code paths that benchmarks measure as their
+	// baselines through this very endpoint; production leaves it zero.
+	Baseline Baseline
+}
+
+// Baseline is the one hook into the server's code paths, for benchmarks
+// that compare a design with the one it replaced, in the same run. The
+// zero value is production's.
+type Baseline struct {
+	// IgnoreChangeRecords ignores storage's change records: every stream
+	// re-reads its parameter lookups and sums each of its buckets (since
+	// the cached checkpoint) at every new checkpoint (P5's baseline).
+	IgnoreChangeRecords bool
+	// ReadShape selects the bucket data query: bucketstore.ReadORChain is
+	// the shape the LATERAL read replaced (P4's baseline).
 	ReadShape bucketstore.ReadShape
 }
 
@@ -176,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cache:  cfg.Store.NewChecksumCache(cfg.ChecksumCacheSize),
 		ctx:    sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops}
-	if cfg.DisableChangeRecords {
+	if cfg.Baseline.IgnoreChangeRecords {
 		s.cache.DisableChangeRecords()
 	}
 	if s.errorsGauge, err = s.registerGroupErrorGauge(meter); err != nil {

@@ -89,7 +89,7 @@ func (c *conn) readKey(reqs []bucketstore.BucketRequest) string {
 	b := make([]byte, 0, 64)
 	b = strconv.AppendBool(b, c.req.rawData)
 	b = append(b, '|')
-	b = strconv.AppendInt(b, int64(c.s.cfg.ReadShape), 10)
+	b = strconv.AppendInt(b, int64(c.s.cfg.Baseline.ReadShape), 10)
 	for _, r := range reqs {
 		b = append(b, '|')
 		b = strconv.AppendInt(b, r.After, 10)
