@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +84,7 @@ func TestGoodYAML(t *testing.T) {
 	}
 	main, audit := ps[0], ps[1]
 	// main: merge key from the x- anchor plus its own flush_writers; rest inherited.
-	wantStages := Stages{ChunkRows: 5000, DecodeWorkers: 2, EvalWorkers: runtime.GOMAXPROCS(0), FlushWriters: 4,
+	wantStages := Stages{ChunkRows: 5000, DecodeWorkers: 2, EvalWorkers: 0, FlushWriters: 4,
 		ChannelDepth: 4, BatchMaxRows: 10000, BatchMaxBytes: 8 * MiB}
 	if main.Stages != wantStages || main.Sink.Type != SinkBucketstore || main.Source.URI != c.Source.URI {
 		t.Errorf("main = %+v", main)

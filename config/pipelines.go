@@ -2,7 +2,6 @@ package config
 
 import (
 	"maps"
-	"runtime"
 	"slices"
 )
 
@@ -42,9 +41,9 @@ type PipelineSource struct {
 type Stages struct {
 	ChunkRows     int      `koanf:"chunk_rows" default:"replication.snapshot.chunk_rows" doc:"Snapshot rows per chunk."`
 	DecodeWorkers int      `koanf:"decode_workers" default:"1" doc:"Goroutines decoding source rows."`
-	EvalWorkers   int      `koanf:"eval_workers" default:"replication.snapshot.eval_workers" doc:"Goroutines evaluating sync rules (GOMAXPROCS when both are 0)."`
+	EvalWorkers   int      `koanf:"eval_workers" default:"replication.snapshot.eval_workers" doc:"Goroutines evaluating sync rules per snapshot unit (GOMAXPROCS / workers_per_process when both are 0)."`
 	FlushWriters  int      `koanf:"flush_writers" default:"replication.snapshot.flush_writers" doc:"Concurrent sink writers."`
-	ChannelDepth  int      `koanf:"channel_depth" default:"2" doc:"Batches buffered between two stages."`
+	ChannelDepth  int      `koanf:"channel_depth" default:"2" doc:"Batches buffered between two stages of the stream (a snapshot unit buffers one, so memory stays per unit)."`
 	BatchMaxRows  int      `koanf:"batch_max_rows" default:"replication.stream.batch_max_rows" doc:"Rows per streamed batch."`
 	BatchMaxBytes ByteSize `koanf:"batch_max_bytes" default:"replication.stream.batch_max_bytes" doc:"Bytes per streamed batch (integer or e.g. 16MiB)."`
 }
@@ -72,6 +71,18 @@ func (c *Config) EffectivePipelines() []Pipeline {
 	return out
 }
 
+// BucketstorePipeline returns the resolved pipeline that writes to bucket
+// storage — the one declared with sink bucketstore (validation allows one),
+// or the default pipeline when none is declared — and whether there is one.
+func (c *Config) BucketstorePipeline() (Pipeline, bool) {
+	for _, p := range c.EffectivePipelines() {
+		if p.Sink.Type == SinkBucketstore {
+			return p, true
+		}
+	}
+	return Pipeline{}, false
+}
+
 // resolvePipeline fills zero fields of p from the sections it inherits from.
 func (c *Config) resolvePipeline(p Pipeline) Pipeline {
 	p.Tables = slices.Clone(p.Tables)
@@ -85,7 +96,7 @@ func (c *Config) resolvePipeline(p Pipeline) Pipeline {
 	snap, stream := c.Replication.Snapshot, c.Replication.Stream
 	st.ChunkRows = orInt(st.ChunkRows, snap.ChunkRows)
 	st.DecodeWorkers = orInt(st.DecodeWorkers, 1)
-	st.EvalWorkers = orInt(st.EvalWorkers, orInt(snap.EvalWorkers, runtime.GOMAXPROCS(0)))
+	st.EvalWorkers = orInt(st.EvalWorkers, snap.EvalWorkers) // 0: chosen by the runner
 	st.FlushWriters = orInt(st.FlushWriters, snap.FlushWriters)
 	st.ChannelDepth = orInt(st.ChannelDepth, defaultChannelDepth)
 	st.BatchMaxRows = orInt(st.BatchMaxRows, stream.BatchMaxRows)

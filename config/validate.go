@@ -333,5 +333,12 @@ func (v *validator) pipelines() {
 		if p.Sink.Type != "" {
 			v.match(at+".sink.type", p.Sink.Type, sinkTypeRE, "a sink type name (lowercase letters, digits, _ . -)")
 		}
+		if p.Sink.Type == "" || p.Sink.Type == SinkBucketstore {
+			if j, dup := first[" bucketstore"]; dup {
+				v.add(KindDuplicate, at+".sink.type", "a second pipeline writing to bucket storage (the first is pipelines[%d]): bucket storage holds one set of sync rules; give the others another sink", j)
+			} else {
+				first[" bucketstore"] = i
+			}
+		}
 	}
 }

@@ -47,7 +47,8 @@ var wrapAPIListener func(net.Listener) net.Listener
 // startAPI serves the sync API (and /metrics) on cfg.API.Listen.
 func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store, tel *telemetry.Telemetry, log *slog.Logger) (*apiServer, error) {
 	a := &apiServer{log: log, errc: make(chan error, 1)}
-	pcfg, err := pgxpool.ParseConfig(cfg.Source.URI)
+	pl, _ := cfg.BucketstorePipeline()
+	pcfg, err := pgxpool.ParseConfig(pl.Source.URI)
 	if err != nil {
 		return nil, fmt.Errorf("source uri: %w", err)
 	}

@@ -42,7 +42,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	var src *pgx.Conn
-	if cc, err := postgres.ConnConfig(cfg.Source.URI, postgres.KeepAlive{}); err == nil {
+	pl, _ := cfg.BucketstorePipeline()
+	if cc, err := postgres.ConnConfig(pl.Source.URI, postgres.KeepAlive{}); err == nil {
 		cc.ConnectTimeout = cfg.Source.ConnectTimeout
 		if src, err = pgx.ConnectConfig(ctx, cc); err != nil {
 			fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)

@@ -101,6 +101,9 @@ func (s timeoutSink) Commit(ctx context.Context, b sinks.Batch) error {
 type Replicator struct {
 	opts  Options
 	cfg   *config.Config
+	// pl is the pipeline replication runs: the config's bucketstore
+	// pipeline, with its source, tables and stage settings resolved.
+	pl    config.Pipeline
 	store *bucketstore.Store
 	log   *slog.Logger
 	sched *pipeline.Scheduler
@@ -129,7 +132,8 @@ func New(opts Options) *Replicator {
 		mp = otel.GetMeterProvider()
 	}
 	host, _ := os.Hostname()
-	return &Replicator{opts: opts, cfg: opts.Config, store: opts.Store, log: log, errs: newErrorState(mp),
+	pl, _ := opts.Config.BucketstorePipeline()
+	return &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp),
 		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}, progress: newProgress()}
 }
 
@@ -175,11 +179,14 @@ type table struct {
 
 // Run replicates until ctx ends (then it returns nil) or a unit fails.
 func (r *Replicator) Run(ctx context.Context) error {
+	if r.pl.Name == "" {
+		return errors.New("no pipeline writes to bucket storage: declare one with sink bucketstore")
+	}
 	rulesText, err := r.cfg.SyncRules.Read()
 	if err != nil {
 		return err
 	}
-	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.cfg.Source.SlotPrefix)
+	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
 	if err != nil {
 		return err
 	}
@@ -208,7 +215,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 }
 
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
-	cc, err := postgres.ConnConfig(r.cfg.Source.URI, postgres.KeepAlive{})
+	cc, err := postgres.ConnConfig(r.pl.Source.URI, postgres.KeepAlive{})
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +246,8 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	}
 	defer closeConn(conn)
 
-	var names []string
-	for _, t := range rules.Tables() {
-		names = append(names, t.String())
-	}
-	if err := postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.cfg.Source.Publication, Tables: names, CreatePublication: true}); err != nil {
+	names := r.tables(rules)
+	if err := postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names, CreatePublication: true}); err != nil {
 		return err
 	}
 	infos, err := postgres.Discover(ctx, conn, names)
@@ -365,4 +369,23 @@ func tableSpec(t *stages.Table, rules *syncrules.Rules, info postgres.TableInfo)
 	}
 	spec.Toast = toast
 	return spec, nil
+}
+
+// tables lists the rules' tables the pipeline replicates: all of them, or
+// those its tables setting names ("table" meaning public.table).
+func (r *Replicator) tables(rules *syncrules.Rules) []string {
+	want := map[string]bool{}
+	for _, t := range r.pl.Tables {
+		if schema, name, err := postgres.ParseTableName(t); err == nil {
+			want[schema+"."+name] = true
+		}
+	}
+	var names []string
+	for _, t := range rules.Tables() {
+		name := t.String()
+		if schema, table, err := postgres.ParseTableName(name); err == nil && (len(want) == 0 || want[schema+"."+table]) {
+			names = append(names, name)
+		}
+	}
+	return names
 }

@@ -112,7 +112,7 @@ func (s *streamer) resnapChunk(ctx context.Context) error {
 		}
 		rs.conn = conn
 		rs.reader = postgres.NewSnapshotReader(conn, ts.info, postgres.KeyRange{}, postgres.SnapshotOptions{
-			ChunkRows: s.r.cfg.Replication.Snapshot.ChunkRows, After: rs.after, SocketTimeout: s.r.cfg.Source.SnapshotSocketTimeout})
+			ChunkRows: s.r.pl.Stages.ChunkRows, After: rs.after, SocketTimeout: s.r.cfg.Source.SnapshotSocketTimeout})
 		rs.builder = stages.NewBuilder(ts.layout.spec)
 	}
 	chunk, err := rs.reader.Next(ctx)
@@ -180,7 +180,7 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 	for name := range s.byName {
 		names = append(names, name)
 	}
-	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.cfg.Source.Publication, Tables: names})
+	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.pl.Source.Publication, Tables: names})
 	if publicationProblem(err) {
 		return fmt.Errorf("%w: %w", errPublication, err)
 	}

@@ -44,7 +44,7 @@ func (r *Replicator) replace(ctx context.Context, g *group, cause error) error {
 	r.log.Error("changes lost to the stream: re-snapshotting into a new group", "group", g.g.ID, "slot", g.g.SlotName, "err", cause)
 	r.report(ctx, g.g.ID, fmt.Sprintf("group %d stream", g.g.ID),
 		fmt.Errorf("%w: changes since were lost; a new group re-snapshots the source and takes over when done", cause))
-	ng, created, err := r.store.ReplaceGroup(ctx, cur, r.cfg.Source.SlotPrefix)
+	ng, created, err := r.store.ReplaceGroup(ctx, cur, r.pl.Source.SlotPrefix)
 	if err != nil {
 		return err
 	}
@@ -76,10 +76,10 @@ func (r *Replicator) awaitPublication(ctx context.Context, g *group, cause error
 	for {
 		conn, err := r.connectSource(ctx)
 		if err == nil {
-			err = postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.cfg.Source.Publication, Tables: names})
+			err = postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names})
 			closeConn(conn)
 			if err == nil {
-				r.log.Info("publication usable again", "group", g.g.ID, "publication", r.cfg.Source.Publication)
+				r.log.Info("publication usable again", "group", g.g.ID, "publication", r.pl.Source.Publication)
 				return nil
 			}
 			if publicationProblem(err) {

@@ -112,9 +112,9 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	}
 	defer closeConn(conn)
 
-	snap := r.cfg.Replication.Snapshot
+	tune := r.pl.Stages
 	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
-		ChunkRows: snap.ChunkRows, After: pos.LastKey, SocketTimeout: r.cfg.Source.SnapshotSocketTimeout})
+		ChunkRows: tune.ChunkRows, After: pos.LastKey, SocketTimeout: r.cfg.Source.SnapshotSocketTimeout})
 	rows := pos.RowsDone
 	finished := false
 	// One batch buffered between stages: a snapshot unit's memory is its
@@ -144,7 +144,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
 			return b, nil
 		}))
-	workers := snap.EvalWorkers
+	workers := tune.EvalWorkers
 	if workers <= 0 {
 		// The cores shared by the units running at once: more eval workers
 		// than cores only hold more batches in memory.
@@ -154,7 +154,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		func(int) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {
 			return r.buildUpserts(t)
 		})
-	if err := sinks.FlushAndCommit(ctx, built, sink, max(snap.FlushWriters, 1)); err != nil {
+	if err := sinks.FlushAndCommit(ctx, built, sink, max(tune.FlushWriters, 1)); err != nil {
 		return false, err
 	}
 	start := time.Now()

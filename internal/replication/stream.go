@@ -98,7 +98,7 @@ func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
 	}
 	r.log.Info("streaming from the replication slot", "group", g.g.ID, "slot", g.g.SlotName, "lsn", pos.LSN.String())
 	st, err := logrepl.Start(ctx, conn, logrepl.Config{
-		Slot: g.g.SlotName, Publication: r.cfg.Source.Publication, StartLSN: pos.LSN,
+		Slot: g.g.SlotName, Publication: r.pl.Source.Publication, StartLSN: pos.LSN,
 		StatusInterval: r.cfg.Replication.Stream.StatusInterval, ReceiveTimeout: r.cfg.Replication.Stream.ReceiveTimeout,
 	})
 	if err != nil {
@@ -135,15 +135,16 @@ func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
 		})
 	}
 	s.st = st
-	s.lim = logrepl.BatchLimits{MaxChanges: r.cfg.Replication.Stream.BatchMaxRows,
-		MaxBytes: int(r.cfg.Replication.Stream.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
+	s.lim = logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows,
+		MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
 	return r.runStream(ctx, g, s, st)
 }
 
 // runStream builds and runs the stream pipeline: the streamer's batches →
 // one storage writer → ordered commit with checkpoint and acknowledgement.
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
-	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer})
+	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
+		Depth: r.pl.Stages.ChannelDepth})
 	src := pipeline.From(p, pipeline.StageConfig{Name: "read+eval"}, pipeline.SourceFunc[stages.Change, streamPos](s.next))
 	active := g.state() == bucketstore.StateActive
 	// Acknowledgements trail the checkpoints: storage may commit
@@ -241,7 +242,7 @@ func closeConn(c *pgx.Conn) {
 // same data and checksum on both paths. Unknown URI parameters become
 // startup settings.
 func (r *Replicator) replicationURI(stream bool) string {
-	uri := r.cfg.Source.URI
+	uri := r.pl.Source.URI
 	u, err := url.Parse(uri)
 	if err != nil {
 		return uri
