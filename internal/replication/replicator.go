@@ -99,8 +99,8 @@ func (s timeoutSink) Commit(ctx context.Context, b sinks.Batch) error {
 
 // Replicator runs replication for the configured sync rules.
 type Replicator struct {
-	opts  Options
-	cfg   *config.Config
+	opts Options
+	cfg  *config.Config
 	// pl is the pipeline replication runs: the config's bucketstore
 	// pipeline, with its source, tables and stage settings resolved.
 	pl    config.Pipeline
