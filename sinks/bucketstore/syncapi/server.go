@@ -30,8 +30,21 @@ const ScopeName = "github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
 // config.Default (1000 buckets per connection, 200 connections, 10
 // concurrent data fetches, 100000 checksum cache entries, 1 MiB bodies).
 type Config struct {
-	// Store is the bucket storage to serve. Required.
-	Store *bucketstore.Store
+	// Store is the bucket storage to serve. Required. It is the Storage
+	// interface rather than *bucketstore.Store so the server depends only
+	// on the methods it calls (storage.go); a *bucketstore.Store also
+	// supplies the default Checksums and Checkpoints.
+	Store Storage
+	// Checksums serves bucket checksums to every stream. Nil (production):
+	// New builds a *bucketstore.ChecksumCache of ChecksumCacheSize entries
+	// from Store. Required when Store is not a *bucketstore.Store, which
+	// is how a test serves from a fake.
+	Checksums ChecksumSource
+	// Checkpoints delivers newly published checkpoints to streams. Nil
+	// (production): New starts Store's *bucketstore.CheckpointWatcher,
+	// which Close stops and waits for. A given source is its owner's to
+	// stop; required when Store is not a *bucketstore.Store.
+	Checkpoints CheckpointSource
 	// Auth verifies client tokens (config.API.Auth). At least one audience
 	// and one key source are required.
 	Auth config.Auth
@@ -79,7 +92,8 @@ type Config struct {
 type Baseline struct {
 	// IgnoreChangeRecords ignores storage's change records: every stream
 	// re-reads its parameter lookups and sums each of its buckets (since
-	// the cached checkpoint) at every new checkpoint (P5's baseline).
+	// the cached checkpoint) at every new checkpoint (P5's baseline). It
+	// switches the cache New builds, so Config.Checksums must be nil.
 	IgnoreChangeRecords bool
 	// ReadShape selects the bucket data query: bucketstore.ReadORChain is
 	// the shape the LATERAL read replaced (P4's baseline).
@@ -89,12 +103,15 @@ type Baseline struct {
 // Server serves bucket storage to PowerSync clients. Create it with New;
 // its Handler is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	store   *bucketstore.Store
-	auth    *authenticator
-	cache   *bucketstore.ChecksumCache
-	wcs     *writeCheckpoints // write checkpoint reads shared by streams
-	reads   sharedReads       // bucket data reads shared by streams
+	cfg         Config
+	store       Storage
+	auth        *authenticator
+	cache       ChecksumSource
+	wcs         *writeCheckpoints // write checkpoint reads shared by streams
+	reads       sharedReads       // bucket data reads shared by streams
+	checkpoints CheckpointSource  // what streams subscribe to
+	// watcher is the one New started, which Close waits for; nil when
+	// Config.Checkpoints was given.
 	watcher *bucketstore.CheckpointWatcher
 	log     *slog.Logger
 	tracer  trace.Tracer
@@ -127,8 +144,8 @@ type Server struct {
 // Server per process: every stream shares the watcher and the checksum
 // cache). The watcher stops when ctx ends or Close is called.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("syncapi: Config.Store is required")
+	if err := checkStorage(&cfg); err != nil {
+		return nil, err
 	}
 	def := config.Default().API
 	if cfg.MaxBucketsPerConnection <= 0 {
@@ -177,21 +194,48 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Server{cfg: cfg, store: cfg.Store, auth: auth, log: cfg.Logger,
-		tracer: cfg.TracerProvider.Tracer(ScopeName),
-		cache:  cfg.Store.NewChecksumCache(cfg.ChecksumCacheSize),
-		ctx:    sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
+	s := &Server{cfg: cfg, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
+		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
+		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops}
-	if cfg.Baseline.IgnoreChangeRecords {
-		s.cache.DisableChangeRecords()
+	if s.cache == nil {
+		cache := cfg.Store.(storeServices).NewChecksumCache(cfg.ChecksumCacheSize)
+		if cfg.Baseline.IgnoreChangeRecords {
+			cache.DisableChangeRecords()
+		}
+		s.cache = cache
 	}
 	if s.errorsGauge, err = s.registerGroupErrorGauge(meter); err != nil {
 		cancel()
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
 	s.wcs = newWriteCheckpoints(cfg.Store)
-	s.watcher = cfg.Store.WatchCheckpoints(sctx)
+	if s.checkpoints == nil {
+		// Started last: nothing after it can fail and leave it running.
+		s.watcher = cfg.Store.(storeServices).WatchCheckpoints(sctx)
+		s.checkpoints = s.watcher
+	}
 	return s, nil
+}
+
+// checkStorage validates cfg's storage fields. The checksum cache and
+// the checkpoint watcher are built from a *bucketstore.Store; any other
+// Storage (a fake, a wrapper) must bring its own, or streams would have
+// no checksums or checkpoints.
+func checkStorage(cfg *Config) error {
+	if st, isStore := cfg.Store.(*bucketstore.Store); cfg.Store == nil || isStore && st == nil {
+		return errors.New("syncapi: Config.Store is required")
+	}
+	_, builds := cfg.Store.(storeServices)
+	switch {
+	case cfg.Checksums == nil && !builds:
+		return fmt.Errorf("syncapi: Config.Checksums is required with a Config.Store of type %T", cfg.Store)
+	case cfg.Checkpoints == nil && !builds:
+		return fmt.Errorf("syncapi: Config.Checkpoints is required with a Config.Store of type %T", cfg.Store)
+	case cfg.Checksums != nil && cfg.Baseline.IgnoreChangeRecords:
+		return errors.New("syncapi: Baseline.IgnoreChangeRecords switches the checksum cache New builds; leave Config.Checksums nil")
+	}
+	return nil
 }
 
 // ChecksumStats returns the counters of the checksum cache the server's
@@ -204,14 +248,17 @@ func (s *Server) ChecksumStats() bucketstore.ChecksumStats {
 	return st
 }
 
-// Close ends every open stream, stops the checkpoint watcher and waits for
+// Close ends every open stream, stops the checkpoint watcher New started
+// (not a Config.Checkpoints source: that is its owner's) and waits for
 // both. Requests arriving afterwards get 503. Call it (or Shutdown) when
 // the HTTP server shuts down, since sync streams never end on their own.
 func (s *Server) Close() {
 	s.refuse()
 	s.cancel()
 	s.streams.Wait()
-	<-s.watcher.Done()
+	if s.watcher != nil {
+		<-s.watcher.Done()
+	}
 	_ = s.errorsGauge.Unregister()
 }
 

@@ -95,7 +95,7 @@ func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
 func (c *conn) run(ctx context.Context) {
 	defer c.w.close()
 	start := time.Now()
-	c.sub = c.s.watcher.Subscribe(ctx)
+	c.sub = c.s.checkpoints.Subscribe(ctx)
 	c.wcClient = bucketstore.WriteCheckpointClient{UserID: c.id.userID, ClientID: c.req.clientID}
 	defer c.s.wcs.register(c.wcClient)()
 	c.keepalive = time.NewTicker(c.s.cfg.KeepaliveInterval)

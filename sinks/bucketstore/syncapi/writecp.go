@@ -21,7 +21,7 @@ const maxWCRounds = 4
 // client that registered after the read began gets a query of its own.
 // Safe for concurrent use.
 type writeCheckpoints struct {
-	store *bucketstore.Store
+	store WriteCheckpointStore
 
 	mu      sync.Mutex
 	clients map[bucketstore.WriteCheckpointClient]int // open streams per client
@@ -39,7 +39,7 @@ type wcRound struct {
 	err      error
 }
 
-func newWriteCheckpoints(store *bucketstore.Store) *writeCheckpoints {
+func newWriteCheckpoints(store WriteCheckpointStore) *writeCheckpoints {
 	return &writeCheckpoints{store: store, clients: map[bucketstore.WriteCheckpointClient]int{},
 		rounds: map[pglogrepl.LSN]*wcRound{}}
 }

@@ -1,0 +1,360 @@
+package syncapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// fakeStore is bucket storage in memory: one group, its ops and
+// parameter entries, write checkpoints and published checkpoints. It
+// implements Storage, ChecksumSource and CheckpointSource, so a Server
+// runs on it with no PostgreSQL, and a test drives publication itself.
+// It keeps what the protocol sees (ops in op id order, parameter entries
+// versioned by op id, the newest checkpoint offered to subscribers) and
+// nothing else: no compaction, and change sets are always unknown, which
+// makes streams re-evaluate everything at each checkpoint (correct, and
+// the path that checks the most).
+type fakeStore struct {
+	mu      sync.Mutex
+	group   bucketstore.Group
+	nextOp  int64
+	ops     map[string][]bucketstore.OpRow // bucket → ops, ascending op id
+	params  []fakeParam                    // ascending op id
+	wcs     map[bucketstore.WriteCheckpointClient]fakeWC
+	latest  bucketstore.Checkpoint
+	subs    map[chan bucketstore.Checkpoint]struct{}
+	reads   int // ReadBucketDataShape calls
+	queries int // Checksums calls
+}
+
+// fakeParam is one version of a source row's entry under a lookup key;
+// rows "[]" retracts it.
+type fakeParam struct {
+	opID   int64
+	key    string
+	source [16]byte
+	rows   []byte
+}
+
+// fakeWC is a client's newest write checkpoint and the LSN it is due at.
+type fakeWC struct {
+	n   int64
+	lsn pglogrepl.LSN
+}
+
+// The fake stands in for every interface the server takes.
+var (
+	_ Storage          = (*fakeStore)(nil)
+	_ ChecksumSource   = (*fakeStore)(nil)
+	_ CheckpointSource = (*fakeStore)(nil)
+)
+
+func newFakeStore(groupID int, rules string) *fakeStore {
+	return &fakeStore{group: bucketstore.Group{ID: groupID, State: bucketstore.StateActive, Rules: rules},
+		ops: map[string][]bucketstore.OpRow{}, wcs: map[bucketstore.WriteCheckpointClient]fakeWC{},
+		subs: map[chan bucketstore.Checkpoint]struct{}{}}
+}
+
+// write stores upserts as replication would: a PUT per bucket the row is
+// in, and its parameter entries, retracting the keys it no longer
+// produces. It returns the last op id written.
+func (f *fakeStore) write(changes ...stages.Change) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range changes {
+		for _, p := range c.Puts {
+			f.nextOp++
+			f.ops[p.Bucket] = append(f.ops[p.Bucket], bucketstore.OpRow{Bucket: p.Bucket, OpID: f.nextOp,
+				Op: bucketstore.OpPut, ObjectType: p.ObjectType, ObjectID: p.ObjectID,
+				Subkey: fmt.Sprintf("%s/%x", c.Table.ID, c.Key), Data: bytes.Clone(p.Data), Checksum: p.Checksum})
+		}
+		if c.TracksLookups {
+			f.writeLookups(c)
+		}
+	}
+	return f.nextOp
+}
+
+// writeLookups versions the row's entries; f.mu must be held.
+func (f *fakeStore) writeLookups(c stages.Change) {
+	now := map[string][]byte{}
+	for _, l := range c.Lookups {
+		now[string(l.Key)] = l.Params
+	}
+	for _, key := range f.rowKeys(c.Key) {
+		if _, ok := now[key]; !ok {
+			now[key] = []byte("[]")
+		}
+	}
+	for key, rows := range now {
+		f.nextOp++
+		f.params = append(f.params, fakeParam{opID: f.nextOp, key: key, source: c.Key, rows: bytes.Clone(rows)})
+	}
+}
+
+// rowKeys lists the keys a source row has live entries under; f.mu
+// must be held.
+func (f *fakeStore) rowKeys(source [16]byte) []string {
+	live := map[string]bool{}
+	for _, p := range f.params {
+		if p.source == source {
+			live[p.key] = string(p.rows) != "[]"
+		}
+	}
+	var out []string
+	for k, ok := range live {
+		if ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// publish makes op ids up to opID readable at lsn and offers the
+// checkpoint to every subscriber, replacing one not read yet.
+func (f *fakeStore) publish(opID int64, lsn pglogrepl.LSN) bucketstore.Checkpoint {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cp := bucketstore.Checkpoint{GroupID: f.group.ID, OpID: opID, LSN: lsn, LSNText: lsn.String()}
+	f.latest = cp
+	for ch := range f.subs {
+		offerLatest(ch, cp)
+	}
+	return cp
+}
+
+// offerLatest puts cp in a one-slot channel, dropping an unread older
+// value: only the newest checkpoint matters to a stream.
+func offerLatest(ch chan bucketstore.Checkpoint, cp bucketstore.Checkpoint) {
+	select {
+	case <-ch:
+	default:
+	}
+	ch <- cp
+}
+
+func (f *fakeStore) Subscribe(ctx context.Context) <-chan bucketstore.Checkpoint {
+	ch := make(chan bucketstore.Checkpoint, 1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.latest.OpID > 0 || f.latest.LSN > 0 {
+		ch <- f.latest
+	}
+	f.subs[ch] = struct{}{}
+	context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.subs, ch)
+		close(ch)
+	})
+	return ch
+}
+
+func (f *fakeStore) Group(_ context.Context, id int) (bucketstore.Group, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id != f.group.ID {
+		return bucketstore.Group{}, bucketstore.ErrNoGroup
+	}
+	return f.group, nil
+}
+
+func (f *fakeStore) Groups(context.Context) ([]bucketstore.Group, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return []bucketstore.Group{f.group}, nil
+}
+
+func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([][][]byte, len(lookups))
+	n := 0
+	for i, key := range lookups {
+		newest := map[[16]byte][]byte{} // per source row, at or below checkpoint
+		for _, p := range f.params {
+			if p.opID <= checkpoint && p.key == string(key) {
+				newest[p.source] = p.rows
+			}
+		}
+		for _, rows := range newest {
+			if string(rows) == "[]" {
+				continue
+			}
+			if n++; limit > 0 && n > limit {
+				return nil, fmt.Errorf("%w: more than %d", bucketstore.ErrTooManyParameterResults, limit)
+			}
+			out[i] = append(out[i], rows)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) ReadBucketDataShape(_ context.Context, _ bucketstore.ReadShape, _ int, checkpoint int64,
+	reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (bool, error) {
+	f.mu.Lock()
+	f.reads++
+	var rows []bucketstore.OpRow
+	for _, r := range reqs {
+		for _, op := range f.ops[r.Bucket] {
+			if op.OpID > r.After && op.OpID <= checkpoint {
+				rows = append(rows, op)
+			}
+		}
+	}
+	f.mu.Unlock()
+	more := len(rows) > limit
+	for i := range rows[:min(len(rows), limit)] {
+		if err := fn(&rows[i]); err != nil {
+			return false, err
+		}
+	}
+	return more, nil
+}
+
+func (f *fakeStore) Checksums(_ context.Context, _ int, checkpoint int64, buckets []string) ([]bucketstore.BucketChecksum, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queries++
+	out := make([]bucketstore.BucketChecksum, len(buckets))
+	for i, b := range buckets {
+		out[i].Bucket = b
+		for _, op := range f.ops[b] {
+			if op.OpID <= checkpoint {
+				out[i].Checksum += op.Checksum
+				out[i].Count++
+			}
+		}
+	}
+	return out, nil
+}
+
+// Changes answers "unknown": streams then recompute buckets and sums.
+func (f *fakeStore) Changes(context.Context, int, int64, int64) (bucketstore.ChangeSet, error) {
+	return bucketstore.ChangeSet{}, nil
+}
+
+func (f *fakeStore) Stats() bucketstore.ChecksumStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return bucketstore.ChecksumStats{Queries: int64(f.queries)}
+}
+
+func (f *fakeStore) CreateWriteCheckpoint(_ context.Context, userID, clientID string, lsn pglogrepl.LSN) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := bucketstore.WriteCheckpointClient{UserID: userID, ClientID: clientID}
+	wc := f.wcs[k]
+	wc.n, wc.lsn = wc.n+1, max(wc.lsn, lsn)
+	f.wcs[k] = wc
+	return wc.n, nil
+}
+
+func (f *fakeStore) WriteCheckpointFor(_ context.Context, userID, clientID string, lsn pglogrepl.LSN) (int64, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	wc, ok := f.wcs[bucketstore.WriteCheckpointClient{UserID: userID, ClientID: clientID}]
+	if !ok || wc.lsn > lsn {
+		return 0, false, nil
+	}
+	return wc.n, true, nil
+}
+
+func (f *fakeStore) WriteCheckpointsFor(ctx context.Context, clients []bucketstore.WriteCheckpointClient, lsn pglogrepl.LSN) (map[bucketstore.WriteCheckpointClient]int64, error) {
+	out := map[bucketstore.WriteCheckpointClient]int64{}
+	for _, c := range clients {
+		if n, ok, _ := f.WriteCheckpointFor(ctx, c.UserID, c.ClientID, lsn); ok {
+			out[c] = n
+		}
+	}
+	return out, nil
+}
+
+// fakeEnv is an env whose Server serves a fakeStore: the harness's
+// streams, tokens, rows and client checks work unchanged, and commit
+// publishes through the fake instead of PostgreSQL.
+type fakeEnv struct {
+	*env
+	fake *fakeStore
+}
+
+// newFakeEnv serves rules over tables (name → columns, id first) from a
+// fake store; tweak may edit the Config.
+func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak func(*Config)) *fakeEnv {
+	t.Helper()
+	const groupID = 7
+	parsed, err := syncrules.Parse([]byte(rules), syncrules.Options{GroupID: strconv.Itoa(groupID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ctx: context.Background(), group: bucketstore.Group{ID: groupID}, rules: parsed, tables: map[string]*testTable{}}
+	for name, cols := range tables {
+		bound, err := parsed.Bind(name, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl := &stages.Table{ID: "tbl-" + name, GroupID: groupID, Schema: "public", Name: name}
+		e.tables[name] = &testTable{table: tbl, bound: bound, ev: bound.NewEvaluator()}
+	}
+	fe := &fakeEnv{env: e, fake: newFakeStore(groupID, rules)}
+	cfg := Config{Store: fe.fake, Checksums: fe.fake, Checkpoints: fe.fake,
+		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
+		SourceLSN: func(context.Context) (pglogrepl.LSN, error) {
+			return pglogrepl.LSN(e.sourceLSN.Load()), nil
+		},
+		MeterProvider: noopmetric.NewMeterProvider()}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	if e.srv, err = New(e.ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.http = httptest.NewServer(e.srv.Handler())
+	t.Cleanup(e.http.Close)
+	t.Cleanup(e.srv.Close)
+	return fe
+}
+
+// commit writes changes and publishes a checkpoint over them at the next
+// LSN, like env.commit.
+func (e *fakeEnv) commit(changes ...stages.Change) bucketstore.Checkpoint {
+	e.t.Helper()
+	for _, c := range changes {
+		if c.Kind != stages.Upsert {
+			e.t.Fatalf("the fake store writes upserts only, got %v", c.Kind)
+		}
+	}
+	return e.publish(e.fake.write(changes...))
+}
+
+// publish publishes a checkpoint at opID and the next LSN (a keepalive
+// when opID is the previous checkpoint's).
+func (e *fakeEnv) publish(opID int64) bucketstore.Checkpoint {
+	e.lsn += 16
+	return e.fake.publish(opID, pglogrepl.LSN(e.lsn))
+}
+
+// bucketNames lists a checkpoint line's buckets, sorted.
+func bucketNames(bs []bucketJSON) []string {
+	var out []string
+	for _, b := range bs {
+		out = append(out, b.Bucket)
+	}
+	slices.Sort(out)
+	return out
+}
