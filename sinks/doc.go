@@ -7,13 +7,42 @@
 // A sink is three things to the pipeline framework: a set of flush writers
 // (pipeline.Writer), the ordered commit of progress (pipeline.CommitFunc) and
 // the lookup of committed progress on restart (Resume). See the Sink
-// interface for who calls what, from which goroutine, and when.
+// interface for the exact rules; in short:
 //
-// The delivery guarantee a sink gets is at least once: batches written after
-// the last committed position are written again after a crash or a hard
-// stop, because the source restarts from what Resume returns. A sink either
-// tolerates duplicates (an op log, a JSON-lines file) or makes its writes
-// idempotent (upserts keyed by row).
+//   - Who calls what, when. `syncpipe run` opens the sink once per pipeline
+//     (Open → your Factory) and runs the pipeline as many runs: one per
+//     snapshot key range of each table, then one for the stream, each
+//     resumed after a restart. Per run it calls Writer(ctx, i) once for
+//     each of flush_writers lanes; lane i's Write is called from one
+//     goroutine, a batch at a time, and lanes (and runs) write
+//     concurrently, so batch k+1 may be written before batch k. Commit is
+//     called from one goroutine per run, strictly in batch order, after the
+//     batch and every earlier one of the run were written; commits of
+//     different runs arrive concurrently. Resume(table, range) — table ""
+//     for the stream — is called before a run starts, to find where it
+//     starts. Close is called once, at shutdown.
+//   - What must be durable. When Commit returns nil, the batch's changes
+//     and its Progress must both survive a crash: Resume must then return
+//     that position (or a later one). Write may make the batch durable
+//     itself or only stage it for Commit (the jsonl sink encodes in its
+//     writers and appends in Commit); either way Commit is the point at
+//     which a batch counts as delivered.
+//   - What a sink sees after a crash. The source restarts after what
+//     Resume returns, so a batch written but not committed is written
+//     again — with the same changes when the source is the stream (the
+//     slot delivers the same changes in the same order), and with the
+//     rows as they are now when it is a snapshot range.
+//   - How to be exactly once. Either make Commit atomic with the data (the
+//     changes and the position in one transaction, as bucket storage does;
+//     or the jsonl sink's file sizes recorded with the position, cutting
+//     anything past them at Open), or make writes idempotent: upserts keyed
+//     by Change.Key for rows, and for streamed changes the source position
+//     every Change carries (TxnLSN, TxnIndex), which is the same when the
+//     change is delivered again.
+//   - Changing a pipeline. A changed sync rules file, table list or sink
+//     setting starts a new pipeline version that snapshots afresh; a sink
+//     implementing Resetter is reset first, any other must be cleared by
+//     the operator (run refuses to mix versions).
 //
 // # Making a sink usable from YAML
 //

@@ -32,6 +32,13 @@ type Position struct {
 	// transaction in the batch; the stream resumes from there (and may
 	// confirm it to the replication slot once it is committed).
 	LSN uint64
+	// TxnLSN and TxnChanges are set when a stream batch ends inside a
+	// source transaction too large for one batch: the transaction's commit
+	// LSN and how many of its changes the sink holds so far. The source
+	// delivers the transaction again from its start after a restart and
+	// skips that many changes, so none is lost or applied twice.
+	TxnLSN     uint64
+	TxnChanges int64
 }
 
 // IsStream reports whether p is a stream position rather than a snapshot
@@ -61,17 +68,20 @@ type Sink interface {
 	// different runs, write at the same time, and with several writers
 	// batch k+1 may be written before batch k.
 	//
-	// Write must return nil only once the batch is durable, i.e. survives a
-	// crash: the pipeline may commit the batch's position as soon as Write
-	// returns. Items and their byte slices belong to the pipeline again
-	// when Write returns, so a writer must copy what it keeps.
+	// Write must return nil only once the batch is durable (survives a
+	// crash) or staged so that Commit makes it durable together with its
+	// position: the pipeline commits the batch's position as soon as Write
+	// returned for it and every earlier batch. Items and their byte slices
+	// belong to the pipeline again when Write returns, so a writer must
+	// copy (or encode) what it keeps.
 	//
 	// Writers have no Close: a writer needing a connection for longer than
 	// one Write takes it from a pool that the sink owns and releases in
 	// Close. ctx bounds the creation of the writer only.
 	Writer(ctx context.Context, i int) (Writer, error)
 
-	// Commit records b.Progress durably as committed progress. The
+	// Commit records b.Progress durably as committed progress, together
+	// with the batch's changes if Write only staged them. The
 	// pipeline calls it from one goroutine per run, strictly in batch (Seq)
 	// order, and only after that batch and every earlier batch of the run
 	// are durable; once a run fails or is hard-stopped, no further batch of
@@ -92,4 +102,15 @@ type Sink interface {
 	// Close releases the sink's resources once no run uses it any more;
 	// writers must not be used afterwards. Close is called once.
 	Close(ctx context.Context) error
+}
+
+// Resetter is implemented by sinks that can start over: Reset discards
+// everything the sink holds for its pipeline — written data and committed
+// progress — so that a new pipeline version (changed sync rules, tables or
+// sink settings) snapshots into an empty sink instead of mixing versions.
+// It is called before any run of the new version; a sink may keep the old
+// data aside rather than delete it. A sink without Reset must be cleared
+// by the operator when its pipeline changes.
+type Resetter interface {
+	Reset(ctx context.Context) error
 }

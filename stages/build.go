@@ -87,25 +87,29 @@ func (b *Builder) Begin(rows, bytes int) {
 }
 
 // ReplicaID returns the replica id of a row from its identity columns.
-func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID {
-	b.rk.Reset()
-	for _, i := range b.spec.Identity {
-		name := b.spec.Columns[i]
+func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID { return replicaID(&b.rk, b.spec, row) }
+
+// replicaID computes a row's replica id (UUIDv5 of its identity columns)
+// with rk's scratch state.
+func replicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) uuid.UUID {
+	rk.Reset()
+	for _, i := range spec.Identity {
+		name := spec.Columns[i]
 		v := row[i]
 		switch v.Kind() {
 		case syncrules.KindText:
-			b.rk.String(name, v.Str())
+			rk.String(name, v.Str())
 		case syncrules.KindInteger:
-			b.rk.Int64(name, v.Int64())
+			rk.Int64(name, v.Int64())
 		case syncrules.KindReal:
-			b.rk.Double(name, v.Float64())
+			rk.Double(name, v.Float64())
 		case syncrules.KindBlob:
-			b.rk.Binary(name, v.Bytes())
+			rk.Binary(name, v.Bytes())
 		default:
-			b.rk.Null(name)
+			rk.Null(name)
 		}
 	}
-	return b.rk.UUID()
+	return rk.UUID()
 }
 
 // Upsert appends the Change for the new state of row (values in column

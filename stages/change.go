@@ -74,4 +74,10 @@ type Change struct {
 	// RowData is the row as stored for merging unchanged TOAST values of a
 	// later UPDATE; nil when the row cannot be TOASTed.
 	RowData []byte
+	// TxnLSN and TxnIndex place a streamed change in its source: the
+	// commit LSN of its transaction and the change's index in it. A sink
+	// can store them to recognise a change written again after a crash.
+	// Both are zero for snapshot rows.
+	TxnLSN   uint64
+	TxnIndex int64
 }

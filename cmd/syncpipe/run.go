@@ -113,10 +113,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if telemetry.IsTerminal(stderr) {
 		term = stderr
 	}
-	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
+	err = replicate(ctx, cfg, store, log, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
 		MeterProvider: tel.MeterProvider,
 		Tracer:        pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
-	err = rep.Run(ctx)
 	logSummary(log, summary)
 	if af := (apiFailure{}); errors.As(context.Cause(ctx), &af) {
 		return af

@@ -37,12 +37,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if len(groups) == 0 {
-		fmt.Fprintln(stdout, "no replication groups yet: start `syncpipe run`")
-		return nil
-	}
 	var src *pgx.Conn
-	pl, _ := cfg.BucketstorePipeline()
+	pl, ok := cfg.BucketstorePipeline()
+	if !ok {
+		pl = cfg.EffectivePipelines()[0] // lag is measured on the source they all read
+	}
 	if cc, err := postgres.ConnConfig(pl.Source.URI, postgres.KeepAlive{}); err == nil {
 		cc.ConnectTimeout = cfg.Source.ConnectTimeout
 		if src, err = pgx.ConnectConfig(ctx, cc); err != nil {
@@ -60,6 +59,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	now, err := store.Now(ctx)
 	if err != nil {
 		now = time.Now()
+	}
+	if err := writePipelines(ctx, stdout, cfg, store, groups, src, now); err != nil {
+		return err
+	}
+	if len(groups) == 0 {
+		fmt.Fprintln(stdout, "no replication groups yet: start `syncpipe run`")
+		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tSTATE\tSLOT\tSNAPSHOT\tCHECKPOINT\tLSN\tLAG\tSLOT HEALTH\tLAST ERROR")

@@ -30,7 +30,6 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 		// Sinks register themselves by name, with the spec of their
 		// settings; YAML may only name those, with those settings.
 		errs := append(config.AsErrors(cfg.CheckSinks(sinks.Names())), config.AsErrors(sinks.CheckSettings(cfg))...)
-		errs = append(errs, unrunnable(cfg)...)
 		if len(errs) > 0 {
 			errs.Sort()
 			err = errs
@@ -102,20 +101,4 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %d bucket definition(s) over %d table(s), %d warning(s), %s)\n",
 		*path, len(cfg.EffectivePipelines()), len(rules.Definitions()), len(rules.Tables()), len(warnings), checked)
 	return nil
-}
-
-// unrunnable reports the pipelines `syncpipe run` does not run yet: every
-// pipeline but the one writing to bucket storage (issue 15 adds a runner
-// for the other sinks; until then such a config is refused, not ignored).
-func unrunnable(cfg *config.Config) config.Errors {
-	var errs config.Errors
-	for i, p := range cfg.EffectivePipelines() {
-		if p.Sink.Type == config.SinkBucketstore {
-			continue
-		}
-		path := fmt.Sprintf("pipelines[%d].sink.type", i)
-		errs = append(errs, cfg.ErrorAt(path, fmt.Errorf(
-			"pipeline %q: this syncpipe runs only the pipeline writing to bucket storage; a %s sink is usable from Go (sinks.Open, sinks.NewPipeline) but not yet from `syncpipe run`: remove the pipeline", p.Name, p.Sink.Type)))
-	}
-	return errs
 }

@@ -215,11 +215,17 @@ func (r *Replicator) Run(ctx context.Context) error {
 }
 
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
-	cc, err := postgres.ConnConfig(r.pl.Source.URI, postgres.KeepAlive{})
+	return connectSource(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
+}
+
+// connectSource opens a normal source connection with keepalives and the
+// configured connect timeout.
+func connectSource(ctx context.Context, uri string, timeout time.Duration) (*pgx.Conn, error) {
+	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
 	if err != nil {
 		return nil, err
 	}
-	cc.ConnectTimeout = r.cfg.Source.ConnectTimeout
+	cc.ConnectTimeout = timeout
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the source: %w", err)
@@ -371,11 +377,14 @@ func tableSpec(t *stages.Table, rules *syncrules.Rules, info postgres.TableInfo)
 	return spec, nil
 }
 
-// tables lists the rules' tables the pipeline replicates: all of them, or
-// those its tables setting names ("table" meaning public.table).
-func (r *Replicator) tables(rules *syncrules.Rules) []string {
+// tables lists the rules' tables the pipeline replicates.
+func (r *Replicator) tables(rules *syncrules.Rules) []string { return pipelineTables(r.pl, rules) }
+
+// pipelineTables lists the rules' tables pipeline pl replicates: all of
+// them, or those its tables setting names ("table" meaning public.table).
+func pipelineTables(pl config.Pipeline, rules *syncrules.Rules) []string {
 	want := map[string]bool{}
-	for _, t := range r.pl.Tables {
+	for _, t := range pl.Tables {
 		if schema, name, err := postgres.ParseTableName(t); err == nil {
 			want[schema+"."+name] = true
 		}

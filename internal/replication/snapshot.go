@@ -15,7 +15,6 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // submitSnapshots plans the key ranges of every table whose snapshot is not
@@ -90,8 +89,8 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 }
 
 // snapshotRange runs the snapshot pipeline of one key range from its last
-// committed chunk: read → eval + op build → 2 writers → ordered progress
-// commit. It reports whether the range is finished (false after a yield).
+// committed chunk: read → eval → build → flush_writers writers → ordered
+// progress commit. It reports whether the range is finished (false after a yield).
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState) (bool, error) {
 	sink := r.sink(g)
 	name := t.info.QualifiedName()
@@ -122,9 +121,9 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name,
 		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
 		Tracer: r.opts.Tracer, Depth: 1})
-	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[[]syncrules.Value, sinks.Position](
-		func(ctx context.Context) (pipeline.Batch[[]syncrules.Value, sinks.Position], error) {
-			var b pipeline.Batch[[]syncrules.Value, sinks.Position]
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[stages.RowChange, sinks.Position](
+		func(ctx context.Context) (pipeline.Batch[stages.RowChange, sinks.Position], error) {
+			var b pipeline.Batch[stages.RowChange, sinks.Position]
 			if finished {
 				return b, pipeline.ErrEndOfInput
 			}
@@ -140,7 +139,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 			}
 			rows += int64(len(chunk.Rows))
 			finished = chunk.Final
-			b.Items, b.Rows, b.Bytes = chunk.Rows, len(chunk.Rows), chunk.Bytes
+			b.Items, b.Rows, b.Bytes = stages.Upserts(t.spec, chunk.Rows), len(chunk.Rows), chunk.Bytes
 			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
 			return b, nil
 		}))
@@ -150,10 +149,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		// than cores only hold more batches in memory.
 		workers = max(1, runtime.GOMAXPROCS(0)/max(r.cfg.Replication.WorkersPerProcess, 1))
 	}
-	built := pipeline.ProcessWorkers(read, pipeline.StageConfig{Name: "eval", Workers: workers},
-		func(int) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {
-			return r.buildUpserts(t)
-		})
+	built := stages.Build(stages.Eval(read, pipeline.StageConfig{Workers: workers}, r.rowError), pipeline.StageConfig{Workers: workers})
 	if err := sinks.FlushAndCommit(ctx, built, sink, max(tune.FlushWriters, 1)); err != nil {
 		return false, err
 	}
@@ -170,22 +166,10 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	return true, nil
 }
 
-// buildUpserts returns a worker's eval + op build function for t's rows.
-func (r *Replicator) buildUpserts(t *table) pipeline.ProcessFunc[[]syncrules.Value, stages.Change, sinks.Position] {
-	b := stages.NewBuilder(t.spec)
-	return func(ctx context.Context, in pipeline.Batch[[]syncrules.Value, sinks.Position]) (pipeline.Batch[stages.Change, sinks.Position], error) {
-		b.Begin(len(in.Items), int(in.Bytes)*2+1024)
-		out := make([]stages.Change, 0, len(in.Items))
-		for _, row := range in.Items {
-			var err error
-			if out, err = b.Upsert(row, out); err != nil {
-				// A query failing on one row must not stop replication: the
-				// row is written for the queries that succeeded.
-				r.log.Warn("sync rules failed on a row", "table", t.info.QualifiedName(), "err", err)
-			}
-		}
-		return pipeline.Derive(in, out), nil
-	}
+// rowError logs a row whose sync rules failed for some query: the row is
+// written for the queries that succeeded.
+func (r *Replicator) rowError(t *stages.Table, err error) {
+	r.log.Warn("sync rules failed on a row", "table", t.String(), "err", err)
 }
 
 // rangeDone counts a finished range; the last range of a table marks the

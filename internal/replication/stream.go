@@ -242,13 +242,18 @@ func closeConn(c *pgx.Conn) {
 // same data and checksum on both paths. Unknown URI parameters become
 // startup settings.
 func (r *Replicator) replicationURI(stream bool) string {
-	uri := r.pl.Source.URI
+	return replicationURI(r.pl.Source.URI, r.cfg.Source.ConnectTimeout, stream)
+}
+
+// replicationURI is uri with the connect timeout d and, for streaming, the
+// snapshot's session parameters (see Replicator.replicationURI).
+func replicationURI(uri string, d time.Duration, stream bool) string {
 	u, err := url.Parse(uri)
 	if err != nil {
 		return uri
 	}
 	q := u.Query()
-	if d := r.cfg.Source.ConnectTimeout; d > 0 && !q.Has("connect_timeout") {
+	if d > 0 && !q.Has("connect_timeout") {
 		q.Set("connect_timeout", strconv.Itoa(max(1, int((d+time.Second-1)/time.Second))))
 	}
 	if stream {

@@ -169,6 +169,27 @@ ALTER TABLE source_tables ADD COLUMN shape jsonb,
   ADD COLUMN resnapshot_key text[],
   ADD COLUMN resnapshot_rows bigint NOT NULL DEFAULT 0;
 `,
+	// 4: pipelines that write to a sink other than bucket storage (see
+	// sinkpipelines.go). The sink keeps its own progress; storage keeps
+	// what must outlive the sink's: the pipeline version (a changed sink
+	// or table list starts a new one, which snapshots afresh), its slot,
+	// the key ranges of its snapshot, and the last error for status.
+	`
+CREATE TABLE sink_pipelines (
+  name          text PRIMARY KEY,
+  version       int NOT NULL,
+  fingerprint   text NOT NULL,
+  sink_type     text NOT NULL,
+  tables        text[] NOT NULL,
+  slot_name     text NOT NULL UNIQUE,
+  plan          jsonb,
+  snapshot_done boolean NOT NULL DEFAULT false,
+  stream_lsn    pg_lsn,
+  last_error    text,
+  last_error_at timestamptz,
+  updated_at    timestamptz NOT NULL DEFAULT now()
+);
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

@@ -22,15 +22,25 @@
 //	 "lookups":[{"key":"…","params":[…]}]}
 //
 // kind is "upsert" or "delete" (a delete has no puts); data and params are
-// the JSON produced by the sync rules, embedded as is. Lines are never torn
-// or interleaved, even with several writers: the lines a batch adds to a
-// file are contiguous. With flush_writers > 1,
-// batches can land in a file out of source order, and after a crash the
-// batches after the last committed position are written again (at least
-// once): use one writer and de-duplicate by key when that matters.
+// the JSON produced by the sync rules, embedded as is. A streamed change
+// also has "lsn" (the commit LSN of its source transaction) and "i" (its
+// index in the transaction): together they identify the change, and the
+// same change always gets the same pair. Snapshot rows have neither.
 //
-// <dir>/_progress.json holds the committed position of every snapshot range
-// and of the stream; it is replaced atomically on every commit. A directory
-// belongs to one open sink at a time (Open fails otherwise, within one
-// process).
+// # Exactly once
+//
+// Writers only encode: each batch's lines are staged in memory, and Commit
+// appends them to the files in commit order, fsyncs the files, and then
+// replaces <dir>/_progress.json — the committed position of every snapshot
+// range and of the stream, and every file's size — atomically. A crash
+// before the replace leaves lines past the recorded sizes: the next Open
+// cuts every file back to its recorded size, and the source sends those
+// batches again. So no line is lost or written twice, whatever the number
+// of writers; lines of one file are in commit order (per snapshot range,
+// and the stream in source order). A file the progress does not know is
+// emptied at Open, so the directory belongs to the sink: one pipeline per
+// directory (Open fails otherwise, within one process).
+//
+// Reset (a new pipeline version) moves the files and the progress into
+// <dir>/superseded-<UTC time>/.
 package jsonl

@@ -49,6 +49,8 @@ type line struct {
 	Kind  string `json:"kind"`
 	Table string `json:"table"`
 	Key   string `json:"key"`
+	LSN   string `json:"lsn"`
+	I     int64  `json:"i"`
 	Puts  []struct {
 		Bucket     string          `json:"bucket"`
 		ObjectType string          `json:"object_type"`
@@ -108,9 +110,7 @@ func TestLinesWrittenAndParseable(t *testing.T) {
 		{Table: lists, Kind: stages.Delete},
 		{Table: weird, Kind: stages.Upsert, Puts: []stages.Put{{Bucket: "b", ObjectType: "o", ObjectID: "x\xffy\x01<é>"}}},
 	}}
-	if err := w.Write(ctx, b); err != nil {
-		t.Fatal(err)
-	}
+	writeCommit(t, s, w, b)
 
 	got, err := os.ReadFile(filepath.Join(dir, "public.lists.jsonl"))
 	want := `{"kind":"delete","table":"public.lists","key":"00000000-0000-0000-0000-000000000000","puts":[],"lookups":[]}` + "\n"
@@ -140,9 +140,7 @@ func TestLinesWrittenAndParseable(t *testing.T) {
 	}
 
 	// A second batch appends to the same file.
-	if err := w.Write(ctx, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Delete, Key: key1}}}); err != nil {
-		t.Fatal(err)
-	}
+	writeCommit(t, s, w, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Delete, Key: key1}}, Progress: sinks.Position{LSN: 2}})
 	ls = readLines(t, filepath.Join(dir, "public.todos.jsonl"))
 	if len(ls) != 2 || ls[0].Kind != "upsert" || ls[1].Kind != "delete" || ls[1].Key != ls[0].Key {
 		t.Errorf("after second batch: %+v", ls)
@@ -346,5 +344,87 @@ func TestCancelledWrite(t *testing.T) {
 	err := writer(t, s, 0).Write(cctx, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert}}})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v; want context.Canceled", err)
+	}
+}
+
+// writeCommit writes b with w and commits it, as the pipeline would.
+func writeCommit(t *testing.T, s sinks.Sink, w sinks.Writer, b sinks.Batch) {
+	t.Helper()
+	if err := w.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A crash after lines reached a file but before their commit: the next
+// Open cuts them off, so the re-sent batch is in the file once. Stream
+// lines carry their transaction's commit LSN and their index in it.
+func TestUncommittedLinesAreCutAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, map[string]any{"dir": dir})
+	w := writer(t, s, 0)
+	first := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 0}},
+		Progress: sinks.Position{LSN: 0x16B3800}}
+	writeCommit(t, s, w, first)
+	committed, err := os.ReadFile(filepath.Join(dir, "public.todos.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(committed), `"lsn":"0/16B3748","i":0`) {
+		t.Errorf("stream line without its position: %s", committed)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash between append and progress replace leaves behind: a
+	// line past the committed size (whole, or torn), and a file the
+	// progress does not know.
+	f, err := os.OpenFile(filepath.Join(dir, "public.todos.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(`{"kind":"upsert","table":"public.todos"}` + "\n" + `{"kind":"del`); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "public.lists.jsonl"), []byte(`{"kind":"delete"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := open(t, map[string]any{"dir": dir})
+	if got, _ := os.ReadFile(filepath.Join(dir, "public.todos.jsonl")); string(got) != string(committed) {
+		t.Errorf("after reopen todos = %q; want the committed %q", got, committed)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "public.lists.jsonl")); len(got) != 0 {
+		t.Errorf("after reopen lists = %q; want empty", got)
+	}
+	pos, ok, err := s2.Resume(ctx, "", 0)
+	if err != nil || !ok || pos.LSN != 0x16B3800 {
+		t.Fatalf("Resume = %+v, %v, %v", pos, ok, err)
+	}
+	second := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Delete, Key: key1, TxnLSN: 0x16B3900, TxnIndex: 4}},
+		Progress: sinks.Position{LSN: 0x16B3800, TxnLSN: 0x16B3900, TxnChanges: 5}}
+	writeCommit(t, s2, writer(t, s2, 0), second)
+	if ls := readLines(t, filepath.Join(dir, "public.todos.jsonl")); len(ls) != 2 || ls[1].Kind != "delete" {
+		t.Errorf("after the re-sent batch: %+v", ls)
+	}
+	if pos, _, _ := s2.Resume(ctx, "", 0); pos.TxnLSN != 0x16B3900 || pos.TxnChanges != 5 {
+		t.Errorf("Resume inside a transaction = %+v", pos)
+	}
+}
+
+// A batch written but never committed (its run failed) leaves nothing in
+// the files.
+func TestWrittenButUncommittedBatchLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, map[string]any{"dir": dir})
+	b := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key1}}, Progress: sinks.Position{LSN: 9}}
+	if err := writer(t, s, 0).Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "public.todos.jsonl")); err == nil && len(got) > 0 {
+		t.Errorf("uncommitted lines in the file: %q", got)
 	}
 }

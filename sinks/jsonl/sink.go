@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/syncpipe/syncpipe/sinks"
 )
@@ -48,19 +49,26 @@ type Sink struct {
 	fsync bool
 	log   *slog.Logger
 
-	mu     sync.Mutex // guards files and closed
+	mu     sync.Mutex // guards files, staged and closed
 	files  map[string]*file
+	staged map[stageKey][]chunk // by the batch's position
+	free   [][]chunk            // committed chunks, for their buffers
 	closed bool
 
 	prog progress
 }
 
-// file is one table's file. Writers of all runs share it; mu keeps each
-// writer's lines for the file contiguous.
+// file is one table's file. Only Commit appends to it, under the progress
+// lock, so its lines are in commit order and never interleaved.
 type file struct {
-	mu   sync.Mutex
 	f    *os.File
-	size int64 // bytes of whole lines in the file; guarded by mu
+	size int64 // bytes of whole lines in the file
+}
+
+// chunk is the encoded lines a batch adds to one file.
+type chunk struct {
+	file  string
+	lines []byte
 }
 
 // dirsInUse maps the absolute directories of open sinks to their pipeline,
@@ -99,13 +107,16 @@ func newSink(opts Options, pipeline string) (*Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Sink{dir: dir, fsync: !opts.NoFsync, log: log, files: map[string]*file{}}
+	s := &Sink{dir: dir, fsync: !opts.NoFsync, log: log, files: map[string]*file{}, staged: map[stageKey][]chunk{}}
 	dirsMu.Lock()
 	defer dirsMu.Unlock()
 	if owner, busy := dirsInUse[dir]; busy {
 		return nil, fmt.Errorf("jsonl: directory %s is already used by pipeline %q", dir, owner)
 	}
 	if err := s.prog.load(dir); err != nil {
+		return nil, fmt.Errorf("jsonl: %w", err)
+	}
+	if err := s.cutBack(); err != nil {
 		return nil, fmt.Errorf("jsonl: %w", err)
 	}
 	dirsInUse[dir] = pipeline
@@ -125,6 +136,105 @@ func (s *Sink) Writer(_ context.Context, _ int) (sinks.Writer, error) {
 		return nil, errClosed
 	}
 	return &writer{s: s, tables: map[tableKey]*tableBuf{}}, nil
+}
+
+// stage keeps a written batch's lines until its Commit. A batch of a run
+// that fails is staged again when the source re-sends it after the same
+// position, replacing the first copy.
+func (s *Sink) stage(pos sinks.Position, chunks []chunk) error {
+	k := keyOf(pos)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	if old, ok := s.staged[k]; ok {
+		s.free = append(s.free, old[:0])
+	}
+	s.staged[k] = chunks
+	return nil
+}
+
+// unstage takes the staged lines of the batch ending at pos.
+func (s *Sink) unstage(pos sinks.Position) []chunk {
+	k := keyOf(pos)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.staged[k]
+	delete(s.staged, k)
+	return c
+}
+
+// take returns an empty chunk list, with the buffers of a committed one
+// when there is one: in steady state writers allocate nothing.
+func (s *Sink) take() []chunk {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.free); n > 0 {
+		c := s.free[n-1]
+		s.free = s.free[:n-1]
+		return c
+	}
+	return nil
+}
+
+// recycle hands a chunk list's buffers back for take.
+func (s *Sink) recycle(c []chunk) {
+	if cap(c) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.free = append(s.free, c[:0])
+}
+
+// stageKey identifies a batch by its position: positions of batches that
+// carry changes are unique within a pipeline (a snapshot range's row count
+// and a stream's LSN and transaction offset only grow).
+type stageKey struct {
+	table       string
+	rangeNo     int
+	rows        int64
+	lsn, txnLSN uint64
+	txnChanges  int64
+}
+
+func keyOf(p sinks.Position) stageKey {
+	return stageKey{p.Table, p.Range, p.RowsDone, p.LSN, p.TxnLSN, p.TxnChanges}
+}
+
+// cutBack cuts every file back to the size the last commit recorded:
+// lines after it belong to batches that were never committed, which the
+// source sends again. A file the progress does not know was never part of
+// a commit and is emptied.
+func (s *Sink) cutBack() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".jsonl" {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		want, known := s.prog.files[e.Name()]
+		if !s.prog.sized {
+			continue // written by a version that recorded no sizes
+		}
+		switch {
+		case info.Size() > want:
+			s.log.Info("jsonl: dropping lines written after the last commit", "file", e.Name(), "bytes", info.Size()-want)
+			if err := os.Truncate(filepath.Join(s.dir, e.Name()), want); err != nil {
+				return err
+			}
+		case info.Size() < want && known:
+			return fmt.Errorf("%s holds %d bytes but %d were committed: lines were lost (fsync off and a machine crash?)", e.Name(), info.Size(), want)
+		}
+	}
+	return nil
 }
 
 var errClosed = errors.New("jsonl: sink is closed")
@@ -171,8 +281,6 @@ func (s *Sink) file(name string) (*file, error) {
 // back to its last whole line, so that a later append does not continue a
 // torn one.
 func (f *file) write(p []byte) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	n, err := f.f.Write(p)
 	if err != nil {
 		if terr := f.f.Truncate(f.size); terr != nil {
@@ -184,7 +292,11 @@ func (f *file) write(p []byte) error {
 	return nil
 }
 
-// Commit records b.Progress in _progress.json; see sinks.Sink.
+// Commit appends the batch's staged lines to their files, makes them
+// durable, and records b.Progress with the new file sizes in
+// _progress.json in one atomic replace; see sinks.Sink. A crash before
+// the replace leaves lines past the recorded sizes, which the next Open
+// cuts off: the batch is then written again, once.
 func (s *Sink) Commit(_ context.Context, b sinks.Batch) error {
 	s.mu.Lock()
 	closed := s.closed
@@ -192,8 +304,57 @@ func (s *Sink) Commit(_ context.Context, b sinks.Batch) error {
 	if closed {
 		return errClosed
 	}
-	if err := s.prog.commit(s.dir, b.Progress, s.fsync); err != nil {
+	chunks := s.unstage(b.Progress)
+	err := s.prog.commit(s.dir, b.Progress, s.fsync, func(sizes map[string]int64) error {
+		return s.appendChunks(chunks, sizes)
+	}, s.cutTo)
+	s.recycle(chunks)
+	if err != nil {
 		return fmt.Errorf("jsonl: commit: %w", err)
+	}
+	return nil
+}
+
+// cutTo cuts the open files back to the sizes of prev (0 for a file prev
+// does not know), after a failed commit.
+func (s *Sink) cutTo(prev map[string]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, f := range s.files {
+		if f.size == prev[name] {
+			continue
+		}
+		if err := f.f.Truncate(prev[name]); err != nil {
+			s.log.Error("jsonl: cannot cut back lines of a failed commit; restart to cut them at open", "file", name, "err", err)
+			continue
+		}
+		f.size = prev[name]
+	}
+}
+
+// appendChunks writes chunks to their files, fsyncs them and records the
+// files' new sizes. It runs under the progress lock, so appends of
+// concurrent runs never interleave.
+func (s *Sink) appendChunks(chunks []chunk, sizes map[string]int64) error {
+	var touched []*file
+	for _, c := range chunks {
+		f, err := s.file(c.file)
+		if err == nil {
+			err = f.write(c.lines)
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", c.file, err)
+		}
+		sizes[c.file] = f.size
+		touched = append(touched, f)
+	}
+	if !s.fsync {
+		return nil
+	}
+	for i, f := range touched {
+		if err := f.f.Sync(); err != nil {
+			return fmt.Errorf("fsync %s: %w", chunks[i].file, err)
+		}
 	}
 	return nil
 }
@@ -216,16 +377,14 @@ func (s *Sink) Close(context.Context) error {
 	s.closed = true
 	files := s.files
 	s.files = nil
+	s.staged = nil
 	s.mu.Unlock()
 
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(files)) {
-		f := files[name]
-		f.mu.Lock()
-		if err := f.f.Close(); err != nil {
+		if err := files[name].f.Close(); err != nil {
 			errs = append(errs, err)
 		}
-		f.mu.Unlock()
 	}
 	dirsMu.Lock()
 	delete(dirsInUse, s.dir)
@@ -244,4 +403,49 @@ func syncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// Reset moves the table files and _progress.json of an earlier pipeline
+// version into <dir>/superseded-<UTC time>/ (kept for the operator to
+// inspect or delete) and starts with no progress; see sinks.Resetter.
+func (s *Sink) Reset(context.Context) error {
+	s.prog.mu.Lock()
+	defer s.prog.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errClosed
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("jsonl: reset: %w", err)
+	}
+	aside := filepath.Join(s.dir, "superseded-"+time.Now().UTC().Format("20060102T150405.000000000Z"))
+	moved := 0
+	for _, e := range entries {
+		if e.IsDir() || filepath.Ext(e.Name()) != ".jsonl" && e.Name() != ProgressFile {
+			continue
+		}
+		if err := os.MkdirAll(aside, 0o755); err != nil {
+			return fmt.Errorf("jsonl: reset: %w", err)
+		}
+		if err := os.Rename(filepath.Join(s.dir, e.Name()), filepath.Join(aside, e.Name())); err != nil {
+			return fmt.Errorf("jsonl: reset: %w", err)
+		}
+		moved++
+	}
+	for _, f := range s.files {
+		_ = f.f.Close()
+	}
+	s.files, s.staged = map[string]*file{}, map[stageKey][]chunk{}
+	s.prog.stream, s.prog.ranges, s.prog.files, s.prog.sized = nil, map[rangeKey]sinks.Position{}, map[string]int64{}, true
+	if s.fsync {
+		if err := syncDir(s.dir); err != nil {
+			return fmt.Errorf("jsonl: reset: %w", err)
+		}
+	}
+	if moved > 0 {
+		s.log.Info("jsonl: earlier version moved aside", "dir", aside, "files", moved)
+	}
+	return nil
 }

@@ -2,8 +2,8 @@ package jsonl
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/syncpipe/syncpipe/sinks"
@@ -12,13 +12,11 @@ import (
 )
 
 // writer is one flush lane. It turns a batch into one buffer of lines per
-// table, then appends each buffer to its file under that file's lock in a
-// single write, which is what keeps lines of concurrent writers whole.
+// table and stages them with the sink; Commit appends them to the files in
+// source order. Encoding is the work, so it is what the writers share out.
 type writer struct {
-	s       *Sink
-	tables  map[tableKey]*tableBuf
-	touched []*tableBuf // tables of the current batch, in first-seen order
-	files   []*file     // their files, reused from batch to batch
+	s      *Sink
+	tables map[tableKey]*tableBuf
 }
 
 // tableKey identifies a table by value: sources may hand out a new
@@ -26,59 +24,45 @@ type writer struct {
 // allocating.
 type tableKey struct{ schema, name string }
 
-// tableBuf is a writer's reusable line buffer for one table.
+// tableBuf is a writer's per-table state: the file name and the table name
+// as JSON, computed once.
 type tableBuf struct {
 	file     string // file name within the sink's directory
 	nameJSON []byte // "schema.name" as a JSON string, encoded once
-	buf      []byte
 }
 
-// Write appends one line per change to the files of the tables in b and,
-// unless fsync is off, fsyncs those files before returning, so a nil return
-// means the batch is durable.
+// Write encodes one line per change and stages the lines of each table for
+// Commit, which makes them durable together with the batch's position (see
+// the package doc: that is what keeps every line exactly once).
 func (w *writer) Write(ctx context.Context, b sinks.Batch) error {
-	for _, tb := range w.touched {
-		tb.buf = tb.buf[:0]
+	if len(b.Items) == 0 {
+		return nil
 	}
-	w.touched = w.touched[:0]
+	chunks := w.s.take()
 	for i := range b.Items {
 		c := &b.Items[i]
 		if c.Table == nil {
+			w.s.recycle(chunks)
 			return fmt.Errorf("jsonl: change %d of batch %d has no table", i, b.Seq)
 		}
 		tb := w.table(c.Table)
-		if len(tb.buf) == 0 {
-			w.touched = append(w.touched, tb)
+		k := slices.IndexFunc(chunks, func(c chunk) bool { return c.file == tb.file })
+		if k < 0 {
+			// Reuse the buffer of a recycled chunk when there is one.
+			if k = len(chunks); k < cap(chunks) {
+				chunks = chunks[:k+1]
+				chunks[k].file, chunks[k].lines = tb.file, chunks[k].lines[:0]
+			} else {
+				chunks = append(chunks, chunk{file: tb.file})
+			}
 		}
-		tb.buf = appendLine(tb.buf, tb.nameJSON, c)
+		chunks[k].lines = appendLine(chunks[k].lines, tb.nameJSON, c)
 	}
-	files := w.files[:0]
-	for _, tb := range w.touched {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		f, err := w.s.file(tb.file)
-		if err == nil {
-			err = f.write(tb.buf)
-		}
-		if err != nil {
-			return fmt.Errorf("jsonl: write %s: %w", tb.file, err)
-		}
-		files = append(files, f)
+	if err := ctx.Err(); err != nil {
+		w.s.recycle(chunks)
+		return err
 	}
-	w.files = files
-	if !w.s.fsync {
-		return nil
-	}
-	// Outside the file locks: other writers keep appending while the disk
-	// syncs, and a sync covers whatever reached the file before it.
-	var errs []error
-	for i, f := range files {
-		if err := f.f.Sync(); err != nil {
-			errs = append(errs, fmt.Errorf("jsonl: fsync %s: %w", w.touched[i].file, err))
-		}
-	}
-	return errors.Join(errs...)
+	return w.s.stage(b.Progress, chunks)
 }
 
 func (w *writer) table(t *stages.Table) *tableBuf {
@@ -133,7 +117,14 @@ func appendLine(b, tableJSON []byte, c *stages.Change) []byte {
 	b = append(b, tableJSON...)
 	b = append(b, `,"key":"`...)
 	b = appendUUID(b, &c.Key)
-	b = append(b, `","puts":[`...)
+	b = append(b, '"')
+	if c.TxnLSN != 0 {
+		b = append(b, `,"lsn":"`...)
+		b = appendLSN(b, c.TxnLSN)
+		b = append(b, `","i":`...)
+		b = strconv.AppendInt(b, c.TxnIndex, 10)
+	}
+	b = append(b, `,"puts":[`...)
 	for i := range c.Puts {
 		p := &c.Puts[i]
 		if i > 0 {
@@ -173,6 +164,20 @@ func appendRaw(b, raw []byte) []byte {
 		return append(b, "null"...)
 	}
 	return append(b, raw...)
+}
+
+// appendLSN appends an LSN in PostgreSQL's text form, as 0/16B3748.
+func appendLSN(b []byte, lsn uint64) []byte {
+	start := len(b)
+	b = strconv.AppendUint(b, lsn>>32, 16)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, lsn&0xffffffff, 16)
+	for i := start; i < len(b); i++ {
+		if 'a' <= b[i] && b[i] <= 'f' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	return b
 }
 
 func appendUUID(b []byte, u *[16]byte) []byte {

@@ -1,0 +1,163 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/sourcegraph/conc/pool"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// snapshotPlan is the stored key range plan of a sink pipeline's
+// snapshot, per table ("schema.name").
+type snapshotPlan map[string][]postgres.KeyRange
+
+// snapshot reads every table in key ranges into the sink, at most
+// replication.workers_per_process ranges at a time, each from its
+// committed progress, and then records the snapshot as done.
+func (r *SinkRunner) snapshot(ctx context.Context, conn *pgx.Conn) error {
+	plan, err := r.plan(ctx, conn)
+	if err != nil {
+		return err
+	}
+	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError().
+		WithMaxGoroutines(max(r.o.Config.Replication.WorkersPerProcess, 1))
+	for _, name := range slices.Sorted(maps.Keys(plan)) {
+		t := r.table(name)
+		if t == nil {
+			return fmt.Errorf("snapshot plan names %s, which the pipeline no longer replicates", name)
+		}
+		for no, kr := range plan[name] {
+			p.Go(func(ctx context.Context) error { return r.snapshotRange(ctx, t, no, kr) })
+		}
+	}
+	if err := p.Wait(); err != nil {
+		return err
+	}
+	if err := r.o.Store.MarkSinkPipelineSnapshotDone(ctx, r.pl.Name); err != nil {
+		return err
+	}
+	r.state.SnapshotDone = true
+	r.log.Info("snapshot done", "version", r.state.Version)
+	return nil
+}
+
+func (r *SinkRunner) table(name string) *sinkTable {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tables[name]
+}
+
+// plan returns the stored key ranges, planning and storing them first if
+// this version has none: a resumed range must keep its bounds.
+func (r *SinkRunner) plan(ctx context.Context, conn *pgx.Conn) (snapshotPlan, error) {
+	var plan snapshotPlan
+	if len(r.state.Plan) > 0 {
+		return plan, json.Unmarshal(r.state.Plan, &plan)
+	}
+	snap := r.o.Config.Replication.Snapshot
+	plan = snapshotPlan{}
+	r.mu.Lock()
+	tables := make([]*sinkTable, 0, len(r.tables))
+	for _, t := range r.tables {
+		tables = append(tables, t)
+	}
+	r.mu.Unlock()
+	for _, t := range tables {
+		ranges, err := postgres.SplitRanges(ctx, conn, t.info, snap.MaxRangesPerTable, int64(snap.SplitRows))
+		if err != nil {
+			return nil, err
+		}
+		plan[t.t.ID] = ranges
+	}
+	b, err := json.Marshal(plan)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := r.o.Store.SetSinkPipelinePlan(ctx, r.pl.Name, b)
+	if err != nil {
+		return nil, err
+	}
+	r.state.Plan = stored
+	plan = snapshotPlan{}
+	return plan, json.Unmarshal(stored, &plan)
+}
+
+// snapshotRange runs one range's pipeline from its committed progress:
+// read → eval → build → flush → commit.
+func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo int, kr postgres.KeyRange) error {
+	name := t.t.ID
+	pos, _, err := r.o.Sink.Resume(ctx, name, rangeNo)
+	if err != nil || pos.Done {
+		return err
+	}
+	conn, err := r.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeConn(conn)
+	st := r.pl.Stages
+	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
+		ChunkRows: st.ChunkRows, After: pos.LastKey, SocketTimeout: r.o.Config.Source.SnapshotSocketTimeout})
+	rows, finished := pos.RowsDone, false
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name, Tracer: r.o.Tracer, Depth: 1,
+		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}, {Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}}})
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[stages.RowChange, sinks.Position](
+		func(ctx context.Context) (pipeline.Batch[stages.RowChange, sinks.Position], error) {
+			var b pipeline.Batch[stages.RowChange, sinks.Position]
+			if finished {
+				return b, pipeline.ErrEndOfInput
+			}
+			chunk, err := reader.Next(ctx)
+			if errors.Is(err, pipeline.ErrEndOfInput) {
+				finished = true // a progress-only batch records the range as done
+				b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: reader.Position(), RowsDone: rows, Done: true}
+				return b, nil
+			}
+			if err != nil {
+				return b, err
+			}
+			rows += int64(len(chunk.Rows))
+			finished = chunk.Final
+			b.Items, b.Rows, b.Bytes = stages.Upserts(t.spec, chunk.Rows), len(chunk.Rows), chunk.Bytes
+			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
+			return b, nil
+		}))
+	workers := r.evalWorkers()
+	built := stages.Build(stages.Eval(read, pipeline.StageConfig{Workers: workers}, r.rowError),
+		pipeline.StageConfig{Workers: workers})
+	if err := sinks.FlushAndCommit(ctx, built, r.o.Sink, max(st.FlushWriters, 1)); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := p.Run(ctx); err != nil {
+		return err
+	}
+	r.log.Info("snapshot range done", "table", name, "range", rangeNo, "rows", rows, "elapsed", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// evalWorkers is the pipeline's eval_workers, or the cores shared by the
+// units that run at once.
+func (r *SinkRunner) evalWorkers() int {
+	if w := r.pl.Stages.EvalWorkers; w > 0 {
+		return w
+	}
+	return max(1, runtime.GOMAXPROCS(0)/max(r.o.Config.Replication.WorkersPerProcess, 1))
+}
+
+// rowError logs a row whose sync rules failed for some query.
+func (r *SinkRunner) rowError(t *stages.Table, err error) {
+	r.log.Warn("sync rules failed on a row", "table", t.String(), "err", err)
+}

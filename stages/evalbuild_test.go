@@ -1,0 +1,105 @@
+package stages
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
+
+// The Eval and Build stages give exactly the Changes the one-step Builder
+// gives: same keys, puts, checksums, lookups and row data, for data rows,
+// parameter rows, big (TOASTable) rows, deletes and key changes.
+func TestEvalBuildMatchesBuilder(t *testing.T) {
+	lists, todoSpec := todoSpecs(t)
+	todoSpec.Toast = []int{2}
+	todo := func(id, list, desc string) []syncrules.Value {
+		return []syncrules.Value{syncrules.Text(id), syncrules.Text(list), syncrules.Text(desc), syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
+	}
+	list := func(id, name string) []syncrules.Value {
+		return []syncrules.Value{syncrules.Text(id), syncrules.Text(name), syncrules.Text("u1")}
+	}
+	in := []RowChange{
+		{Spec: todoSpec, Kind: Upsert, Row: todo("t1", "l1", "milk"), TxnLSN: 9, TxnIndex: 0},
+		{Spec: lists, Kind: Upsert, Row: list("l1", "groceries"), TxnLSN: 9, TxnIndex: 1},
+		{Spec: todoSpec, Kind: Upsert, Row: todo("t2", "l2", strings.Repeat("long ", 200))},
+		{Spec: todoSpec, Kind: Delete, Row: []syncrules.Value{syncrules.Text("t3"), {}, {}, {}, {}}},
+		{Spec: todoSpec, Kind: Upsert, Row: todo("t5", "l1", "moved"), Old: []syncrules.Value{syncrules.Text("t4"), {}, {}, {}, {}}},
+		{Spec: todoSpec, Kind: Upsert, Row: todo("t6", "l1", "same key"), Old: []syncrules.Value{syncrules.Text("t6"), {}, {}, {}, {}}},
+		{Spec: lists, Kind: Truncate},
+	}
+	var want []Change
+	for _, rc := range in {
+		b := NewBuilder(rc.Spec)
+		b.Begin(4, 4096)
+		switch rc.Kind {
+		case Truncate:
+			want = append(want, Change{Table: rc.Spec.Table, Kind: Truncate})
+			continue
+		case Delete:
+			want = b.Delete(rc.Row, want)
+		case Upsert:
+			if rc.Old != nil && b.ReplicaID(rc.Old) != b.ReplicaID(rc.Row) {
+				want = b.Delete(rc.Old, want)
+			}
+			var err error
+			if want, err = b.Upsert(rc.Row, want); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := len(want) - 1; i >= 0 && want[i].Kind != Truncate && want[i].TxnLSN == 0; i-- {
+			want[i].TxnLSN, want[i].TxnIndex = rc.TxnLSN, rc.TxnIndex
+			if i == 0 || rc.Kind != Upsert || rc.Old == nil {
+				break
+			}
+		}
+	}
+
+	p := pipeline.New[int](pipeline.Config{Name: "t"})
+	sent := false
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[RowChange, int](func(context.Context) (pipeline.Batch[RowChange, int], error) {
+		if sent {
+			return pipeline.Batch[RowChange, int]{}, pipeline.ErrEndOfInput
+		}
+		sent = true
+		return pipeline.Batch[RowChange, int]{Items: in, Rows: len(in)}, nil
+	}))
+	var got []Change
+	var rowErrs int
+	built := Build(Eval(src, pipeline.StageConfig{Workers: 2}, func(*Table, error) { rowErrs++ }), pipeline.StageConfig{Workers: 2})
+	pipeline.Commit(built, pipeline.StageConfig{Name: "commit"}, func(_ context.Context, b pipeline.Batch[Change, int]) error {
+		got = append(got, b.Items...)
+		return nil
+	})
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rowErrs != 0 {
+		t.Errorf("%d row errors", rowErrs)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d changes; want %d:\ngot  %+v\nwant %+v", len(got), len(want), got, want)
+	}
+	for i := range want {
+		if !reflect.DeepEqual(normal(got[i]), normal(want[i])) {
+			t.Errorf("change %d:\ngot  %+v\nwant %+v", i, got[i], want[i])
+		}
+	}
+	if got[2].RowData == nil {
+		t.Error("a big row carries no RowData")
+	}
+}
+
+// normal drops the difference between nil and empty slices.
+func normal(c Change) Change {
+	if len(c.Puts) == 0 {
+		c.Puts = nil
+	}
+	if len(c.Lookups) == 0 {
+		c.Lookups = nil
+	}
+	return c
+}
