@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -346,8 +346,8 @@ func TestAPIFailureStopsRoleAll(t *testing.T) {
 		t.Fatalf("syncpipe --role all still runs 30s after its API failed:\n%s", e.tailLogs(4<<10))
 	}
 	var exit *exec.ExitError
-	if !errors.As(c.err, &exit) || exit.ExitCode() != exitFailure {
-		t.Fatalf("exit status %v, want %d", c.err, exitFailure)
+	if !errors.As(c.err, &exit) || exit.ExitCode() != ExitFailure {
+		t.Fatalf("exit status %v, want %d", c.err, ExitFailure)
 	}
 	want := "syncpipe run: the sync API stopped serving: " + errInjectedAccept.Error()
 	if !e.logged(want) {

@@ -1,14 +1,29 @@
-// Command syncpipe replicates a PostgreSQL database into bucket storage and
-// serves it to PowerSync clients.
+// Package cli is the syncpipe command line as a library: Main runs the
+// run, validate, status, token and demo subcommands exactly as the
+// syncpipe binary does (cmd/syncpipe is Main and signal handling), so that
+// a program can add its own sinks and still be the whole syncpipe:
 //
-//	syncpipe run      --config F [--role R]   replicate and serve
-//	syncpipe validate --config F              check a config file offline
-//	syncpipe status   --config F              groups, snapshot progress, lag
-//	syncpipe token    --config F --sub USER   mint a development JWT
-//	syncpipe demo                             self-contained demo on a throwaway Postgres
+//	func init() { sinks.MustRegister("mysink", spec, open) }
 //
-// Exit codes: 0 success, 1 runtime failure, 2 invalid usage or configuration.
-package main
+//	func main() {
+//		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//		code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+//		stop()
+//		os.Exit(code)
+//	}
+//
+// Every sink registered before Main runs (sinks.Register, usually in an
+// init function) can be named in YAML pipelines: validate accepts its type
+// name and checks its settings against its spec, with file positions, and
+// run opens it. The built-in sinks bucketstore and jsonl are always
+// registered. examples/httpsink is a complete such program.
+//
+//	run      --config F [--role R]   replicate and serve
+//	validate --config F              check a config file offline
+//	status   --config F              groups, snapshot progress, lag
+//	token    --config F --sub USER   mint a development JWT
+//	demo                             self-contained demo on a throwaway Postgres
+package cli
 
 import (
 	"context"
@@ -16,28 +31,35 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
 	"runtime/debug"
-	"syscall"
 )
 
-// Exit codes shared by all subcommands.
+// Exit codes Main returns, shared by all subcommands.
 const (
-	exitOK      = 0
-	exitFailure = 1
-	exitUsage   = 2
+	// ExitOK is success, including -h.
+	ExitOK = 0
+	// ExitFailure is a runtime failure: a database that does not answer,
+	// replication that stopped.
+	ExitFailure = 1
+	// ExitUsage is invalid usage or configuration: unknown command or
+	// flag, a config file or sync rules with problems.
+	ExitUsage = 2
 )
 
 // errUsage marks errors that are the caller's input, not a runtime failure.
 var errUsage = errors.New("usage")
 
+// command is one subcommand: its name on the command line, the line usage
+// prints for it, and what it runs.
 type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
+// commands lists the subcommands in the order usage prints them.
 func commands() []command {
 	return []command{
 		{"run", "replicate the source into bucket storage and serve the sync API", runRun},
@@ -54,23 +76,25 @@ func commands() []command {
 // snapshot workers within a few hundred MB (SPEC §9 P6).
 const defaultMemoryLimit = 400 << 20
 
-func main() {
-	if os.Getenv("GOMEMLIMIT") == "" {
+// Main runs the subcommand named by args[0] (args are the program's
+// arguments without its name, os.Args[1:]) with the rest as its flags,
+// until it ends or ctx is cancelled (a SIGTERM, say: run then shuts down
+// gracefully), and returns the exit code: ExitOK, ExitFailure or
+// ExitUsage. Problems are printed to stderr, results to stdout. Main is
+// meant to be the whole of a program's main: unless GOMEMLIMIT or the
+// program itself set one, it sets the process's soft memory limit, as the
+// syncpipe binary always did.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// SetMemoryLimit(-1) only reads the limit; MaxInt64 means none is set.
+	if os.Getenv("GOMEMLIMIT") == "" && debug.SetMemoryLimit(-1) == math.MaxInt64 {
 		debug.SetMemoryLimit(defaultMemoryLimit)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
-}
-
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {
-			return exitUsage
+			return ExitUsage
 		}
-		return exitOK
+		return ExitOK
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
@@ -79,22 +103,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err := c.run(ctx, args[1:], stdout, stderr)
 		switch {
 		case err == nil:
-			return exitOK
+			return ExitOK
 		case errors.Is(err, flag.ErrHelp):
-			return exitOK
+			return ExitOK
 		case errors.Is(err, errUsage):
 			if msg := usageMessage(err); msg != "" {
 				fmt.Fprintln(stderr, msg)
 			}
-			return exitUsage
+			return ExitUsage
 		default:
 			fmt.Fprintf(stderr, "syncpipe %s: %v\n", c.name, err)
-			return exitFailure
+			return ExitFailure
 		}
 	}
 	fmt.Fprintf(stderr, "syncpipe: unknown command %q\n\n", args[0])
 	usage(stderr)
-	return exitUsage
+	return ExitUsage
 }
 
 func usage(w io.Writer) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -31,7 +31,7 @@ const childEnv = "SYNCPIPE_TEST_CHILD_ARGS"
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childEnv); args != "" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, strings.Split(args, "\x1f"), os.Stdout, os.Stderr)
+		code := Main(ctx, strings.Split(args, "\x1f"), os.Stdout, os.Stderr)
 		stop()
 		os.Exit(code)
 	}

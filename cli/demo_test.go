@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -28,7 +28,7 @@ func TestDemoStopsAndCleansUpOnInterrupt(t *testing.T) {
 	var stderr strings.Builder
 	done := make(chan int, 1)
 	go func() {
-		code := run(runCtx, []string{"demo", "--lists", "5", "--todos", "50"}, pw, &stderr)
+		code := Main(runCtx, []string{"demo", "--lists", "5", "--todos", "50"}, pw, &stderr)
 		pw.Close()
 		done <- code
 	}()
@@ -49,7 +49,7 @@ func TestDemoStopsAndCleansUpOnInterrupt(t *testing.T) {
 			interrupt()
 		}
 	}
-	if code := <-done; code != exitOK {
+	if code := <-done; code != ExitOK {
 		t.Fatalf("exit code %d; stdout:\n%s\nstderr:\n%s", code, out.String(), stderr.String())
 	}
 	if !strings.Contains(out.String(), "5 lists, 50 todos loaded") {
@@ -65,8 +65,8 @@ func TestDemoStopsAndCleansUpOnInterrupt(t *testing.T) {
 
 func TestUnknownCommandIsUsageError(t *testing.T) {
 	var stderr strings.Builder
-	if code := run(context.Background(), []string{"frobnicate"}, io.Discard, &stderr); code != exitUsage {
-		t.Fatalf("exit code %d, want %d", code, exitUsage)
+	if code := Main(context.Background(), []string{"frobnicate"}, io.Discard, &stderr); code != ExitUsage {
+		t.Fatalf("exit code %d, want %d", code, ExitUsage)
 	}
 	if !strings.Contains(stderr.String(), `unknown command "frobnicate"`) {
 		t.Fatalf("stderr = %q", stderr.String())

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -64,7 +64,7 @@ log: {level: info, format: text}
 func TestValidateChecksRulesAgainstSource(t *testing.T) {
 	path := schemaEnv(t, "[syncpipe]")
 	code, stdout, stderr := runCLI(t, "validate", "--config", path)
-	if code != exitOK {
+	if code != ExitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	rules := filepath.Join(filepath.Dir(path), "rules.yaml")
@@ -80,7 +80,7 @@ func TestValidateChecksRulesAgainstSource(t *testing.T) {
 	}
 
 	code, stdout, stderr = runCLI(t, "validate", "--offline", "--config", path)
-	if code != exitOK || stderr != "" || !strings.Contains(stdout, "not checked against the source (--offline)") {
+	if code != ExitOK || stderr != "" || !strings.Contains(stdout, "not checked against the source (--offline)") {
 		t.Fatalf("--offline: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }
@@ -104,7 +104,7 @@ api: {auth: {audience: [a], hs256_secrets: [s]}}
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCLI(t, "validate", "--config", path)
-	if code != exitOK || !strings.Contains(stdout, "source not reachable") {
+	if code != ExitOK || !strings.Contains(stdout, "source not reachable") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "source not checked") {
@@ -117,11 +117,11 @@ api: {auth: {audience: [a], hs256_secrets: [s]}}
 func TestValidateRejectsWhatRunRejects(t *testing.T) {
 	path := schemaEnv(t, "[]")
 	code, _, stderr := runCLI(t, "validate", "--offline", "--config", path)
-	if code != exitUsage || !strings.HasPrefix(stderr, path+":7:") || !strings.Contains(stderr, "api.auth.audience: required") {
+	if code != ExitUsage || !strings.HasPrefix(stderr, path+":7:") || !strings.Contains(stderr, "api.auth.audience: required") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	code, _, stderr = runCLI(t, "run", "--config", path)
-	if code == exitOK || !strings.Contains(stderr, "api.auth.audience") {
+	if code == ExitOK || !strings.Contains(stderr, "api.auth.audience") {
 		t.Fatalf("run: exit %d, stderr:\n%s", code, stderr)
 	}
 }

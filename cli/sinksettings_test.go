@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -34,8 +34,8 @@ pipelines:
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join([]string{"validate", "--offline", "--config", cfg}, "\x1f"))
 	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != exitUsage {
-		t.Fatalf("validate: %v, want exit %d; output:\n%s", err, exitUsage, out)
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != ExitUsage {
+		t.Fatalf("validate: %v, want exit %d; output:\n%s", err, ExitUsage, out)
 	}
 	for _, want := range []string{
 		cfg + `:13:9: pipelines[1].sink.settings.fsync: want a boolean, got the string "maybe" (sink jsonl)`,

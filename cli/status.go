@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -10,9 +10,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 )
+
+// statusStorage is what status reads of bucket storage. *bucketstore.Store
+// has dozens of methods for replication, snapshots and serving; status is
+// written against these four alone, so that what it costs storage is
+// visible here and its output can be tested on a fake (status_test.go)
+// without PostgreSQL.
+type statusStorage interface {
+	// Groups returns every replication group, oldest first.
+	Groups(ctx context.Context) ([]bucketstore.Group, error)
+	// SnapshotProgress returns every group's per-table snapshot progress.
+	SnapshotProgress(ctx context.Context) ([]bucketstore.TableProgress, error)
+	// SinkPipelines returns the stored state of the pipelines whose sink
+	// is not bucket storage.
+	SinkPipelines(ctx context.Context) ([]bucketstore.SinkPipeline, error)
+	// Now is storage's clock, which stamped the stored errors.
+	Now(ctx context.Context) (time.Time, error)
+}
+
+var _ statusStorage = (*bucketstore.Store)(nil)
 
 // runStatus prints replication groups, per-table snapshot progress, lag and
 // slot health. Storage is required; the source is optional (lag and slot
@@ -33,6 +53,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer store.Close()
+	// Storage first: when it does not answer there is nothing to show, and
+	// the source's connect timeout need not be waited for.
 	groups, err := store.Groups(ctx)
 	if err != nil {
 		return err
@@ -55,6 +77,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}()
 		}
 	}
+	return writeStatus(ctx, stdout, cfg, store, groups, src)
+}
+
+// writeStatus prints the status tables: groups as store.Groups returned
+// them, the rest read from store; src, when not nil, is the source that
+// lag and slot health are read from.
+func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, store statusStorage, groups []bucketstore.Group, src *pgx.Conn) error {
 	// Error ages are measured on storage's clock, which stamped them.
 	now, err := store.Now(ctx)
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -85,7 +85,7 @@ func TestStatusShowsStoredErrors(t *testing.T) {
 	}
 
 	code, out, stderr := runBinary(t, ctx, "status", "--config", writeStatusConfig(t, source, storage, ""))
-	if code != exitOK {
+	if code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	rows := map[int]string{}
@@ -155,8 +155,8 @@ func TestStatusStorageConnectTimeout(t *testing.T) {
 	start := time.Now()
 	code, _, stderr := runBinary(t, ctx, "status", "--config", path)
 	took := time.Since(start)
-	if code != exitFailure || !strings.Contains(stderr, "storage unreachable") {
-		t.Fatalf("exit %d, stderr %q; want %d and storage unreachable", code, stderr, exitFailure)
+	if code != ExitFailure || !strings.Contains(stderr, "storage unreachable") {
+		t.Fatalf("exit %d, stderr %q; want %d and storage unreachable", code, stderr, ExitFailure)
 	}
 	// Well below the 10 s default: the configured timeout was applied.
 	if took < timeout || took > timeout+5*time.Second {

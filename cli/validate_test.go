@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -17,7 +17,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb strings.Builder
-	code = run(context.Background(), args, &out, &errb)
+	code = Main(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -27,9 +27,9 @@ func TestValidateBadConfig(t *testing.T) {
 	// bad.yaml relies on HS256_SECRET being unset; t.Setenv restores it.
 	t.Setenv("HS256_SECRET", "")
 	os.Unsetenv("HS256_SECRET")
-	code, _, stderr := runCLI(t, "validate", "--config", "../../testdata/bad.yaml")
-	if code != exitUsage {
-		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	code, _, stderr := runCLI(t, "validate", "--config", "../testdata/bad.yaml")
+	if code != ExitUsage {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, ExitUsage, stderr)
 	}
 	golden := filepath.Join("testdata", "validate_bad.golden")
 	if *update {
@@ -45,15 +45,15 @@ func TestValidateBadConfig(t *testing.T) {
 		t.Fatalf("validate output differs from %s:\n--- got\n%s\n--- want\n%s", golden, stderr, want)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(stderr), "\n")[:1] {
-		if !strings.HasPrefix(line, "../../testdata/bad.yaml:") {
+		if !strings.HasPrefix(line, "../testdata/bad.yaml:") {
 			t.Fatalf("line lacks file position: %q", line)
 		}
 	}
 }
 
 func TestValidateGoodConfig(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "validate", "--config", "../../testdata/good.yaml")
-	if code != exitOK {
+	code, stdout, stderr := runCLI(t, "validate", "--config", "../testdata/good.yaml")
+	if code != ExitOK {
 		t.Fatalf("exit code %d; stderr:\n%s", code, stderr)
 	}
 	if !strings.Contains(stdout, "ok") {
@@ -63,7 +63,7 @@ func TestValidateGoodConfig(t *testing.T) {
 
 func TestValidateRequiresConfig(t *testing.T) {
 	code, _, stderr := runCLI(t, "validate")
-	if code != exitUsage || !strings.Contains(stderr, "--config is required") {
+	if code != ExitUsage || !strings.Contains(stderr, "--config is required") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
@@ -81,7 +81,7 @@ func TestReadmeConfigReference(t *testing.T) {
 func readmeBlock(t *testing.T, name, want string) {
 	t.Helper()
 	begin, end := "<!-- BEGIN "+name, "<!-- END "+name+" -->"
-	path := "../../README.md"
+	path := "../README.md"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func readmeBlock(t *testing.T, name, want string) {
 		return
 	}
 	if !*update {
-		t.Fatalf("README %s is stale; run: go test ./cmd/syncpipe -run TestReadmeConfigReference -update", strings.ToLower(name))
+		t.Fatalf("README %s is stale; run: go test ./cli -run TestReadmeConfigReference -update", strings.ToLower(name))
 	}
 	if err := os.WriteFile(path, []byte(s[:i]+want+s[j:]), 0o644); err != nil {
 		t.Fatal(err)
@@ -105,9 +105,9 @@ func readmeBlock(t *testing.T, name, want string) {
 }
 
 func TestValidateReportsRuleErrorsWithPositions(t *testing.T) {
-	code, _, stderr := runCLI(t, "validate", "--config", "../../testdata/bad_rules_config.yaml")
-	if code != exitUsage {
-		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+	code, _, stderr := runCLI(t, "validate", "--config", "../testdata/bad_rules_config.yaml")
+	if code != ExitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, ExitUsage, stderr)
 	}
 	for _, want := range []string{
 		`bad_rules.yaml:6:16: bucket "by_list" data[1]: unknown function "frobnicate"`,
@@ -137,7 +137,7 @@ sync_rules:
 		t.Fatal(err)
 	}
 	code, _, stderr := runCLI(t, "validate", "--config", path)
-	if code != exitUsage || !strings.Contains(stderr, path+":8:") {
+	if code != ExitUsage || !strings.Contains(stderr, path+":8:") {
 		t.Fatalf("exit %d, stderr %q: want an error at %s:8", code, stderr, path)
 	}
 }
