@@ -63,11 +63,27 @@
 //	  - name: audit
 //	    sink: {type: mysink, settings: {endpoint: "https://…"}}
 //
-// The program checks the config against the registered names with
-// config.CheckSinks(sinks.Names()) and every pipeline's settings against
-// its sink's spec with CheckSettings (both offline, with file positions),
-// and builds each pipeline's sink with Open, whose factory gets the checked
-// Settings.
+// A program that registers its sinks and then calls cli.Main (package
+// github.com/syncpipe/syncpipe/cli) is the whole syncpipe command with
+// those sinks: its validate checks the config against the registered names
+// with config.CheckSinks(sinks.Names()) and every pipeline's settings
+// against its sink's spec with CheckSettings (both offline, with file
+// positions), and its run builds each pipeline's sink with Open, whose
+// factory gets the checked Settings. examples/httpsink is such a program
+// in under 60 lines.
 // NewPipeline wires a source of evaluated changes to a sink in one call;
 // FlushAndCommit ends a pipeline that has its own processing stages.
+//
+// # Keeping progress in a file
+//
+// A sink whose data goes where no position can be stored with it (an HTTP
+// endpoint, a queue) keeps its committed progress with FileProgress and
+// needs no progress code of its own: its Commit calls
+// FileProgress.Commit(b.Progress) once the batch is delivered, its Resume
+// returns FileProgress.Resume, its Reset (Resetter) and Close call theirs.
+// Each commit replaces the file atomically and commits of concurrent runs
+// are serialised. Such a sink delivers at least once — a batch delivered
+// but not yet committed when the process dies is delivered again — so its
+// receiver makes writes idempotent as above: upserts by Change.Key, and
+// streamed changes recognised by (Change.Key, TxnLSN, TxnIndex).
 package sinks

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,8 +17,15 @@ import (
 	"github.com/syncpipe/syncpipe/sinks"
 )
 
-// The pipelines these tests run must not leave goroutines behind.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The pipelines these tests run must not leave goroutines behind. A test
+// binary started by TestFileProgressSurvivesKill commits progress until it
+// is killed instead of running tests (fileprogress_test.go).
+func TestMain(m *testing.M) {
+	if path := os.Getenv(progressChildEnv); path != "" {
+		commitUntilKilled(path)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // The registry is process-wide and has no Unregister, so every test
 // registers names of its own, made unique per run so that -count=N works.

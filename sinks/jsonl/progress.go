@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/syncpipe/syncpipe/internal/atomicfile"
 	"github.com/syncpipe/syncpipe/sinks"
 )
 
@@ -178,47 +179,13 @@ func (p *progress) commit(dir string, pos sinks.Position, fsync bool, write func
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(dir, ProgressFile, append(data, '\n'), fsync); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, ProgressFile), append(data, '\n'), fsync); err != nil {
 		return err
 	}
 	if pos.IsStream() {
 		p.stream = &pos
 	} else {
 		p.ranges[k] = pos
-	}
-	return nil
-}
-
-// writeFileAtomic replaces dir/name with data so that a crash leaves either
-// the old or the new content: write a temporary file, fsync it, rename it
-// over the old one, fsync the directory to make the rename durable.
-func writeFileAtomic(dir, name string, data []byte, fsync bool) (err error) {
-	tmp, err := os.CreateTemp(dir, name+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(data); err != nil {
-		return err
-	}
-	if fsync {
-		if err = tmp.Sync(); err != nil {
-			return err
-		}
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	if fsync {
-		return syncDir(dir)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/atomicfile"
 	"github.com/syncpipe/syncpipe/sinks"
 )
 
@@ -263,7 +264,7 @@ func (s *Sink) file(name string) (*file, error) {
 	}
 	st, err := f.Stat()
 	if err == nil && created && s.fsync {
-		err = syncDir(s.dir)
+		err = atomicfile.SyncDir(s.dir)
 	}
 	if err != nil {
 		_ = f.Close()
@@ -392,19 +393,6 @@ func (s *Sink) Close(context.Context) error {
 	return errors.Join(errs...)
 }
 
-// syncDir makes the directory entries of dir (new files, renames) durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // Reset moves the table files and _progress.json of an earlier pipeline
 // version into <dir>/superseded-<UTC time>/ (kept for the operator to
 // inspect or delete) and starts with no progress; see sinks.Resetter.
@@ -440,7 +428,7 @@ func (s *Sink) Reset(context.Context) error {
 	s.files, s.staged = map[string]*file{}, map[stageKey][]chunk{}
 	s.prog.stream, s.prog.ranges, s.prog.files, s.prog.sized = nil, map[rangeKey]sinks.Position{}, map[string]int64{}, true
 	if s.fsync {
-		if err := syncDir(s.dir); err != nil {
+		if err := atomicfile.SyncDir(s.dir); err != nil {
 			return fmt.Errorf("jsonl: reset: %w", err)
 		}
 	}
