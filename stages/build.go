@@ -54,44 +54,31 @@ func NewTableSpec(t *Table, rules *syncrules.Rules, columns, identity []string) 
 	return spec, nil
 }
 
-// Builder runs bucket evaluation and op building for rows of one table: a
-// decoded row becomes a Change with its bucket PUTs (data JSON and
-// checksum) and parameter lookups. A Builder belongs to one goroutine.
-//
-// The Changes of a batch point into memory the Builder allocates per
-// batch: call Begin before each batch, and the previous batch's Changes
-// stay valid (they are handed to a sink while the next batch is built).
+// Builder runs bucket eval and op build for single rows of one table, with
+// the same code as the Eval and Build stages: for tools, tests and custom
+// stages that handle a row at a time. Pipelines use the stages, which work
+// per batch. A Builder belongs to one goroutine; the Changes it returns
+// stay valid.
 type Builder struct {
 	spec *TableSpec
-	ev   *syncrules.Evaluator
+	w    evalWorker
 	rk   checksum.ReplicaKey
-
-	outs    []syncrules.Output
-	lookups []syncrules.LookupEntry
-	buf     []byte
-	puts    []Put
-	lks     []Lookup
+	err  error // of the row being evaluated
 }
 
 // NewBuilder returns a builder for spec's table.
 func NewBuilder(spec *TableSpec) *Builder {
-	return &Builder{spec: spec, ev: spec.Bound.NewEvaluator()}
-}
-
-// Begin starts a new batch of about rows rows and bytes of output data:
-// fresh arenas, so Changes of earlier batches are left untouched.
-func (b *Builder) Begin(rows, bytes int) {
-	b.buf = make([]byte, 0, bytes)
-	b.puts = make([]Put, 0, rows*2)
-	b.lks = nil
+	b := &Builder{spec: spec}
+	b.w = evalWorker{evs: map[*TableSpec]*syncrules.Evaluator{}, onErr: func(_ *Table, err error) { b.err = err }}
+	return b
 }
 
 // ReplicaID returns the replica id of a row from its identity columns.
-func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID { return replicaID(&b.rk, b.spec, row) }
+func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID { return ReplicaID(&b.rk, b.spec, row) }
 
-// replicaID computes a row's replica id (UUIDv5 of its identity columns)
-// with rk's scratch state.
-func replicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) uuid.UUID {
+// ReplicaID computes the replica id of a row of spec's table (UUIDv5 of
+// its identity columns) with rk's scratch state.
+func ReplicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) uuid.UUID {
 	rk.Reset()
 	for _, i := range spec.Identity {
 		name := spec.Columns[i]
@@ -116,41 +103,15 @@ func replicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) 
 // order) to dst. Rows that fail a query's evaluation are still written for
 // the queries that succeed; the error says which failed.
 func (b *Builder) Upsert(row []syncrules.Value, dst []Change) ([]Change, error) {
-	c := Change{Table: b.spec.Table, Kind: Upsert, Key: b.ReplicaID(row), RowData: b.rowData(row)}
-	var errs error
-	if b.spec.Bound.HasData() {
-		var err error
-		b.outs, b.buf, err = b.ev.EvaluateRow(row, b.outs[:0], b.buf)
-		errs = err
-		start := len(b.puts)
-		for i := range b.outs {
-			o := &b.outs[i]
-			b.puts = append(b.puts, Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
-				Data: o.Data, Checksum: checksum.Put(o.ObjectType, o.ObjectID, o.Data)})
-		}
-		c.Puts = b.puts[start:len(b.puts):len(b.puts)]
-	}
-	if b.spec.Bound.HasParameters() {
-		c.TracksLookups = true
-		var err error
-		b.lookups, b.buf, err = b.ev.EvaluateParameterRow(row, b.lookups[:0], b.buf)
-		if err != nil {
-			errs = joinErr(errs, err)
-		}
-		start := len(b.lks)
-		for _, l := range b.lookups {
-			b.lks = append(b.lks, Lookup{Key: l.Key, Params: l.Rows})
-		}
-		c.Lookups = b.lks[start:len(b.lks):len(b.lks)]
-	}
-	return append(dst, c), errs
+	b.err = nil
+	ev := b.w.eval([]RowChange{{Spec: b.spec, Kind: Upsert, Row: row}}, estimateSize(row))
+	return append(dst, build(&b.rk, ev, 0)...), b.err
 }
 
 // Delete appends the Change deleting the row whose identity columns are in
 // row (other columns may be NULL) to dst.
 func (b *Builder) Delete(row []syncrules.Value, dst []Change) []Change {
-	return append(dst, Change{Table: b.spec.Table, Kind: Delete, Key: b.ReplicaID(row),
-		TracksLookups: b.spec.Bound.HasParameters()})
+	return append(dst, build(&b.rk, []Evaluated{{RowChange: RowChange{Spec: b.spec, Kind: Delete, Row: row}}}, 0)...)
 }
 
 func joinErr(a, b error) error {

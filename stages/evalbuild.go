@@ -121,13 +121,13 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 			out = append(out, Change{Table: t, Kind: Truncate})
 			continue
 		case Delete:
-			out = append(out, Change{Table: t, Kind: Delete, Key: replicaID(rk, spec, e.Row),
+			out = append(out, Change{Table: t, Kind: Delete, Key: ReplicaID(rk, spec, e.Row),
 				TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			continue
 		}
-		key := replicaID(rk, spec, e.Row)
+		key := ReplicaID(rk, spec, e.Row)
 		if e.Old != nil {
-			if old := replicaID(rk, spec, e.Old); old != key {
+			if old := ReplicaID(rk, spec, e.Old); old != key {
 				out = append(out, Change{Table: t, Kind: Delete, Key: old,
 					TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			}

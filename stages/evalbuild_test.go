@@ -34,7 +34,6 @@ func TestEvalBuildMatchesBuilder(t *testing.T) {
 	var want []Change
 	for _, rc := range in {
 		b := NewBuilder(rc.Spec)
-		b.Begin(4, 4096)
 		switch rc.Kind {
 		case Truncate:
 			want = append(want, Change{Table: rc.Spec.Table, Kind: Truncate})

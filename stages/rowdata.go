@@ -24,16 +24,14 @@ const RowDataMinBytes = 400
 // rowDataVersion leads every encoded RowData, so the format can change.
 const rowDataVersion = 1
 
-// rowData encodes the non-NULL values of row's TOASTable columns when the
-// row is big enough to have been TOASTed, else returns nil. The bytes live
-// in the batch buffer.
-func (b *Builder) rowData(row []syncrules.Value) []byte {
-	if len(b.spec.Toast) == 0 || estimateSize(row) < RowDataMinBytes {
+// RowDataFor returns the RowData a Change of row carries (see
+// Change.RowData): the encoded TOASTable values of a big row of a table
+// with TOASTable columns, else nil.
+func RowDataFor(spec *TableSpec, row []syncrules.Value) []byte {
+	if len(spec.Toast) == 0 || estimateSize(row) < RowDataMinBytes {
 		return nil
 	}
-	start := len(b.buf)
-	b.buf = AppendRowData(b.buf, b.spec, row)
-	return b.buf[start:len(b.buf):len(b.buf)]
+	return AppendRowData(nil, spec, row)
 }
 
 // estimateSize approximates a row's stored size from its decoded values.

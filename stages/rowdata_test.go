@@ -18,7 +18,6 @@ func toastSpec(t testing.TB) *TableSpec {
 func TestRowDataOnlyForBigRows(t *testing.T) {
 	spec := toastSpec(t)
 	b := NewBuilder(spec)
-	b.Begin(2, 1024)
 	small := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"),
 		syncrules.Bool(true), syncrules.Null()}
 	big := []syncrules.Value{syncrules.Text("t2"), syncrules.Text("l1"), syncrules.Text(strings.Repeat("milk ", 100)),
@@ -53,7 +52,6 @@ func TestRowDataOnlyForBigRows(t *testing.T) {
 	// Non-toastable tables never carry data.
 	_, plain := todoSpecs(t)
 	pb := NewBuilder(plain)
-	pb.Begin(1, 1024)
 	if cs, _ := pb.Upsert(big, nil); cs[0].RowData != nil {
 		t.Fatal("a table without TOASTable columns carries row data")
 	}

@@ -34,7 +34,6 @@ type resnap struct {
 	ts      *tableState
 	conn    *pgx.Conn // its own source connection, opened on first use
 	reader  *postgres.SnapshotReader
-	builder *stages.Builder
 	after   []string // resume key (nil: from the start)
 	rows    int64
 	started time.Time
@@ -59,7 +58,7 @@ func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, txn *l
 	identity := sh.identity()
 	rekeyed := !slices.Equal(identity, ts.shape.identity())
 	if rekeyed {
-		b.Items = append(b.Items, stages.Change{Table: &ts.t.stored.Table, Kind: stages.Truncate})
+		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
 	}
 	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: ts.t.stored.ID, Shape: sh.marshal(),
 		ReplicaIDColumns: identity, Resnapshot: &bucketstore.ResnapshotProgress{}})
@@ -67,8 +66,6 @@ func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, txn *l
 	s.r.log.Info("table shape changed: re-reading it while the stream goes on", "group", s.g.g.ID, "table", name,
 		"rekeyed", rekeyed, "columns", len(sh.Columns))
 	ts.shape, ts.info, ts.layout = sh, info, lay
-	ts.builder = stages.NewBuilder(lay.spec)
-	ts.begun = 0
 	ts.rel = nil
 	ts.check = nil
 	s.startResnap(ts, nil, 0)
@@ -113,7 +110,6 @@ func (s *streamer) resnapChunk(ctx context.Context) error {
 		rs.conn = conn
 		rs.reader = postgres.NewSnapshotReader(conn, ts.info, postgres.KeyRange{}, postgres.SnapshotOptions{
 			ChunkRows: s.r.pl.Stages.ChunkRows, After: rs.after, SocketTimeout: s.r.cfg.Source.SnapshotSocketTimeout})
-		rs.builder = stages.NewBuilder(ts.layout.spec)
 	}
 	chunk, err := rs.reader.Next(ctx)
 	done := errors.Is(err, pipeline.ErrEndOfInput)
@@ -121,13 +117,9 @@ func (s *streamer) resnapChunk(ctx context.Context) error {
 		return fmt.Errorf("re-read %s: %w", ts.info.QualifiedName(), err)
 	}
 	b := s.open()
-	rs.builder.Begin(len(chunk.Rows), int(chunk.Bytes)*2+1024)
 	for _, row := range chunk.Rows {
-		if b.Items, err = rs.builder.Upsert(ts.layout.fromCatalogRow(row), b.Items); err != nil {
-			s.r.log.Warn("sync rules failed on a row", "table", ts.info.QualifiedName(), "err", err)
-		}
+		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Upsert, Row: ts.layout.fromCatalogRow(row)}})
 	}
-	s.remember(b.Items, b.Progress.seq)
 	rs.rows += int64(len(chunk.Rows))
 	prog := &bucketstore.ResnapshotProgress{LastKey: rs.reader.Position(), Rows: rs.rows, Done: done || chunk.Final}
 	if prog.Done {

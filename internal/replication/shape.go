@@ -89,6 +89,10 @@ type layout struct {
 	// fromCatalog maps a catalog column (TableInfo.Columns index) to its
 	// spec column, -1 when the shape has no such column.
 	fromCatalog []int
+	// info is the catalog the layout was made with (for re-reading a row).
+	info postgres.TableInfo
+	// st is spec and cols as the decode stage takes them.
+	st postgres.StreamTable
 }
 
 // newLayout binds rules to table t with shape sh, taking decoding details
@@ -123,7 +127,8 @@ func newLayout(t *stages.Table, r rulesBinder, sh shape, info postgres.TableInfo
 		return nil, err
 	}
 	spec.Toast = toast
-	l.spec = spec
+	l.spec, l.info = spec, info
+	l.st = postgres.StreamTable{Spec: spec, Columns: l.cols}
 	return l, nil
 }
 

@@ -72,7 +72,7 @@ func closeCtx() (context.Context, context.CancelFunc) {
 }
 
 // stream applies the group's slot to storage until ctx ends: read →
-// decode, eval and op build → one writer (changes of a row must apply in
+// decode → eval → build → one writer (changes of a row must apply in
 // order) → commit: publish a checkpoint, make storage durable, then
 // acknowledge the LSN to the source. Every connection it opens is closed
 // on every way out, with bounded I/O.
@@ -141,11 +141,21 @@ func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
 }
 
 // runStream builds and runs the stream pipeline: the streamer's batches →
-// one storage writer → ordered commit with checkpoint and acknowledgement.
+// decode → eval → build → one storage writer → ordered commit with
+// checkpoint and acknowledgement.
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
 	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
 		Depth: r.pl.Stages.ChannelDepth})
-	src := pipeline.From(p, pipeline.StageConfig{Name: "read+eval"}, pipeline.SourceFunc[stages.Change, streamPos](s.next))
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[rawItem, streamPos](s.next))
+	// Changes of a row must reach the single writer in stream order, so
+	// the parallel stages keep batch order; decode stays on one goroutine
+	// (see toastState).
+	dec := &streamDecoder{r: r, group: g.g.ID, toast: &s.toast}
+	defer dec.close()
+	decoded := pipeline.Process(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec.decode)
+	workers := r.streamEvalWorkers()
+	built := stages.Build(stages.Eval(decoded, pipeline.StageConfig{Workers: workers, Ordered: true}, r.rowError),
+		pipeline.StageConfig{Workers: workers, Ordered: true})
 	active := g.state() == bucketstore.StateActive
 	// Acknowledgements trail the checkpoints: storage may commit
 	// asynchronously, so only a flushed WAL makes a position safe to
@@ -165,14 +175,14 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		return nil
 	}
 	w := r.store.NewStreamWriter(g.g.ID)
-	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b streamBatch) error {
+	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
 		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress)
 		return err
 	})
-	flushed := pipeline.Flush(src, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
-	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b streamBatch) error {
+	flushed := pipeline.Flush(built, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
+	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		s.toast.committed(b.Progress.seq)
 		if b.Progress.TxnLSN != 0 {
 			return nil // inside a source transaction: nothing to publish
@@ -217,6 +227,16 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		return nil
 	}
 	return err
+}
+
+// streamEvalWorkers is the stream's eval and build parallelism: the
+// pipeline's eval_workers, else two — the stream is one unit, and its
+// writer, not evaluation, is what bounds it.
+func (r *Replicator) streamEvalWorkers() int {
+	if w := r.pl.Stages.EvalWorkers; w > 0 {
+		return w
+	}
+	return 2
 }
 
 // storageCtx bounds one storage write or commit by

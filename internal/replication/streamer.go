@@ -13,7 +13,6 @@ import (
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // streamPos is the progress token of the stream pipeline: what the batch's
@@ -23,8 +22,9 @@ type streamPos struct {
 	seq uint64
 }
 
-// streamBatch is one batch of the stream pipeline.
-type streamBatch = pipeline.Batch[stages.Change, streamPos]
+// streamBatch is one batch of the stream pipeline as its read stage makes
+// it: changes bound to their layouts, not decoded yet.
+type streamBatch = pipeline.Batch[rawItem, streamPos]
 
 // tableState is the stream's view of one table of the group: the shape
 // storage records for it (reloaded from storage at every stream start,
@@ -36,9 +36,7 @@ type tableState struct {
 	shape  shape
 	layout *layout
 
-	rel     *logrepl.Relation // relation the layout decodes; nil until seen
-	builder *stages.Builder
-	begun   uint64 // the batch the builder's arenas were started for
+	rel *logrepl.Relation // relation the layout decodes; nil until seen
 
 	// check is set when the catalog showed a shape other than the stored
 	// one: once the stream passes check.lsn (the DDL is behind it) and the
@@ -52,8 +50,12 @@ type catalogCheck struct {
 	info postgres.TableInfo
 }
 
-// streamer turns logical replication batches into stream pipeline
-// batches. It runs in the pipeline's source goroutine only.
+// streamer is the read stage of the bucketstore stream: it turns logical
+// replication batches into stream pipeline batches, binding every change
+// to the layout of its table's shape at that point of the stream (and
+// re-shaping tables whose shape changed), and interleaves the re-reads of
+// re-shaped tables. It runs in the pipeline's source goroutine only; the
+// toast state is shared with the decode stage.
 type streamer struct {
 	r     *Replicator
 	g     *group
@@ -82,8 +84,6 @@ type streamer struct {
 
 	st  *logrepl.Stream
 	lim logrepl.BatchLimits
-
-	batchRows, batchBytes int
 }
 
 // errTxnNotRedelivered: storage holds part of a source transaction the
@@ -140,10 +140,6 @@ func (s *streamer) cutIfAny(txn *logrepl.Txn) {
 // harmlessly), everything else is applied in one batch. Batches that end
 // inside a source transaction carry its commit LSN and change count.
 func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
-	s.batchRows, s.batchBytes = lb.Changes, lb.Bytes*2+1024
-	if err := s.prefetchToast(ctx, lb); err != nil {
-		return err
-	}
 	for ti := range lb.Txns {
 		txn := &lb.Txns[ti]
 		if !txn.Continued {
@@ -204,10 +200,10 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 // change adds one row change (or a TRUNCATE) of txn to the open batch.
 func (s *streamer) change(ctx context.Context, c *logrepl.Change, txn *logrepl.Txn) error {
 	if c.Kind == logrepl.Truncate {
-		var items []stages.Change
+		var items []rawItem
 		for _, rel := range c.TruncateRelations {
 			if ts := s.byName[rel.Namespace+"."+rel.Name]; ts != nil {
-				items = append(items, stages.Change{Table: &ts.t.stored.Table, Kind: stages.Truncate})
+				items = append(items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
 			}
 		}
 		if len(items) == 0 {
@@ -226,11 +222,7 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, txn *logrepl.T
 		return err
 	}
 	b := s.open()
-	n := len(b.Items)
-	if err := s.rowChange(ctx, ts, c, &b.Items); err != nil {
-		return err
-	}
-	s.remember(b.Items[n:], b.Progress.seq)
+	b.Items = append(b.Items, rawItem{c: c, lay: ts.layout})
 	return nil
 }
 
@@ -250,7 +242,6 @@ func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl
 		return nil, nil // published but not used by the rules
 	}
 	if ts.rel == rel {
-		s.begin(ts)
 		return ts, nil
 	}
 	if sh := relationShape(rel); !sh.equal(ts.shape) {
@@ -260,85 +251,7 @@ func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl
 	}
 	ts.rel = rel
 	ts.check = nil
-	s.begin(ts)
 	return ts, nil
-}
-
-// begin starts ts's builder for the open batch unless it already is.
-func (s *streamer) begin(ts *tableState) {
-	b := s.open()
-	if ts.begun != b.Progress.seq {
-		ts.builder.Begin(max(s.batchRows, 16), max(s.batchBytes, 1024))
-		ts.begun = b.Progress.seq
-	}
-}
-
-func (s *streamer) rowChange(ctx context.Context, ts *tableState, c *logrepl.Change, out *[]stages.Change) error {
-	switch c.Kind {
-	case logrepl.Insert, logrepl.Update:
-		row, missing, err := s.decode(ts, c.New)
-		if err != nil {
-			return err
-		}
-		var old []syncrules.Value
-		if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
-			// An old image means the key changed (or identity is FULL):
-			// retract the row under its old key when that key differs.
-			if old, _, err = s.decode(ts, c.Old); err != nil {
-				return err
-			}
-			if ts.builder.ReplicaID(old) != ts.builder.ReplicaID(row) {
-				*out = ts.builder.Delete(old, *out)
-			}
-		}
-		if len(missing) > 0 {
-			// Unchanged TOAST values come from the row's previous state,
-			// stored under its previous key.
-			prev := row
-			if old != nil {
-				prev = old
-			}
-			if row, err = s.mergeToast(ctx, ts, ts.builder.ReplicaID(prev), c.New, row, missing); err != nil {
-				return err
-			}
-		}
-		*out, err = ts.builder.Upsert(row, *out)
-		if err != nil {
-			s.r.log.Warn("sync rules failed on a row", "table", ts.t.info.QualifiedName(), "err", err)
-		}
-	case logrepl.Delete:
-		row, _, err := s.decode(ts, c.Old)
-		if err != nil {
-			return err
-		}
-		*out = ts.builder.Delete(row, *out)
-	}
-	return nil
-}
-
-// decode turns a tuple into a row in the layout's column order. It returns
-// the indexes of columns the tuple left out as unchanged TOAST values
-// (NULL in row until merged).
-func (s *streamer) decode(ts *tableState, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
-	l := ts.layout
-	row := make([]syncrules.Value, len(l.spec.Columns))
-	var missing []int
-	for i, col := range tup.Columns {
-		if i >= len(l.cols) {
-			break
-		}
-		switch col.Kind {
-		case logrepl.ColText:
-			v, err := postgres.DecodeText(l.cols[i], col.Data)
-			if err != nil {
-				return nil, nil, fmt.Errorf("decode %s.%s: %w", ts.t.info.QualifiedName(), l.cols[i].Name, err)
-			}
-			row[i] = v
-		case logrepl.ColUnchanged:
-			missing = append(missing, i)
-		}
-	}
-	return row, missing, nil
 }
 
 // newStreamer loads what storage records about the group's tables (shape,
@@ -384,7 +297,7 @@ func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, 
 		if err != nil {
 			return nil, err
 		}
-		ts := &tableState{t: t, info: info, shape: sh, layout: lay, builder: stages.NewBuilder(lay.spec)}
+		ts := &tableState{t: t, info: info, shape: sh, layout: lay}
 		s.byName[info.Schema+"."+info.Name] = ts
 		s.byID[t.stored.ID] = ts
 		if rp := st.Resnapshot; rp != nil {

@@ -39,7 +39,6 @@ func TestParameterRowsEndToEnd(t *testing.T) {
 	b := stages.NewBuilder(spec)
 	write := func(lsn uint64, rows ...[3]string) int64 {
 		t.Helper()
-		b.Begin(len(rows), 1024)
 		var cs []stages.Change
 		for _, r := range rows {
 			if cs, err = b.Upsert([]syncrules.Value{syncrules.Text(r[0]), syncrules.Text(r[1]), syncrules.Text(r[2])}, cs); err != nil {

@@ -109,11 +109,11 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 		case logrepl.Insert, logrepl.Update:
 			rc.Kind = stages.Upsert
 			var missing []int
-			if rc.Row, missing, err = decodeTuple(t, c.New); err != nil {
+			if rc.Row, missing, err = DecodeTuple(t, c.New); err != nil {
 				return nil, err
 			}
 			if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
-				if rc.Old, _, err = decodeTuple(t, c.Old); err != nil {
+				if rc.Old, _, err = DecodeTuple(t, c.Old); err != nil {
 					return nil, err
 				}
 			}
@@ -127,7 +127,7 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 			}
 		case logrepl.Delete:
 			rc.Kind = stages.Delete
-			if rc.Row, _, err = decodeTuple(t, c.Old); err != nil {
+			if rc.Row, _, err = DecodeTuple(t, c.Old); err != nil {
 				return nil, err
 			}
 		default:
@@ -138,9 +138,10 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 	return out, nil
 }
 
-// decodeTuple turns a tuple into a row in the table's column order and
-// returns the indexes of the columns left out as unchanged TOAST values.
-func decodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
+// DecodeTuple turns a tuple into a row in the table's column order and
+// returns the indexes of the columns left out as unchanged TOAST values
+// (NULL in the row until filled).
+func DecodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
 	row := make([]syncrules.Value, len(t.Spec.Columns))
 	var missing []int
 	for i, col := range tup.Columns {
