@@ -77,13 +77,9 @@ func (d *p5Data) close() { d.w.Close() }
 func (d *p5Data) change(table string, vals ...string) (stages.Change, error) {
 	b := d.tables[table]
 	row := make([]syncrules.Value, len(vals))
-	size := 0
 	for i, v := range vals {
 		row[i] = syncrules.Text(v)
-		size += len(v)
 	}
-	// Each change gets its own buffer: the load keeps a batch of them.
-	b.Begin(1, 2*size+256)
 	cs, err := b.Upsert(row, nil)
 	if err != nil {
 		return stages.Change{}, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
