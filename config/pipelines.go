@@ -40,7 +40,7 @@ type PipelineSource struct {
 // section so most pipelines need no stage settings at all.
 type Stages struct {
 	ChunkRows     int      `koanf:"chunk_rows" default:"replication.snapshot.chunk_rows" doc:"Snapshot rows per chunk."`
-	DecodeWorkers int      `koanf:"decode_workers" default:"1" doc:"Goroutines decoding source rows."`
+	DecodeWorkers int      `koanf:"decode_workers" default:"1" doc:"Goroutines of the stream's decode stage (sinks other than bucketstore; the bucketstore stream decodes on one: merging unchanged TOAST values needs the row's previous change)."`
 	EvalWorkers   int      `koanf:"eval_workers" default:"replication.snapshot.eval_workers" doc:"Goroutines evaluating sync rules per snapshot unit (GOMAXPROCS / workers_per_process when both are 0)."`
 	FlushWriters  int      `koanf:"flush_writers" default:"replication.snapshot.flush_writers" doc:"Concurrent sink writers."`
 	ChannelDepth  int      `koanf:"channel_depth" default:"2" doc:"Batches buffered between two stages of the stream (a snapshot unit buffers one, so memory stays per unit)."`
