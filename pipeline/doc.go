@@ -84,6 +84,6 @@
 // otelpipeline sub-package turns them into one OpenTelemetry span per stage
 // per batch. Summary is a tracer that totals busy time, share of wall time,
 // rows per busy second and time blocked on the next stage (backpressure) per
-// stage, and prints them with WriteTable at the end of a run. Metrics is the
-// tiny counter hook for rows and batches.
+// stage, and prints them with WriteTable at the end of a run; a metrics backend
+// counts rows and batches from StageEnd the same way.
 package pipeline

@@ -102,19 +102,3 @@ func jitter(_ context.Context, b pipeline.Batch[int, int]) (pipeline.Batch[int, 
 	}
 	return b, nil
 }
-
-type countingMetrics struct {
-	mu      sync.Mutex
-	rows    map[string]int
-	outRows map[string]int
-}
-
-func (m *countingMetrics) BatchDone(info pipeline.StageEndInfo) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.outRows == nil {
-		m.outRows = map[string]int{}
-	}
-	m.rows[info.Stage] += info.Rows
-	m.outRows[info.Stage] += info.OutRows
-}

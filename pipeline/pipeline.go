@@ -28,8 +28,6 @@ type Config struct {
 	// Tracer, if set, observes every batch of every stage. Combine several
 	// with MultiTracer.
 	Tracer StageTracer
-	// Metrics, if set, counts rows and batches per stage.
-	Metrics Metrics
 }
 
 // Pipeline is one run's worth of wired stages: a Source, any number of
@@ -60,7 +58,7 @@ func New[P any](cfg Config) *Pipeline[P] {
 	if cfg.Depth <= 0 {
 		cfg.Depth = DefaultDepth
 	}
-	h := hooks{pipeline: cfg.Name, labels: cfg.Labels, tracer: cfg.Tracer, metrics: cfg.Metrics}
+	h := hooks{pipeline: cfg.Name, labels: cfg.Labels, tracer: cfg.Tracer}
 	if b, ok := cfg.Tracer.(BackpressureTracer); ok {
 		h.blocked = b
 	}

@@ -103,25 +103,6 @@ func TestOrderedStageEmitsInSeqOrder(t *testing.T) {
 	}
 }
 
-func TestMetricsCountsBatchesPerStage(t *testing.T) {
-	m := &countingMetrics{rows: map[string]int{}}
-	p := pipeline.New[int](pipeline.Config{Name: "m", Metrics: m})
-	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, countSource(10))
-	pipeline.Commit(pipeline.Process(src, pipeline.StageConfig{Name: "eval", Workers: 2}, identity[int]),
-		pipeline.StageConfig{Name: "commit"}, (&committer{}).commit)
-	if err := p.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range []string{"eval", "commit"} {
-		if m.rows[st] != 10 {
-			t.Errorf("stage %s: %d rows, want 10", st, m.rows[st])
-		}
-	}
-	if m.outRows["read"] != 10 {
-		t.Errorf("source produced %d rows, want 10", m.outRows["read"])
-	}
-}
-
 // TestProcessWorkersGivesEachWorkerItsOwnFunc checks that every worker
 // runs the function made for it, so per-worker state needs no locking.
 func TestProcessWorkersGivesEachWorkerItsOwnFunc(t *testing.T) {

@@ -16,7 +16,6 @@ type hooks struct {
 	labels   []Label
 	tracer   StageTracer
 	blocked  BackpressureTracer
-	metrics  Metrics
 }
 
 // stage is the runtime identity of one stage.
@@ -34,30 +33,21 @@ func (s *stage) info(worker int, seq uint64, rows int, bytes int64) StageInfo {
 // stageFunc is the common shape every stage kind is reduced to.
 type stageFunc[In, Out, P any] = func(ctx context.Context, b Batch[In, P]) (Batch[Out, P], error)
 
-// invoke runs one stage function on one batch with tracing, metrics and
-// panic recovery. Without observers it adds nothing but the recover. The
+// invoke runs one stage function on one batch with tracing and panic
+// recovery. Without observers it adds nothing but the recover. The
 // outer recover covers the observers themselves: a panicking tracer fails the
 // stage instead of crashing the process from a framework goroutine.
 func invoke[In, Out, P any](ctx context.Context, s *stage, worker int, b Batch[In, P], fn stageFunc[In, Out, P]) (_ Batch[Out, P], err error) {
 	defer recoverInto(&err)
 	h := s.h
-	if h.tracer == nil && h.metrics == nil {
+	if h.tracer == nil {
 		return guarded(ctx, b, fn)
 	}
 	info := s.info(worker, b.Seq, b.Rows, b.Bytes)
-	tctx := ctx
-	if h.tracer != nil {
-		tctx = h.tracer.StageStart(ctx, info)
-	}
+	tctx := h.tracer.StageStart(ctx, info)
 	start := time.Now()
 	out, err := guarded(tctx, b, fn)
-	end := StageEndInfo{StageInfo: info, OutRows: out.Rows, OutBytes: out.Bytes, Start: start, Duration: time.Since(start), Err: err}
-	if h.tracer != nil {
-		h.tracer.StageEnd(tctx, end)
-	}
-	if h.metrics != nil && err == nil {
-		h.metrics.BatchDone(end)
-	}
+	h.tracer.StageEnd(tctx, StageEndInfo{StageInfo: info, OutRows: out.Rows, OutBytes: out.Bytes, Start: start, Duration: time.Since(start), Err: err})
 	return out, err
 }
 

@@ -52,13 +52,6 @@ type BackpressureTracer interface {
 	StageBlocked(ctx context.Context, info BlockedInfo)
 }
 
-// Metrics is the counter hook for rows and batches processed. It is separate
-// from StageTracer so a metrics backend need not implement span plumbing.
-// BatchDone runs on the hot path and must be cheap and concurrency-safe.
-type Metrics interface {
-	BatchDone(info StageEndInfo)
-}
-
 // MultiTracer fans events out to several tracers, so a run can have both an
 // OpenTelemetry adapter and a Summary. It also forwards StageBlocked to the
 // members that implement BackpressureTracer.

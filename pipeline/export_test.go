@@ -6,10 +6,9 @@ type UnitCounts struct {
 	Running int
 }
 
-// SchedulerStats is a point-in-time view of a Scheduler for autoscaling
-// gauges (SPEC §5: pending/active snapshot and stream counts). It is a
-// snapshot rather than a stream of events so that metrics exporters can read
-// it from their collection callback.
+// SchedulerStats is a point-in-time view of a Scheduler, for tests that
+// check what is pending and running. (The autoscaling counts of SPEC §5
+// are cluster-wide and come from storage, not from one scheduler.)
 type SchedulerStats struct {
 	UnitCounts
 	ByKind     map[string]UnitCounts // keyed by Unit.Kind
