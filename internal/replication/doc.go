@@ -12,6 +12,18 @@
 //     resumable from its committed progress), and
 //  4. once every table is done, streams from the slot.
 //
+// Both paths are chains of the exported stages: a snapshot range is
+// read (postgres.SnapshotReader) → stages.Eval → stages.Build → flush →
+// ordered commit, the stream is read (the slot, with relation binding,
+// re-shapes and re-reads: streamer.go) → decode (streamdecode.go) →
+// stages.Eval → stages.Build → one writer → commit. This package keeps the
+// assembly: groups, units, scheduling, checkpoints, errors.
+//
+// Pipelines with a sink other than bucket storage run in a SinkRunner
+// (sinkpipe.go): a slot of their own, a key-range snapshot into the sink
+// and a stream through postgres.Decode, with the sink keeping the progress
+// and storage the pipeline's version.
+//
 // # Consistency
 //
 // Snapshot chunks are read with plain READ COMMITTED statements, not from
