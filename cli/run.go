@@ -27,8 +27,14 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	path := configFlag(fs)
 	role := fs.String("role", "all", "what this process does: all, api, replication, replication:streaming or replication:snapshot")
 	cpuProfile := fs.String("cpu-profile", "", "write a Go CPU profile of the whole run to this file (for `go tool pprof`)")
+	trace := fs.String("trace", "", "trace exporter for this run, overriding telemetry.tracing.exporter: none, stdout (one JSON span per stage per batch on stdout) or otlp")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	switch *trace {
+	case "", "none", "stdout", "otlp":
+	default:
+		return usagef("run: -trace %q: want none, stdout or otlp", *trace)
 	}
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
@@ -59,7 +65,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("log: %v", err)
 	}
 	warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
-	tel, err := telemetry.Setup(ctx, telemetryOptions(cfg))
+	if *trace != "" {
+		cfg.Telemetry.Tracing.Exporter = *trace
+	}
+	tel, err := telemetry.Setup(ctx, telemetryOptions(cfg, stdout))
 	if err != nil {
 		return err
 	}
@@ -127,10 +136,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return err
 }
 
-func telemetryOptions(cfg *config.Config) telemetry.Options {
+// telemetryOptions maps the telemetry section; stdout-exported spans go to
+// the command's stdout.
+func telemetryOptions(cfg *config.Config, stdout io.Writer) telemetry.Options {
 	tr := cfg.Telemetry.Tracing
 	return telemetry.Options{ServiceName: tr.ServiceName, MetricsListen: cfg.Telemetry.MetricsListen,
-		TraceExporter: tr.Exporter, OTLPEndpoint: tr.OTLPEndpoint, SampleRatio: tr.SampleRatio, TraceWriter: os.Stdout}
+		TraceExporter: tr.Exporter, OTLPEndpoint: tr.OTLPEndpoint, SampleRatio: tr.SampleRatio, TraceWriter: stdout}
 }
 
 // logSummary prints where the run's time went, per stage.

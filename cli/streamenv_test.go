@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -121,10 +122,15 @@ func freeAddr(t *testing.T) string {
 }
 
 // start runs `syncpipe run --config F` (role all) as a child process.
-func (e *streamEnv) start() *child {
+func (e *streamEnv) start() *child { return e.startWith(nil) }
+
+// startWith starts `syncpipe run` with more flags, its stdout going to
+// stdout (discarded when nil).
+func (e *streamEnv) startWith(stdout io.Writer, flags ...string) *child {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join([]string{"run", "--config", e.config}, "\x1f"))
+	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join(append([]string{"run", "--config", e.config}, flags...), "\x1f"))
+	cmd.Stdout = stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		e.t.Fatal(err)
