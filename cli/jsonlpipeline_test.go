@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -328,5 +329,75 @@ func checkExactlyOnce(t *testing.T, lines []jsonlLine, initial map[string]bool, 
 		len(lines), len(snap), len(streamPos), len(ops), lost)
 	if len(ops) < 100 {
 		t.Errorf("the churn committed only %d changes", len(ops))
+	}
+}
+
+// TestSinkPipelineChangeIsNewVersion changes a jsonl pipeline's sink
+// settings between two runs: the second run starts version 2, moves the
+// first version's files aside, and snapshots into fresh files; a third
+// run with the same config keeps version 2 and appends only new changes.
+func TestSinkPipelineChangeIsNewVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 4, Todos: 200, Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(e.dir, "audit")
+	base, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	configure := func(fsync bool) {
+		cfg := fmt.Sprintf("%spipelines:\n  - name: audit\n    tables: [todos]\n    sink: {type: jsonl, settings: {dir: %q, fsync: %v}}\n", base, out, fsync)
+		if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(out, "public.todos.jsonl")
+	version := func() (v int) {
+		if err := e.storage.QueryRow(ctx, "SELECT version FROM syncpipe.sink_pipelines WHERE name = 'audit'").Scan(&v); err != nil {
+			return 0
+		}
+		return v
+	}
+	runUntil := func(lines int) {
+		e.start()
+		e.waitFor(ctx, fmt.Sprintf("%d lines", lines), func() bool {
+			b, err := os.ReadFile(file)
+			return err == nil && bytes.Count(b, []byte("\n")) >= lines
+		})
+		target := e.sourceLSN(ctx)
+		e.waitFor(ctx, "the stream past "+target, func() bool { return jsonlStreamPast(ctx, e, out, target) })
+		e.stop()
+	}
+
+	configure(true)
+	runUntil(200)
+	if v := version(); v != 1 {
+		t.Fatalf("version %d after the first run; want 1", v)
+	}
+	configure(false) // another sink setting: a new version
+	runUntil(200)
+	if v := version(); v != 2 {
+		t.Fatalf("version %d after the sink settings changed; want 2", v)
+	}
+	aside, _ := filepath.Glob(filepath.Join(out, "superseded-*", "public.todos.jsonl"))
+	if len(aside) != 1 {
+		t.Fatalf("the first version's file was not moved aside: %v", aside)
+	}
+	if n := len(readJSONL(t, file)); n != 200 {
+		t.Errorf("version 2 holds %d lines; want the 200 rows snapshotted afresh", n)
+	}
+	e.exec(ctx, "UPDATE todos SET completed = true WHERE id IN (SELECT id FROM todos LIMIT 5)")
+	runUntil(205) // same config: same version, only the 5 changes added
+	if v := version(); v != 2 {
+		t.Errorf("version %d after a restart with the same config; want 2", v)
+	}
+	if n := len(readJSONL(t, file)); n != 205 {
+		t.Errorf("%d lines after the restart; want 205", n)
 	}
 }
