@@ -104,7 +104,7 @@ type Replicator struct {
 	// pl is the pipeline replication runs: the config's bucketstore
 	// pipeline, with its source, tables and stage settings resolved.
 	pl    config.Pipeline
-	store *bucketstore.Store
+	store groupStorage
 	log   *slog.Logger
 	sched *pipeline.Scheduler
 	owner string

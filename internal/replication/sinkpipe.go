@@ -33,8 +33,9 @@ type SinkOptions struct {
 	Pipeline config.Pipeline
 	// Sink is the pipeline's opened sink; the caller closes it after Run.
 	Sink sinks.Sink
-	// Store keeps the pipeline's version, slot, snapshot plan and errors.
-	Store  *bucketstore.Store
+	// Store keeps the pipeline's version, slot, snapshot plan and errors
+	// (a *bucketstore.Store).
+	Store  SinkStorage
 	Logger *slog.Logger
 	Tracer pipeline.StageTracer
 	// Role is as in Options: "replication:snapshot" never streams.

@@ -1,0 +1,57 @@
+package replication
+
+import (
+	"context"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+)
+
+// The assembly's view of storage: the methods it calls, so that what it
+// depends on is visible here and not the whole of *bucketstore.Store.
+
+// groupStorage is what the bucketstore assembly (groups, snapshot units,
+// the stream, retirement) needs of storage.
+type groupStorage interface {
+	EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]bucketstore.Group, error)
+	Group(ctx context.Context, id int) (bucketstore.Group, error)
+	Groups(ctx context.Context) ([]bucketstore.Group, error)
+	SetState(ctx context.Context, id int, state bucketstore.State) error
+	ReplaceGroup(ctx context.Context, old bucketstore.Group, slotPrefix string) (g bucketstore.Group, created bool, err error)
+	Terminate(ctx context.Context, group int, opts bucketstore.ClearOptions) (bucketstore.ClearStats, error)
+	ReportError(ctx context.Context, id int, msg string) error
+	ClearError(ctx context.Context, id int) error
+
+	RegisterTable(ctx context.Context, group int, relationID uint32, schema, name string, replicaIDColumns []string) (bucketstore.SourceTable, error)
+	InitShape(ctx context.Context, tableID string, shape []byte) ([]byte, error)
+	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)
+	PlanRanges(ctx context.Context, tableID string, ranges []bucketstore.KeyRange) ([]bucketstore.RangeState, error)
+	SnapshotStarted(ctx context.Context, group int) (bool, error)
+	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
+	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error
+	Sink(group int) *bucketstore.Sink
+
+	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
+	NewStreamWriter(group int) *bucketstore.StreamWriter
+	CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (bucketstore.Checkpoint, bool, error)
+	MakeDurable(ctx context.Context) error
+	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
+}
+
+// SinkStorage is what a SinkRunner needs of storage: its pipeline's
+// stored version, plan and errors. *bucketstore.Store implements it.
+type SinkStorage interface {
+	SinkPipeline(ctx context.Context, name string) (p bucketstore.SinkPipeline, ok bool, err error)
+	StartSinkPipelineVersion(ctx context.Context, p bucketstore.SinkPipeline) error
+	SetSinkPipelinePlan(ctx context.Context, name string, plan []byte) ([]byte, error)
+	MarkSinkPipelineSnapshotDone(ctx context.Context, name string) error
+	SetSinkPipelineStream(ctx context.Context, name string, lsn pglogrepl.LSN) error
+	ReportSinkPipelineError(ctx context.Context, name, msg string) error
+	ClearSinkPipelineError(ctx context.Context, name string) error
+}
+
+var (
+	_ groupStorage        = (*bucketstore.Store)(nil)
+	_ SinkStorage = (*bucketstore.Store)(nil)
+)
