@@ -52,6 +52,6 @@ type SinkStorage interface {
 }
 
 var (
-	_ groupStorage        = (*bucketstore.Store)(nil)
-	_ SinkStorage = (*bucketstore.Store)(nil)
+	_ groupStorage = (*bucketstore.Store)(nil)
+	_ SinkStorage  = (*bucketstore.Store)(nil)
 )
