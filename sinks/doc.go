@@ -78,12 +78,13 @@
 //
 // A sink whose data goes where no position can be stored with it (an HTTP
 // endpoint, a queue) keeps its committed progress with FileProgress and
-// needs no progress code of its own: its Commit calls
-// FileProgress.Commit(b.Progress) once the batch is delivered, its Resume
-// returns FileProgress.Resume, its Reset (Resetter) and Close call theirs.
-// Each commit replaces the file atomically and commits of concurrent runs
-// are serialised. Such a sink delivers at least once — a batch delivered
-// but not yet committed when the process dies is delivered again — so its
-// receiver makes writes idempotent as above: upserts by Change.Key, and
-// streamed changes recognised by (Change.Key, TxnLSN, TxnIndex).
+// needs no progress code of its own: FileProgress has the Commit, Resume
+// and Close of the Sink interface, so a sink that embeds one only writes
+// Writer and its writers' Write. Each commit replaces the file atomically,
+// and commits of concurrent runs are serialised. Such a sink delivers at
+// least once — a batch delivered but not yet committed when the process
+// dies is delivered again — so its receiver makes writes idempotent as
+// above: upserts by Change.Key, and streamed changes recognised by
+// (Change.Key, TxnLSN, TxnIndex). It is no Resetter: a changed pipeline
+// waits for the operator to clear the receiver and the progress file.
 package sinks

@@ -2,6 +2,7 @@ package sinks
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,9 +19,19 @@ import (
 // FileProgress keeps a sink's committed progress — the last position of
 // every snapshot range and of the stream — in one small JSON file, so that
 // a sink whose data goes elsewhere (an HTTP endpoint, a queue) needs no
-// progress code of its own: its Commit makes the batch's data durable (or
-// knows it already is) and then calls Commit(b.Progress), and its Resume
-// returns Resume(table, rangeNo).
+// progress code of its own. Its Commit, Resume and Close are those of the
+// Sink interface, so a sink that embeds a *FileProgress has them:
+//
+//	type mySink struct {
+//		*sinks.FileProgress
+//		client *http.Client
+//	}
+//
+//	func (s *mySink) Writer(context.Context, int) (sinks.Writer, error) { return s, nil }
+//	func (s *mySink) Write(ctx context.Context, b sinks.Batch) error   { … deliver b.Items … }
+//
+// A sink whose Commit has work of its own (appending what Write staged)
+// calls FileProgress.Commit at its end.
 //
 // Every Commit rewrites the whole file atomically (a temporary file,
 // fsync, rename, fsync of the directory), so a crash leaves the positions
@@ -155,12 +166,15 @@ func (p *FileProgress) load() error {
 // Path returns the absolute path of the progress file.
 func (p *FileProgress) Path() string { return p.path }
 
-// Commit makes pos the committed position of its snapshot range (or, for a
-// stream position, of the stream) and replaces the file; once it returns
-// nil, Resume returns pos, also after a crash and a new OpenFileProgress.
-// When it fails, the committed positions are those of before: the sink's
-// Commit returns the error and the pipeline sends the batch again.
-func (p *FileProgress) Commit(pos Position) error {
+// Commit makes b.Progress the committed position of its snapshot range
+// (or, for a stream position, of the stream) and replaces the file; once it
+// returns nil, Resume returns that position, also after a crash and a new
+// OpenFileProgress. b.Items are not looked at: as Sink.Commit, it is called
+// once the batch was delivered (Write returned nil for it). When it fails,
+// the committed positions are those of before, and the pipeline sends the
+// batch again.
+func (p *FileProgress) Commit(_ context.Context, b Batch) error {
+	pos := b.Progress
 	pos.LastKey = slices.Clone(pos.LastKey) // the source may reuse its slice
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -207,9 +221,8 @@ func (p *FileProgress) write(stream *Position, ranges map[progressKey]Position) 
 // Resume returns the committed position of snapshot range rangeNo of table
 // or, when table is "", of the stream; ok is false when none was
 // committed. The position is a copy the caller may change. The error is
-// always nil (positions are read at open), so that a sink's Resume can
-// return Resume's results as they are.
-func (p *FileProgress) Resume(table string, rangeNo int) (pos Position, ok bool, err error) {
+// always nil: positions are read at open.
+func (p *FileProgress) Resume(_ context.Context, table string, rangeNo int) (pos Position, ok bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if table == "" {
@@ -225,8 +238,12 @@ func (p *FileProgress) Resume(table string, rangeNo int) (pos Position, ok bool,
 }
 
 // Reset forgets every committed position and replaces the file with an
-// empty one: for a sink's Reset (Resetter), when a new pipeline version
-// snapshots afresh.
+// empty one, for the Reset of a sink that can also clear its data. It
+// deliberately lacks the context of Resetter.Reset: embedding a
+// FileProgress does not make a sink a Resetter, because forgetting
+// progress alone would snapshot afresh over what the receiver still holds
+// of the old pipeline version; without Reset, run asks the operator to
+// clear the sink instead.
 func (p *FileProgress) Reset() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -243,7 +260,7 @@ func (p *FileProgress) Reset() error {
 
 // Close releases the file for another OpenFileProgress; commits fail
 // afterwards. Calling it again does nothing.
-func (p *FileProgress) Close() error {
+func (p *FileProgress) Close(context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

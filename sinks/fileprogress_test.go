@@ -2,6 +2,7 @@ package sinks_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/syncpipe/syncpipe/sinks"
 )
+
+var bg = context.Background()
 
 // progressChildEnv makes the test binary a process that commits progress
 // to the file it names until it is killed (see TestMain).
@@ -40,11 +43,11 @@ func commitUntilKilled(path string) {
 		os.Exit(1)
 	}
 	for i := 1; ; i++ {
-		if err := p.Commit(childRange(i)); err != nil {
+		if err := p.Commit(bg, sinks.Batch{Progress: childRange(i)}); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
-		if err := p.Commit(childStream(i)); err != nil {
+		if err := p.Commit(bg, sinks.Batch{Progress: childStream(i)}); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
@@ -58,13 +61,13 @@ func openProgress(t *testing.T, path string) *sinks.FileProgress {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.Close() })
+	t.Cleanup(func() { _ = p.Close(bg) })
 	return p
 }
 
 func resume(t *testing.T, p *sinks.FileProgress, table string, rangeNo int) (sinks.Position, bool) {
 	t.Helper()
-	pos, ok, err := p.Resume(table, rangeNo)
+	pos, ok, err := p.Resume(context.Background(), table, rangeNo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +125,7 @@ func TestFileProgressSurvivesKill(t *testing.T) {
 				t.Fatalf("kill %d: range %d is %+v (ok %v) with the stream at round %d", kill, r, pos, ok, round)
 			}
 		}
-		if err := p.Close(); err != nil {
+		if err := p.Close(bg); err != nil {
 			t.Fatal(err)
 		}
 		if tmps, _ := filepath.Glob(path + ".*"); len(tmps) > 0 {
@@ -144,7 +147,7 @@ func TestFileProgressConcurrentCommits(t *testing.T) {
 		wg.Go(func() {
 			for i := 1; i <= commits; i++ {
 				key := []string{fmt.Sprint(r), fmt.Sprint(i)}
-				if err := p.Commit(sinks.Position{Table: fmt.Sprintf("public.t%d", r%2), Range: r, LastKey: key, RowsDone: int64(i), Done: i == commits}); err != nil {
+				if err := p.Commit(bg, sinks.Batch{Progress: sinks.Position{Table: fmt.Sprintf("public.t%d", r%2), Range: r, LastKey: key, RowsDone: int64(i), Done: i == commits}}); err != nil {
 					errs <- err
 					return
 				}
@@ -154,7 +157,7 @@ func TestFileProgressConcurrentCommits(t *testing.T) {
 	}
 	wg.Go(func() {
 		for i := 1; i <= commits; i++ {
-			if err := p.Commit(sinks.Position{LSN: uint64(i)}); err != nil {
+			if err := p.Commit(bg, sinks.Batch{Progress: sinks.Position{LSN: uint64(i)}}); err != nil {
 				errs <- err
 				return
 			}
@@ -177,7 +180,7 @@ func TestFileProgressConcurrentCommits(t *testing.T) {
 		}
 	}
 	check(p, "in memory")
-	if err := p.Close(); err != nil {
+	if err := p.Close(bg); err != nil {
 		t.Fatal(err)
 	}
 	check(openProgress(t, path), "after reopening")
@@ -196,13 +199,13 @@ func TestFileProgressPositions(t *testing.T) {
 	stream := sinks.Position{LSN: 0x16B3748, TxnLSN: 0x16B9000, TxnChanges: 12345}
 	snap := sinks.Position{Table: "public.lists", Range: 2, LastKey: []string{"a", "b"}, RowsDone: 99, Done: true}
 	for _, pos := range []sinks.Position{stream, snap, {Table: "public.lists", Range: 0, LastKey: []string{"x"}, RowsDone: 1}} {
-		if err := p.Commit(pos); err != nil {
+		if err := p.Commit(bg, sinks.Batch{Progress: pos}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got, _ := resume(t, p, "public.lists", 2)
 	got.LastKey[0] = "changed by the caller"
-	if err := p.Close(); err != nil {
+	if err := p.Close(bg); err != nil {
 		t.Fatal(err)
 	}
 
@@ -220,7 +223,7 @@ func TestFileProgressPositions(t *testing.T) {
 	if err := p.Reset(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Close(); err != nil {
+	if err := p.Close(bg); err != nil {
 		t.Fatal(err)
 	}
 	p = openProgress(t, path)
@@ -238,13 +241,13 @@ func TestFileProgressPositions(t *testing.T) {
 func TestFileProgressFailedCommitKeepsPrevious(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	p := openProgress(t, filepath.Join(dir, "progress.json"))
-	if err := p.Commit(sinks.Position{LSN: 10}); err != nil {
+	if err := p.Commit(bg, sinks.Batch{Progress: sinks.Position{LSN: 10}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Commit(sinks.Position{LSN: 20}); err == nil {
+	if err := p.Commit(bg, sinks.Batch{Progress: sinks.Position{LSN: 20}}); err == nil {
 		t.Fatal("commit into a removed directory succeeded")
 	}
 	if st, ok := resume(t, p, "", 0); !ok || st.LSN != 10 {
@@ -260,10 +263,10 @@ func TestFileProgressOneOwner(t *testing.T) {
 	if _, err := sinks.OpenFileProgress(path); !errors.Is(err, sinks.ErrProgressInUse) {
 		t.Fatalf("second open: %v, want ErrProgressInUse", err)
 	}
-	if err := p.Close(); err != nil {
+	if err := p.Close(bg); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Commit(sinks.Position{LSN: 1}); err == nil {
+	if err := p.Commit(bg, sinks.Batch{Progress: sinks.Position{LSN: 1}}); err == nil {
 		t.Fatal("a closed FileProgress committed")
 	}
 	openProgress(t, path)
@@ -278,8 +281,23 @@ func TestFileProgressRejectsOtherFormats(t *testing.T) {
 			t.Fatal(err)
 		}
 		if p, err := sinks.OpenFileProgress(path); err == nil {
-			_ = p.Close()
+			_ = p.Close(bg)
 			t.Errorf("%s file opened", name)
 		}
+	}
+}
+
+// embeddingSink is a sink made as the FileProgress doc shows: a writer
+// and an embedded FileProgress for the rest of the Sink interface.
+type embeddingSink struct{ *sinks.FileProgress }
+
+func (embeddingSink) Writer(context.Context, int) (sinks.Writer, error) { return nil, nil }
+
+// TestFileProgressEmbeddedIsNoResetter: embedding makes a Sink, but not a
+// Resetter — forgetting progress alone would snapshot over old data.
+func TestFileProgressEmbeddedIsNoResetter(t *testing.T) {
+	var s sinks.Sink = embeddingSink{openProgress(t, filepath.Join(t.TempDir(), "p.json"))}
+	if _, ok := s.(sinks.Resetter); ok {
+		t.Fatal("a sink embedding FileProgress is a Resetter")
 	}
 }

@@ -26,6 +26,8 @@
 // also has "lsn" (the commit LSN of its source transaction) and "i" (its
 // index in the transaction): together they identify the change, and the
 // same change always gets the same pair. Snapshot rows have neither.
+// AppendChanges encodes changes as a JSON array of these objects, for
+// programs that deliver them elsewhere (examples/httpsink).
 //
 // # Exactly once
 //

@@ -428,3 +428,33 @@ func TestWrittenButUncommittedBatchLeavesNothing(t *testing.T) {
 		t.Errorf("uncommitted lines in the file: %q", got)
 	}
 }
+
+// TestAppendChangesMatchesLines checks that AppendChanges gives a JSON
+// array whose elements are exactly the lines the sink writes for the same
+// changes, in order.
+func TestAppendChangesMatchesLines(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, map[string]any{"dir": dir, "fsync": false})
+	changes := []stages.Change{
+		{Table: todos, Kind: stages.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 3,
+			Puts:    []stages.Put{{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "t1", Checksum: 9, Data: []byte(`{"id":"t1"}`)}},
+			Lookups: []stages.Lookup{{Key: []byte(`["by_list","a"]`), Params: []byte(`[{"list_id":"a"}]`)}}},
+		{Table: todos, Kind: stages.Delete, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 4},
+	}
+	writeCommit(t, s, writer(t, s, 0), sinks.Batch{Items: changes, Progress: sinks.Position{LSN: 0x16B3800}})
+	lines, err := os.ReadFile(filepath.Join(dir, "public.todos.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := jsonl.AppendChanges([]byte("x"), changes)
+	want := "x[" + strings.ReplaceAll(strings.TrimSuffix(string(lines), "\n"), "\n", ",") + "]"
+	if string(got) != want || !json.Valid(got[1:]) {
+		t.Fatalf("AppendChanges = %s\nwant %s", got, want)
+	}
+	if got := jsonl.AppendChanges(nil, []stages.Change{{Kind: stages.Upsert}}); !json.Valid(got) || !strings.Contains(string(got), `"table":null`) {
+		t.Fatalf("AppendChanges of a change without a table = %s", got)
+	}
+	if got := jsonl.AppendChanges(nil, nil); string(got) != "[]" {
+		t.Fatalf("AppendChanges of nothing = %s", got)
+	}
+}

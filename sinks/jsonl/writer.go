@@ -101,9 +101,31 @@ func appendEscapedName(b []byte, s string) []byte {
 	return b
 }
 
-// appendLine appends the JSON line of c, field by field, with no
-// intermediate values: the sink's cost per row is what it writes.
+// AppendChanges appends changes to b as a JSON array of the objects the
+// sink writes as lines (fields as in the package doc), for programs that
+// deliver changes elsewhere in the same form: examples/httpsink POSTs
+// them. A change without a table has "table":null.
+func AppendChanges(b []byte, changes []stages.Change) []byte {
+	b = append(b, '[')
+	for i := range changes {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendChange(b, nil, &changes[i])
+	}
+	return append(b, ']')
+}
+
+// appendLine appends the JSON line of c; tableJSON is its table's name as
+// a JSON string, which writers encode once per table.
 func appendLine(b, tableJSON []byte, c *stages.Change) []byte {
+	return append(appendChange(b, tableJSON, c), '\n')
+}
+
+// appendChange appends the JSON object of c, field by field, with no
+// intermediate values: the sink's cost per row is what it writes. A nil
+// tableJSON is encoded from c.Table here.
+func appendChange(b, tableJSON []byte, c *stages.Change) []byte {
 	b = append(b, `{"kind":`...)
 	switch c.Kind {
 	case stages.Upsert:
@@ -114,7 +136,14 @@ func appendLine(b, tableJSON []byte, c *stages.Change) []byte {
 		b = appendString(b, c.Kind.String())
 	}
 	b = append(b, `,"table":`...)
-	b = append(b, tableJSON...)
+	switch {
+	case tableJSON != nil:
+		b = append(b, tableJSON...)
+	case c.Table != nil:
+		b = appendString(b, c.Table.String())
+	default:
+		b = append(b, "null"...)
+	}
 	b = append(b, `,"key":"`...)
 	b = appendUUID(b, &c.Key)
 	b = append(b, '"')
@@ -154,7 +183,7 @@ func appendLine(b, tableJSON []byte, c *stages.Change) []byte {
 		b = appendRaw(b, l.Params)
 		b = append(b, '}')
 	}
-	return append(b, "]}\n"...)
+	return append(b, "]}"...)
 }
 
 // appendRaw embeds JSON produced by the sync rules as is; an absent value
