@@ -111,7 +111,7 @@ func (b *Builder) Upsert(row []syncrules.Value, dst []Change) ([]Change, error) 
 // Delete appends the Change deleting the row whose identity columns are in
 // row (other columns may be NULL) to dst.
 func (b *Builder) Delete(row []syncrules.Value, dst []Change) []Change {
-	return append(dst, build(&b.rk, []Evaluated{{RowChange: RowChange{Spec: b.spec, Kind: Delete, Row: row}}}, 0)...)
+	return append(dst, build(&b.rk, []Evaluated{{RowChange: &RowChange{Spec: b.spec, Kind: Delete, Row: row}}}, 0)...)
 }
 
 func joinErr(a, b error) error {

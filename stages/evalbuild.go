@@ -60,7 +60,7 @@ func (w *evalWorker) eval(in []RowChange, bytes int) []Evaluated {
 	for i := range in {
 		rc := &in[i]
 		e := &out[i]
-		e.RowChange = *rc
+		e.RowChange = rc
 		if rc.Kind != Upsert {
 			continue
 		}

@@ -26,9 +26,11 @@ type RowChange struct {
 
 // Evaluated is a row change after bucket eval, before op build: the rows
 // the sync rules produce for each bucket and the parameter lookups. The
-// byte slices point into a buffer of the batch.
+// byte slices point into a buffer of the batch, and RowChange into the
+// eval stage's input batch (not copied: this is per row, and a snapshot
+// batch holds ten thousand rows).
 type Evaluated struct {
-	RowChange
+	*RowChange
 	Outputs []syncrules.Output
 	Lookups []syncrules.LookupEntry
 }
