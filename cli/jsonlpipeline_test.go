@@ -400,4 +400,8 @@ func TestSinkPipelineChangeIsNewVersion(t *testing.T) {
 	if n := len(readJSONL(t, file)); n != 205 {
 		t.Errorf("%d lines after the restart; want 205", n)
 	}
+	// The rules' lists table is carried by no pipeline, yet it exists.
+	if e.logged("does not exist in the source") {
+		t.Errorf("run warned about a rule table no pipeline carries:\n%s", e.tailLogs(4<<10))
+	}
 }

@@ -110,6 +110,17 @@ func checkSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrules
 			byURI[p.Source.URI] = append(byURI[p.Source.URI], t.String())
 		}
 	}
+	// A rule table no pipeline carries is still looked up, in the source
+	// section's database: otherwise it would be reported missing.
+	for _, t := range rules.Tables() {
+		if !seen[t.String()] {
+			uri := cfg.Source.URI
+			if byURI[uri] == nil {
+				uris = append(uris, uri)
+			}
+			byURI[uri] = append(byURI[uri], t.String())
+		}
+	}
 	schema := syncrules.Schema{}
 	for _, uri := range uris {
 		if err := discoverTables(ctx, uri, timeout, byURI[uri], schema); err != nil {
