@@ -28,7 +28,7 @@ const RSSBar = 500_000_000
 var specBars = []struct{ id, scenario, measure, bar string }{
 	{"P1", "snapshot", "snapshot of 1M todos / 1k lists", "≥ 60% of the raw COPY→COPY ceiling; ≥ 5× PowerSync (≥ 30k rows/s)"},
 	{"P2", "scaling", "snapshot scaling, 200 tables × 20k rows", "≥ 1.7× from 1 to 2 workers; no chunk re-read on resume"},
-	{"P3", "streaming", "200k single-row updates in 1k-row txns", "≥ 70% of a decode-only consumer; lag p99 < 100 ms at 5k changes/s"},
+	{"P3", "streaming", "200k single-row updates in 1k-row txns, two topologies", "≥ 70% of a decode-only consumer (two clusters); lag p99 < 100 ms at 5k changes/s"},
 	{"P3-large", "streaming", "one 1M-row source transaction", "≥ 50% of the 1k-row-txn rate; RSS < 500 MB"},
 	{"P4", "drain", "bucket drain, {10k,100k,1M} todos × {200,1k} buckets", "1M/1k ≤ 12 s; 10× ops ⇒ ≤ 11× time"},
 	{"P5", "checksums", "checksums, 100 clients, small updates", "≤ 1 checksum query per changed bucket per checkpoint; p99 < 50 ms"},
@@ -55,8 +55,12 @@ func (res Result) writeExtras(w io.Writer) {
 	if res.Stages != nil && len(res.Stages.Stages) > 0 {
 		var sb strings.Builder
 		_ = res.Stages.WriteTable(&sb)
-		fmt.Fprintf(w, "\nStage-time summary over all syncpipe runs (busiest stage per worker: **%s**):\n\n```\n%s```\n",
-			res.Stages.Busiest(), sb.String())
+		of := res.StagesOf
+		if of == "" {
+			of = "over all syncpipe runs"
+		}
+		fmt.Fprintf(w, "\nStage-time summary %s (busiest stage per worker: **%s**):\n\n```\n%s```\n",
+			of, res.Stages.Busiest(), sb.String())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,46 @@ type Harness struct {
 	// CPUProfileDir, if set, makes every child write a Go CPU profile of
 	// its run there (`syncpipe run --cpu-profile`).
 	CPUProfileDir string
+	// Compare, if set, is a second syncpipe binary (say, a build of the
+	// previous commit): P1 and P3 then run every syncpipe configuration
+	// with both binaries, interleaved, and report the medians and the
+	// ratio of Syncpipe's to Compare's per configuration (see variants).
+	Compare string
+}
+
+// variant is one binary a scenario runs its syncpipe configurations with.
+type variant struct {
+	// suffix is appended to the row names: "" for Syncpipe, compareSuffix
+	// for Compare.
+	suffix string
+	h      *Harness
+}
+
+// compareSuffix marks the rows measured with Harness.Compare.
+const compareSuffix = " [old]"
+
+// variants are the binaries to run: Syncpipe, and Compare if set.
+func (h *Harness) variants() []variant {
+	vs := []variant{{"", h}}
+	if h.Compare != "" {
+		old := *h
+		old.Syncpipe, old.Compare = h.Compare, ""
+		vs = append(vs, variant{compareSuffix, &old})
+	}
+	return vs
+}
+
+// interleaved returns vs in the order of the k-th measurement of a
+// configuration: reversed every other time (A B, B A, A B, …), so that
+// neither binary always runs first and a machine that grows busier or
+// quieter during the run favours neither.
+func interleaved[T any](vs []T, k int) []T {
+	if k%2 == 0 {
+		return vs
+	}
+	out := slices.Clone(vs)
+	slices.Reverse(out)
+	return out
 }
 
 // childOptions are the options of a child that runs config in role.

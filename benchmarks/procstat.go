@@ -22,8 +22,11 @@ const clockTick = time.Second / 100
 // postmaster's own and its reaped children's time plus that of its live
 // (or exited, not yet reaped) children. Children are found by parent pid:
 // backends call setsid, so the process group does not find them. Zero
-// when unreadable.
+// when unreadable or dataDir is "".
 func clusterCPU(dataDir string) time.Duration {
+	if dataDir == "" {
+		return 0
+	}
 	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return 0
@@ -92,12 +95,16 @@ type procCPU map[int]struct {
 	cpu  time.Duration
 }
 
-// clusterProcs samples the live processes of the cluster in dataDir. A
+// clusterProcs samples the live processes of the cluster in dataDir (none
+// for ""). A
 // role is "walsender", "backend <database>" or "auxiliary" (postmaster,
 // checkpointer, WAL writer, autovacuum…): it tells whether the CPU a
 // scenario costs goes into decoding, writing storage or housekeeping.
 func clusterProcs(dataDir string) procCPU {
 	out := procCPU{}
+	if dataDir == "" {
+		return out
+	}
 	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
 	if err != nil {
 		return out

@@ -76,6 +76,17 @@ func (rs *rowSet) add(name, baseline string, s Sample) {
 	rs.byName[name].Samples = append(rs.byName[name].Samples, s)
 }
 
+// reserve places the row in the order now, before its first sample.
+func (rs *rowSet) reserve(name, baseline string) {
+	if rs.byName == nil {
+		rs.byName = map[string]*Row{}
+	}
+	if rs.byName[name] == nil {
+		rs.byName[name] = &Row{Name: name, Baseline: baseline}
+		rs.order = append(rs.order, name)
+	}
+}
+
 func (rs *rowSet) list() []Row {
 	out := make([]Row, len(rs.order))
 	for i, name := range rs.order {
@@ -93,6 +104,9 @@ type Result struct {
 	Notes    []string  `json:"notes,omitempty"`
 	// Stages is the stage-time summary of the syncpipe runs, added up.
 	Stages *Breakdown `json:"stages,omitempty"`
+	// StagesOf says which runs Stages adds up when not all of them ("" =
+	// all syncpipe runs).
+	StagesOf string `json:"stages_of,omitempty"`
 	// PeakRSS is the highest peak RSS of any syncpipe process of the
 	// scenario, in bytes (0 = not measured).
 	PeakRSS int64 `json:"peak_rss_bytes,omitempty"`

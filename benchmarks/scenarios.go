@@ -20,7 +20,10 @@ type Params struct {
 	ChunkRows int
 	// Rows and Lists size the todo data set of scenarios that use it.
 	Rows, Lists int
-	Log         io.Writer
+	// Topologies are the storage topologies P3 measures (ParseTopologies;
+	// empty: both).
+	Topologies []string
+	Log        io.Writer
 	// Harness runs syncpipe as a child process.
 	Harness *Harness
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,11 +35,14 @@ type SnapshotOptions struct {
 // `syncpipe run` child process with several worker counts, next to the raw
 // COPY→COPY ceiling for the same storage rows measured in the same run: the
 // source tables COPYed out while the very rows syncpipe stored are COPYed
-// into index-identical tables.
+// into index-identical tables. With Harness.Compare every configuration is
+// also run with the second binary, the two interleaved (variants,
+// interleaved), into rows marked compareSuffix, and a table of new/old
+// ratios is added.
 func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 	res := Result{Scenario: "snapshot", Date: time.Now(),
 		Params: fmt.Sprintf("P1: %d todos / %d lists, rules global + by_list, chunk_rows %d, median of %d runs, one cluster (fsync on), storage synchronous_commit=off; syncpipe runs as a child process (`syncpipe run --role replication:snapshot`), timed from its \"syncpipe starting\" log line (storage open and migrated) to its \"snapshot done\" log line",
-			opt.Todos, opt.Lists, opt.ChunkRows, opt.Runs)}
+			opt.Todos, opt.Lists, opt.ChunkRows, opt.Runs) + opt.Harness.compareParams()}
 	if opt.Harness == nil {
 		return res, fmt.Errorf("snapshot scenario: no syncpipe harness")
 	}
@@ -52,30 +56,45 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 
 	var rows rowSet
 	var raw []rawBatch
-	stages := &Breakdown{}
+	stages, oldStages := &Breakdown{}, &Breakdown{}
 	const ceiling = "raw COPY→COPY ceiling"
-	run := 0
+	for _, w := range opt.Workers {
+		for _, v := range opt.Harness.variants() {
+			rows.reserve(fmt.Sprintf("syncpipe, %d worker(s)", w)+v.suffix, ceiling) // new, then old
+		}
+	}
+	run, k := 0, 0
 	for r := range opt.Runs {
 		for _, w := range opt.Workers {
-			run++
-			db := fmt.Sprintf("storage_%d", run)
-			if err := cluster.CreateDatabase(ctx, db); err != nil {
-				return res, err
-			}
-			s, err := opt.Harness.snapshotChild(ctx, SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI(db),
-				SlotPrefix: db + "_", Rules: todos.Rules, Workers: w, ChunkRows: opt.ChunkRows, SplitRows: 100000,
-				ClusterData: filepath.Join(cluster.Dir(), "data")})
-			if err != nil {
-				return res, err
-			}
-			s.Rows = sourceRows
-			stages.Add(s.Child.Stages)
-			res.PeakRSS = max(res.PeakRSS, s.PeakRSS)
-			name := fmt.Sprintf("syncpipe, %d worker(s)", w)
-			rows.add(name, ceiling, s.Sample)
-			rows.byName[name].Workers = w
-			logf(opt.Log, "run %d: %s: %.0f rows/s, peak RSS %s", r+1, name, rate(s.Sample), fmtBytes(s.PeakRSS))
-			if raw == nil {
+			k++
+			for _, v := range interleaved(opt.Harness.variants(), k-1) {
+				run++
+				db := fmt.Sprintf("storage_%d", run)
+				if err := cluster.CreateDatabase(ctx, db); err != nil {
+					return res, err
+				}
+				s, err := v.h.snapshotChild(ctx, SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI(db),
+					SlotPrefix: db + "_", Rules: todos.Rules, Workers: w, ChunkRows: opt.ChunkRows, SplitRows: 100000,
+					ClusterData: filepath.Join(cluster.Dir(), "data")})
+				if err != nil {
+					return res, err
+				}
+				s.Rows = sourceRows
+				if v.suffix == "" {
+					stages.Add(s.Child.Stages)
+				} else {
+					oldStages.Add(s.Child.Stages)
+				}
+				res.PeakRSS = max(res.PeakRSS, s.PeakRSS)
+				name := fmt.Sprintf("syncpipe, %d worker(s)", w) + v.suffix
+				rows.add(name, ceiling, s.Sample)
+				if v.suffix == "" {
+					rows.byName[name].Workers = w // the chart's series: the binary under test
+				}
+				logf(opt.Log, "run %d: %s: %.0f rows/s, peak RSS %s", r+1, name, rate(s.Sample), fmtBytes(s.PeakRSS))
+				if raw != nil {
+					continue
+				}
 				pool, err := pgxpool.New(ctx, cluster.URI(db)+"&search_path=syncpipe")
 				if err != nil {
 					return res, fmt.Errorf("open storage: %w", err)
@@ -99,7 +118,19 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 	}
 	res.Rows = rows.list()
 	res.Stages = stages
+	if opt.Harness.Compare != "" {
+		res.StagesOf = "over the new build's runs"
+	}
 	res.Bars = snapshotBars(res, ceiling)
+	if n := compareNote(res.Rows, "source rows/s"); n != "" {
+		res.Notes = append(res.Notes, n)
+		if len(oldStages.Stages) > 0 {
+			var sb strings.Builder
+			_ = oldStages.WriteTable(&sb)
+			res.Notes = append(res.Notes, fmt.Sprintf("Stage-time summary over the old build's runs (busiest stage per worker: **%s**):\n\n```\n%s```",
+				oldStages.Busiest(), sb.String()))
+		}
+	}
 	return res, nil
 }
 

@@ -12,7 +12,9 @@ import (
 // TestSnapshotSmoke runs P1 once at a tiny scale through the code path of
 // `go run ./benchmarks/cmd/bench -scenario snapshot`: a throwaway cluster,
 // a built syncpipe binary as a child process, the raw ceiling, the report
-// files. It asserts what storage holds, never how fast it got there.
+// files, and a comparison with a second binary (the same one: the code
+// path of -compare-bin). It asserts what storage holds, never how fast it
+// got there.
 func TestSnapshotSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and builds syncpipe")
@@ -28,12 +30,12 @@ func TestSnapshotSmoke(t *testing.T) {
 	t.Logf("built syncpipe in %v", time.Since(start).Round(time.Millisecond))
 	const todosN, lists = 3000, 30
 	res, err := RunSnapshot(ctx, SnapshotOptions{Todos: todosN, Lists: lists, Workers: []int{2}, ChunkRows: 500, Runs: 1,
-		Harness: &Harness{Syncpipe: bin, Dir: dir}})
+		Harness: &Harness{Syncpipe: bin, Dir: dir, Compare: bin}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 2 {
-		t.Fatalf("rows %+v: want syncpipe and the raw ceiling", res.Rows)
+	if len(res.Rows) != 3 || res.Rows[1].Name != res.Rows[0].Name+compareSuffix || res.Rows[1].Workers != 0 {
+		t.Fatalf("rows %+v: want syncpipe with both binaries (the old one not in the chart's series) and the raw ceiling", res.Rows)
 	}
 	// One by_list op per todo and one global op per list.
 	for _, r := range res.Rows {
@@ -54,7 +56,10 @@ func TestSnapshotSmoke(t *testing.T) {
 			t.Errorf("snapshot%s: %v (%d bytes)", ext, err, len(b))
 		}
 	}
-	if md, _ := os.ReadFile(filepath.Join(out, "snapshot.md")); !strings.Contains(string(md), "Peak RSS of the syncpipe process") {
-		t.Errorf("snapshot.md does not report the syncpipe RSS:\n%s", md)
+	md, _ := os.ReadFile(filepath.Join(out, "snapshot.md"))
+	for _, s := range []string{"Peak RSS of the syncpipe process", "| syncpipe, 2 worker(s) | ", "New build vs old build", "comparison run: every syncpipe configuration"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("snapshot.md lacks %q:\n%s", s, md)
+		}
 	}
 }

@@ -11,14 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// steady runs syncpipe while transactions arrive at opt.SteadyRate changes
+// steady runs t's syncpipe while transactions arrive at opt.SteadyRate changes
 // per second for opt.SteadyFor and returns each transaction's lag: from
 // its commit returning to the client until the first published checkpoint
 // that includes it. Every transaction also sets the marker row's seq, and
 // the marker's op at a checkpoint says which transactions it includes.
-func (sr *streamRun) steady(ctx context.Context) (lags []time.Duration, achieved float64, st ChildStats, err error) {
+func (sr *streamRun) steady(ctx context.Context, t *streamTarget) (lags []time.Duration, achieved float64, st ChildStats, err error) {
 	opt := sr.opt
-	child, err := sr.startChild(ctx)
+	child, err := sr.startChild(ctx, t)
 	if err != nil {
 		return nil, 0, st, err
 	}
@@ -29,10 +29,10 @@ func (sr *streamRun) steady(ctx context.Context) (lags []time.Duration, achieved
 			err = stopErr
 		}
 	}()
-	if _, err := sr.waitCaughtUp(ctx, child); err != nil {
+	if _, err := sr.waitCaughtUp(ctx, t, child); err != nil {
 		return nil, 0, st, err
 	}
-	obs, err := pgx.Connect(ctx, sr.cluster.URI("storage"))
+	obs, err := pgx.Connect(ctx, t.storageURI())
 	if err != nil {
 		return nil, 0, st, fmt.Errorf("connect to storage: %w", err)
 	}
@@ -49,7 +49,7 @@ func (sr *streamRun) steady(ctx context.Context) (lags []time.Duration, achieved
 	committed := map[int64]time.Time{}
 	var last int64 // highest seq committed
 	genDone := make(chan error, 1)
-	logf(opt.Log, "steady load: %d changes/s for %s…", opt.SteadyRate, opt.SteadyFor)
+	logf(opt.Log, "%s: steady load: %d changes/s for %s…", t.name(), opt.SteadyRate, opt.SteadyFor)
 	start := time.Now()
 	go func() {
 		every := time.Duration(float64(time.Second) * float64(opt.SteadyTxnRows) / float64(opt.SteadyRate))

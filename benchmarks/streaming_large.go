@@ -48,45 +48,62 @@ type largeRun struct {
 func (lr largeRun) commitToCheckpoint() time.Duration { return lr.end.Sub(lr.committed) }
 
 // large runs P3-large once: a decode-only slot is created, the transaction
-// committed with syncpipe stopped, and a syncpipe child started at once and
-// timed like the 1k-row catch-up (START_REPLICATION → a published
-// checkpoint covers the commit), storage polled meanwhile for the pieces.
-// The decode-only consumer reads the same transaction afterwards, so that
-// the time from the commit to the checkpoint is syncpipe's alone.
-func (sr *streamRun) large(ctx context.Context, run int) (largeRun, error) {
-	var lr largeRun
+// committed with syncpipe stopped, and a syncpipe child per target (in the
+// run's order) started at once and timed like the 1k-row catch-up
+// (START_REPLICATION → a published checkpoint covers the commit), storage
+// polled meanwhile for the pieces. The decode-only consumer reads the same
+// transaction afterwards, so that the time from the commit to the first
+// target's checkpoint is that syncpipe's alone; the targets after the first
+// are timed from their process start, as if the commit had happened then.
+// It adds a row per target and one for the consumer to rows.
+func (sr *streamRun) large(ctx context.Context, run int, rows *rowSet) error {
 	dec, err := newDecodeOnly(ctx, sr.cluster.URI("app"), "bench_decode_large")
 	if err != nil {
-		return lr, err
+		return err
 	}
 	defer dec.Close(context.WithoutCancel(ctx))
-	changes, err := sr.updateOneTxn(ctx, fmt.Sprintf("run %d", run+1), &lr)
+	var txn largeRun
+	changes, err := sr.updateOneTxn(ctx, fmt.Sprintf("run %d", run+1), &txn)
 	if err != nil {
-		return lr, err
+		return err
 	}
-	if lr.decodeSlotWAL, err = slotBehind(ctx, sr.src, dec.slot); err != nil {
-		return lr, err
+	if txn.decodeSlotWAL, err = slotBehind(ctx, sr.src, dec.slot); err != nil {
+		return err
 	}
-	spill0 := sr.spillBytes(ctx)
-	lr.catchUpRun, err = sr.catchUp(ctx, &sr.largeCost, changes, true)
+	for i, t := range sr.order(run) {
+		lr := txn
+		spill0 := sr.spillBytes(ctx, t)
+		lr.catchUpRun, err = sr.catchUp(ctx, t, &t.largeCost, changes, true)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			lr.committed = lr.launched
+		}
+		if spill1 := sr.spillBytes(ctx, t); spill0 >= 0 && spill1 >= 0 {
+			lr.spilled = spill1 - spill0
+		} else {
+			lr.spilled = -1
+		}
+		logf(sr.opt.Log, "run %d: %s, one %s-row transaction (%s of WAL; slot restart_lsn %s before its end; walsender spilled %s): %.0f changes/s (%d ops), commit → checkpoint %s, first piece stored %s after START_REPLICATION, peak RSS %s",
+			run+1, t.name(), fmtCount(sr.opt.LargeUpdates), fmtBytes(lr.txnWAL), fmtBytes(lr.slotWAL), fmtBytes(lr.spilled), rate(lr.Sample), lr.Ops,
+			lr.commitToCheckpoint().Round(time.Millisecond), lr.pieces.since(lr.begin), fmtBytes(lr.Child.PeakRSS))
+		t.larges = append(t.larges, lr)
+	}
+	decode, decodeFirst, err := dec.consume(ctx, "syncpipe", changes)
 	if err != nil {
-		return lr, err
-	}
-	if spill1 := sr.spillBytes(ctx); spill0 >= 0 && spill1 >= 0 {
-		lr.spilled = spill1 - spill0
-	} else {
-		lr.spilled = -1
-	}
-	logf(sr.opt.Log, "run %d: syncpipe, one %s-row transaction (%s of WAL; slot restart_lsn %s before its end; walsender spilled %s): %.0f changes/s (%d ops), commit → checkpoint %s, first piece stored %s after START_REPLICATION, peak RSS %s",
-		run+1, fmtCount(sr.opt.LargeUpdates), fmtBytes(lr.txnWAL), fmtBytes(lr.slotWAL), fmtBytes(lr.spilled), rate(lr.Sample), lr.Ops,
-		lr.commitToCheckpoint().Round(time.Millisecond), lr.pieces.since(lr.begin), fmtBytes(lr.Child.PeakRSS))
-	lr.decode, lr.decodeFirst, err = dec.consume(ctx, "syncpipe", changes)
-	if err != nil {
-		return lr, err
+		return err
 	}
 	logf(sr.opt.Log, "run %d: decode-only, one %s-row transaction: %.0f changes/s, first change after %s",
-		run+1, fmtCount(sr.opt.LargeUpdates), float64(changes)/lr.decode.Seconds(), lr.decodeFirst.Round(time.Millisecond))
-	return lr, nil
+		run+1, fmtCount(sr.opt.LargeUpdates), float64(changes)/decode.Seconds(), decodeFirst.Round(time.Millisecond))
+	rows.add(largeRowName(streamBaseline, sr.opt), streamBaseline, Sample{Duration: decode, Rows: changes})
+	// Rows in target order, whatever order this run took.
+	for _, t := range sr.targets {
+		lr := &t.larges[len(t.larges)-1]
+		lr.decode, lr.decodeFirst = decode, decodeFirst
+		rows.add(t.largeName(sr.opt), t.name(), lr.Sample)
+	}
+	return nil
 }
 
 // updateOneTxn commits opt.LargeUpdates single-row updates in one
@@ -125,14 +142,14 @@ func (sr *streamRun) updateOneTxn(ctx context.Context, label string, lr *largeRu
 	return changes, nil
 }
 
-// liveLarge is P3-large with syncpipe running: a child streams, caught
+// liveLarge is P3-large with t's syncpipe running: a child streams, caught
 // up, while the large transaction runs and commits, and the time from the
 // commit until a published checkpoint covers it is what a client waits.
 // The walsender decodes the transaction as it is written (spilling it to
 // disk), but sends it only once it has committed (pgoutput version 1).
-func (sr *streamRun) liveLarge(ctx context.Context) (largeRun, error) {
+func (sr *streamRun) liveLarge(ctx context.Context, t *streamTarget) (largeRun, error) {
 	var lr largeRun
-	child, err := sr.startChild(ctx)
+	child, err := sr.startChild(ctx, t)
 	if err != nil {
 		return lr, err
 	}
@@ -142,16 +159,16 @@ func (sr *streamRun) liveLarge(ctx context.Context) (largeRun, error) {
 			_, _ = child.Stop()
 		}
 	}()
-	if _, err := sr.waitCaughtUp(ctx, child); err != nil {
+	if _, err := sr.waitCaughtUp(ctx, t, child); err != nil {
 		return lr, err
 	}
-	stopWatch, err := sr.watchPieces(ctx)
+	stopWatch, err := sr.watchPieces(ctx, t)
 	if err != nil {
 		return lr, err
 	}
 	lr.Rows, err = sr.updateOneTxn(ctx, "syncpipe running", &lr)
 	if err == nil {
-		lr.end, err = sr.waitCaughtUp(ctx, child)
+		lr.end, err = sr.waitCaughtUp(ctx, t, child)
 	}
 	pw, werr := stopWatch()
 	lr.pieces = pw
@@ -165,17 +182,17 @@ func (sr *streamRun) liveLarge(ctx context.Context) (largeRun, error) {
 	if lr.Child, err = child.Stop(); err != nil {
 		return lr, err
 	}
-	logf(sr.opt.Log, "syncpipe running: one %s-row transaction (ran %s): commit → checkpoint %s, first piece stored %s after the commit, peak RSS %s",
-		fmtCount(sr.opt.LargeUpdates), lr.ran.Round(time.Millisecond), lr.commitToCheckpoint().Round(time.Millisecond),
+	logf(sr.opt.Log, "%s running: one %s-row transaction (ran %s): commit → checkpoint %s, first piece stored %s after the commit, peak RSS %s",
+		t.name(), fmtCount(sr.opt.LargeUpdates), lr.ran.Round(time.Millisecond), lr.commitToCheckpoint().Round(time.Millisecond),
 		pw.since(lr.committed), fmtBytes(lr.Child.PeakRSS))
-	// No settle: what follows (the lag measurement) catches up untimed.
+	// No settle: it is the last measurement.
 	return lr, nil
 }
 
-// spillBytes is the spill_bytes of the group's slot (-1 if unreadable:
+// spillBytes is the spill_bytes of t's group's slot (-1 if unreadable:
 // pg_stat_replication_slots is PostgreSQL 14+).
-func (sr *streamRun) spillBytes(ctx context.Context) int64 {
-	slot, err := sr.groupSlot(ctx)
+func (sr *streamRun) spillBytes(ctx context.Context, t *streamTarget) int64 {
+	slot, err := sr.groupSlot(ctx, t)
 	if err != nil {
 		return -1
 	}
@@ -205,11 +222,12 @@ func (w pieceWatch) since(t time.Time) string {
 // pieceInterval is how often watchPieces polls storage.
 const pieceInterval = 50 * time.Millisecond
 
-// watchPieces polls storage, on a connection of its own, for the changes it
-// holds of a partly written source transaction (groups.stream_txn_changes,
-// set while the transaction's pieces are written) until stop is called.
-func (sr *streamRun) watchPieces(ctx context.Context) (stop func() (pieceWatch, error), err error) {
-	conn, err := pgx.Connect(ctx, sr.cluster.URI("storage"))
+// watchPieces polls t's storage, on a connection of its own, for the
+// changes it holds of a partly written source transaction
+// (groups.stream_txn_changes, set while the transaction's pieces are
+// written) until stop is called.
+func (sr *streamRun) watchPieces(ctx context.Context, t *streamTarget) (stop func() (pieceWatch, error), err error) {
+	conn, err := pgx.Connect(ctx, t.storageURI())
 	if err != nil {
 		return nil, fmt.Errorf("watch pieces: %w", err)
 	}
@@ -299,12 +317,13 @@ func (lr largeRun) afterFirstPiece() float64 {
 	return float64(lr.Rows-lr.pieces.firstN) / lr.end.Sub(lr.pieces.first).Seconds()
 }
 
-// largeNotes reports P3-large beyond its rows: where the time from the
-// commit to the checkpoint goes, the per-run ratios to the 1k-row
-// transactions (smallRates, by run), the CPU per change and the stage-time
-// summary of the large transactions' syncpipe runs.
-func (sr *streamRun) largeNotes(larges []largeRun, smallRates []float64) []string {
+// largeNotes reports P3-large of target t beyond its rows: where the time
+// from the commit to the checkpoint goes, the per-run ratios to its 1k-row
+// transactions, the CPU per change and the stage-time summary of the large
+// transactions' syncpipe runs.
+func (sr *streamRun) largeNotes(t *streamTarget) []string {
 	opt := sr.opt
+	larges, smallRates := t.larges, t.smallRates
 	n := fmtCount(opt.LargeUpdates)
 	var ratios, rss []string
 	var stages Breakdown
@@ -324,14 +343,14 @@ func (sr *streamRun) largeNotes(larges []largeRun, smallRates []float64) []strin
 		afters = append(afters, lr.afterFirstPiece())
 	}
 	notes := []string{
-		fmt.Sprintf("P3-large, one %s-row transaction (%s; medians of %d runs): the source transaction ran %s (%d UPDATE statements of %d rows). "+
+		fmt.Sprintf("P3-large, %s, one %s-row transaction (%s; medians of %d runs): the source transaction ran %s (%d UPDATE statements of %d rows). "+
 			"Commit → published checkpoint %s = commit → syncpipe's storage open %s (process start, migration check) + start-up %s "+
 			"+ START_REPLICATION → checkpoint %s, of which START_REPLICATION → first piece in storage %s "+
 			"(the walsender decodes the whole transaction — spilling %s of it to disk, past logical_decoding_work_mem — before it sends the first change: "+
 			"the decode-only consumer's first change came %s after its START_REPLICATION, its last %s), then the rest at %.0f changes/s. "+
 			"WAL: the transaction wrote %s; from its slot's restart_lsn to the commit the walsender read %s for syncpipe, %s for the decode-only consumer. "+
 			"Rate vs the same run's 1k-row transactions: %s. Peak RSS per run: %s.",
-			n, largeRowsNote(opt), len(larges), med(func(lr largeRun) time.Duration { return lr.ran }), larges[0].stmts, largeStmtRows,
+			t.name(), n, largeRowsNote(opt), len(larges), med(func(lr largeRun) time.Duration { return lr.ran }), larges[0].stmts, largeStmtRows,
 			med(largeRun.commitToCheckpoint), med(func(lr largeRun) time.Duration { return lr.started.Sub(lr.committed) }),
 			med(func(lr largeRun) time.Duration { return lr.begin.Sub(lr.started) }),
 			med(func(lr largeRun) time.Duration { return lr.Duration }),
@@ -348,24 +367,53 @@ func (sr *streamRun) largeNotes(larges []largeRun, smallRates []float64) []strin
 			fmtBytes(medianInt(larges, func(lr largeRun) int64 { return lr.decodeSlotWAL })),
 			strings.Join(ratios, ", "), strings.Join(rss, ", ")),
 	}
-	if live := sr.live; live != nil {
-		notes = append(notes, fmt.Sprintf("P3-large with syncpipe running (one run, after the others): the transaction ran %s while syncpipe streamed; "+
+	if live := t.live; live != nil {
+		notes = append(notes, fmt.Sprintf("P3-large with syncpipe running (%s, one run, after the others): the transaction ran %s while syncpipe streamed; "+
 			"commit → published checkpoint %s, the first piece in storage %s after the commit (the walsender decoded the transaction while it ran, but sends it only from its commit on); "+
-			"peak RSS %s.", live.ran.Round(time.Millisecond), live.commitToCheckpoint().Round(time.Millisecond), live.pieces.since(live.committed),
+			"peak RSS %s.", t.name(), live.ran.Round(time.Millisecond), live.commitToCheckpoint().Round(time.Millisecond), live.pieces.since(live.committed),
 			fmtBytes(live.Child.PeakRSS)))
 	}
-	c := &sr.largeCost
-	if len(c.roleCPU) > 0 {
-		notes = append(notes, fmt.Sprintf("P3-large CPU per streamed change: syncpipe process %s, cluster %s (by process: %s); storage WAL %d bytes per change.",
-			c.perChange(own).Round(100*time.Nanosecond), c.perChange(all-own).Round(100*time.Nanosecond), c.roles(), c.walPerChange()))
+	c := &t.largeCost
+	if len(c.cpu) > 0 {
+		notes = append(notes, fmt.Sprintf("P3-large CPU per streamed change, %s: syncpipe process %s, Postgres %s (by process: %s); WAL per change decoded by the walsender %d bytes, written by storage %d bytes.",
+			t.name(), c.perChange(own).Round(100*time.Nanosecond), c.perChange(all-own).Round(100*time.Nanosecond), c.roles(),
+			c.decodedWAL/max(c.changes, 1), c.storageWAL/max(c.changes, 1)))
 	}
 	if len(stages.Stages) > 0 {
 		var sb strings.Builder
 		_ = stages.WriteTable(&sb)
-		notes = append(notes, fmt.Sprintf("P3-large stage-time summary over its %d syncpipe runs (busiest stage per worker: **%s**):\n\n```\n%s```",
-			len(larges), stages.Busiest(), sb.String()))
+		notes = append(notes, fmt.Sprintf("P3-large stage-time summary of %s over its %d syncpipe runs (busiest stage per worker: **%s**):\n\n```\n%s```",
+			t.name(), len(larges), stages.Busiest(), sb.String()))
 	}
 	return notes
+}
+
+// largeLine is P3-large of a target other than the primary in one line:
+// its rate against its own 1k-row rate per run, where the time goes and
+// what it cost.
+func (sr *streamRun) largeLine(t *streamTarget) string {
+	var ratios, rss []string
+	var stages Breakdown
+	var afters []float64
+	for i, lr := range t.larges {
+		ratios = append(ratios, fmt.Sprintf("%.0f / %.0f = %.0f%%", rate(lr.Sample), t.smallRates[i], 100*rate(lr.Sample)/max(t.smallRates[i], 1)))
+		rss = append(rss, fmtBytes(lr.Child.PeakRSS))
+		stages.Add(lr.Child.Stages)
+		afters = append(afters, lr.afterFirstPiece())
+	}
+	first := medianOf(t.larges, func(lr largeRun) time.Duration {
+		if lr.pieces.first.IsZero() {
+			return lr.Duration
+		}
+		return lr.pieces.first.Sub(lr.begin)
+	})
+	c := &t.largeCost
+	return fmt.Sprintf("P3-large, %s (medians of %d runs; timed from its process start where another target consumed the transaction first): "+
+		"commit → published checkpoint %s, START_REPLICATION → first piece in storage %s, then %.0f changes/s; walsender spilled %s. "+
+		"Rate vs its 1k-row transactions: %s. CPU per change: syncpipe %s, Postgres by process: %s. Busiest stage %s. Peak RSS per run: %s.",
+		t.name(), len(t.larges), medianOf(t.larges, largeRun.commitToCheckpoint).Round(time.Millisecond), first.Round(time.Millisecond),
+		medianFloat(afters), fmtBytes(medianInt(t.larges, func(lr largeRun) int64 { return lr.spilled })),
+		strings.Join(ratios, ", "), c.perChange(c.own).Round(100*time.Nanosecond), c.roles(), stages.Busiest(), strings.Join(rss, ", "))
 }
 
 // medianInt is the median of f over the runs.
@@ -387,25 +435,35 @@ func medianFloat(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-// largeBars are the P3-large bars: the large transaction's rate against the
-// 1k-row transactions' of the same run, and syncpipe's peak RSS through it.
-func (sr *streamRun) largeBars(res Result, larges []largeRun) []Bar {
+// largeBars are the P3-large bars, decided on target t: the large
+// transaction's rate against the 1k-row transactions' of the same run, and
+// syncpipe's peak RSS through it (every target's).
+func (sr *streamRun) largeBars(res Result, t *streamTarget) []Bar {
 	n := fmtCount(sr.opt.LargeUpdates)
-	lg, small := baseRate(res, largeRowName(streamSyncpipe, sr.opt)), baseRate(res, streamSyncpipe)
+	larges := t.larges
+	lg, small := baseRate(res, t.largeName(sr.opt)), baseRate(res, t.name())
 	ratio := lg / max(small, 1)
 	var peak int64
-	for _, lr := range larges {
-		peak = max(peak, lr.Child.PeakRSS)
+	for _, o := range sr.targets {
+		for _, lr := range o.larges {
+			peak = max(peak, lr.Child.PeakRSS)
+		}
 	}
 	ck := medianOf(larges, largeRun.commitToCheckpoint)
 	bars := []Bar{
 		{ID: "P3-large", Measure: "one " + n + "-row transaction: throughput", Bar: "≥ 50% of the 1k-row-txn rate (same run)",
-			Value: fmt.Sprintf("%.0f changes/s = %.0f%% of %.0f; commit → checkpoint %s", lg, 100*ratio, small, ck.Round(100*time.Millisecond)),
+			Value: fmt.Sprintf("%s: %.0f changes/s = %.0f%% of %.0f; commit → checkpoint %s", topologyLabel(t.topology), lg, 100*ratio, small, ck.Round(100*time.Millisecond)),
 			Met:   ratio >= 0.50},
 		{ID: "P3-large", Measure: "one " + n + "-row transaction: syncpipe peak RSS", Bar: "< 500 MB",
 			Value: fmtBytes(peak), Met: peak < RSSBar},
 	}
-	if live := sr.live; live != nil {
+	for _, o := range sr.targets {
+		if o != t {
+			v, s := baseRate(res, o.largeName(sr.opt)), baseRate(res, o.name())
+			bars[0].Value += fmt.Sprintf("; %s: %.0f = %.0f%%", strings.TrimPrefix(o.name(), streamSyncpipe+", "), v, 100*v/max(s, 1))
+		}
+	}
+	if live := t.live; live != nil {
 		bars[0].Value += fmt.Sprintf(" (syncpipe stopped at the commit; running: %s)", live.commitToCheckpoint().Round(100*time.Millisecond))
 		peak = max(peak, live.Child.PeakRSS)
 		bars[1].Value, bars[1].Met = fmtBytes(peak), peak < RSSBar

@@ -18,49 +18,75 @@ import (
 // after P3-large, by the whole large transaction — and the next child would
 // decode that WAL again before its own. settle moves it on between the
 // measured catch-ups, untimed: a syncpipe that keeps running does not
-// re-decode, nor does the decode-only baseline on its fresh slot.
+// re-decode, nor does the decode-only baseline on its fresh slot. With
+// several targets (topologies, binaries) every slot must be moved on: each
+// decodes all of the source's WAL.
 
-// settleTimeout bounds settle; the slot's lag is reported either way.
+// settleTimeout bounds settle; the slots' lag is reported either way.
 const settleTimeout = 90 * time.Second
 
-// settle moves the group's slot on past the source's current position. A
-// syncpipe child of its own streams (the measured one has stopped, so its
-// stage summary, CPU and RSS stay the catch-up's), reporting its position
-// every second, while the harness writes a syncpipe heartbeat message a
-// second — WAL for the background writer's next running-transactions
-// record, and positions for syncpipe to confirm — until the slot's
-// restart_lsn has passed the position. No CHECKPOINT: the full-page images
-// after one would inflate the next updates' WAL. It returns how long that
-// took and gives up, with a log line, after settleTimeout.
+// settle moves every target's slot on past the source's current position.
+// A syncpipe child per target streams (the measured ones have stopped, so
+// their stage summaries, CPU and RSS stay the catch-ups'), reporting its
+// position every second, while the harness writes a syncpipe heartbeat
+// message a second — positions for syncpipe to confirm — and has a
+// running-transactions record logged at once (nudge) instead of waiting up
+// to 15 s for the background writer's, until every slot's restart_lsn has
+// passed the position. No CHECKPOINT: the full-page images after one would
+// inflate the next updates' WAL. It returns how long that took and gives
+// up, with a log line, after settleTimeout.
 func (sr *streamRun) settle(ctx context.Context) (time.Duration, error) {
 	start := time.Now()
-	slot, err := sr.groupSlot(ctx)
-	if err != nil {
-		return 0, err
+	slots := make([]string, len(sr.targets))
+	for i, t := range sr.targets {
+		slot, err := sr.groupSlot(ctx, t)
+		if err != nil {
+			return 0, err
+		}
+		slots[i] = slot
 	}
 	var target string
 	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
 		return 0, fmt.Errorf("settle: %w", err)
 	}
-	cfg := strings.Replace(sr.cfg, "\nreplication:\n", "\nreplication:\n  stream: {status_interval: 1s}\n", 1)
-	child, err := StartChild(ctx, sr.opt.Harness.childOptions(cfg, "replication"))
-	if err != nil {
-		return 0, err
+	children := make([]*Child, 0, len(sr.targets))
+	defer func() {
+		for _, c := range children {
+			_, _ = c.Stop()
+		}
+	}()
+	for _, t := range sr.targets {
+		cfg := strings.Replace(t.cfg, "\nreplication:\n", "\nreplication:\n  stream: {status_interval: 1s}\n", 1)
+		child, err := StartChild(ctx, t.h.childOptions(cfg, "replication"))
+		if err != nil {
+			return 0, err
+		}
+		children = append(children, child)
 	}
-	err = sr.settleWith(ctx, child, slot, target)
-	if _, stopErr := child.Stop(); err == nil {
-		err = stopErr
+	err := sr.settleWith(ctx, children, slots, target)
+	for _, c := range children {
+		if _, stopErr := c.Stop(); err == nil {
+			err = stopErr
+		}
 	}
+	children = nil
+	logf(sr.opt.Log, "slots moved on past %s in %s", target, time.Since(start).Round(time.Millisecond))
 	return time.Since(start), err
 }
 
-func (sr *streamRun) settleWith(ctx context.Context, child *Child, slot, target string) error {
-	if _, err := child.WaitFor(ctx, "streaming from the replication slot"); err != nil {
-		return err
+func (sr *streamRun) settleWith(ctx context.Context, children []*Child, slots []string, target string) error {
+	for _, c := range children {
+		if _, err := c.WaitFor(ctx, "streaming from the replication slot"); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
-	var last time.Time
+	var last, nudged time.Time
 	for time.Since(start) < settleTimeout {
+		if time.Since(nudged) >= 2*time.Second {
+			sr.nudge(ctx)
+			nudged = time.Now()
+		}
 		if time.Since(last) >= time.Second {
 			if _, err := sr.src.Exec(ctx, "SELECT pg_logical_emit_message(false, 'syncpipe', 'bench settle')"); err != nil {
 				return fmt.Errorf("settle: %w", err)
@@ -68,15 +94,17 @@ func (sr *streamRun) settleWith(ctx context.Context, child *Child, slot, target 
 			last = time.Now()
 		}
 		var passed bool
-		if err := sr.src.QueryRow(ctx, `SELECT coalesce(bool_and(restart_lsn >= $2::pg_lsn), false)
-			FROM pg_replication_slots WHERE slot_name = $1`, slot, target).Scan(&passed); err != nil {
+		if err := sr.src.QueryRow(ctx, `SELECT count(*) = $3 AND coalesce(bool_and(restart_lsn >= $2::pg_lsn), false)
+			FROM pg_replication_slots WHERE slot_name = ANY($1)`, slots, target, len(slots)).Scan(&passed); err != nil {
 			return fmt.Errorf("settle: %w", err)
 		}
 		if passed {
 			return nil
 		}
-		if childExited(child) {
-			return fmt.Errorf("syncpipe exited while its slot advanced:\n%s", child.Tail())
+		for _, c := range children {
+			if childExited(c) {
+				return fmt.Errorf("syncpipe exited while its slot advanced:\n%s", c.Tail())
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -84,22 +112,40 @@ func (sr *streamRun) settleWith(ctx context.Context, child *Child, slot, target 
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	logf(sr.opt.Log, "slot %s: restart_lsn still before %s after %s", slot, target, settleTimeout)
+	logf(sr.opt.Log, "slots %v: restart_lsn still before %s after %s", slots, target, settleTimeout)
 	return nil
 }
 
-// groupSlot is the replication slot of the active group.
-func (sr *streamRun) groupSlot(ctx context.Context) (string, error) {
+// nudge has the source log a running-transactions record now: creating a
+// logical slot does (so that its decoding can start), and a temporary one
+// dropped right away leaves nothing behind. A walsender moves its slot's
+// restart_lsn only past such a record, which otherwise comes with a
+// checkpoint or from the background writer every 15 s. Failures are
+// ignored: the background writer's record comes anyway.
+func (sr *streamRun) nudge(ctx context.Context) {
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := sr.src.Exec(nctx, `SELECT pg_create_logical_replication_slot('bench_nudge', 'pgoutput', true)`)
+	if err == nil {
+		_, err = sr.src.Exec(nctx, `SELECT pg_drop_replication_slot('bench_nudge')`)
+	}
+	if err != nil {
+		logf(sr.opt.Log, "settle: nudge: %v", err)
+	}
+}
+
+// groupSlot is the replication slot of t's active group.
+func (sr *streamRun) groupSlot(ctx context.Context, t *streamTarget) (string, error) {
 	var slot string
-	if err := sr.storage.QueryRow(ctx, `SELECT slot_name FROM syncpipe.groups WHERE state = 'ACTIVE' ORDER BY id DESC LIMIT 1`).Scan(&slot); err != nil {
+	if err := t.storage.QueryRow(ctx, `SELECT slot_name FROM syncpipe.groups WHERE state = 'ACTIVE' ORDER BY id DESC LIMIT 1`).Scan(&slot); err != nil {
 		return "", fmt.Errorf("read the group's slot: %w", err)
 	}
 	return slot, nil
 }
 
-// groupSlotBehind is slotBehind for the active group's slot.
-func (sr *streamRun) groupSlotBehind(ctx context.Context) (int64, error) {
-	slot, err := sr.groupSlot(ctx)
+// groupSlotBehind is slotBehind for t's active group's slot.
+func (sr *streamRun) groupSlotBehind(ctx context.Context, t *streamTarget) (int64, error) {
+	slot, err := sr.groupSlot(ctx, t)
 	if err != nil {
 		return 0, err
 	}

@@ -8,11 +8,12 @@ import (
 )
 
 // TestStreamingSmoke runs P3 and P3-large once at a tiny scale through the
-// code path of `-scenario streaming`: the decode-only baseline, syncpipe
-// children catching up on 1k-row transactions and on one transaction
-// larger than the default batch_max_rows (so it is written in pieces), and
-// the lag measurement. It asserts what storage holds and what the report
-// contains, never a timing.
+// code path of `-scenario streaming`, in both topologies (storage in the
+// source's cluster and in a cluster of its own): the decode-only baseline,
+// syncpipe children catching up on 1k-row transactions and on one
+// transaction larger than the default batch_max_rows (so it is written in
+// pieces), the lag measurement. It asserts what storage holds and what the
+// report contains, never a timing.
 func TestStreamingSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and builds syncpipe")
@@ -30,20 +31,26 @@ func TestStreamingSmoke(t *testing.T) {
 	var log strings.Builder
 	opt := StreamingOptions{Todos: todosN, Lists: 20, Updates: updates, TxnRows: 1000, Runs: 1,
 		SteadyRate: 1000, SteadyFor: 2 * time.Second, SteadyTxnRows: 100, LargeUpdates: large,
-		Log: &log, Harness: &Harness{Syncpipe: bin, Dir: dir}}
-	res, larges, err := runStreaming(ctx, opt)
+		Topologies: []string{OneCluster, TwoClusters}, Log: &log, Harness: &Harness{Syncpipe: bin, Dir: dir}}
+	res, targets, err := runStreaming(ctx, opt)
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, log.String())
 	}
 	t.Log(log.String())
+	if len(targets) != 2 || !targets[0].twoClusters() || targets[1].twoClusters() {
+		t.Fatalf("targets %v, want two clusters, then one", targets)
+	}
+	two, one := targets[0], targets[1]
 	// Changes counted and ops stored (one by_list op per updated todo; the
 	// baselines store nothing), row by row.
 	want := []struct {
 		name         string
 		changes, ops int64
 	}{
-		{streamBaseline, updates, 0}, {streamSyncpipe, updates, updates},
-		{largeRowName(streamBaseline, opt), large, 0}, {largeRowName(streamSyncpipe, opt), large, large},
+		{streamBaseline, updates, 0},
+		{streamSyncpipe + ", two clusters", updates, updates}, {streamSyncpipe + ", one cluster", updates, updates},
+		{largeRowName(streamBaseline, opt), large, 0},
+		{two.largeName(opt), large, large}, {one.largeName(opt), large, large},
 	}
 	if len(res.Rows) != len(want) {
 		t.Fatalf("rows %+v, want %d", res.Rows, len(want))
@@ -54,15 +61,26 @@ func TestStreamingSmoke(t *testing.T) {
 			t.Errorf("row %d: %q %+v; want %q with one sample of %d changes, %d ops", i, r.Name, r.Samples, w.name, w.changes, w.ops)
 		}
 	}
-	if len(larges) != 1 {
-		t.Fatalf("%d large-transaction runs, want 1", len(larges))
+	for _, tg := range targets {
+		if len(tg.larges) != 1 {
+			t.Fatalf("%s: %d large-transaction runs, want 1", tg.name(), len(tg.larges))
+		}
+		// Written in pieces: at least one storage write per 10000 changes.
+		if b := tg.larges[0].Child.Stages.Stage("flush").Batches; b < large/10_000 {
+			t.Errorf("%s: the large transaction took %d storage writes, want ≥ %d", tg.name(), b, large/10_000)
+		}
+		if lr := tg.larges[0]; lr.txnWAL <= 0 || lr.stmts != (large+largeStmtRows-1)/largeStmtRows || !lr.end.After(lr.committed) {
+			t.Errorf("%s: large run: WAL %d, %d statements, commit %v, checkpoint %v", tg.name(), lr.txnWAL, lr.stmts, lr.committed, lr.end)
+		}
+		// CPU split by process: the storage backends are where the
+		// target's storage is, the walsender on the source.
+		c := tg.smallCost
+		if c.cpu["storage backends"] <= 0 || c.own <= 0 || c.changes != updates || c.storageWAL <= 0 || tg.lag == nil {
+			t.Errorf("%s: cost %+v, lag %v: want storage backend and syncpipe CPU, %d changes, storage WAL and a lag run", tg.name(), c, tg.lag, updates)
+		}
 	}
-	// Written in pieces: at least one storage write per 10000 changes.
-	if b := larges[0].Child.Stages.Stage("flush").Batches; b < large/10_000 {
-		t.Errorf("the large transaction took %d storage writes, want ≥ %d", b, large/10_000)
-	}
-	if lr := larges[0]; lr.txnWAL <= 0 || lr.stmts != (large+largeStmtRows-1)/largeStmtRows || !lr.end.After(lr.committed) {
-		t.Errorf("large run: WAL %d, %d statements, commit %v, checkpoint %v", lr.txnWAL, lr.stmts, lr.committed, lr.end)
+	if two.smallCost.cpu["storage auxiliary"] <= 0 && two.smallCost.cpu["storage backends"] <= 0 {
+		t.Errorf("two clusters: no CPU on the storage cluster: %+v", two.smallCost.cpu)
 	}
 	var ids []string
 	for _, b := range res.Bars {
@@ -71,12 +89,18 @@ func TestStreamingSmoke(t *testing.T) {
 	if strings.Join(ids, " ") != "P3 P3 P3-large P3-large" {
 		t.Errorf("bars %v, want P3 throughput and lag, P3-large rate and RSS", ids)
 	}
-	if res.PeakRSS <= 0 || larges[0].Child.PeakRSS <= 0 {
-		t.Errorf("peak RSS: scenario %d, large transaction %d", res.PeakRSS, larges[0].Child.PeakRSS)
+	if !strings.HasPrefix(res.Bars[0].Value, "two clusters: ") || !strings.Contains(res.Bars[0].Value, "; one cluster: ") {
+		t.Errorf("P3 bar %q: want two clusters decided, one cluster beside", res.Bars[0].Value)
+	}
+	if res.PeakRSS <= 0 || two.larges[0].Child.PeakRSS <= 0 || two.live == nil {
+		t.Errorf("peak RSS: scenario %d, large transaction %d; live run %v", res.PeakRSS, two.larges[0].Child.PeakRSS, two.live)
 	}
 	var md strings.Builder
 	res.WriteMarkdown(&md)
-	for _, s := range []string{"P3-large, one 25k-row transaction", "P3-large stage-time summary", "of syncpipe streaming |"} {
+	for _, s := range []string{"P3-large, syncpipe streaming, two clusters, one 25k-row transaction", "P3-large stage-time summary of syncpipe streaming, two clusters",
+		"P3-large, syncpipe streaming, one cluster (medians", "of syncpipe streaming, two clusters |", "Where the time goes, per configuration",
+		"| syncpipe streaming, one cluster | ", "Stage-time summary of syncpipe streaming, one cluster over its 1 1k-row catch-ups",
+		"Replication lag, syncpipe streaming, one cluster, at", "Stage-time summary of syncpipe streaming, two clusters over its 1 1k-row catch-ups"} {
 		if !strings.Contains(md.String(), s) {
 			t.Errorf("report lacks %q:\n%s", s, md.String())
 		}

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "all", "scenario to run: all, snapshot (P1), scaling (P2), streaming (P3), drain (P4), checksums (P5) or write (storage write path); summary re-renders the saved results in -out (markdown, charts) and their summary.md")
+	scenario := flag.String("scenario", "all", "scenario to run: all, snapshot (P1), scaling (P2), streaming (P3), drain (P4), checksums (P5) or write (storage write path), or a comma-separated list of them (snapshot,streaming); summary re-renders the saved results in -out (markdown, charts) and their summary.md")
 	// Given on the command line, these override the scenario's -scale
 	// preset (registered.go reads them by name).
 	flag.Int("rows", 0, "source rows: todos (snapshot, write, drain), rows per table (scaling), global bucket rows (checksums); default: scale preset")
@@ -59,9 +59,13 @@ func main() {
 		}
 		return
 	}
-	if _, ok := benchmarks.Lookup(*scenario); !ok && *scenario != "all" {
-		fmt.Fprintf(os.Stderr, "bench: unknown scenario %q\n", *scenario)
-		os.Exit(2)
+	if *scenario != "all" {
+		for _, name := range strings.Split(*scenario, ",") {
+			if _, ok := benchmarks.Lookup(name); !ok {
+				fmt.Fprintf(os.Stderr, "bench: unknown scenario %q\n", name)
+				os.Exit(2)
+			}
+		}
 	}
 	code := runRegistered(ctx, *scenario, ws, *out)
 	stop()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncpipe/syncpipe/benchmarks"
@@ -20,6 +21,9 @@ var (
 	trace    = flag.String("trace", "none", "export the syncpipe process's OTel spans: none, stdout or otlp (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)")
 	syncpipe = flag.String("syncpipe", "", "syncpipe binary to run; empty builds ./cmd/syncpipe into a temp dir")
 	cpuProf  = flag.String("cpuprofile", "", "directory for a Go CPU profile of every syncpipe child (`go tool pprof -top DIR/FILE`)")
+	topology = flag.String("topology", "both", "streaming (P3): where storage is — both (two clusters and one, same runs), two (storage on a cluster of its own) or one (source and storage: two databases of one cluster)")
+	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): snapshot (P1) and streaming (P3) run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
+	compRev  = flag.String("compare-rev", "", "like -compare-bin, with the binary built from this git revision (git archive into a temp dir; the working tree is not touched)")
 )
 
 // flagged are the scenarios whose options this command builds from flags
@@ -53,8 +57,19 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 	if name == "all" {
 		list = benchmarks.Scenarios()
 	} else {
-		s, _ := benchmarks.Lookup(name)
-		list = []benchmarks.Scenario{s}
+		for _, n := range strings.Split(name, ",") {
+			s, _ := benchmarks.Lookup(n)
+			list = append(list, s)
+		}
+	}
+	topologies, err := benchmarks.ParseTopologies(*topology)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: -topology: %v\n", err)
+		return 2
+	}
+	if *compare != "" && *compRev != "" {
+		fmt.Fprintln(os.Stderr, "bench: -compare-bin and -compare-rev exclude each other")
+		return 2
 	}
 	switch *trace {
 	case "none", "stdout", "otlp":
@@ -68,7 +83,7 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	h := &benchmarks.Harness{Syncpipe: *syncpipe, Dir: dir, Trace: *trace, TraceOut: io.Discard, CPUProfileDir: *cpuProf}
+	h := &benchmarks.Harness{Syncpipe: *syncpipe, Dir: dir, Trace: *trace, TraceOut: io.Discard, CPUProfileDir: *cpuProf, Compare: *compare}
 	if *cpuProf != "" {
 		if err := os.MkdirAll(*cpuProf, 0o755); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
@@ -85,8 +100,18 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 			return 1
 		}
 	}
+	if *compRev != "" {
+		fmt.Fprintf(os.Stderr, "building syncpipe at %s…\n", *compRev)
+		if h.Compare, err = benchmarks.BuildSyncpipeAt(ctx, dir, *compRev); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+	}
+	if h.Compare != "" {
+		fmt.Fprintf(os.Stderr, "comparing %s (new) with %s (old)\n", h.Syncpipe, h.Compare)
+	}
 	p := benchmarks.Params{Scale: *scale, Runs: setInt("runs"), ChunkRows: setInt("batch"),
-		Rows: setInt("rows"), Lists: setInt("lists"), Log: os.Stderr, Harness: h}
+		Rows: setInt("rows"), Lists: setInt("lists"), Topologies: topologies, Log: os.Stderr, Harness: h}
 	if isSet("writers") {
 		p.Workers = workers
 	}
