@@ -88,6 +88,9 @@ type SnapshotConfig struct {
 	FlushWriters    int // 0 = 2
 	// ClusterData is the cluster's data directory, for its CPU time.
 	ClusterData string
+	// JSONLDir, if set, makes the run's one pipeline write to a jsonl sink
+	// in this directory instead of bucket storage (P7).
+	JSONLDir string
 }
 
 // config renders a `syncpipe run` config for a snapshot run: JSON logs
@@ -113,7 +116,7 @@ replication:
 telemetry: {metrics_listen: "", tracing: {exporter: %s, service_name: syncpipe-bench}}
 log: {level: info, format: json}
 `, c.Source, c.SlotPrefix, c.Storage, indent(c.Rules, "    "), max(c.Workers, 1), c.ChunkRows, split,
-		max(c.FlushWriters, 2), exporter)
+		max(c.FlushWriters, 2), exporter) + jsonlPipeline(c.JSONLDir)
 }
 
 // start runs `syncpipe run --role replication:snapshot` on cfg.
@@ -159,7 +162,11 @@ func (h *Harness) snapshotChild(ctx context.Context, cfg SnapshotConfig) (snapsh
 	run.CPUBusy = busySince(cpu0, cpu1)
 	run.PeakRSS = stats.PeakRSS
 	run.Child = stats
-	run.Ops, run.Bytes, err = storedOps(ctx, cfg.Storage)
+	if cfg.JSONLDir != "" {
+		run.Ops, run.Bytes, err = jsonlWritten(cfg.JSONLDir)
+	} else {
+		run.Ops, run.Bytes, err = storedOps(ctx, cfg.Storage)
+	}
 	if err != nil {
 		return run, err
 	}

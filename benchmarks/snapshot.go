@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -63,6 +64,7 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 			rows.reserve(fmt.Sprintf("syncpipe, %d worker(s)", w)+v.suffix, ceiling) // new, then old
 		}
 	}
+	rows.reserve(p7Name, ceiling)
 	run, k := 0, 0
 	for r := range opt.Runs {
 		for _, w := range opt.Workers {
@@ -106,6 +108,9 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 				}
 			}
 		}
+		if err := runP7(ctx, opt, cluster, r, sourceRows, &rows, &res); err != nil {
+			return res, err
+		}
 		cpu0, own0 := readCPU(), clusterCPU(filepath.Join(cluster.Dir(), "data"))+selfCPU()
 		s, err := rawCopyCopy(ctx, cluster, fmt.Sprintf("raw_%d", r), raw, 2*max(slices.Max(opt.Workers), 1))
 		if err != nil {
@@ -132,6 +137,31 @@ func RunSnapshot(ctx context.Context, opt SnapshotOptions) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// runP7 is one P7 run (see jsonl.go) with the binary under test: the
+// same snapshot as P1 at 2 workers, into a fresh jsonl directory.
+func runP7(ctx context.Context, opt SnapshotOptions, cluster *pgcluster.Cluster, run int, sourceRows int64, rows *rowSet, res *Result) error {
+	db := fmt.Sprintf("storage_p7_%d", run)
+	if err := cluster.CreateDatabase(ctx, db); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "syncpipe-p7-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	s, err := opt.Harness.snapshotChild(ctx, SnapshotConfig{Source: cluster.URI("app"), Storage: cluster.URI(db),
+		SlotPrefix: db + "_", Rules: todos.Rules, Workers: 2, ChunkRows: opt.ChunkRows, SplitRows: 100000,
+		ClusterData: filepath.Join(cluster.Dir(), "data"), JSONLDir: dir})
+	if err != nil {
+		return err
+	}
+	s.Rows = sourceRows
+	res.PeakRSS = max(res.PeakRSS, s.PeakRSS)
+	rows.add(p7Name, "raw COPY→COPY ceiling", s.Sample)
+	logf(opt.Log, "run %d: %s: %.0f rows/s, %s written, peak RSS %s", run+1, p7Name, rate(s.Sample), fmtBytes(s.Bytes), fmtBytes(s.PeakRSS))
+	return nil
 }
 
 // snapshotBars decides P1 on the default worker count (2) when it was

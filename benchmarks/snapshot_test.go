@@ -34,10 +34,10 @@ func TestSnapshotSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Rows) != 3 || res.Rows[1].Name != res.Rows[0].Name+compareSuffix || res.Rows[1].Workers != 0 {
-		t.Fatalf("rows %+v: want syncpipe with both binaries (the old one not in the chart's series) and the raw ceiling", res.Rows)
+	if len(res.Rows) != 4 || res.Rows[1].Name != res.Rows[0].Name+compareSuffix || res.Rows[1].Workers != 0 || res.Rows[2].Name != p7Name {
+		t.Fatalf("rows %+v: want syncpipe with both binaries (the old one not in the chart's series), P7 into jsonl and the raw ceiling", res.Rows)
 	}
-	// One by_list op per todo and one global op per list.
+	// One by_list op per todo and one global op per list (P7: one line each).
 	for _, r := range res.Rows {
 		if got := r.Samples[0].Ops; got != todosN+lists {
 			t.Errorf("%s: %d ops stored, want %d", r.Name, got, todosN+lists)
