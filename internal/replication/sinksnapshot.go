@@ -3,7 +3,6 @@ package replication
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -110,30 +109,10 @@ func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo in
 	st := r.pl.Stages
 	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
 		ChunkRows: st.ChunkRows, After: pos.LastKey, SocketTimeout: r.o.Config.Source.SnapshotSocketTimeout})
-	rows, finished := pos.RowsDone, false
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name, Tracer: r.o.Tracer, Depth: 1,
 		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}, {Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}}})
-	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[stages.RowChange, sinks.Position](
-		func(ctx context.Context) (pipeline.Batch[stages.RowChange, sinks.Position], error) {
-			var b pipeline.Batch[stages.RowChange, sinks.Position]
-			if finished {
-				return b, pipeline.ErrEndOfInput
-			}
-			chunk, err := reader.Next(ctx)
-			if errors.Is(err, pipeline.ErrEndOfInput) {
-				finished = true // a progress-only batch records the range as done
-				b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: reader.Position(), RowsDone: rows, Done: true}
-				return b, nil
-			}
-			if err != nil {
-				return b, err
-			}
-			rows += int64(len(chunk.Rows))
-			finished = chunk.Final
-			b.Items, b.Rows, b.Bytes = stages.Upserts(t.spec, chunk.Rows), len(chunk.Rows), chunk.Bytes
-			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
-			return b, nil
-		}))
+	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
 	workers := r.evalWorkers()
 	built := stages.Build(stages.Eval(read, pipeline.StageConfig{Workers: workers}, r.rowError),
 		pipeline.StageConfig{Workers: workers})
@@ -144,7 +123,7 @@ func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo in
 	if err := p.Run(ctx); err != nil {
 		return err
 	}
-	r.log.Info("snapshot range done", "table", name, "range", rangeNo, "rows", rows, "elapsed", time.Since(start).Round(time.Millisecond))
+	r.log.Info("snapshot range done", "table", name, "range", rangeNo, "rows", src.rows, "elapsed", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 

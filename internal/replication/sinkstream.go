@@ -25,41 +25,12 @@ func (r *SinkRunner) stream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := logrepl.Connect(ctx, replicationURI(r.pl.Source.URI, r.o.Config.Source.ConnectTimeout, true))
+	st, closeStream, err := startSlot(ctx, r.o.Config, r.pl, r.state.SlotName, logrepl.LSN(pos.LSN), r.log)
 	if err != nil {
 		return err
 	}
+	defer closeStream()
 	rs := r.o.Config.Replication.Stream
-	st, err := logrepl.Start(ctx, conn, logrepl.Config{Slot: r.state.SlotName, Publication: r.pl.Source.Publication,
-		StartLSN: logrepl.LSN(pos.LSN), StatusInterval: rs.StatusInterval, ReceiveTimeout: rs.ReceiveTimeout})
-	if err != nil {
-		cctx, cancel := closeCtx()
-		conn.Close(cctx)
-		cancel()
-		return err
-	}
-	defer func() {
-		cctx, cancel := closeCtx()
-		defer cancel()
-		_ = st.Close(cctx)
-		conn.Close(cctx)
-	}()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	hctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if every := r.o.Config.Source.HeartbeatInterval; every > 0 {
-		hb, err := r.connect(ctx)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			defer closeConn(hb)
-			if err := logrepl.RunHeartbeat(hctx, hb, every); err != nil {
-				r.log.Warn("heartbeat stopped", "err", err)
-			}
-		})
-	}
 	r.log.Info("streaming from the replication slot", "slot", r.state.SlotName, "lsn", logrepl.LSN(pos.LSN).String())
 	lim := logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows, MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: rs.BatchMaxWait}
 	reader := postgres.NewStreamReader(st, lim, postgres.StreamPosition{LSN: logrepl.LSN(pos.LSN),

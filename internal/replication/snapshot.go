@@ -114,35 +114,13 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	tune := r.pl.Stages
 	reader := postgres.NewSnapshotReader(conn, t.info, kr, postgres.SnapshotOptions{
 		ChunkRows: tune.ChunkRows, After: pos.LastKey, SocketTimeout: r.cfg.Source.SnapshotSocketTimeout})
-	rows := pos.RowsDone
-	finished := false
 	// One batch buffered between stages: a snapshot unit's memory is its
 	// batches in flight (megabytes per chunk), times the units running.
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "snapshot " + name,
 		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
 		Tracer: r.opts.Tracer, Depth: 1})
-	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[stages.RowChange, sinks.Position](
-		func(ctx context.Context) (pipeline.Batch[stages.RowChange, sinks.Position], error) {
-			var b pipeline.Batch[stages.RowChange, sinks.Position]
-			if finished {
-				return b, pipeline.ErrEndOfInput
-			}
-			chunk, err := reader.Next(ctx)
-			if errors.Is(err, pipeline.ErrEndOfInput) {
-				// A progress-only batch records that the range is done.
-				finished = true
-				b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: reader.Position(), RowsDone: rows, Done: true}
-				return b, nil
-			}
-			if err != nil {
-				return b, err
-			}
-			rows += int64(len(chunk.Rows))
-			finished = chunk.Final
-			b.Items, b.Rows, b.Bytes = stages.Upserts(t.spec, chunk.Rows), len(chunk.Rows), chunk.Bytes
-			b.Progress = sinks.Position{Table: name, Range: rangeNo, LastKey: chunk.LastKey, RowsDone: rows, Done: chunk.Final}
-			return b, nil
-		}))
+	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
 	workers := tune.EvalWorkers
 	if workers <= 0 {
 		// The cores shared by the units running at once: more eval workers
@@ -161,7 +139,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 	if err != nil {
 		return false, err
 	}
-	r.log.Info("snapshot range done", "group", g.g.ID, "table", name, "range", rangeNo, "rows", rows,
+	r.log.Info("snapshot range done", "group", g.g.ID, "table", name, "range", rangeNo, "rows", src.rows,
 		"elapsed", time.Since(start).Round(time.Millisecond))
 	return true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -92,48 +94,12 @@ func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
 	}
 	defer s.close()
 
-	conn, err := logrepl.Connect(ctx, r.replicationURI(true))
-	if err != nil {
-		return err
-	}
 	r.log.Info("streaming from the replication slot", "group", g.g.ID, "slot", g.g.SlotName, "lsn", pos.LSN.String())
-	st, err := logrepl.Start(ctx, conn, logrepl.Config{
-		Slot: g.g.SlotName, Publication: r.pl.Source.Publication, StartLSN: pos.LSN,
-		StatusInterval: r.cfg.Replication.Stream.StatusInterval, ReceiveTimeout: r.cfg.Replication.Stream.ReceiveTimeout,
-	})
+	st, closeStream, err := startSlot(ctx, r.cfg, r.pl, g.g.SlotName, pos.LSN, r.log.With("group", g.g.ID))
 	if err != nil {
-		cctx, cancel := closeCtx()
-		conn.Close(cctx)
-		cancel()
 		return err
 	}
-	defer func() {
-		// Close sends the final status; the connection cannot stream again
-		// (see logrepl.Stream.Close), so it is closed either way.
-		cctx, cancel := closeCtx()
-		defer cancel()
-		_ = st.Close(cctx)
-		conn.Close(cctx)
-	}()
-
-	var wg sync.WaitGroup
-	defer wg.Wait() // after the cancel below: goroutines end before their connections are gone
-	hctx, stop := context.WithCancel(ctx)
-	defer stop()
-	if every := r.cfg.Source.HeartbeatInterval; every > 0 {
-		// A periodic logical message keeps the slot advancing while the
-		// published tables are idle, so the server can recycle WAL.
-		hb, err := r.connectSource(ctx)
-		if err != nil {
-			return err
-		}
-		wg.Go(func() {
-			defer closeConn(hb)
-			if err := logrepl.RunHeartbeat(hctx, hb, every); err != nil {
-				r.log.Warn("heartbeat stopped", "group", g.g.ID, "err", err)
-			}
-		})
-	}
+	defer closeStream()
 	s.st = st
 	s.lim = logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows,
 		MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
@@ -237,6 +203,53 @@ func (r *Replicator) streamEvalWorkers() int {
 		return w
 	}
 	return 2
+}
+
+// startSlot starts streaming slot from lsn over a replication connection
+// to pl's source and, with source.heartbeat_interval set, sends a
+// periodic logical message on a second connection, which keeps the slot
+// advancing while the published tables are idle so the server can
+// recycle WAL. closeStream stops the heartbeat and then sends the final
+// status and closes the connection (it cannot stream again, see
+// logrepl.Stream.Close), all with bounded I/O.
+func startSlot(ctx context.Context, cfg *config.Config, pl config.Pipeline, slot string, lsn logrepl.LSN, log *slog.Logger) (st *logrepl.Stream, closeStream func(), err error) {
+	conn, err := logrepl.Connect(ctx, replicationURI(pl.Source.URI, cfg.Source.ConnectTimeout, true))
+	if err != nil {
+		return nil, nil, err
+	}
+	rs := cfg.Replication.Stream
+	st, err = logrepl.Start(ctx, conn, logrepl.Config{Slot: slot, Publication: pl.Source.Publication, StartLSN: lsn,
+		StatusInterval: rs.StatusInterval, ReceiveTimeout: rs.ReceiveTimeout})
+	if err != nil {
+		cctx, cancel := closeCtx()
+		conn.Close(cctx)
+		cancel()
+		return nil, nil, err
+	}
+	var wg sync.WaitGroup
+	hctx, stop := context.WithCancel(ctx)
+	closeStream = func() {
+		stop()
+		wg.Wait() // the heartbeat ends before the connections are gone
+		cctx, cancel := closeCtx()
+		defer cancel()
+		_ = st.Close(cctx)
+		conn.Close(cctx)
+	}
+	if every := cfg.Source.HeartbeatInterval; every > 0 {
+		hb, err := connectSource(ctx, pl.Source.URI, cfg.Source.ConnectTimeout)
+		if err != nil {
+			closeStream()
+			return nil, nil, err
+		}
+		wg.Go(func() {
+			defer closeConn(hb)
+			if err := logrepl.RunHeartbeat(hctx, hb, every); err != nil {
+				log.Warn("heartbeat stopped", "err", err)
+			}
+		})
+	}
+	return st, closeStream, nil
 }
 
 // storageCtx bounds one storage write or commit by
