@@ -74,7 +74,7 @@ func TestRunTwoPipelinesJSONLExactlyOnce(t *testing.T) {
     tables: [lists, todos]
   - name: audit
     tables: [todos]
-    stages: {flush_writers: 3, eval_workers: 2, chunk_rows: 50, batch_max_rows: 200}
+    stages: {flush_writers: 3, eval_workers: 2, decode_workers: 2, chunk_rows: 50, batch_max_rows: 200}
     sink: {type: jsonl, settings: {dir: %q}}
 `, out))
 
