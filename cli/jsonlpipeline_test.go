@@ -364,8 +364,12 @@ func TestSinkPipelineChangeIsNewVersion(t *testing.T) {
 		}
 		return v
 	}
-	runUntil := func(lines int) {
+	// runUntil waits for the pipeline version first: until the new process
+	// has renewed the pipeline, the old version's file and progress are
+	// still in place and would satisfy the other waits at once.
+	runUntil := func(wantVersion, lines int) {
 		e.start()
+		e.waitFor(ctx, fmt.Sprintf("pipeline version %d", wantVersion), func() bool { return version() == wantVersion })
 		e.waitFor(ctx, fmt.Sprintf("%d lines", lines), func() bool {
 			b, err := os.ReadFile(file)
 			return err == nil && bytes.Count(b, []byte("\n")) >= lines
@@ -376,12 +380,12 @@ func TestSinkPipelineChangeIsNewVersion(t *testing.T) {
 	}
 
 	configure(true)
-	runUntil(200)
+	runUntil(1, 200)
 	if v := version(); v != 1 {
 		t.Fatalf("version %d after the first run; want 1", v)
 	}
 	configure(false) // another sink setting: a new version
-	runUntil(200)
+	runUntil(2, 200)
 	if v := version(); v != 2 {
 		t.Fatalf("version %d after the sink settings changed; want 2", v)
 	}
@@ -393,7 +397,7 @@ func TestSinkPipelineChangeIsNewVersion(t *testing.T) {
 		t.Errorf("version 2 holds %d lines; want the 200 rows snapshotted afresh", n)
 	}
 	e.exec(ctx, "UPDATE todos SET completed = true WHERE id IN (SELECT id FROM todos LIMIT 5)")
-	runUntil(205) // same config: same version, only the 5 changes added
+	runUntil(2, 205) // same config: same version, only the 5 changes added
 	if v := version(); v != 2 {
 		t.Errorf("version %d after a restart with the same config; want 2", v)
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrEndOfInput is returned by a Source when it has nothing more to read. It
@@ -54,3 +55,23 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// ErrDeferred is matched by the error of Defer.
+var ErrDeferred = errors.New("deferred")
+
+// Defer returns the error a scheduler Unit's Run returns when the unit
+// cannot run now — another process holds its work unit — so that its
+// worker takes other work: the unit is re-queued at its place and not
+// started again before after has passed. cause says why (for logs).
+func Defer(after time.Duration, cause error) error { return &deferError{after: after, cause: cause} }
+
+type deferError struct {
+	after time.Duration
+	cause error
+}
+
+func (e *deferError) Error() string { return fmt.Sprintf("deferred for %s: %v", e.after, e.cause) }
+
+func (e *deferError) Is(target error) bool { return target == ErrDeferred }
+
+func (e *deferError) Unwrap() error { return e.cause }

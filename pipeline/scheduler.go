@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sourcegraph/conc/panics"
 )
@@ -31,7 +32,9 @@ type Unit struct {
 	// Run does the work. Its ctx is cancelled on a hard stop of the
 	// scheduler; YieldRequested(ctx) fires when the unit should yield. Return
 	// nil when the unit is finished, an error matching ErrYielded to be
-	// re-queued, or any other error to stop the scheduler.
+	// re-queued, one made by Defer to be re-queued and held back for a
+	// while (its worker takes other work meanwhile), or any other error to
+	// stop the scheduler.
 	Run func(ctx context.Context) error
 }
 
@@ -63,8 +66,9 @@ type Scheduler struct {
 
 type entry struct {
 	unit       Unit
-	order      uint64 // submission order, kept across yields so a unit keeps its place
-	start      uint64 // start counter of the current attempt
+	notBefore  time.Time // set by a Defer: not started again before
+	order      uint64    // submission order, kept across yields so a unit keeps its place
+	start      uint64    // start counter of the current attempt
 	yield      context.CancelFunc
 	yieldAsked bool
 }
@@ -151,6 +155,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	// still be nil for a moment, and the loop would block for good.
 	done := runCtx.Done()
 	var failed error
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		s.mu.Lock()
 		if failed == nil && runCtx.Err() == nil {
@@ -158,11 +164,18 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		}
 		idle := len(s.running) == 0
 		finished := failed != nil || runCtx.Err() != nil || s.stopping || (s.closed && len(s.pending) == 0)
+		next := s.nextReadyLocked()
 		s.mu.Unlock()
 		if idle && finished {
 			break
 		}
+		var deferred <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			deferred = timer.C
+		}
 		select {
+		case <-deferred:
 		case <-s.wake:
 		case <-done:
 			done = nil // keep waiting for the units, without spinning
@@ -182,10 +195,39 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
+// nextReadyLocked returns when the earliest deferred pending unit may
+// start, zero if none waits.
+func (s *Scheduler) nextReadyLocked() time.Time {
+	var next time.Time
+	for _, e := range s.pending {
+		if !e.notBefore.IsZero() && (next.IsZero() || e.notBefore.Before(next)) {
+			next = e.notBefore
+		}
+	}
+	return next
+}
+
+// readyLocked returns the index of the most urgent pending unit that may
+// start now, -1 if none.
+func (s *Scheduler) readyLocked(now time.Time) int {
+	for i, e := range s.pending {
+		if e.notBefore.IsZero() || !e.notBefore.After(now) {
+			return i
+		}
+	}
+	return -1
+}
+
 func (s *Scheduler) dispatchLocked(ctx context.Context, results chan<- unitResult) {
-	for len(s.running) < s.workers && len(s.pending) > 0 && !s.stopping {
-		e := s.pending[0]
-		s.pending = slices.Delete(s.pending, 0, 1)
+	now := time.Now()
+	for len(s.running) < s.workers && !s.stopping {
+		i := s.readyLocked(now)
+		if i < 0 {
+			break
+		}
+		e := s.pending[i]
+		s.pending = slices.Delete(s.pending, i, i+1)
+		e.notBefore = time.Time{}
 		s.starts++
 		e.start = s.starts
 		yctx, ycancel := context.WithCancel(context.Background())
@@ -213,6 +255,11 @@ func (s *Scheduler) finish(ctx context.Context, r unitResult) error {
 	case r.err == nil:
 		delete(s.keys, r.e.unit.Key)
 	case errors.Is(r.err, ErrYielded):
+		s.enqueueLocked(r.e)
+	case errors.Is(r.err, ErrDeferred):
+		if d, ok := errors.AsType[*deferError](r.err); ok {
+			r.e.notBefore = time.Now().Add(d.after)
+		}
 		s.enqueueLocked(r.e)
 	case ctx.Err() != nil:
 		// Cancelled by a hard stop or by another unit's failure: not a cause.
@@ -260,7 +307,13 @@ func (s *Scheduler) preemptLocked() {
 		}
 		return cmp.Compare(b.start, a.start)
 	})
-	for i, p := range s.pending {
+	now := time.Now()
+	i := -1
+	for _, p := range s.pending {
+		if p.notBefore.After(now) {
+			continue // deferred: it cannot take a slot now
+		}
+		i++
 		if i < freeing {
 			continue
 		}

@@ -1,16 +1,13 @@
 package sinks
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/syncpipe/syncpipe/internal/atomicfile"
@@ -44,50 +41,19 @@ type FileProgress struct {
 	path string
 
 	mu     sync.Mutex // serialises commits, and guards the fields below
-	stream *Position
-	ranges map[progressKey]Position
+	pos    Positions
 	closed bool
-}
-
-// progressKey identifies a snapshot range.
-type progressKey struct {
-	table   string
-	rangeNo int
 }
 
 // fileProgressVersion is written into the file so that a later format
 // change can tell old files apart instead of misreading them.
 const fileProgressVersion = 1
 
-// fileProgressJSON is the file's format, kept apart from Position so that
-// the file's field names stay stable if the Go type changes. The names are
-// those of the jsonl sink's progress file.
+// fileProgressJSON is the file's format; it is that of the jsonl sink's
+// progress file without its file sizes.
 type fileProgressJSON struct {
-	Version int              `json:"version"`
-	Stream  *positionRecord  `json:"stream,omitempty"`
-	Ranges  []positionRecord `json:"ranges"`
-}
-
-// positionRecord is one Position in the file.
-type positionRecord struct {
-	Table      string   `json:"table,omitempty"`
-	Range      int      `json:"range"`
-	LastKey    []string `json:"last_key"`
-	RowsDone   int64    `json:"rows_done"`
-	Done       bool     `json:"done"`
-	LSN        uint64   `json:"lsn"`
-	TxnLSN     uint64   `json:"txn_lsn,omitempty"`
-	TxnChanges int64    `json:"txn_changes,omitempty"`
-}
-
-func recordOf(p Position) positionRecord {
-	return positionRecord{Table: p.Table, Range: p.Range, LastKey: p.LastKey, RowsDone: p.RowsDone, Done: p.Done,
-		LSN: p.LSN, TxnLSN: p.TxnLSN, TxnChanges: p.TxnChanges}
-}
-
-func (r positionRecord) position() Position {
-	return Position{Table: r.Table, Range: r.Range, LastKey: r.LastKey, RowsDone: r.RowsDone, Done: r.Done,
-		LSN: r.LSN, TxnLSN: r.TxnLSN, TxnChanges: r.TxnChanges}
+	Version int `json:"version"`
+	PositionRecords
 }
 
 // fileProgressInUse holds the absolute paths of open FileProgress files, so
@@ -126,7 +92,7 @@ func OpenFileProgress(path string) (*FileProgress, error) {
 	if err := atomicfile.RemoveTemps(abs); err != nil {
 		return nil, fmt.Errorf("progress file: %w", err)
 	}
-	p := &FileProgress{path: abs, ranges: map[progressKey]Position{}}
+	p := &FileProgress{path: abs}
 	if err := p.load(); err != nil {
 		return nil, fmt.Errorf("progress file %s: %w", abs, err)
 	}
@@ -150,17 +116,8 @@ func (p *FileProgress) load() error {
 	if f.Version != fileProgressVersion {
 		return fmt.Errorf("unsupported version %d (want %d)", f.Version, fileProgressVersion)
 	}
-	if f.Stream != nil {
-		pos := f.Stream.position()
-		p.stream = &pos
-	}
-	for _, r := range f.Ranges {
-		if r.Table == "" {
-			return fmt.Errorf("range %d without a table", r.Range)
-		}
-		p.ranges[progressKey{r.Table, r.Range}] = r.position()
-	}
-	return nil
+	p.pos, err = f.Positions()
+	return err
 }
 
 // Path returns the absolute path of the progress file.
@@ -174,44 +131,24 @@ func (p *FileProgress) Path() string { return p.path }
 // the committed positions are those of before, and the pipeline sends the
 // batch again.
 func (p *FileProgress) Commit(_ context.Context, b Batch) error {
-	pos := b.Progress
-	pos.LastKey = slices.Clone(pos.LastKey) // the source may reuse its slice
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return errProgressClosed
 	}
-	stream, ranges := p.stream, p.ranges
-	if pos.IsStream() {
-		stream = &pos
-	} else {
-		ranges = maps.Clone(ranges)
-		ranges[progressKey{pos.Table, pos.Range}] = pos
-	}
-	if err := p.write(stream, ranges); err != nil {
+	next := p.pos.With(b.Progress)
+	if err := p.write(next); err != nil {
 		return fmt.Errorf("commit progress to %s: %w", p.path, err)
 	}
 	// Memory changes only once the file did, so Resume never returns a
 	// position that a crash could take back.
-	p.stream, p.ranges = stream, ranges
+	p.pos = next
 	return nil
 }
 
-// write replaces the file with the given positions, ranges sorted so that
-// the file reads well and compares between commits.
-func (p *FileProgress) write(stream *Position, ranges map[progressKey]Position) error {
-	f := fileProgressJSON{Version: fileProgressVersion, Ranges: make([]positionRecord, 0, len(ranges))}
-	if stream != nil {
-		r := recordOf(*stream)
-		f.Stream = &r
-	}
-	for _, pos := range ranges {
-		f.Ranges = append(f.Ranges, recordOf(pos))
-	}
-	slices.SortFunc(f.Ranges, func(a, b positionRecord) int {
-		return cmp.Or(cmp.Compare(a.Table, b.Table), cmp.Compare(a.Range, b.Range))
-	})
-	data, err := json.MarshalIndent(f, "", "  ")
+// write replaces the file with the given positions.
+func (p *FileProgress) write(pos Positions) error {
+	data, err := json.MarshalIndent(fileProgressJSON{Version: fileProgressVersion, PositionRecords: pos.Records()}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -225,16 +162,8 @@ func (p *FileProgress) write(stream *Position, ranges map[progressKey]Position) 
 func (p *FileProgress) Resume(_ context.Context, table string, rangeNo int) (pos Position, ok bool, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if table == "" {
-		if p.stream == nil {
-			return Position{}, false, nil
-		}
-		pos = *p.stream
-	} else if pos, ok = p.ranges[progressKey{table, rangeNo}]; !ok {
-		return Position{}, false, nil
-	}
-	pos.LastKey = slices.Clone(pos.LastKey)
-	return pos, true, nil
+	pos, ok = p.pos.Get(table, rangeNo)
+	return pos, ok, nil
 }
 
 // Reset forgets every committed position and replaces the file with an
@@ -250,11 +179,10 @@ func (p *FileProgress) Reset() error {
 	if p.closed {
 		return errProgressClosed
 	}
-	empty := map[progressKey]Position{}
-	if err := p.write(nil, empty); err != nil {
+	if err := p.write(Positions{}); err != nil {
 		return fmt.Errorf("reset progress in %s: %w", p.path, err)
 	}
-	p.stream, p.ranges = nil, empty
+	p.pos = Positions{}
 	return nil
 }
 

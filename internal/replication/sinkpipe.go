@@ -96,14 +96,19 @@ func (r *SinkRunner) Run(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if slotGone(err) || errors.Is(err, postgres.ErrTxnNotRedelivered) {
+		// A stream that finds no publication although run's preflight saw
+		// (or made) it has a slot that started before the publication
+		// existed (another pipeline created it later): that slot can never
+		// decode past the gap, so a new version starts.
+		renew := slotGone(err) || errors.Is(err, postgres.ErrTxnNotRedelivered) || errors.Is(err, logrepl.ErrPublicationMissing)
+		if renew {
 			r.renew = true
 		}
 		if time.Since(start) > time.Minute {
 			backoff = minBackoff // it worked for a while: a new failure
 		}
 		delay := jitter(backoff)
-		if fatal(err) || backoff >= maxBackoff {
+		if !renew && (fatal(err) || backoff >= maxBackoff) {
 			delay = jitter(fatalRetry)
 			r.report(ctx, err)
 		}
@@ -137,6 +142,13 @@ func (r *SinkRunner) run(ctx context.Context) error {
 		return err
 	}
 	defer closeConn(conn)
+	// The publication must exist before a new version's slot does: the
+	// slot decodes with the catalog as of each change, and a publication
+	// created after the slot's start is missing for the changes before it,
+	// which fails the stream for good.
+	if err := r.preflight(ctx, conn, rulesText); err != nil {
+		return err
+	}
 	if err := r.ensureVersion(ctx, string(rulesText)); err != nil {
 		return err
 	}
@@ -279,14 +291,21 @@ func sinkSlotName(prefix, name string) string {
 	return s
 }
 
-// loadTables checks the source for the pipeline's tables and binds the
-// rules to them.
-func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {
-	names := pipelineTables(r.pl, r.rules)
-	if err := postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names, CreatePublication: true}); err != nil {
+// preflight checks the source for the pipeline's tables and creates the
+// publication if it is missing.
+func (r *SinkRunner) preflight(ctx context.Context, conn *pgx.Conn, rulesText []byte) error {
+	rules, err := syncrules.Parse(rulesText, syncrules.Options{File: "sync rules", GroupID: "0"})
+	if err != nil {
 		return err
 	}
-	infos, err := postgres.Discover(ctx, conn, names)
+	names := pipelineTables(r.pl, rules)
+	return postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names, CreatePublication: true})
+}
+
+// loadTables binds the rules to the pipeline's tables (checked by
+// preflight).
+func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {
+	infos, err := postgres.Discover(ctx, conn, pipelineTables(r.pl, r.rules))
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ type groupStorage interface {
 	Sink(group int) *bucketstore.Sink
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
-	NewStreamWriter(group int) *bucketstore.StreamWriter
+	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter
 	CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (bucketstore.Checkpoint, bool, error)
 	MakeDurable(ctx context.Context) error
 	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)

@@ -140,7 +140,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		lastAck = time.Now()
 		return nil
 	}
-	w := r.store.NewStreamWriter(g.g.ID)
+	w := r.store.NewStreamWriter(g.g.ID, bucketstore.Fence{})
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()

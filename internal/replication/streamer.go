@@ -77,6 +77,9 @@ type streamer struct {
 	queue []streamBatch // ready, not yet handed to the pipeline
 	cur   *streamBatch  // being filled
 	seq   uint64
+	// lastItems is the item count of the last batch cut: the next batch's
+	// slice starts at that capacity instead of growing from nothing.
+	lastItems int
 
 	resnaps    []*resnap // tables being re-read, first one active
 	resnapTurn bool      // the next read is a re-read chunk
@@ -95,6 +98,9 @@ func (s *streamer) open() *streamBatch {
 	if s.cur == nil {
 		s.seq++
 		s.cur = &streamBatch{Progress: streamPos{seq: s.seq}}
+		if s.lastItems > 0 {
+			s.cur.Items = make([]rawItem, 0, s.lastItems)
+		}
 	}
 	return s.cur
 }
@@ -120,6 +126,7 @@ func (s *streamer) cutAt(p bucketstore.StreamProgress) {
 	if b.Rows == 0 {
 		b.Rows = len(b.Items)
 	}
+	s.lastItems = len(b.Items)
 	s.queue = append(s.queue, *b)
 	s.cur = nil
 }

@@ -33,8 +33,22 @@ import (
 // source by key as a last resort. That read may see a newer row version,
 // which the changes after it in the stream then overwrite.
 type toastState struct {
-	mu      sync.Mutex
-	pending map[bucketstore.RowRef]pendingRow // decoded, not yet committed
+	mu sync.Mutex
+	// pending holds, per stream batch decoded but not yet committed and in
+	// decode order, the RowData of each of its changes. Remembering is two
+	// appends: every change of a table with TOASTable columns is
+	// remembered, but only UPDATEs that omit a value look one up, so a
+	// batch's index by row is built on its first lookup, not per change.
+	pending []*toastBatch
+}
+
+// toastBatch is what one stream batch's changes left as rows' newest
+// state.
+type toastBatch struct {
+	seq   uint64
+	refs  []bucketstore.RowRef
+	data  [][]byte // RowData of refs[i]'s change; nil after a delete
+	index map[bucketstore.RowRef]int
 }
 
 type pendingRow struct {
@@ -44,23 +58,45 @@ type pendingRow struct {
 
 // remember records data as the newest state of a row of a table with
 // TOASTable columns, decoded in batch seq (nil data: the row is gone).
+// Batches are decoded in order, so seq never decreases.
 func (t *toastState) remember(spec *stages.TableSpec, key [16]byte, data []byte, seq uint64) {
 	if len(spec.Toast) == 0 {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.pending == nil {
-		t.pending = map[bucketstore.RowRef]pendingRow{}
+	var b *toastBatch
+	if n := len(t.pending); n > 0 && t.pending[n-1].seq == seq {
+		b = t.pending[n-1]
+	} else {
+		b = &toastBatch{seq: seq}
+		t.pending = append(t.pending, b)
 	}
-	t.pending[bucketstore.RowRef{Table: spec.Table.ID, Key: key}] = pendingRow{data: data, seq: seq}
+	b.refs = append(b.refs, bucketstore.RowRef{Table: spec.Table.ID, Key: key})
+	b.data = append(b.data, data)
+	if b.index != nil {
+		b.index[b.refs[len(b.refs)-1]] = len(b.refs) - 1
+	}
 }
 
+// pendingRow returns the newest remembered state of ref, newest batch
+// first.
 func (t *toastState) pendingRow(ref bucketstore.RowRef) (pendingRow, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p, ok := t.pending[ref]
-	return p, ok
+	for i := len(t.pending) - 1; i >= 0; i-- {
+		b := t.pending[i]
+		if b.index == nil {
+			b.index = make(map[bucketstore.RowRef]int, len(b.refs))
+			for j, r := range b.refs {
+				b.index[r] = j
+			}
+		}
+		if j, ok := b.index[ref]; ok {
+			return pendingRow{data: b.data[j], seq: b.seq}, true
+		}
+	}
+	return pendingRow{}, false
 }
 
 // committed forgets the rows whose newest change is in storage now: batch
@@ -68,11 +104,12 @@ func (t *toastState) pendingRow(ref bucketstore.RowRef) (pendingRow, bool) {
 func (t *toastState) committed(seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for k, p := range t.pending {
-		if p.seq <= seq {
-			delete(t.pending, k)
-		}
+	n := 0
+	for n < len(t.pending) && t.pending[n].seq <= seq {
+		t.pending[n] = nil
+		n++
 	}
+	t.pending = t.pending[n:]
 }
 
 // prefetchToast reads from storage, in one query, the stored values of the

@@ -37,8 +37,10 @@ import (
 // from the newest checkpoint change records are kept. Cache entries move
 // forward with every checkpoint they are asked at, so readers normally
 // need only the last interval; this keeps minutes of history at a typical
-// rate, and at most one row per write transaction in that window.
-const defaultChangeRetention = 200_000
+// rate, and at most one row per write transaction in that window. Every
+// write takes at least one block of opIDBlock ids, so this is at least the
+// last 10,000 writes.
+const defaultChangeRetention = 1_000_000
 
 // maxRecordedNames bounds the bucket and lookup names one record lists;
 // a transaction touching more records NULL (unknown) instead, which keeps

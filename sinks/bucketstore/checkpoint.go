@@ -16,7 +16,7 @@ import (
 // (whose transactions rolled back, so they can commit nothing).
 const reserveSQL = `
 INSERT INTO op_reservations (group_id, low, backend_start)
-SELECT $1, CASE WHEN is_called THEN last_value + 1 ELSE last_value END,
+SELECT $1, CASE WHEN is_called THEN last_value + 100 ELSE last_value END, -- opIDBlock
        (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())
 FROM op_id_seq
 RETURNING id`
@@ -24,6 +24,11 @@ RETURNING id`
 // releaseSQL drops a claim; run inside the write transaction it makes the
 // claim disappear atomically with the ops becoming visible.
 const releaseSQL = `DELETE FROM op_reservations WHERE id = $1`
+
+// fencedReleaseSQL is releaseSQL for a fenced writer: it deletes the claim
+// only while the writer's lease holds ($2, $3; see Fence), so a writer
+// whose lease was taken over sees no row deleted and rolls back.
+var fencedReleaseSQL = releaseSQL + " AND " + fmt.Sprintf(fenceSQL, 2, 3)
 
 // liveLowSQL is the lowest op id any live writer of the group may still
 // commit, or NULL.

@@ -46,7 +46,7 @@ func (s *Store) Clear(ctx context.Context, group int, opts ClearOptions) (ClearS
 	var st ClearStats
 	_, err := s.pool.Exec(ctx, `UPDATE groups SET snapshot_done = false, snapshot_lsn = NULL, last_checkpoint = NULL,
 		last_checkpoint_lsn = NULL, no_checkpoint_before = NULL, keepalive_op = NULL, updated_at = now(),
-		changes_from = (SELECT last_value FROM op_id_seq) WHERE id = $1`, group)
+		changes_from = `+lastIssuedSQL+` WHERE id = $1`, group)
 	if err != nil {
 		return st, fmt.Errorf("clear group %d: reset: %w", group, err)
 	}

@@ -3,8 +3,12 @@ package bucketstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/stages"
 )
 
 func TestLeaseExclusiveAndTakenOverAfterExpiry(t *testing.T) {
@@ -41,5 +45,128 @@ func TestLeaseExclusiveAndTakenOverAfterExpiry(t *testing.T) {
 	}
 	if _, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-c", time.Hour); err != nil || !ok {
 		t.Fatalf("released lease not free: %v %v", ok, err)
+	}
+}
+
+// TestFencedWritesStopAtTakeover: a fenced writer's writes and range
+// commits go through while its lease holds; once the lease expired and
+// another owner took it, they fail with ErrLeaseLost and store nothing.
+// A takeover waits for a fenced write in flight, so the new holder sees
+// it committed. A released and re-taken lease gets a new token: the old
+// one never passes again.
+func TestFencedWritesStopAtTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	row := func(i int) []stages.Change {
+		return []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(i),
+			Puts: []stages.Put{put("b", "todos", fmt.Sprint(i), `{}`)}}}
+	}
+	a, ok, err := s.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	wa, err := s.NewFencedWriter(ctx, g.ID, FenceOf(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wa.Close()
+	if _, err := wa.WriteSnapshot(ctx, row(1)); err != nil {
+		t.Fatalf("write under a held lease: %v", err)
+	}
+	sink := s.FencedSink(g.ID, FenceOf(a))
+	commit := func(k *Sink, rows int64) error {
+		return k.Commit(ctx, sinks.Batch{Progress: sinks.Position{Table: "public.todos", Range: 0, LastKey: []string{"1"}, RowsDone: rows}})
+	}
+	if err := commit(sink, 1); err != nil {
+		t.Fatalf("range commit under a held lease: %v", err)
+	}
+
+	// The lease runs out while a write is in flight; the takeover waits
+	// for that write to commit (it holds the lease row share-locked).
+	if err := s.RenewLease(ctx, a, 200*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	inWrite, finish := make(chan struct{}), make(chan struct{})
+	wa.beforeCommit = func() { close(inWrite); <-finish }
+	wrote := make(chan error, 1)
+	go func() { _, err := wa.WriteSnapshot(ctx, row(2)); wrote <- err }()
+	<-inWrite
+	waitUntil(t, "the lease to expire", func() bool {
+		var expired bool
+		err := s.pool.QueryRow(ctx, "SELECT expires_at < now() FROM leases WHERE name = 'unit'").Scan(&expired)
+		return err == nil && expired
+	})
+	type acquired struct {
+		l   Lease
+		ok  bool
+		err error
+	}
+	took := make(chan acquired, 1)
+	go func() { l, ok, err := s.AcquireLease(ctx, "unit", "proc-b", time.Hour); took <- acquired{l, ok, err} }()
+	waitUntil(t, "the takeover to wait for the lease row", func() bool {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	})
+	select {
+	case r := <-took:
+		t.Fatalf("takeover returned while a fenced write was in flight: %+v", r)
+	default:
+	}
+	wa.beforeCommit = nil
+	close(finish)
+	if err := <-wrote; err != nil {
+		t.Fatalf("write in flight: %v", err)
+	}
+	r := <-took
+	b, ok, err := r.l, r.ok, r.err
+	if err != nil || !ok || b.Token <= a.Token {
+		t.Fatalf("take-over: %+v %v %v", b, ok, err)
+	}
+	before := len(ops(t, s, g.ID))
+	if before != 2 {
+		t.Fatalf("%d ops after the two writes under the lease, want 2", before)
+	}
+	if _, err := wa.WriteSnapshot(ctx, row(3)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("write after the takeover: %v, want ErrLeaseLost", err)
+	}
+	if err := commit(sink, 99); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("range commit after the takeover: %v, want ErrLeaseLost", err)
+	}
+	if n := len(ops(t, s, g.ID)); n != before {
+		t.Fatalf("the fenced-out write stored ops: %d, want %d", n, before)
+	}
+	pos, _, err := s.Sink(g.ID).Resume(ctx, "public.todos", 0)
+	if err != nil || pos.RowsDone != 1 {
+		t.Fatalf("range progress %+v (%v) after the fenced-out commit, want 1 row", pos, err)
+	}
+	if err := commit(s.FencedSink(g.ID, FenceOf(b)), 2); err != nil {
+		t.Fatalf("the new holder's commit: %v", err)
+	}
+
+	// Released and taken again: a new token, and the old ones stay out.
+	if err := s.ReleaseLease(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	c, ok, err := s.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	if err != nil || !ok || c.Token <= b.Token {
+		t.Fatalf("re-acquire after release: %+v %v %v, want a token above %d", c, ok, err, b.Token)
+	}
+	if _, err := wa.WriteSnapshot(ctx, row(4)); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a write with the first token after the lease was re-taken: %v", err)
+	}
+}
+
+// waitUntil polls cond every 10 ms for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

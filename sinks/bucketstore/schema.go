@@ -190,6 +190,12 @@ CREATE TABLE sink_pipelines (
   updated_at    timestamptz NOT NULL DEFAULT now()
 );
 `,
+	// 5: op ids are drawn in blocks of 100 (writer.go, opIDBlock): one
+	// nextval hands out last_value … last_value+99. Ids up to the current
+	// last_value are taken; the next block starts after them.
+	`
+ALTER SEQUENCE op_id_seq INCREMENT BY 100;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

@@ -38,6 +38,7 @@ var Spec = sinks.Spec{
 type Sink struct {
 	store *Store
 	group int
+	fence Fence
 	owned bool // Close closes the store
 
 	mu     sync.Mutex
@@ -47,6 +48,14 @@ type Sink struct {
 // Sink returns a sinks.Sink writing to group.
 func (s *Store) Sink(group int) *Sink {
 	return &Sink{store: s, group: group, tables: map[string]string{}}
+}
+
+// FencedSink is Sink for a work unit holding a lease: its writes and range
+// commits go through only while f holds (see Fence).
+func (s *Store) FencedSink(group int, f Fence) *Sink {
+	k := s.Sink(group)
+	k.fence = f
+	return k
 }
 
 // openSink is the registry factory: it opens the storage of env.Config
@@ -95,7 +104,7 @@ type sinkWriter struct {
 // Write persists one batch durably (its transaction has committed).
 func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	wr, err := k.store.newWriter(ctx, k.group, w.bufs)
+	wr, err := k.store.newWriter(ctx, k.group, k.fence, w.bufs)
 	if err != nil {
 		return err
 	}
@@ -145,20 +154,38 @@ func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
 	return id, nil
 }
 
+// commitRangeSQL stores a snapshot range's progress; the fenced form only
+// while the unit's lease holds ($6, $7).
+const (
+	commitRangeSQL = `
+		INSERT INTO snapshot_ranges (source_table_id, range_no, last_key, rows_done, done)
+		SELECT $1, $2, $3, $4, $5 %s
+		ON CONFLICT (source_table_id, range_no) DO UPDATE
+		SET last_key = EXCLUDED.last_key, rows_done = EXCLUDED.rows_done, done = EXCLUDED.done`
+)
+
+var (
+	plainCommitRangeSQL  = fmt.Sprintf(commitRangeSQL, "")
+	fencedCommitRangeSQL = fmt.Sprintf(commitRangeSQL, "WHERE "+fmt.Sprintf(fenceSQL, 6, 7))
+)
+
 // commitRange stores a snapshot range's progress.
 func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 	id, err := k.tableID(ctx, pos.Table)
 	if err != nil {
 		return err
 	}
-	_, err = k.store.pool.Exec(ctx, `
-		INSERT INTO snapshot_ranges (source_table_id, range_no, last_key, rows_done, done)
-		VALUES ($1, $2, $3, $4, $5)
-		ON CONFLICT (source_table_id, range_no) DO UPDATE
-		SET last_key = EXCLUDED.last_key, rows_done = EXCLUDED.rows_done, done = EXCLUDED.done`,
-		id, pos.Range, pos.LastKey, pos.RowsDone, pos.Done)
+	args := []any{id, pos.Range, pos.LastKey, pos.RowsDone, pos.Done}
+	q := plainCommitRangeSQL
+	if k.fence.Lease != "" {
+		q, args = fencedCommitRangeSQL, append(args, k.fence.Lease, k.fence.Token)
+	}
+	tag, err := k.store.pool.Exec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("commit progress of %s range %d: %w", pos.Table, pos.Range, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return k.fence.lost(fmt.Sprintf("commit progress of %s range %d", pos.Table, pos.Range))
 	}
 	return nil
 }

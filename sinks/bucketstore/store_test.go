@@ -367,3 +367,48 @@ func TestErrorStateDoesNotConflictWithWriters(t *testing.T) {
 		t.Fatalf("%d write transactions were retried, want 0", r)
 	}
 }
+
+// TestOpIDBlocks checks that the sequence hands out blocks of opIDBlock
+// (the SQL that reads it assumes so) and that writers get ascending,
+// distinct ids across blocks: 250 ops of one batch span three blocks.
+func TestOpIDBlocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	var inc int64
+	if err := s.pool.QueryRow(ctx, `SELECT increment_by FROM pg_sequences WHERE sequencename = 'op_id_seq'`).Scan(&inc); err != nil {
+		t.Fatal(err)
+	}
+	if inc != opIDBlock {
+		t.Fatalf("op_id_seq increments by %d, want opIDBlock = %d", inc, opIDBlock)
+	}
+	todos := registerTable(t, s, g.ID, "todos")
+	w := newWriter(t, s, g.ID)
+	var cs []stages.Change
+	for i := range 250 {
+		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
+			Puts: []stages.Put{put("b", "todos", fmt.Sprint(i), `{}`)}})
+	}
+	for range 2 {
+		if _, err := w.WriteSnapshot(ctx, cs[:125]); err != nil {
+			t.Fatal(err)
+		}
+		cs = cs[125:]
+	}
+	got := ops(t, s, g.ID)
+	if len(got) != 250 {
+		t.Fatalf("%d ops, want 250", len(got))
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].OpID <= got[i-1].OpID {
+			t.Fatalf("op ids not ascending: %d after %d", got[i].OpID, got[i-1].OpID)
+		}
+	}
+	var last int64
+	if err := s.pool.QueryRow(ctx, `SELECT `+lastIssuedSQL).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	if max := got[len(got)-1].OpID; last < max || last >= max+opIDBlock {
+		t.Fatalf("last issued id %d, want in [%d, %d)", last, max, max+opIDBlock)
+	}
+}

@@ -169,17 +169,19 @@ func (s *Store) StreamResume(ctx context.Context, group int) (p StreamProgress, 
 type StreamWriter struct {
 	s     *Store
 	group int
+	fence Fence
 	bufs  writeBufs
 }
 
-// NewStreamWriter returns a stream writer for group.
-func (s *Store) NewStreamWriter(group int) *StreamWriter {
-	return &StreamWriter{s: s, group: group}
+// NewStreamWriter returns a stream writer for group whose writes carry f
+// (see Fence; the zero Fence checks nothing).
+func (s *Store) NewStreamWriter(group int, f Fence) *StreamWriter {
+	return &StreamWriter{s: s, group: group, fence: f}
 }
 
 // Write persists one stream batch durably with its progress (WriteStream).
 func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p StreamProgress) (Result, error) {
-	w, err := sw.s.newWriter(ctx, sw.group, &sw.bufs)
+	w, err := sw.s.newWriter(ctx, sw.group, sw.fence, &sw.bufs)
 	if err != nil {
 		return Result{}, err
 	}
@@ -193,7 +195,7 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 // half written).
 func (s *Store) CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
 	var op int64
-	if err := s.pool.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM op_id_seq`).Scan(&op); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT `+lastIssuedSQL).Scan(&op); err != nil {
 		return Checkpoint{}, false, fmt.Errorf("read op id sequence: %w", err)
 	}
 	return s.Commit(ctx, group, lsn, op)

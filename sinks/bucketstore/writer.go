@@ -46,11 +46,13 @@ func (r *Result) add(r2 Result) {
 type Writer struct {
 	s      *Store
 	group  int
+	fence  Fence
 	conn   *pgxpool.Conn
 	broken bool
 
 	cur, ops, params copyBuf
 	ids              []int64
+	blocks           []int64 // allocate's nextval results
 	fresh            []bool
 	subkey           []byte
 	changed          changeRecord // what this transaction touched (changerecords.go)
@@ -70,6 +72,18 @@ const (
 	allocateSQL    = `SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('op_id_seq') AS v FROM generate_series(1, $1)) s`
 )
 
+// opIDBlock is how many op ids one nextval of op_id_seq hands out (its
+// INCREMENT, migration 5): a writer draws ceil(n/opIDBlock) values v and
+// owns the ids v … v+opIDBlock-1 of each, instead of calling nextval once
+// per id, which cost the storage backend more than a microsecond per op.
+// Ids a batch does not use are gaps, which clients never see as such (op
+// ids only ever need to grow).
+const opIDBlock = 100
+
+// lastIssuedSQL is the highest op id any writer may have been handed (0
+// before the first): the end of the sequence's last block.
+const lastIssuedSQL = `(SELECT CASE WHEN is_called THEN last_value + 99 ELSE 0 END FROM op_id_seq)` // opIDBlock - 1
+
 // Op codes stored in bucket_data.op.
 const (
 	OpPut    int16 = 1
@@ -81,19 +95,26 @@ const (
 // NewWriter returns a writer for group holding one pooled connection until
 // Close.
 func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
-	return s.newWriter(ctx, group, nil)
+	return s.newWriter(ctx, group, Fence{}, nil)
+}
+
+// NewFencedWriter is NewWriter for a work unit holding a lease: every
+// write commits only while f holds (see Fence), else fails with an error
+// matching ErrLeaseLost.
+func (s *Store) NewFencedWriter(ctx context.Context, group int, f Fence) (*Writer, error) {
+	return s.newWriter(ctx, group, f, nil)
 }
 
 // newWriter is NewWriter with the encode buffers taken from, and given
 // back to, home when it is set: a caller that opens a writer per batch
 // (the sink's flush workers) keeps its buffers grown instead of growing
 // (and copying) them again for every batch.
-func (s *Store) newWriter(ctx context.Context, group int, home *writeBufs) (*Writer, error) {
+func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBufs) (*Writer, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
 	}
-	w := &Writer{s: s, group: group, conn: conn, home: home}
+	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home}
 	if home != nil {
 		w.cur, w.ops, w.params, w.ids, w.order = home.cur, home.ops, home.params, home.ids, home.order
 	}
@@ -142,7 +163,7 @@ func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
 			if err := f(tx); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, releaseSQL, claim); err != nil {
+			if err := w.release(ctx, tx, claim); err != nil {
 				return err
 			}
 			if w.beforeCommit != nil {
@@ -161,6 +182,24 @@ func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
 		}
 	}
 	return err
+}
+
+// release drops the write's op id claim in its transaction, checking the
+// writer's fence: the last statement before the commit, so that its share
+// lock on the lease is held for the shortest time.
+func (w *Writer) release(ctx context.Context, tx pgx.Tx, claim int64) error {
+	if w.fence.Lease == "" {
+		_, err := tx.Exec(ctx, releaseSQL, claim)
+		return err
+	}
+	tag, err := tx.Exec(ctx, fencedReleaseSQL, claim, w.fence.Lease, w.fence.Token)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return w.fence.lost("write")
+	}
+	return nil
 }
 
 // WriteSnapshot persists snapshot rows (Upserts). A row that storage
@@ -300,17 +339,24 @@ type rowKey struct {
 	key   [16]byte
 }
 
-// allocate draws n op ids, ascending, from the global sequence.
+// allocate draws n op ids, ascending, from the global sequence, in blocks
+// of opIDBlock.
 func (w *Writer) allocate(ctx context.Context, tx pgx.Tx, n int) error {
 	w.ids = w.ids[:0]
 	if n == 0 {
 		return nil
 	}
-	if err := tx.QueryRow(ctx, allocateSQL, n).Scan(&w.ids); err != nil {
+	blocks := (n + opIDBlock - 1) / opIDBlock
+	if err := tx.QueryRow(ctx, allocateSQL, blocks).Scan(&w.blocks); err != nil {
 		return fmt.Errorf("allocate %d op ids: %w", n, err)
 	}
-	if len(w.ids) != n {
-		return fmt.Errorf("allocate op ids: got %d, want %d", len(w.ids), n)
+	if len(w.blocks) != blocks {
+		return fmt.Errorf("allocate op ids: got %d blocks, want %d", len(w.blocks), blocks)
+	}
+	for _, v := range w.blocks {
+		for id := v; id < v+opIDBlock && len(w.ids) < n; id++ {
+			w.ids = append(w.ids, id)
+		}
 	}
 	return nil
 }

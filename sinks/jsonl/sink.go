@@ -426,7 +426,7 @@ func (s *Sink) Reset(context.Context) error {
 		_ = f.f.Close()
 	}
 	s.files, s.staged = map[string]*file{}, map[stageKey][]chunk{}
-	s.prog.stream, s.prog.ranges, s.prog.files, s.prog.sized = nil, map[rangeKey]sinks.Position{}, map[string]int64{}, true
+	s.prog.reset()
 	if s.fsync {
 		if err := atomicfile.SyncDir(s.dir); err != nil {
 			return fmt.Errorf("jsonl: reset: %w", err)

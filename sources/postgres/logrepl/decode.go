@@ -45,6 +45,10 @@ type decoder struct {
 	seg  *segment // open segment of txn
 
 	segChanges, segBytes int
+	// lastSeg is the change count of the last segment flushed: a new
+	// segment's slice starts at that capacity (a stream's transactions
+	// tend to be alike), instead of growing, and copying, from nothing.
+	lastSeg int
 
 	out      []segment // decoded, not yet handed over
 	outBytes int
@@ -122,7 +126,7 @@ func (d *decoder) message(walStart LSN, data []byte) error {
 		}
 		d.txn = &Txn{Xid: m.Xid, BeginLSN: walStart, CommitLSN: m.FinalLSN, CommitTime: m.CommitTime}
 		d.skip = m.FinalLSN < d.skipBefore
-		d.seg = &segment{txn: d.txn, first: true, bytes: size}
+		d.seg = &segment{txn: d.txn, first: true, bytes: size, changes: d.newChanges()}
 		if !d.skip && len(d.pendingRel) > 0 {
 			d.seg.changes = append(d.seg.changes, d.pendingRel...)
 			d.pendingRel = nil
@@ -201,7 +205,7 @@ func (d *decoder) add(c Change, size int) {
 	d.seg.bytes += size
 	if len(d.seg.changes) >= d.segChanges || d.seg.bytes >= d.segBytes {
 		d.flush()
-		d.seg = &segment{txn: d.txn}
+		d.seg = &segment{txn: d.txn, changes: d.newChanges()}
 	}
 }
 
@@ -213,6 +217,16 @@ func (d *decoder) flush() {
 	}
 	d.out = append(d.out, *s)
 	d.outBytes += s.bytes
+	d.lastSeg = len(s.changes)
+}
+
+// newChanges returns an empty change slice for a new segment (see
+// lastSeg); nil while transactions are empty or skipped.
+func (d *decoder) newChanges() []Change {
+	if d.lastSeg == 0 || d.skip {
+		return nil
+	}
+	return make([]Change, 0, min(d.lastSeg, d.segChanges))
 }
 
 func relationFrom(m *pglogrepl.RelationMessage) *Relation {
