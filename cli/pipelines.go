@@ -19,6 +19,7 @@ import (
 // it names. A pipeline's failure that retrying cannot heal is stored and
 // shown by status; only an error starting a pipeline ends the process.
 func replicate(ctx context.Context, cfg *config.Config, store *bucketstore.Store, log *slog.Logger, opts replication.Options) error {
+	replication.CreatePublications(ctx, cfg, log)
 	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError()
 	for _, pl := range cfg.EffectivePipelines() {
 		if pl.Sink.Type == config.SinkBucketstore {

@@ -86,6 +86,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer store.Close()
+	if err := registerUnitGauges(tel.MeterProvider, store); err != nil {
+		return err
+	}
 	log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
 
 	if *role == "all" || *role == "api" {

@@ -47,6 +47,16 @@ type child struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the process has exited
 	err    error         // its exit status, after exited
+
+	mu   sync.Mutex
+	logs bytes.Buffer // this process's stderr (e.logs has every child's)
+}
+
+// count returns how many of this child's log lines contain s.
+func (c *child) count(s string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Count(c.logs.Bytes(), []byte(s))
 }
 
 // envOptions shape a streamEnv's config.
@@ -149,6 +159,10 @@ func (e *streamEnv) startWith(stdout io.Writer, flags ...string) *child {
 			e.logs.Write(sc.Bytes())
 			e.logs.WriteByte('\n')
 			e.mu.Unlock()
+			c.mu.Lock()
+			c.logs.Write(sc.Bytes())
+			c.logs.WriteByte('\n')
+			c.mu.Unlock()
 		}
 	}()
 	go func() {

@@ -115,6 +115,62 @@
 // group follows its state in storage, never this process's memory of it,
 // however many replacements one process goes through.
 //
+// # Several processes
+//
+// Every process plans every group (planning is idempotent: the first plan
+// of a table's key ranges is stored and shared) and queues every unit it
+// knows — each snapshot range, each group's stream — in its own scheduler,
+// most urgent first. A unit runs only in the process holding its lease
+// (lease.go; storage table leases): a free worker takes the most urgent
+// queued unit and tries its lease; when another process holds it, the
+// unit is deferred for a heartbeat and the worker tries the next one.
+// A unit finished elsewhere is seen finished from storage when this
+// process next claims it, so every process's view of a group converges
+// and whichever sees the last range done starts the stream — which again
+// only the stream lease's holder runs. The holder renews the lease every
+// replication.lease.heartbeat and gives it up when the unit ends, also on
+// SIGTERM, so another process takes it at once.
+//
+// A lease names the storage session its holder keeps open for its whole
+// life: when a process dies the kernel closes its connections, the
+// backend exits, and its leases are free at once. A process that is only
+// paused (GC, SIGSTOP, a frozen VM) keeps its session; its leases run out
+// after replication.lease.duration, and another process takes them over.
+//
+// Fencing: the paused process may wake still believing it holds the unit,
+// whatever its clock says. So every storage write of a unit carries the
+// lease's token (bucketstore.Fence) and checks it as the last statement
+// of its own transaction, taking a share lock on the lease row until it
+// commits. A write either commits before a takeover — which waits for
+// that lock, so the new holder reads progress that includes the write —
+// or finds the token changed and rolls back. Tokens only grow (a released
+// lease keeps its row and token), so an old token never passes again. The
+// slot belongs to the stream lease's holder: a new holder terminates the
+// connection still using the slot, and the old holder's stream ends.
+//
+// Failure cases:
+//   - Storage unreachable for the holder but not for others: the holder
+//     cannot renew; after a lease duration without a renewal it stops the
+//     unit itself (heartbeat), while others take the lease over once it
+//     has expired. Whatever the holder still tries to write is fenced out
+//     as soon as it reaches storage again.
+//   - Storage restarts: every session ends, so every lease is free; each
+//     process's heartbeat renews its own leases with its new session if
+//     nobody took them, or its units stop and are claimed again.
+//   - Two processes started with different rules files: the one started
+//     last decides. Its EnsureGroup stops a PROCESSING group of other
+//     rules and creates (or keeps) the group of its own; the other
+//     process's units of the stopped group end with ErrGroupStopped. The
+//     ACTIVE group keeps serving either way. Give every process the same
+//     rules file (one ConfigMap).
+//   - A unit's own writes in flight when its lease expires: the takeover
+//     waits for them (bounded: the takeover's lock_timeout makes it retry
+//     later rather than hang on a session that hangs).
+//
+// Roles: replication:snapshot never queues a stream; replication:streaming
+// never queues a snapshot unit — a group whose snapshot is not done waits,
+// polling storage every heartbeat, until a snapshot process has done it.
+//
 // # Errors
 //
 // See errors.go: retryable errors back off with jitter; errors that need an

@@ -152,8 +152,8 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 		if err == nil {
 			return nil
 		}
-		if endsStream(err) {
-			return err
+		if endsStream(err) || errors.Is(err, bucketstore.ErrLeaseLost) {
+			return err // a lost lease: the unit is another process's now
 		}
 		if r.errs.progressOf(group) != done {
 			// The attempt got work done: this failure starts afresh.

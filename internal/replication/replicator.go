@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -61,10 +62,11 @@ type Options struct {
 	MeterProvider metric.MeterProvider
 }
 
-// sink returns the sink snapshot pipelines of group g write to: each
-// write and commit bounded by replication.storage_timeout.
-func (r *Replicator) sink(g *group) sinks.Sink {
-	var s sinks.Sink = progressSink{Sink: r.store.Sink(g.g.ID), p: r.progress}
+// sink returns the sink snapshot pipelines of group g write to, fenced
+// with the unit's lease: each write and commit bounded by
+// replication.storage_timeout.
+func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
+	var s sinks.Sink = progressSink{Sink: r.store.FencedSink(g.g.ID, f), p: r.progress}
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
@@ -114,7 +116,13 @@ type Replicator struct {
 	// values came from stored row data and from a source re-read.
 	toastMerged, toastReread atomic.Int64
 
-	errs *errorState
+	errs    *errorState
+	metrics *replMetrics
+
+	// runCtx and bg are Run's context and its background goroutines
+	// (background).
+	runCtx context.Context
+	bg     sync.WaitGroup
 
 	mu       sync.Mutex
 	groups   map[int]*group
@@ -131,10 +139,17 @@ func New(opts Options) *Replicator {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	host, _ := os.Hostname()
 	pl, _ := opts.Config.BucketstorePipeline()
-	return &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp),
-		owner: host + "/" + strconv.Itoa(os.Getpid()), groups: map[int]*group{}, progress: newProgress()}
+	return &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
+		owner: processOwner(), groups: map[int]*group{}, progress: newProgress()}
+}
+
+// processOwner names this process in leases: host and pid for the
+// operator, and a random part, because a restarted container often has the
+// same of both and must not pass for its dead predecessor.
+func processOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), rand.Text()[:8])
 }
 
 // group is the replication state of one group in this process.
@@ -198,7 +213,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 	pctx, stopProgress := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer r.bg.Wait()
 	defer stopProgress()
+	r.runCtx = pctx
 	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {
 		if err := r.startGroup(ctx, g); err != nil {
@@ -212,6 +229,12 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return err
 	}
 	return nil // stopped: a shutdown, not a failure
+}
+
+// background runs f on a goroutine that Run waits for; f's ctx ends when
+// Run stops.
+func (r *Replicator) background(f func(ctx context.Context)) {
+	r.bg.Go(func() { f(r.runCtx) })
 }
 
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {

@@ -302,6 +302,44 @@ func (r *SinkRunner) preflight(ctx context.Context, conn *pgx.Conn, rulesText []
 	return postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names, CreatePublication: true})
 }
 
+// CreatePublications creates, before any pipeline starts, each missing
+// publication its source's pipelines use, for the union of their tables:
+// a pipeline that created it for its own tables alone would leave the
+// others' tables out (and a slot created before it would miss it). It is
+// best effort: problems are left to each pipeline's own preflight, which
+// reports them.
+func CreatePublications(ctx context.Context, cfg *config.Config, log *slog.Logger) {
+	rulesText, err := cfg.SyncRules.Read()
+	if err != nil {
+		return
+	}
+	rules, err := syncrules.Parse(rulesText, syncrules.Options{File: "sync rules", GroupID: "0"})
+	if err != nil {
+		return
+	}
+	type pub struct{ uri, name string }
+	tables := map[pub][]string{}
+	for _, pl := range cfg.EffectivePipelines() {
+		k := pub{pl.Source.URI, pl.Source.Publication}
+		for _, t := range pipelineTables(pl, rules) {
+			if !slices.Contains(tables[k], t) {
+				tables[k] = append(tables[k], t)
+			}
+		}
+	}
+	for k, names := range tables {
+		conn, err := connectSource(ctx, k.uri, cfg.Source.ConnectTimeout)
+		if err != nil {
+			continue
+		}
+		err = postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: k.name, Tables: names, CreatePublication: true})
+		closeConn(conn)
+		if err != nil {
+			log.Debug("publication preflight before the pipelines start", "publication", k.name, "err", err)
+		}
+	}
+}
+
 // loadTables binds the rules to the pipeline's tables (checked by
 // preflight).
 func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {

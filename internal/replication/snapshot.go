@@ -58,6 +58,12 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 	if len(units) == 0 {
 		return r.snapshotDone(ctx, g)
 	}
+	if r.opts.Role == "replication:streaming" {
+		r.log.Info("the group's snapshot is not done and this process only streams: waiting for a replication:snapshot process to do it",
+			"group", g.g.ID, "ranges", len(units))
+		r.background(func(ctx context.Context) { r.awaitSnapshot(ctx, g) })
+		return nil
+	}
 	for _, u := range units {
 		if err := r.sched.Submit(u); err != nil {
 			return err
@@ -67,16 +73,16 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 }
 
 func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState) pipeline.Unit {
-	name := t.info.QualifiedName()
+	key := fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, t.info.QualifiedName(), st.No)
 	return pipeline.Unit{
-		Key:      fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No),
+		Key:      key,
 		Kind:     "snapshot",
 		Priority: g.prio,
-		Run: func(ctx context.Context) error {
+		Run: r.leased(snapshotLease(t, st.No), func(ctx context.Context, f bucketstore.Fence) error {
 			var done bool
-			err := r.retry(ctx, g.g.ID, fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, name, st.No), "snapshot", func(ctx context.Context) error {
+			err := r.retry(ctx, g.g.ID, key, "snapshot", func(ctx context.Context) error {
 				var err error
-				done, err = r.snapshotRange(ctx, g, t, st)
+				done, err = r.snapshotRange(ctx, g, t, st, f)
 				return err
 			})
 			if err != nil || !done {
@@ -84,15 +90,17 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 			}
 			r.recovered(ctx, g.g.ID)
 			return r.rangeDone(ctx, g, t)
-		},
+		}),
 	}
 }
 
 // snapshotRange runs the snapshot pipeline of one key range from its last
 // committed chunk: read → eval → build → flush_writers writers → ordered
-// progress commit. It reports whether the range is finished (false after a yield).
-func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState) (bool, error) {
-	sink := r.sink(g)
+// progress commit, every write fenced with f. It reports whether the range
+// is finished (false after a yield); a range another process finished is
+// finished at once.
+func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState, f bucketstore.Fence) (bool, error) {
+	sink := r.sink(g, f)
 	name := t.info.QualifiedName()
 	rangeNo := st.No
 	// Progress moves on as chunks commit (and across yields), so it is read
@@ -197,6 +205,32 @@ func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
 		r.opts.OnSnapshotDone(g.g.ID)
 	}
 	return r.submitStream(g)
+}
+
+// awaitSnapshot polls storage, every lease heartbeat, until another
+// process finished the group's snapshot, then queues the group's stream.
+func (r *Replicator) awaitSnapshot(ctx context.Context, g *group) {
+	t := time.NewTicker(r.cfg.Replication.Lease.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sg, err := r.store.Group(ctx, g.g.ID)
+		if err != nil {
+			r.log.Warn("cannot read the group's snapshot state; trying again", "group", g.g.ID, "err", err)
+			continue
+		}
+		if sg.SnapshotDone {
+			r.log.Info("the group's snapshot was finished by another process; streaming", "group", g.g.ID)
+			if err := r.submitStream(g); err != nil && ctx.Err() == nil {
+				r.log.Error("cannot queue the group's stream", "group", g.g.ID, "err", err)
+			}
+			return
+		}
+	}
 }
 
 // currentLSN is the source's WAL insert position (see currentLSN).

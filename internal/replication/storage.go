@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 
@@ -30,7 +31,11 @@ type groupStorage interface {
 	SnapshotStarted(ctx context.Context, group int) (bool, error)
 	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
 	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error
-	Sink(group int) *bucketstore.Sink
+	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
+
+	AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l bucketstore.Lease, ok bool, err error)
+	RenewLease(ctx context.Context, l bucketstore.Lease, ttl time.Duration) error
+	ReleaseLease(ctx context.Context, l bucketstore.Lease) error
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter

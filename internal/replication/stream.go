@@ -36,9 +36,9 @@ func (r *Replicator) submitStream(g *group) error {
 		Key:      unit,
 		Kind:     "stream",
 		Priority: g.prio + 1,
-		Run: func(ctx context.Context) error {
+		Run: r.leased(streamLease(g), func(ctx context.Context, f bucketstore.Fence) error {
 			err := r.retry(ctx, g.g.ID, unit, "stream", func(ctx context.Context) error {
-				return r.stream(ctx, g)
+				return r.stream(ctx, g, f)
 			})
 			switch {
 			case err == nil || ctx.Err() != nil:
@@ -57,7 +57,7 @@ func (r *Replicator) submitStream(g *group) error {
 				return r.retire(ctx, g.g)
 			}
 			return err
-		},
+		}),
 	})
 }
 
@@ -78,7 +78,7 @@ func closeCtx() (context.Context, context.CancelFunc) {
 // order) → commit: publish a checkpoint, make storage durable, then
 // acknowledge the LSN to the source. Every connection it opens is closed
 // on every way out, with bounded I/O.
-func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
+func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) (err error) {
 	pos, _, err := r.store.StreamResume(ctx, g.g.ID)
 	if err != nil {
 		return err
@@ -95,12 +95,13 @@ func (r *Replicator) stream(ctx context.Context, g *group) (err error) {
 	defer s.close()
 
 	r.log.Info("streaming from the replication slot", "group", g.g.ID, "slot", g.g.SlotName, "lsn", pos.LSN.String())
-	st, closeStream, err := startSlot(ctx, r.cfg, r.pl, g.g.SlotName, pos.LSN, r.log.With("group", g.g.ID))
+	st, closeStream, err := r.takeSlot(ctx, side, g, pos.LSN)
 	if err != nil {
 		return err
 	}
 	defer closeStream()
 	s.st = st
+	s.fence = f
 	s.lim = logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows,
 		MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
 	return r.runStream(ctx, g, s, st)
@@ -140,7 +141,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		lastAck = time.Now()
 		return nil
 	}
-	w := r.store.NewStreamWriter(g.g.ID, bucketstore.Fence{})
+	w := r.store.NewStreamWriter(g.g.ID, s.fence)
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
@@ -250,6 +251,32 @@ func startSlot(ctx context.Context, cfg *config.Config, pl config.Pipeline, slot
 		})
 	}
 	return st, closeStream, nil
+}
+
+// takeSlot starts the group's slot. The slot belongs to the holder of the
+// stream unit's lease, which this process is: a connection still using it
+// is a holder that lost the lease (paused past it, or cut off), so it is
+// terminated and the start tried again.
+func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, lsn logrepl.LSN) (*logrepl.Stream, func(), error) {
+	for attempt := 0; ; attempt++ {
+		st, closeStream, err := startSlot(ctx, r.cfg, r.pl, g.g.SlotName, lsn, r.log.With("group", g.g.ID))
+		if !errors.Is(err, logrepl.ErrSlotInUse) || attempt >= 10 {
+			return st, closeStream, err
+		}
+		if attempt == 0 {
+			r.log.Warn("the group's slot is used by a process that no longer holds the stream; terminating its connection",
+				"group", g.g.ID, "slot", g.g.SlotName, "err", err)
+		}
+		if _, err := side.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, g.g.SlotName); err != nil {
+			return nil, nil, fmt.Errorf("terminate the connection using slot %s: %w", g.g.SlotName, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // storageCtx bounds one storage write or commit by

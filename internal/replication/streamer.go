@@ -87,6 +87,8 @@ type streamer struct {
 
 	st  *logrepl.Stream
 	lim logrepl.BatchLimits
+	// fence is the stream unit's lease, carried by every storage write.
+	fence bucketstore.Fence
 }
 
 // errTxnNotRedelivered: storage holds part of a source transaction the

@@ -25,18 +25,20 @@ type Lease struct {
 	Token int64
 }
 
-// acquireLeaseSQL takes a lease that is free or expired, or renews one
-// the owner holds. The token grows with every acquisition that is not a
-// renewal, and the row is never deleted (ReleaseLease expires it), so a
-// token is never handed out twice: a writer fenced with an old token can
-// never pass again.
+// acquireLeaseSQL takes a lease that is free or expired, whose holder's
+// session is gone (see liveSession), or that the owner holds already (a
+// renewal). The token grows with every acquisition that is not a renewal,
+// and the row is never deleted (ReleaseLease expires it), so a token is
+// never handed out twice: a writer fenced with an old token never passes
+// again.
 const acquireLeaseSQL = `
-INSERT INTO leases (name, owner, token, expires_at)
-VALUES ($1, $2, 1, now() + $3::interval)
+INSERT INTO leases (name, owner, token, expires_at, pid, backend_start)
+VALUES ($1, $2, 1, now() + $3::interval, $4, $5)
 ON CONFLICT (name) DO UPDATE
-SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at,
+SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, pid = EXCLUDED.pid, backend_start = EXCLUDED.backend_start,
     token = leases.token + CASE WHEN leases.owner = EXCLUDED.owner AND leases.expires_at >= now() THEN 0 ELSE 1 END
 WHERE leases.owner = EXCLUDED.owner OR leases.expires_at < now()
+   OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = leases.pid AND a.backend_start = leases.backend_start)
 RETURNING token`
 
 // leaseLockTimeout bounds how long AcquireLease waits for the lease row: a
@@ -45,15 +47,57 @@ RETURNING token`
 // hangs — it reports the lease as held and is tried again later.
 const leaseLockTimeout = "5s"
 
+// sessionID identifies a storage session (a backend) for as long as it
+// lives.
+type sessionID struct {
+	pid   int32
+	start time.Time
+}
+
+// liveSession returns the store's lease session: a connection held open
+// for the process's life, whose backend the leases it takes name. When
+// the process dies, the kernel closes the connection, the backend exits,
+// and every lease naming it is free for others at once; a process that is
+// only paused keeps its session, so its leases run out by time — and its
+// writes are fenced. A broken session is replaced (leases renewed after
+// that name the new one).
+func (s *Store) liveSession(ctx context.Context) (sessionID, error) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if s.live != nil {
+		if err := s.live.Ping(ctx); err == nil {
+			return s.liveID, nil
+		}
+		s.live.Release()
+		s.live = nil
+	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return sessionID{}, fmt.Errorf("open the lease session: %w", err)
+	}
+	var id sessionID
+	if err := c.QueryRow(ctx, `SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&id.pid, &id.start); err != nil {
+		c.Release()
+		return sessionID{}, fmt.Errorf("open the lease session: %w", err)
+	}
+	s.live, s.liveID = c, id
+	return id, nil
+}
+
 // AcquireLease takes the named lease for owner for ttl, if it is free,
-// expired, or already owner's. ok is false when another owner holds it
-// (or a write under it is still committing).
+// expired, its holder's process is gone, or it is owner's already. ok is
+// false when another owner holds it (or a write under it is still
+// committing). owner must be unique to the process and its start.
 func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l Lease, ok bool, err error) {
+	id, err := s.liveSession(ctx)
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("acquire lease %s: %w", name, err)
+	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+leaseLockTimeout+"'"); err != nil {
 			return err
 		}
-		return tx.QueryRow(ctx, acquireLeaseSQL, name, owner, ttl.String()).Scan(&l.Token)
+		return tx.QueryRow(ctx, acquireLeaseSQL, name, owner, ttl.String(), id.pid, id.start).Scan(&l.Token)
 	})
 	var pgErr *pgconn.PgError
 	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "55P03" {
@@ -66,11 +110,16 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 	return l, true, nil
 }
 
-// RenewLease extends a held lease; ErrLeaseLost means it expired and was
-// taken by another owner (or released).
+// RenewLease extends a held lease (naming the current lease session);
+// ErrLeaseLost means it expired, or was taken by another owner or
+// released.
 func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() + $4::interval
-		WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at >= now()`, l.Name, l.Owner, l.Token, ttl.String())
+	id, err := s.liveSession(ctx)
+	if err != nil {
+		return fmt.Errorf("renew lease %s: %w", l.Name, err)
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() + $4::interval, pid = $5, backend_start = $6
+		WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at >= now()`, l.Name, l.Owner, l.Token, ttl.String(), id.pid, id.start)
 	if err != nil {
 		return fmt.Errorf("renew lease %s: %w", l.Name, err)
 	}
@@ -116,4 +165,48 @@ const fenceSQL = `EXISTS (SELECT 1 FROM leases WHERE name = $%[1]d AND token = $
 // fenceLost is the error of a fenced write whose check failed.
 func (f Fence) lost(what string) error {
 	return fmt.Errorf("%s: lease %s (token %d) is no longer held: %w", what, f.Lease, f.Token, ErrLeaseLost)
+}
+
+// UnitCounts are the cluster-wide work unit figures autoscaling reads
+// (SPEC §5), the same from every process: they come from storage, not
+// from any one process's queue.
+type UnitCounts struct {
+	// TotalStreams counts the groups that stream (ACTIVE or PROCESSING),
+	// ActiveStreams those whose stream a live process holds.
+	TotalStreams, ActiveStreams int64
+	// PendingSnapshots counts snapshot units no process works on: key
+	// ranges not done and not leased, and tables not yet planned into
+	// ranges; ActiveSnapshots the ranges a live process holds.
+	PendingSnapshots, ActiveSnapshots int64
+}
+
+// unitCountsSQL computes UnitCounts in one statement. A lease is live
+// while it has not expired and its holder's session exists (see
+// liveSession).
+const unitCountsSQL = `
+WITH live AS (
+  SELECT name FROM leases l WHERE l.expires_at >= now()
+    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.backend_start)
+), serving AS (
+  SELECT id FROM groups WHERE state IN ('ACTIVE', 'PROCESSING')
+)
+SELECT
+  (SELECT count(*) FROM serving),
+  (SELECT count(*) FROM serving WHERE 'stream/' || id IN (SELECT name FROM live)),
+  (SELECT count(*) FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id
+     WHERE NOT r.done AND t.group_id IN (SELECT id FROM serving)
+       AND 'snapshot/' || t.id || '/' || r.range_no NOT IN (SELECT name FROM live))
+  + (SELECT count(*) FROM source_tables t WHERE NOT t.snapshot_done AND t.group_id IN (SELECT id FROM serving)
+       AND NOT EXISTS (SELECT 1 FROM snapshot_ranges r WHERE r.source_table_id = t.id)),
+  (SELECT count(*) FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id
+     WHERE NOT r.done AND t.group_id IN (SELECT id FROM serving)
+       AND 'snapshot/' || t.id || '/' || r.range_no IN (SELECT name FROM live))`
+
+// UnitCounts reads the cluster-wide work unit counts.
+func (s *Store) UnitCounts(ctx context.Context) (UnitCounts, error) {
+	var c UnitCounts
+	if err := s.pool.QueryRow(ctx, unitCountsSQL).Scan(&c.TotalStreams, &c.ActiveStreams, &c.PendingSnapshots, &c.ActiveSnapshots); err != nil {
+		return UnitCounts{}, fmt.Errorf("count work units: %w", err)
+	}
+	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -169,4 +170,40 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestLeaseFreeWhenHolderProcessIsGone: a lease whose holder's storage
+// session ended (its process died: the kernel closes its connections) is
+// free for another process at once, long before it would expire.
+func TestLeaseFreeWhenHolderProcessIsGone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri := pgtest.NewDB(t)
+	a, err := Open(ctx, Config{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, Config{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	la, ok, err := a.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	if _, ok, err := b.AcquireLease(ctx, "unit", "proc-b", time.Hour); err != nil || ok {
+		t.Fatalf("took a lease whose holder is alive: %v %v", ok, err)
+	}
+	a.Close() // the process is gone
+	waitUntil(t, "the dead process's lease to be taken", func() bool {
+		lb, ok, err := b.AcquireLease(ctx, "unit", "proc-b", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && lb.Token <= la.Token {
+			t.Fatalf("took the lease with token %d, not above %d", lb.Token, la.Token)
+		}
+		return ok
+	})
 }

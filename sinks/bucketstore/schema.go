@@ -196,6 +196,12 @@ CREATE TABLE sink_pipelines (
 	`
 ALTER SEQUENCE op_id_seq INCREMENT BY 100;
 `,
+	// 6: a lease names the storage session of its holder's process
+	// (leases.go): once that session is gone — the process died — the
+	// lease is free at once, not only when it expires.
+	`
+ALTER TABLE leases ADD COLUMN pid int, ADD COLUMN backend_start timestamptz;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

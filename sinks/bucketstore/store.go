@@ -49,6 +49,10 @@ type Store struct {
 	// horizon at which pruning is next worth a statement.
 	changeRetention int64
 	pruneNext       sync.Map
+	// live is the session leases are tied to (leases.go, liveSession).
+	liveMu sync.Mutex
+	live   *pgxpool.Conn
+	liveID sessionID
 }
 
 // Open connects to storage and applies pending migrations.
@@ -93,7 +97,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // Close releases the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	s.liveMu.Lock()
+	if s.live != nil {
+		s.live.Release()
+		s.live = nil
+	}
+	s.liveMu.Unlock()
+	s.pool.Close()
+}
 
 // Pool is the store's connection pool, for callers that run their own
 // queries against storage (tests, the status command).
