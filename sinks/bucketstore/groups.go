@@ -173,7 +173,35 @@ func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN)
 // and, when the rules changed, a PROCESSING group that replicates the new
 // rules in the background until it is caught up and takes over. A
 // PROCESSING group for rules that are no longer configured is stopped.
+//
+// Processes starting at once are serialised by an advisory lock, so that
+// they agree on one group per rules version instead of each creating its
+// own.
 func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ensure group: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, 0)", ensureGroupLockClass); err != nil {
+		conn.Conn().Close(context.Background()) // the lock's state is unknown: drop the session with it
+		return nil, fmt.Errorf("ensure group: lock: %w", err)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, "SELECT pg_advisory_unlock($1, 0)", ensureGroupLockClass); err != nil {
+			conn.Conn().Close(uctx)
+		}
+	}()
+	return s.ensureGroup(ctx, rules, slotPrefix)
+}
+
+// ensureGroupLockClass is the first key of the advisory lock EnsureGroup
+// holds.
+const ensureGroupLockClass = 0x5347 // "SG"
+
+func (s *Store) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	groups, err := s.Groups(ctx)
 	if err != nil {
 		return nil, err

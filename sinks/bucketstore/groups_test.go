@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pglogrepl"
@@ -156,5 +157,45 @@ func TestReplaceGroup(t *testing.T) {
 	}
 	if g, err := s.Group(ctx, old.ID); err != nil || g.State != StateStop {
 		t.Fatalf("replaced group: %+v %v, want STOP", g, err)
+	}
+}
+
+// TestEnsureGroupConcurrentStartsAgree: processes starting at the same
+// moment with the same rules end up with one group between them.
+func TestEnsureGroupConcurrentStartsAgree(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri := pgtest.NewDB(t)
+	const procs = 4
+	stores := make([]*Store, procs)
+	for i := range stores {
+		s, err := Open(ctx, Config{URI: uri})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	var wg sync.WaitGroup
+	ids := make([][]int, procs)
+	for i, s := range stores {
+		wg.Go(func() {
+			gs, err := s.EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, g := range gs {
+				ids[i] = append(ids[i], g.ID)
+			}
+		})
+	}
+	wg.Wait()
+	all, err := stores[0].Groups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 1 {
+		t.Fatalf("%d groups after %d concurrent starts, want 1 (each got %v)", len(all), procs, ids)
 	}
 }
