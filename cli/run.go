@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/replication"
@@ -126,7 +128,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		term = stderr
 	}
 	err = replicate(ctx, cfg, store, log, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
-		MeterProvider: tel.MeterProvider,
+		MeterProvider: tel.MeterProvider, Reload: reloadOnSIGHUP(ctx, log),
 		Tracer:        pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	logSummary(log, summary)
 	if af := (apiFailure{}); errors.As(context.Cause(ctx), &af) {
@@ -171,4 +173,29 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// reloadOnSIGHUP returns a channel that receives a request whenever the
+// process gets SIGHUP (requests arriving while one is pending merge),
+// until ctx ends.
+func reloadOnSIGHUP(ctx context.Context, log *slog.Logger) <-chan struct{} {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reading the sync rules again")
+				select {
+				case reload <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return reload
 }

@@ -60,6 +60,10 @@ type Options struct {
 	// MeterProvider creates the replication metrics; default the OTel
 	// global.
 	MeterProvider metric.MeterProvider
+	// Reload, when set, asks for the sync rules to be read again (run
+	// sends on SIGHUP): changed rules start a reprocessing group in the
+	// background, which takes over once caught up.
+	Reload <-chan struct{}
 }
 
 // sink returns the sink snapshot pipelines of group g write to, fenced
@@ -225,10 +229,60 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if err := r.submitRetirements(ctx); err != nil {
 		return err
 	}
+	if r.opts.Reload != nil {
+		r.background(r.reloads)
+	}
 	if err := r.sched.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}
 	return nil // stopped: a shutdown, not a failure
+}
+
+// reloads applies every reload request until ctx ends. A rules file that
+// does not parse, or groups that cannot be started, are logged and leave
+// replication as it is: bad input stops nothing.
+func (r *Replicator) reloads(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.opts.Reload:
+		}
+		if err := r.reload(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("sync rules not reloaded; replication goes on with the rules it has", "err", err)
+		}
+	}
+}
+
+// reload reads the rules again and starts the groups storage now wants
+// that this process does not run yet (a reprocessing group for changed
+// rules). A PROCESSING group of earlier rules is stopped by EnsureGroup
+// and retires itself.
+func (r *Replicator) reload(ctx context.Context) error {
+	rulesText, err := r.cfg.SyncRules.Read()
+	if err != nil {
+		return err
+	}
+	if _, err := syncrules.Parse(rulesText, syncrules.Options{File: r.cfg.SyncRules.Path}); err != nil {
+		return err
+	}
+	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		r.mu.Lock()
+		_, running := r.groups[g.ID]
+		r.mu.Unlock()
+		if running {
+			continue
+		}
+		r.log.Info("sync rules changed: starting a reprocessing group", "group", g.ID)
+		if err := r.startGroup(ctx, g); err != nil {
+			return fmt.Errorf("group %d: %w", g.ID, err)
+		}
+	}
+	return nil
 }
 
 // background runs f on a goroutine that Run waits for; f's ctx ends when
