@@ -129,7 +129,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	err = replicate(ctx, cfg, store, log, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
 		MeterProvider: tel.MeterProvider, Reload: reloadOnSIGHUP(ctx, log),
-		Tracer:        pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
+		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	logSummary(log, summary)
 	if af := (apiFailure{}); errors.As(context.Cause(ctx), &af) {
 		return af
