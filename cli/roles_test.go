@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,11 @@ func TestRolesAreStrict(t *testing.T) {
 	e.waitFor(ctx, "the streaming process to wait for a snapshot process", func() bool {
 		return streamer.count("this process only streams: waiting for a replication:snapshot process") > 0
 	})
+	// status says what is missing.
+	if code, out, errOut := runCLI(t, "status", "--config", e.config); code != 0 ||
+		!strings.Contains(out, "snapshot units wait and no process works on them") {
+		t.Errorf("status (exit %d) does not say the snapshot waits for a worker:\n%s%s", code, out, errOut)
+	}
 	snapshotter := e.startWith(nil, "--role", "replication:snapshot")
 	e.child = nil
 	t.Cleanup(func() {

@@ -30,6 +30,8 @@ type statusStorage interface {
 	SinkPipelines(ctx context.Context) ([]bucketstore.SinkPipeline, error)
 	// Now is storage's clock, which stamped the stored errors.
 	Now(ctx context.Context) (time.Time, error)
+	// UnitCounts returns the work units of every process.
+	UnitCounts(ctx context.Context) (bucketstore.UnitCounts, error)
 }
 
 var _ statusStorage = (*bucketstore.Store)(nil)
@@ -111,6 +113,9 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 			g.LastCheckpointLSN, lag, health, errorCell(g, now))
 	}
 	_ = tw.Flush()
+	if err := writeUnits(ctx, stdout, store); err != nil {
+		return err
+	}
 	fmt.Fprintln(stdout)
 	writeErrors(stdout, groups, now)
 	tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
@@ -132,6 +137,22 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%d\t%s\n", p.Group, p.Table, p.RangesDone, p.Ranges, p.RowsDone, p.Estimated, pct)
 	}
 	return tw.Flush()
+}
+
+// writeUnits reports the work units of all processes (leases in
+// storage), and says so when snapshot work waits with no process on it —
+// as under only replication:streaming processes.
+func writeUnits(ctx context.Context, w io.Writer, store statusStorage) error {
+	c, err := store.UnitCounts(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "work units (all processes): streams %d of %d held; snapshot units %d pending, %d active\n",
+		c.ActiveStreams, c.TotalStreams, c.PendingSnapshots, c.ActiveSnapshots)
+	if c.PendingSnapshots > 0 && c.ActiveSnapshots == 0 {
+		fmt.Fprintln(w, "snapshot units wait and no process works on them: start a `syncpipe run --role replication` (or replication:snapshot) process")
+	}
+	return nil
 }
 
 // sourceLag returns how far the source's WAL is ahead of what storage

@@ -76,6 +76,7 @@ type fakeStatusStorage struct {
 	progress  []bucketstore.TableProgress
 	pipelines []bucketstore.SinkPipeline
 	now       time.Time
+	units     bucketstore.UnitCounts
 }
 
 func (f *fakeStatusStorage) Groups(context.Context) ([]bucketstore.Group, error) {
@@ -88,6 +89,9 @@ func (f *fakeStatusStorage) SinkPipelines(context.Context) ([]bucketstore.SinkPi
 	return f.pipelines, nil
 }
 func (f *fakeStatusStorage) Now(context.Context) (time.Time, error) { return f.now, nil }
+func (f *fakeStatusStorage) UnitCounts(context.Context) (bucketstore.UnitCounts, error) {
+	return f.units, nil
+}
 
 // TestStatusOutputFromStorage renders status from a fake storage with no
 // source: both pipelines, the group with its error's age, the error in
@@ -116,6 +120,7 @@ pipelines:
 			LastError: "publication \"syncpipe\" does not exist\nremedy: CREATE PUBLICATION syncpipe FOR ALL TABLES", LastErrorAt: now.Add(-12 * time.Second)}},
 		progress:  []bucketstore.TableProgress{{Group: 3, Table: "public.todos", Ranges: 4, RangesDone: 1, RowsDone: 250, Estimated: 1000}},
 		pipelines: []bucketstore.SinkPipeline{{Name: "audit", Version: 2, SnapshotDone: true, StreamLSN: 0x2000000}},
+		units:     bucketstore.UnitCounts{TotalStreams: 1, PendingSnapshots: 3},
 	}
 	var out strings.Builder
 	if err := writeStatus(context.Background(), &out, cfg, st, st.groups, nil); err != nil {
@@ -130,6 +135,8 @@ pipelines:
 		"audit jsonl todos 2 done 0/2000000 ? —",
 		"3 ACTIVE syncpipe_3_ab12 done 7 0/16B3748 ? ? 12s ago: publication \"syncpipe\" does not exist…",
 		"3 public.todos 1/4 250 1000 25.0%",
+		"work units (all processes): streams 0 of 1 held; snapshot units 3 pending, 0 active",
+		"snapshot units wait and no process works on them: start a `syncpipe run --role replication` (or replication:snapshot) process",
 	} {
 		if !lines[want] {
 			t.Errorf("status lacks the line %q:\n%s", want, out.String())
