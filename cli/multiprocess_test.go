@@ -201,7 +201,8 @@ func unitGauges(ctx context.Context, addr string) map[string]int64 {
 	b, _ := io.ReadAll(resp.Body)
 	out := map[string]int64{}
 	for _, l := range strings.Split(string(b), "\n") {
-		for _, name := range []string{"syncpipe_total_stream_count", "syncpipe_active_stream_count", "syncpipe_pending_snapshot_count", "syncpipe_active_snapshot_count"} {
+		for _, g := range unitGaugeSpecs {
+			name := g.name
 			rest, ok := strings.CutPrefix(l, name)
 			if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
 				continue

@@ -24,6 +24,16 @@ const (
 	unitGaugeCache   = time.Second
 )
 
+// unitGaugeSpecs are the autoscaling gauges, in the order of the values
+// the callback observes (TotalStreams, ActiveStreams, PendingSnapshots,
+// ActiveSnapshots).
+var unitGaugeSpecs = [4]struct{ name, doc string }{
+	{"syncpipe_total_stream_count", "Replication groups (ACTIVE or PROCESSING) that stream, cluster-wide."},
+	{"syncpipe_active_stream_count", "Group streams a live process works on, cluster-wide."},
+	{"syncpipe_pending_snapshot_count", "Snapshot units (key ranges, unplanned tables) no process works on, cluster-wide: scale snapshot workers on it."},
+	{"syncpipe_active_snapshot_count", "Snapshot units a live process works on, cluster-wide."},
+}
+
 // registerUnitGauges exports the autoscaling gauges of SPEC §5 on every
 // process, whatever its role: figures read from storage, so the same on
 // each. While storage does not answer they report nothing rather than a
@@ -31,12 +41,7 @@ const (
 func registerUnitGauges(mp metric.MeterProvider, store unitCounter) error {
 	m := mp.Meter("github.com/syncpipe/syncpipe/cli")
 	var gauges [4]metric.Int64ObservableGauge
-	for i, d := range []struct{ name, doc string }{
-		{"syncpipe_total_stream_count", "Replication groups (ACTIVE or PROCESSING) that stream, cluster-wide."},
-		{"syncpipe_active_stream_count", "Group streams a live process works on, cluster-wide."},
-		{"syncpipe_pending_snapshot_count", "Snapshot units (key ranges, unplanned tables) no process works on, cluster-wide: scale snapshot workers on it."},
-		{"syncpipe_active_snapshot_count", "Snapshot units a live process works on, cluster-wide."},
-	} {
+	for i, d := range unitGaugeSpecs {
 		g, err := m.Int64ObservableGauge(d.name, metric.WithDescription(d.doc), metric.WithUnit("{unit}"))
 		if err != nil {
 			return fmt.Errorf("metric %s: %w", d.name, err)
