@@ -143,6 +143,7 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 	backoff := minBackoff
 	attempt := 0
 	var failingSince time.Time
+	defer r.metrics.unitEnded(unit)
 	for {
 		done := r.errs.progressOf(group)
 		err := f(ctx)
@@ -163,6 +164,7 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 		if failingSince.IsZero() {
 			failingSince = time.Now()
 		}
+		r.metrics.unitFailedNow(group, unit, kind, fatal(err), r.errs.progressOf(group))
 		var delay time.Duration
 		if fatal(err) {
 			r.errs.count.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", "fatal"), attribute.String("unit", kind)))

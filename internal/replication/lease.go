@@ -39,7 +39,7 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 		if !ok {
 			return pipeline.Defer(jitter(lc.Heartbeat), fmt.Errorf("work unit %s is held by another process", name))
 		}
-		r.metrics.leaseAcquired(ctx)
+		r.metrics.leaseAcquired(ctx, name, l.Takeover)
 		uctx, cancel := context.WithCancelCause(ctx)
 		beat := make(chan struct{})
 		go func() {

@@ -144,6 +144,7 @@ func New(opts Options) *Replicator {
 		mp = otel.GetMeterProvider()
 	}
 	pl, _ := opts.Config.BucketstorePipeline()
+	opts.Tracer = withStageMetrics(opts.Tracer, mp, pl.Name) // stage and row metrics (metrics.go)
 	return &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
 		owner: processOwner(), groups: map[int]*group{}, progress: newProgress()}
 }
@@ -220,6 +221,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer r.bg.Wait()
 	defer stopProgress()
 	r.runCtx = pctx
+	defer r.metrics.observe(r.errs)()
 	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {
 		if err := r.startGroup(ctx, g); err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
@@ -80,6 +81,7 @@ func NewSinkRunner(o SinkOptions) *SinkRunner {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	o.Tracer = withStageMetrics(o.Tracer, otel.GetMeterProvider(), o.Pipeline.Name) // stage and row metrics (metrics.go)
 	return &SinkRunner{o: o, pl: o.Pipeline, log: log.With("pipeline", o.Pipeline.Name), tables: map[string]*sinkTable{}}
 }
 

@@ -102,6 +102,8 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 	defer closeStream()
 	s.st = st
 	s.fence = f
+	s.lag = r.metrics.streaming(g.g.ID)
+	defer s.lag.stop()
 	s.lim = logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows,
 		MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: r.cfg.Replication.Stream.BatchMaxWait}
 	return r.runStream(ctx, g, s, st)
@@ -160,6 +162,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			return err
 		}
 		committed = b.Progress.LSN
+		s.lag.checkpointed(committed)
 		r.recovered(ctx, g.g.ID)
 		if time.Since(lastAck) >= ackEvery {
 			if err := ack(ctx); err != nil {

@@ -89,6 +89,7 @@ type streamer struct {
 	lim logrepl.BatchLimits
 	// fence is the stream unit's lease, carried by every storage write.
 	fence bucketstore.Fence
+	lag   *lagTracker // replication lag metric (metrics.go)
 }
 
 // errTxnNotRedelivered: storage holds part of a source transaction the
@@ -149,6 +150,7 @@ func (s *streamer) cutIfAny(txn *logrepl.Txn) {
 // harmlessly), everything else is applied in one batch. Batches that end
 // inside a source transaction carry its commit LSN and change count.
 func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
+	s.lag.received(lb.Txns)
 	for ti := range lb.Txns {
 		txn := &lb.Txns[ti]
 		if !txn.Continued {

@@ -23,6 +23,10 @@ type Lease struct {
 	Name  string
 	Owner string
 	Token int64
+	// Takeover is set by AcquireLease when another owner held the lease
+	// and had not released it (it expired, or its holder's process is
+	// gone): the unit was taken over rather than handed on.
+	Takeover bool
 }
 
 // acquireLeaseSQL takes a lease that is free or expired, whose holder's
@@ -40,6 +44,10 @@ SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, pid = EXCLUDED.pid
 WHERE leases.owner = EXCLUDED.owner OR leases.expires_at < now()
    OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = leases.pid AND a.backend_start = leases.backend_start)
 RETURNING token`
+
+// leaseHolderSQL locks the lease row (as acquireLeaseSQL would) and tells
+// whether another owner holds it unreleased: ReleaseLease clears pid.
+const leaseHolderSQL = `SELECT owner <> $2 AND pid IS NOT NULL FROM leases WHERE name = $1 FOR NO KEY UPDATE`
 
 // leaseLockTimeout bounds how long AcquireLease waits for the lease row: a
 // fenced write in flight holds it share-locked until it commits (see
@@ -97,6 +105,9 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+leaseLockTimeout+"'"); err != nil {
 			return err
 		}
+		if err := tx.QueryRow(ctx, leaseHolderSQL, name, owner).Scan(&l.Takeover); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
 		return tx.QueryRow(ctx, acquireLeaseSQL, name, owner, ttl.String(), id.pid, id.start).Scan(&l.Token)
 	})
 	var pgErr *pgconn.PgError
@@ -131,9 +142,10 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) erro
 
 // ReleaseLease gives a held lease up so another process can take the unit
 // at once instead of waiting for expiry. The row stays, expired, keeping
-// its token (see acquireLeaseSQL).
+// its token (see acquireLeaseSQL), with no session (so the next
+// acquisition is no takeover).
 func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
-	_, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 second'
+	_, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 second', pid = NULL, backend_start = NULL
 		WHERE name = $1 AND owner = $2 AND token = $3`, l.Name, l.Owner, l.Token)
 	if err != nil {
 		return fmt.Errorf("release lease %s: %w", l.Name, err)

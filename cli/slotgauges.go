@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/sources/postgres"
+)
+
+// slotLister names the replication slots syncpipe uses: the groups' and
+// the sink pipelines' (bucketstore).
+type slotLister interface {
+	Groups(ctx context.Context) ([]bucketstore.Group, error)
+	SinkPipelines(ctx context.Context) ([]bucketstore.SinkPipeline, error)
+}
+
+// slotGaugeTimeout bounds the reads behind a scrape (storage, then each
+// source), slotGaugeCache reuses one read for scrapes close together.
+const (
+	slotGaugeTimeout = 2 * time.Second
+	slotGaugeCache   = time.Second
+)
+
+// walStatuses are the values of pg_replication_slots.wal_status: each
+// slot reports all of them, 1 for its current one, so an alert on
+// status="lost" (or "unreserved") has a series to watch.
+var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+// slotHealth is one slot as the source reports it.
+type slotHealth struct {
+	slot      string
+	active    bool
+	walStatus string
+	lag       int64 // WAL bytes past confirmed_flush_lsn
+	retained  int64 // WAL bytes past restart_lsn: what the server keeps for the slot
+}
+
+// slotsSQL reads the health of the named slots; the WAL position is the
+// replay position on a standby.
+const slotsSQL = `
+WITH cur AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn)
+SELECT slot_name::text, active, coalesce(wal_status, ''),
+       coalesce(greatest(0, (cur.lsn - confirmed_flush_lsn)::int8), 0),
+       coalesce(greatest(0, (cur.lsn - restart_lsn)::int8), 0)
+FROM pg_replication_slots, cur WHERE slot_name = ANY($1)`
+
+// registerSlotGauges exports the health of every replication slot
+// syncpipe uses, read on scrape from the source it is on (every process,
+// whatever its role, reports the same figures). A storage or source that
+// does not answer within slotGaugeTimeout is logged and its slots are not
+// reported: no misleading 0.
+func registerSlotGauges(mp metric.MeterProvider, store slotLister, cfg *config.Config, log *slog.Logger) error {
+	m := mp.Meter("github.com/syncpipe/syncpipe/cli")
+	lag, err := m.Int64ObservableGauge("syncpipe_slot_lag_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Source WAL written past the slot's confirmed_flush_lsn: what syncpipe has not confirmed yet."))
+	if err != nil {
+		return fmt.Errorf("metric syncpipe_slot_lag_bytes: %w", err)
+	}
+	retained, err := m.Int64ObservableGauge("syncpipe_slot_retained_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Source WAL past the slot's restart_lsn: what the source keeps on disk for the slot."))
+	if err != nil {
+		return fmt.Errorf("metric syncpipe_slot_retained_bytes: %w", err)
+	}
+	active, err := m.Int64ObservableGauge("syncpipe_slot_active",
+		metric.WithDescription("1 while a connection streams from the slot."))
+	if err != nil {
+		return fmt.Errorf("metric syncpipe_slot_active: %w", err)
+	}
+	status, err := m.Int64ObservableGauge("syncpipe_slot_wal_status",
+		metric.WithDescription("1 for the slot's current wal_status (reserved, extended, unreserved, lost), 0 for the others."))
+	if err != nil {
+		return fmt.Errorf("metric syncpipe_slot_wal_status: %w", err)
+	}
+	var mu sync.Mutex
+	var last []slotHealth
+	var at time.Time
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(at) > slotGaugeCache {
+			rctx, cancel := context.WithTimeout(ctx, slotGaugeTimeout)
+			last = readSlots(rctx, store, cfg, log)
+			cancel()
+			at = time.Now()
+		}
+		for _, s := range last {
+			attrs := metric.WithAttributes(attribute.String("slot", s.slot))
+			o.ObserveInt64(lag, s.lag, attrs)
+			o.ObserveInt64(retained, s.retained, attrs)
+			o.ObserveInt64(active, boolInt(s.active), attrs)
+			for _, st := range walStatuses {
+				o.ObserveInt64(status, boolInt(s.walStatus == st), metric.WithAttributes(attribute.String("slot", s.slot), attribute.String("status", st)))
+			}
+		}
+		return nil
+	}, lag, retained, active, status)
+	return err
+}
+
+// readSlots reads the health of the slots storage names, from the source
+// of the pipeline each belongs to. What cannot be read is logged and left
+// out.
+func readSlots(ctx context.Context, store slotLister, cfg *config.Config, log *slog.Logger) []slotHealth {
+	pipelines := cfg.EffectivePipelines()
+	uriOf := map[string]string{} // pipeline name → source URI
+	bucketURI := ""
+	for _, pl := range pipelines {
+		uriOf[pl.Name] = pl.Source.URI
+		if pl.Sink.Type == config.SinkBucketstore {
+			bucketURI = pl.Source.URI
+		}
+	}
+	bySource := map[string][]string{} // source URI → slot names
+	if bucketURI != "" {
+		groups, err := store.Groups(ctx)
+		if err != nil {
+			log.Warn("slot metrics: cannot list the replication groups", "err", err)
+			return nil
+		}
+		for _, g := range groups {
+			bySource[bucketURI] = append(bySource[bucketURI], g.SlotName)
+		}
+	}
+	if len(pipelines) > 1 || bucketURI == "" {
+		sps, err := store.SinkPipelines(ctx)
+		if err != nil {
+			log.Warn("slot metrics: cannot list the sink pipelines", "err", err)
+		}
+		for _, sp := range sps {
+			if uri, ok := uriOf[sp.Name]; ok && sp.SlotName != "" {
+				bySource[uri] = append(bySource[uri], sp.SlotName)
+			}
+		}
+	}
+	var out []slotHealth
+	for uri, slots := range bySource {
+		hs, err := sourceSlots(ctx, uri, cfg.Source.ConnectTimeout, slots)
+		if err != nil {
+			log.Warn("slot metrics: cannot read the replication slots from the source", "err", err)
+			continue
+		}
+		out = append(out, hs...)
+	}
+	return out
+}
+
+// sourceSlots reads the named slots from the source at uri.
+func sourceSlots(ctx context.Context, uri string, connectTimeout time.Duration, slots []string) ([]slotHealth, error) {
+	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
+	if err != nil {
+		return nil, err
+	}
+	if connectTimeout > 0 {
+		cc.ConnectTimeout = connectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), slotGaugeTimeout)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	rows, err := conn.Query(ctx, slotsSQL, slots)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (slotHealth, error) {
+		var h slotHealth
+		err := r.Scan(&h.slot, &h.active, &h.walStatus, &h.lag, &h.retained)
+		return h, err
+	})
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
