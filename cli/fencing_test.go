@@ -7,28 +7,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
 // TestPausedStreamHolderIsFencedOut: two `syncpipe run --role
-// replication` processes share a group. A source transaction of 9,000
-// changes is streamed in pieces of 500; the process holding the stream is
-// SIGSTOPped once the first pieces are stored, for twice the lease
-// duration. The other takes the stream over (terminating the paused
-// process's slot connection) and resumes after the pieces storage holds;
-// the paused process, SIGCONTed, finds its lease gone. No change is
-// applied twice — each round of the transaction gives every row a new
-// description, so a re-applied piece shows as a (row, data) PUT twice —
-// and storage ends equal to the source. (That a write caught in flight by
-// the takeover is rejected is TestFencedWritesStopAtTakeover's, in
-// sinks/bucketstore: a signal from here rarely lands inside one.)
+// replication` processes share a group. The process holding the stream is
+// caught in the middle of a storage write — the test holds the stored
+// rows the write replaces, so the write waits there — and
+// SIGSTOPped for over twice the lease duration. The other process takes
+// the stream over (terminating the paused process's slot connection) and
+// applies the transaction from the progress storage holds; its write
+// queues behind the paused one's. The paused process is SIGCONTed while
+// the test also holds its lease row, so that its heartbeat cannot tell it
+// the lease is gone: its write runs on to the commit, and only the token
+// check stops it — with the check disabled, the stale piece commits and
+// the new holder applies it again. No change is applied twice (each round
+// of the transaction gives every row a new description, so a re-applied
+// piece shows as a (row, data) PUT twice) and storage ends equal to the
+// source.
 func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	const lease = 3 * time.Second
+	const lease = 5 * time.Second
 	e := newStreamEnv(t, envOptions{rules: todos.Rules, env: []string{
 		"SYNCPIPE_REPLICATION__STREAM__BATCH_MAX_ROWS=500",
 		"SYNCPIPE_REPLICATION__WORKERS_PER_PROCESS=1",
@@ -63,13 +68,25 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 		}
 		return holder >= 0
 	})
+	paused, other := procs[holder], procs[1-holder]
+	e.waitFor(ctx, "the snapshot done", func() bool { return paused.count(`"msg":"snapshot done"`) > 0 })
 	e.converge(ctx, time.Minute, e.todos(ctx, 1))
 
+	// Hold the stored rows: the holder's write of the transaction's first
+	// piece waits where it replaces them, with its ops to write after.
+	rows := e.lockRow(ctx, `SELECT 1 FROM syncpipe.current_data WHERE group_id = 1 FOR UPDATE`)
 	tx, err := e.src.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for r := range 30 {
+	// The first round moves every todo to another list — a stored row is
+	// replaced only when its buckets change — and every round gives each
+	// row a new description.
+	if _, err := tx.Exec(ctx, `UPDATE todos t SET list_id = (SELECT id FROM lists WHERE id <> t.list_id ORDER BY id LIMIT 1),
+		description = 'round 0 of ' || id`); err != nil {
+		t.Fatal(err)
+	}
+	for r := 1; r < 30; r++ {
 		if _, err := tx.Exec(ctx, `UPDATE todos SET description = $1 || id`, fmt.Sprintf("round %d of ", r)); err != nil {
 			t.Fatal(err)
 		}
@@ -77,15 +94,11 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	paused, other := procs[holder], procs[1-holder]
-	e.waitFor(ctx, "the first pieces of the transaction in storage", func() bool {
-		var n int64
-		err := e.storage.QueryRow(ctx, `SELECT stream_txn_changes FROM syncpipe.groups WHERE id = 1`).Scan(&n)
-		return err == nil && n > 0
-	})
+	rows.waitBlocking(ctx, "the holder's write waiting for the stored rows", "DELETE FROM current_data")
 	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	rows.release(ctx) // the paused write's statement runs; its transaction stays open
 	e.waitFor(ctx, "the other process to take the stream over", func() bool { return other.count(streaming) > 0 })
 	// The scenario, not a synchronisation: the paused process stays
 	// stopped for a lease duration after the takeover too (over 2 × lease).
@@ -94,9 +107,23 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 		t.Fatal(ctx.Err())
 	case <-time.After(lease):
 	}
+	// Its heartbeat would see the takeover at once on waking: holding the
+	// lease table keeps the heartbeat (and the fence) waiting, as a slow
+	// storage would, while the write runs on.
+	leases := e.lockRow(ctx, `LOCK TABLE syncpipe.leases IN EXCLUSIVE MODE`)
 	if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
+	e.waitFor(ctx, "the woken process's write at its fence (or, unfenced, committed)", func() bool {
+		var fenced int
+		var pieces int64
+		err := e.storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))
+				AND starts_with(query, 'DELETE FROM op_reservations')),
+			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`, leases.pid).Scan(&fenced, &pieces)
+		return err == nil && (fenced > 0 || pieces > 0)
+	})
+	leases.release(ctx)
+
 	e.converge(ctx, time.Minute, e.todos(ctx, 1))
 	var dup int
 	if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data WHERE op = 1 AND object_type = 'todos'
@@ -106,5 +133,54 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	if dup > 0 {
 		t.Fatalf("%d changes were applied twice: the paused process wrote after it lost its lease", dup)
 	}
-	t.Logf("the woken process: %d fenced-out writes logged", paused.count(`is no longer held`))
+	if n := paused.count(streaming); n != 1 {
+		t.Errorf("the woken process streamed %d times, want once (before the pause)", n)
+	}
+}
+
+// rowLock is a storage row the test holds locked in a transaction of its
+// own, to stop a syncpipe write at a chosen statement.
+type rowLock struct {
+	t    *testing.T
+	e    *streamEnv
+	conn *pgx.Conn
+	pid  uint32
+}
+
+// lockRow runs q (a SELECT … FOR UPDATE) in a transaction it keeps open.
+func (e *streamEnv) lockRow(ctx context.Context, q string) *rowLock {
+	e.t.Helper()
+	conn, err := pgx.Connect(ctx, e.storage.Config().ConnConfig.ConnString())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	l := &rowLock{t: e.t, e: e, conn: conn, pid: conn.PgConn().PID()}
+	e.t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "BEGIN"); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, q); err != nil {
+		e.t.Fatal(err)
+	}
+	return l
+}
+
+// waitBlocking waits until a statement starting with query waits for
+// the lock.
+func (l *rowLock) waitBlocking(ctx context.Context, what, query string) {
+	l.t.Helper()
+	l.e.waitFor(ctx, what, func() bool {
+		var n int
+		err := l.e.storage.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE $1 = ANY(pg_blocking_pids(pid)) AND starts_with(ltrim(query), $2)`, l.pid, query).Scan(&n)
+		return err == nil && n > 0
+	})
+}
+
+// release ends the lock's transaction.
+func (l *rowLock) release(ctx context.Context) {
+	l.t.Helper()
+	if _, err := l.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		l.t.Fatal(err)
+	}
 }

@@ -147,6 +147,16 @@
 // lease keeps its row and token), so an old token never passes again. The
 // slot belongs to the stream lease's holder: a new holder terminates the
 // connection still using the slot, and the old holder's stream ends.
+// Only a process whose lease storage still shows current may do that
+// (Store.CheckFence, also at every retry of the stream inside the unit):
+// a woken process whose stream failed does not cut off the new holder.
+// A write in flight when its unit ends (lease lost, a stage failed,
+// shutdown) is not cut off but runs to its end, bounded by
+// replication.storage_timeout and a few seconds after the unit ended
+// (storageCtx): cutting it would only leave the outcome to when the server
+// notices the closed connection, and its own fence decides — which is
+// what TestPausedStreamHolderIsFencedOut (cli) shows, a paused write
+// resuming after a takeover, with its heartbeat held up.
 //
 // Failure cases:
 //   - Storage unreachable for the holder but not for others: the holder

@@ -36,6 +36,7 @@ type groupStorage interface {
 	AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l bucketstore.Lease, ok bool, err error)
 	RenewLease(ctx context.Context, l bucketstore.Lease, ttl time.Duration) error
 	ReleaseLease(ctx context.Context, l bucketstore.Lease) error
+	CheckFence(ctx context.Context, f bucketstore.Fence) error
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter

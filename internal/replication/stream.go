@@ -79,6 +79,11 @@ func closeCtx() (context.Context, context.CancelFunc) {
 // acknowledge the LSN to the source. Every connection it opens is closed
 // on every way out, with bounded I/O.
 func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) (err error) {
+	// A retry inside the unit starts here: the lease may have gone while
+	// the last attempt failed.
+	if err := r.store.CheckFence(ctx, f); err != nil {
+		return err
+	}
 	pos, _, err := r.store.StreamResume(ctx, g.g.ID)
 	if err != nil {
 		return err
@@ -95,7 +100,7 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 	defer s.close()
 
 	r.log.Info("streaming from the replication slot", "group", g.g.ID, "slot", g.g.SlotName, "lsn", pos.LSN.String())
-	st, closeStream, err := r.takeSlot(ctx, side, g, pos.LSN)
+	st, closeStream, err := r.takeSlot(ctx, side, g, f, pos.LSN)
 	if err != nil {
 		return err
 	}
@@ -260,7 +265,7 @@ func startSlot(ctx context.Context, cfg *config.Config, pl config.Pipeline, slot
 // stream unit's lease, which this process is: a connection still using it
 // is a holder that lost the lease (paused past it, or cut off), so it is
 // terminated and the start tried again.
-func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, lsn logrepl.LSN) (*logrepl.Stream, func(), error) {
+func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, f bucketstore.Fence, lsn logrepl.LSN) (*logrepl.Stream, func(), error) {
 	for attempt := 0; ; attempt++ {
 		st, closeStream, err := startSlot(ctx, r.cfg, r.pl, g.g.SlotName, lsn, r.log.With("group", g.g.ID))
 		if !errors.Is(err, logrepl.ErrSlotInUse) || attempt >= 10 {
@@ -269,6 +274,12 @@ func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, lsn
 		if attempt == 0 {
 			r.log.Warn("the group's slot is used by a process that no longer holds the stream; terminating its connection",
 				"group", g.g.ID, "slot", g.g.SlotName, "err", err)
+		}
+		// Only the lease's holder may take the slot: a process that woke
+		// from a pause (or whose stream failed) after losing the lease
+		// must not cut off the process that took the unit over.
+		if err := r.store.CheckFence(ctx, f); err != nil {
+			return nil, nil, err
 		}
 		if _, err := side.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
 			WHERE slot_name = $1 AND active_pid IS NOT NULL`, g.g.SlotName); err != nil {
@@ -282,13 +293,30 @@ func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, lsn
 	}
 }
 
-// storageCtx bounds one storage write or commit by
-// replication.storage_timeout.
+// storageCtx bounds one storage write or commit: by
+// replication.storage_timeout, and once ctx ends (the unit's lease lost,
+// a stage failed, shutdown) by closeTimeout more. A write in flight is not
+// cut off when its unit ends: cancelling it would close its connection
+// and leave the outcome to when the server notices; it ends on its own,
+// and its lease fence decides whether it commits (see bucketstore.Fence).
 func (r *Replicator) storageCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if d := r.cfg.Replication.StorageTimeout; d > 0 {
-		return context.WithTimeout(ctx, d)
+		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), d)
 	}
-	return context.WithCancel(ctx)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(closeTimeout)
+		defer t.Stop()
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+			cancel()
+		}
+	})
+	return wctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // closeConn closes a source connection with bounded I/O.

@@ -23,8 +23,11 @@ type ClearStats struct {
 }
 
 // clearTables are emptied in this order; source_tables goes last because
-// snapshot_ranges refer to it.
+// snapshot_ranges refer to it. A terminated group publishes no checkpoint
+// any more, so its op id claims — one a writer cut off mid-write may have
+// left behind — hold nothing back and go too.
 var clearTables = []struct{ name, where string }{
+	{"op_reservations", "group_id = $1"},
 	{"bucket_data", "group_id = $1"},
 	{"bucket_parameters", "group_id = $1"},
 	{"bucket_changes", "group_id = $1"},

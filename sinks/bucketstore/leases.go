@@ -174,6 +174,26 @@ func FenceOf(l Lease) Fence { return Fence{Lease: l.Name, Token: l.Token} }
 // lease name and token.
 const fenceSQL = `EXISTS (SELECT 1 FROM leases WHERE name = $%[1]d AND token = $%[2]d FOR SHARE)`
 
+// CheckFence returns nil while f's lease is held — its token current and
+// not expired — and an ErrLeaseLost error when not; the zero Fence is
+// always held. It is for steps outside storage that only the holder may
+// take (terminating another connection's use of a slot): storage writes
+// check their fence in their own transaction.
+func (s *Store) CheckFence(ctx context.Context, f Fence) error {
+	if f.Lease == "" {
+		return nil
+	}
+	var held bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE name = $1 AND token = $2 AND expires_at >= now())`,
+		f.Lease, f.Token).Scan(&held); err != nil {
+		return fmt.Errorf("check lease %s: %w", f.Lease, err)
+	}
+	if !held {
+		return f.lost("check")
+	}
+	return nil
+}
+
 // fenceLost is the error of a fenced write whose check failed.
 func (f Fence) lost(what string) error {
 	return fmt.Errorf("%s: lease %s (token %d) is no longer held: %w", what, f.Lease, f.Token, ErrLeaseLost)
