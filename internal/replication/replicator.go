@@ -265,7 +265,21 @@ func (r *Replicator) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := syncrules.Parse(rulesText, syncrules.Options{File: r.cfg.SyncRules.Path}); err != nil {
+	rules, err := syncrules.Parse(rulesText, syncrules.Options{File: r.cfg.SyncRules.Path})
+	if err != nil {
+		return err
+	}
+	// Before a group of the new rules exists: rules the source cannot
+	// replicate leave nothing behind, and a table they add is in the
+	// publication before the new group's slot is created (its changes in
+	// between would not be published).
+	conn, err := r.connectSource(ctx)
+	if err != nil {
+		return err
+	}
+	err = postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: r.tables(rules), CreatePublication: true})
+	closeConn(conn)
+	if err != nil {
 		return err
 	}
 	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)

@@ -31,7 +31,8 @@ type PreflightOptions struct {
 	// Tables are the sync-rules tables ("schema.name" or "name").
 	Tables []string
 	// CreatePublication creates a missing publication FOR TABLE Tables
-	// when the role is allowed to.
+	// when the role is allowed to, and adds missing Tables to a
+	// publication it created (see managedComment).
 	CreatePublication bool
 }
 
@@ -89,9 +90,10 @@ func walLevelProblem(level string) error {
 }
 
 func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool, version int) error {
-	var ins, upd, del, trunc, viaRoot bool
-	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = $1`, pub).
-		Scan(&ins, &upd, &del, &trunc, &viaRoot)
+	var ins, upd, del, trunc, viaRoot, managed bool
+	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot,
+		coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`, pub, managedComment).
+		Scan(&ins, &upd, &del, &trunc, &viaRoot, &managed)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return createPublication(ctx, conn, pub, tables, create)
 	}
@@ -119,13 +121,15 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []
 			"publication %s publishes partition changes via the partition root, which syncpipe does not support: run ALTER PUBLICATION %s SET (publish_via_partition_root = false)",
 			qpub, qpub))
 	}
-	if err := checkPublicationTables(ctx, conn, pub, tables, version); err != nil {
+	if err := checkPublicationTables(ctx, conn, pub, tables, version, create && managed); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
 }
 
-func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, version int) error {
+// checkPublicationTables checks that pub publishes every table whole;
+// tables missing from a publication syncpipe manages are added to it.
+func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, version int, manage bool) error {
 	if len(tables) == 0 {
 		return nil
 	}
@@ -159,10 +163,12 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 	qpub := quoteIdentIfNeeded(pub)
 	var problems []error
 	var missing []string
+	var add []string
 	for _, t := range tables {
 		pt, ok := published[[2]string{t.Schema, t.Name}]
 		if !ok {
 			missing = append(missing, t.QualifiedName())
+			add = append(add, pgx.Identifier{t.Schema, t.Name}.Sanitize())
 			continue
 		}
 		partial := pt.cols != nil && len(pt.cols) < len(t.Columns)
@@ -176,6 +182,13 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 				qpub, t.QualifiedName(), what, qpub, t.QualifiedName(), t.QualifiedName()))
 		}
 	}
+	if len(missing) > 0 && manage {
+		sql := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(add, ", "))
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return errors.Join(append(problems, fmt.Errorf("preflight: add tables %s to publication %s: %w", strings.Join(missing, ", "), qpub, err))...)
+		}
+		missing = nil
+	}
 	if len(missing) > 0 {
 		noun := "table " + missing[0] + " is"
 		if len(missing) > 1 {
@@ -187,6 +200,12 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 	}
 	return errors.Join(problems...)
 }
+
+// managedComment marks a publication syncpipe created: the tables that
+// later sync rules name are added to it. A publication someone else
+// created is theirs — it may feed other subscribers — so for it syncpipe
+// only says what to run.
+const managedComment = "created by syncpipe: tables the sync rules name are added to it"
 
 func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool) error {
 	qpub := quoteIdentIfNeeded(pub)
@@ -204,7 +223,14 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 		return problemf(ErrPublication, "publication %s does not exist in the source database: run %s", qpub, stmt)
 	}
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(idents, ", "))
-	if _, err := conn.Exec(ctx, sql); err != nil {
+	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON PUBLICATION %s IS '%s'", pgx.Identifier{pub}.Sanitize(), managedComment))
+		return err
+	})
+	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
 			return problemf(ErrPublication,

@@ -75,6 +75,33 @@ func TestPreflightMissingPublication(t *testing.T) {
 	}
 }
 
+// TestPreflightManagedPublication: tables later rules add go into a
+// publication syncpipe created, never into someone else's.
+func TestPreflightManagedPublication(t *testing.T) {
+	t.Parallel()
+	conn, _ := preflightSetup(t)
+	mustExec(t, conn, `CREATE TABLE c (id int PRIMARY KEY)`)
+	if err := Preflight(testCtx(t), conn, PreflightOptions{Tables: []string{"a"}, CreatePublication: true}); err != nil {
+		t.Fatal(err)
+	}
+	more := PreflightOptions{Tables: []string{"a", "b", "c"}}
+	wantLines(t, Preflight(testCtx(t), conn, more),
+		"tables public.b, public.c are not in publication syncpipe: run ALTER PUBLICATION syncpipe ADD TABLE public.b, public.c")
+	more.CreatePublication = true
+	if err := Preflight(testCtx(t), conn, more); err != nil {
+		t.Fatalf("adding tables to the publication syncpipe created: %v", err)
+	}
+	more.CreatePublication = false
+	if err := Preflight(testCtx(t), conn, more); err != nil {
+		t.Fatalf("after adding the tables: %v", err)
+	}
+
+	mustExec(t, conn, `CREATE PUBLICATION theirs FOR TABLE a`)
+	theirs := PreflightOptions{Publication: "theirs", Tables: []string{"a", "b"}, CreatePublication: true}
+	wantLines(t, Preflight(testCtx(t), conn, theirs),
+		"table public.b is not in publication theirs: run ALTER PUBLICATION theirs ADD TABLE public.b")
+}
+
 func TestPreflightPublicationSettings(t *testing.T) {
 	t.Parallel()
 	conn, _ := preflightSetup(t)
