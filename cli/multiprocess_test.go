@@ -39,98 +39,225 @@ func expectedTables(ctx context.Context, t *testing.T, e *streamEnv, n, group in
 	st := bucketcheck.State{}
 	bucket := fmt.Sprintf("%d#all[]", group)
 	st[bucket] = map[string]string{}
+	parts := make([]string, n)
 	for i := range n {
-		rows, err := e.src.Query(ctx, fmt.Sprintf(`SELECT id::text, row_to_json(t)::text FROM t%03d t`, i))
-		if err != nil {
+		parts[i] = fmt.Sprintf(`SELECT 't%03d/' || id, row_to_json(t)::text FROM t%03d t`, i, i)
+	}
+	rows, err := e.src.Query(ctx, strings.Join(parts, " UNION ALL "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, data string
+		if err := rows.Scan(&key, &data); err != nil {
 			t.Fatal(err)
 		}
-		for rows.Next() {
-			var id, data string
-			if err := rows.Scan(&id, &data); err != nil {
-				t.Fatal(err)
-			}
-			st[bucket][fmt.Sprintf("t%03d/%s", i, id)] = data
-		}
-		rows.Close()
+		st[bucket][key] = data
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
 
 // TestProcessesShareTheSnapshot runs three `syncpipe run --role
-// replication` processes with one worker each on one storage over a
-// source of 60 tables: the snapshot's units are leased through storage,
-// so every table is snapshotted once — each row has exactly one op — and
-// every process does a share of the work. One process is SIGKILLed in the
-// middle: its units are taken over by the others (a dead process's leases
-// are free at once), and storage ends equal to the source, then streams.
+// replication` processes with one worker each and one `--role api`
+// process on one storage over a source of 200 tables (issue 16): the
+// snapshot's units are leased through storage, so every table is
+// snapshotted once — each row has exactly one op — and every replication
+// process does at least a fifth of the units; the api process never
+// replicates nor holds a lease, and its /metrics shows the same unit
+// gauges. One process is SIGKILLed in the middle, after it did its fifth
+// and while units are pending: the units it held are committed by the
+// others within a lease duration + 5 s (a dead process's leases are free
+// at once), and storage ends equal to the source, then streams from
+// exactly one survivor.
 func TestProcessesShareTheSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	const tables, rows = 60, 2000
+	const tables, rows, replicators = 200, 500, 3
+	const lease = 3 * time.Second
+	const need = (tables + 4) / 5 // 20 % of the units: one key range per table, as small as they are
 	e := newStreamEnv(t, envOptions{rules: "bucket_definitions: {}\n", env: []string{
 		"SYNCPIPE_REPLICATION__WORKERS_PER_PROCESS=1",
-		"SYNCPIPE_REPLICATION__LEASE__DURATION=3s",
+		"SYNCPIPE_REPLICATION__LEASE__DURATION=" + lease.String(),
 		"SYNCPIPE_REPLICATION__LEASE__HEARTBEAT=1s",
 	}})
 	e.writeRules(manyTables(ctx, t, e, tables, rows))
+	started := time.Now()
 
-	procs := make([]*child, 3)
+	// procs[replicators] is the api process; it alone serves the sync API
+	// (api.listen of the config), and every process has its own /metrics.
+	procs := make([]*child, replicators+1)
 	metrics := make([]string, len(procs))
 	base := e.env
 	for i := range procs {
+		role := "replication"
+		if i == replicators {
+			role = "api"
+		}
 		metrics[i] = freeAddr(t)
 		e.env = append(slices.Clone(base), "SYNCPIPE_TELEMETRY__METRICS_LISTEN="+metrics[i])
-		procs[i] = e.startWith(nil, "--role", "replication")
+		procs[i] = e.startWith(nil, "--role", role)
 	}
-	e.child = nil // several children: this test watches them itself
+	e.env, e.child = base, nil // several children: this test watches them itself
+	api := procs[replicators]
+	victim := -1
 	t.Cleanup(func() {
 		for _, c := range procs {
-			if c != nil {
+			select {
+			case <-c.exited:
+			default:
+				_ = c.cmd.Process.Signal(syscall.SIGCONT) // in case the test failed with it stopped
 				_ = c.cmd.Process.Signal(syscall.SIGTERM)
 				<-c.exited
 			}
 		}
 	})
-	const done = `"msg":"snapshot range done"`
-	total := func() (n int) {
-		for _, c := range procs {
-			if c != nil {
-				n += c.count(done)
+	// alive fails the test when a process other than the victim exited.
+	alive := func(what string) {
+		t.Helper()
+		for i, c := range procs {
+			if i == victim {
+				continue
 			}
+			select {
+			case <-c.exited:
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				t.Fatalf("%s: process %d exited: %v; its log:\n%s", what, i, c.err, tail(c.logs.String(), 4<<10))
+			default:
+			}
+		}
+	}
+	// owner is the LIKE pattern of the lease owners of a process (see
+	// processOwner: host/pid/random).
+	owner := func(c *child) string { return fmt.Sprintf("%%/%d/%%", c.cmd.Process.Pid) }
+	const unitName = `'snapshot/' || r.source_table_id || '/' || r.range_no`
+	// heldUnits are the unfinished snapshot units whose live lease c holds.
+	heldUnits := func(c *child) (names, tableNames []string) {
+		q, err := e.storage.Query(ctx, `SELECT l.name, t.table_name FROM syncpipe.leases l
+			JOIN syncpipe.snapshot_ranges r ON l.name = `+unitName+`
+			JOIN syncpipe.source_tables t ON t.id = r.source_table_id
+			WHERE l.owner LIKE $1 AND l.expires_at > now() AND NOT r.done ORDER BY 1`, owner(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		for q.Next() {
+			var n, tn string
+			if err := q.Scan(&n, &tn); err != nil {
+				t.Fatal(err)
+			}
+			names, tableNames = append(names, n), append(tableNames, tn)
+		}
+		if err := q.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return names, tableNames
+	}
+	// pendingUnits counts the unfinished snapshot ranges nobody holds.
+	pendingUnits := func() (n int) {
+		if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.snapshot_ranges r
+			WHERE NOT r.done AND NOT EXISTS (SELECT 1 FROM syncpipe.leases l
+			  WHERE l.name = `+unitName+` AND l.expires_at > now())`).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
 		return n
 	}
-	// The autoscaling gauges, read from storage by every process: while
-	// the snapshot runs no more units are active than workers exist.
-	maxActive, sawPending := int64(0), false
-	e.waitFor(ctx, "a third of the tables", func() bool {
-		g := unitGauges(ctx, metrics[0])
-		maxActive = max(maxActive, g["syncpipe_active_snapshot_count"])
-		sawPending = sawPending || g["syncpipe_pending_snapshot_count"] > 0
-		return total() >= tables/3
-	})
-	if !sawPending || maxActive > int64(len(procs)) || maxActive < 1 {
-		t.Errorf("during the snapshot: pending seen %v, at most %d active snapshot units; want pending > 0 and 1…%d active", sawPending, maxActive, len(procs))
+	const done = `"msg":"snapshot range done"`
+	const streams = `"msg":"streaming from the replication slot"`
+	total := func() (n int) {
+		for _, c := range procs {
+			n += c.count(done)
+		}
+		return n
 	}
-	victim := procs[2]
-	_ = victim.cmd.Process.Signal(syscall.SIGKILL)
-	<-victim.exited
-	killedDid := victim.count(done)
-	procs[2] = nil
-	t.Logf("SIGKILLed one process after it finished %d of the %d tables finished so far", killedDid, total()+killedDid)
 
-	e.converge(ctx, 2*time.Minute, func() bucketcheck.State { return expectedTables(ctx, t, e, tables, 1) })
-	for i, c := range procs[:2] {
-		select {
-		case <-c.exited:
-			c.mu.Lock()
-			t.Fatalf("process %d exited: %v; its log:\n%s", i, c.err, tail(c.logs.String(), 4<<10))
-		default:
+	// Wait for a replication process that did a fifth of the units and
+	// works on one while others are pending. It is stopped (SIGSTOP) to
+	// read the units it holds, so that they are the ones it holds when
+	// SIGKILLed; stopped in between two units it is let go on. Meanwhile
+	// the autoscaling gauges, read from storage by every process: while
+	// the snapshot runs no more units are active than workers exist.
+	maxActive, sawPending, scraped := int64(0), false, time.Time{}
+	var victimUnits, victimTables []string
+	var pendingAtKill int
+	e.waitFor(ctx, "a replication process that did 20 % of the units and holds one, with units pending", func() bool {
+		alive("during the snapshot")
+		if time.Since(scraped) >= 200*time.Millisecond { // each scrape queries storage: not on every poll
+			scraped = time.Now()
+			g := unitGauges(ctx, metrics[replicators])
+			maxActive = max(maxActive, g["syncpipe_active_snapshot_count"])
+			sawPending = sawPending || g["syncpipe_pending_snapshot_count"] > 0
+		}
+		for i, c := range procs[:replicators] {
+			if c.count(done) < need {
+				continue
+			}
+			_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+			names, tns := heldUnits(c)
+			if pending := pendingUnits(); len(names) > 0 && pending > 0 {
+				victim, victimUnits, victimTables, pendingAtKill = i, names, tns, pending
+				return true
+			}
+			_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		}
+		return false
+	})
+	if !sawPending || maxActive > replicators || maxActive < 1 {
+		t.Errorf("during the snapshot: pending seen %v, at most %d active snapshot units; want pending > 0 and 1…%d active", sawPending, maxActive, replicators)
+	}
+	vc := procs[victim]
+	killedAt := time.Now()
+	_ = vc.cmd.Process.Signal(syscall.SIGKILL)
+	<-vc.exited
+	killedDid, doneAtKill := vc.count(done), total()
+	t.Logf("%v after the start: SIGKILLed process %d holding %v (tables %v) after it finished %d of the %d units finished so far, %d units pending",
+		time.Since(started).Round(time.Millisecond), victim, victimUnits, victimTables, killedDid, doneAtKill, pendingAtKill)
+
+	// The units it held are committed by the others within a lease
+	// duration + 5 s.
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	e.waitFor(tctx, "the killed process's units committed by the others", func() bool {
+		alive("taking the killed process's units over")
+		var n int
+		if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.snapshot_ranges r
+			WHERE r.done AND `+unitName+` = ANY($1)`, victimUnits).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == len(victimUnits)
+	})
+	tcancel()
+	takeover := time.Since(killedAt)
+	var finishers []int // who logged the units done
+	for i, c := range procs[:replicators] {
+		for _, tn := range victimTables {
+			if c.count(fmt.Sprintf(`%s,"group":1,"table":"public.%s"`, done, tn)) > 0 && !slices.Contains(finishers, i) {
+				finishers = append(finishers, i)
+			}
 		}
 	}
+	t.Logf("the killed process's units were committed %v after the SIGKILL (lease %v), by process(es) %v", takeover.Round(time.Millisecond), lease, finishers)
+	if takeover > lease+5*time.Second {
+		t.Errorf("the killed process's units were committed %v after the SIGKILL, want ≤ lease duration %v + 5 s", takeover.Round(time.Millisecond), lease)
+	}
+
+	// The whole snapshot, checked cheaply first (the comparison with the
+	// source reads all of storage).
+	e.waitFor(ctx, "every snapshot range done", func() bool {
+		alive("finishing the snapshot")
+		var all, finished int
+		err := e.storage.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE done) FROM syncpipe.snapshot_ranges`).Scan(&all, &finished)
+		return err == nil && all == tables && finished == all
+	})
+	t.Logf("%v after the start: every snapshot range done", time.Since(started).Round(time.Millisecond))
+	e.converge(ctx, 2*time.Minute, func() bucketcheck.State { return expectedTables(ctx, t, e, tables, 1) })
+	alive("after the snapshot")
 	var dup int
 	if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data
 		GROUP BY bucket_name, object_type, object_id HAVING count(*) > 1) d`).Scan(&dup); err != nil {
@@ -139,35 +266,65 @@ func TestProcessesShareTheSnapshot(t *testing.T) {
 	if dup > 0 {
 		t.Fatalf("%d rows have more than one op: a table was snapshotted twice", dup)
 	}
-	shares := []int{procs[0].count(done), procs[1].count(done), killedDid}
-	t.Logf("tables snapshotted per process: %v (the last one SIGKILLed)", shares)
-	for i, n := range shares[:2] {
-		if n < tables/5 {
+	shares := make([]int, replicators)
+	sum := 0
+	for i, c := range procs[:replicators] {
+		shares[i] = c.count(done)
+		sum += shares[i]
+	}
+	t.Logf("units snapshotted per replication process: %v of %d (process %d SIGKILLed)", shares, tables, victim)
+	for i, n := range shares {
+		if n < need {
 			procs[i].mu.Lock()
-			t.Errorf("process %d snapshotted %d of %d tables, want ≥ 20 %%; its log:\n%s", i, n, tables, tail(procs[i].logs.String(), 4<<10))
+			t.Errorf("process %d snapshotted %d of %d units, want ≥ 20 %%; its log:\n%s", i, n, tables, tail(procs[i].logs.String(), 4<<10))
 			procs[i].mu.Unlock()
 		}
 	}
+	// Each unit is finished by one process: the sum is the units, less at
+	// most those of the victim whose last commit it had sent when stopped.
+	if sum > tables || sum < tables-len(victimUnits) {
+		t.Errorf("%d snapshot ranges done in all (%v), want %d: a unit was snapshotted twice or by nobody", sum, shares, tables)
+	}
 
-	for i := range 2 {
-		want := map[string]int64{"syncpipe_pending_snapshot_count": 0, "syncpipe_active_snapshot_count": 0,
-			"syncpipe_total_stream_count": 1, "syncpipe_active_stream_count": 1}
+	watched := []int{replicators} // the api process, then the survivors
+	for i := range replicators {
+		if i != victim {
+			watched = append(watched, i)
+		}
+	}
+	want := map[string]int64{"syncpipe_pending_snapshot_count": 0, "syncpipe_active_snapshot_count": 0,
+		"syncpipe_total_stream_count": 1, "syncpipe_active_stream_count": 1}
+	for _, i := range watched {
 		e.waitFor(ctx, fmt.Sprintf("process %d's gauges after the snapshot", i), func() bool {
+			alive("after the snapshot")
 			return maps.Equal(unitGauges(ctx, metrics[i]), want)
 		})
 	}
 
-	// The stream runs in exactly one of the survivors.
+	// The stream runs in exactly one of the survivors, never in the api
+	// process.
 	e.exec(ctx, "UPDATE t000 SET v = 'changed' WHERE id <= 10")
 	e.converge(ctx, time.Minute, func() bucketcheck.State { return expectedTables(ctx, t, e, tables, 1) })
+	alive("streaming")
 	streaming := 0
-	for _, c := range procs[:2] {
-		if c.count(`"msg":"streaming from the replication slot"`) > 0 {
+	for _, i := range watched[1:] {
+		if procs[i].count(streams) > 0 {
 			streaming++
 		}
 	}
 	if streaming != 1 {
-		t.Fatalf("%d surviving processes streamed the group, want exactly 1", streaming)
+		t.Errorf("%d surviving processes streamed the group, want exactly 1", streaming)
+	}
+	// The api process: no unit run, no lease ever taken (lease rows are
+	// never deleted, so one it took would still name it).
+	var apiLeases int
+	if err := e.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.leases WHERE owner LIKE $1`, owner(api)).Scan(&apiLeases); err != nil {
+		t.Fatal(err)
+	}
+	if n, s := api.count(done), api.count(streams); n > 0 || s > 0 || apiLeases > 0 {
+		api.mu.Lock()
+		t.Errorf("the api process replicated: %d snapshot ranges, %d streams, %d leases; its log:\n%s", n, s, apiLeases, tail(api.logs.String(), 4<<10))
+		api.mu.Unlock()
 	}
 }
 
