@@ -2,6 +2,8 @@ package bucketstore
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -197,5 +199,49 @@ func TestEnsureGroupConcurrentStartsAgree(t *testing.T) {
 	}
 	if len(all) != 1 {
 		t.Fatalf("%d groups after %d concurrent starts, want 1 (each got %v)", len(all), procs, ids)
+	}
+}
+
+// TestRegisterTableConcurrently: processes registering the same tables at
+// the same moment all get the one stored table (an insert that waited
+// for another's and did nothing cannot see its row in its own snapshot).
+func TestRegisterTableConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri := pgtest.NewDB(t)
+	const procs, tables = 4, 50
+	stores := make([]*Store, procs)
+	for i := range stores {
+		s, err := Open(ctx, Config{URI: uri})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	gs, err := stores[0].EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := gs[0].ID
+	ids := make([][]string, procs)
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		wg.Go(func() {
+			for n := range tables {
+				st, err := s.RegisterTable(ctx, group, uint32(1000+n), "public", fmt.Sprintf("t%02d", n), []string{"id"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = append(ids[i], st.ID)
+			}
+		})
+	}
+	wg.Wait()
+	for i := 1; i < procs; i++ {
+		if !slices.Equal(ids[i], ids[0]) {
+			t.Fatalf("process %d got other table ids than process 0:\n%v\n%v", i, ids[i], ids[0])
+		}
 	}
 }

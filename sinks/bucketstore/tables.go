@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -91,6 +92,14 @@ func (s *Store) RegisterTable(ctx context.Context, group int, relationID uint32,
 		WHERE group_id = $2 AND schema_name = $4 AND table_name = $5
 		LIMIT 1`, randomHex(12), group, relationID, schema, name, replicaIDColumns).
 		Scan(&t.ID, &t.RelationID, &t.ReplicaIDColumns, &t.SnapshotDone, &t.EstimatedRows)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another process registered the table at the same moment: the
+		// insert waited for it and did nothing, and the statement's
+		// snapshot, taken before, cannot see its row. A new one can.
+		err = s.pool.QueryRow(ctx, `SELECT id, relation_id, replica_id_columns, snapshot_done, estimated_rows FROM source_tables
+			WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`, group, schema, name).
+			Scan(&t.ID, &t.RelationID, &t.ReplicaIDColumns, &t.SnapshotDone, &t.EstimatedRows)
+	}
 	if err != nil {
 		return t, fmt.Errorf("register table %s.%s in group %d: %w", schema, name, group, err)
 	}
