@@ -245,11 +245,52 @@ func (c *Child) WaitFor(ctx context.Context, msg string) (time.Time, error) {
 	}
 }
 
+// Seen reports when the child logged msg, if it has.
+func (c *Child) Seen(msg string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.seen[msg]
+	return t, ok
+}
+
 // Tail returns the child's last log lines.
 func (c *Child) Tail() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return strings.Join(c.tail, "\n")
+}
+
+// Pid is the child's process id.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// CPU is the CPU time (user + system, all threads) the child has used so
+// far, read from /proc/<pid>/stat: a sample at a moment of the harness's
+// choosing, where the rusage Stop returns covers the child's whole life.
+// Zero once the child has exited.
+func (c *Child) CPU() time.Duration {
+	f := procStat(c.cmd.Process.Pid)
+	if len(f) < 13 {
+		return 0
+	}
+	var ticks uint64
+	for _, v := range f[11:13] { // utime, stime
+		t, _ := strconv.ParseUint(v, 10, 64)
+		ticks += t
+	}
+	return time.Duration(ticks) * clockTick
+}
+
+// Kill ends the child with SIGKILL — no shutdown path, no stage summary,
+// its storage sessions cut — waits for the exit and returns its resource
+// usage.
+func (c *Child) Kill() ChildStats {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+	st := ChildStats{PeakRSS: c.hwm.Load()}
+	if ps := c.cmd.ProcessState; ps != nil {
+		st.User, st.System = ps.UserTime(), ps.SystemTime()
+	}
+	return st
 }
 
 // Stop sends SIGTERM (the graceful shutdown that logs the stage summary),

@@ -91,6 +91,9 @@ type SnapshotConfig struct {
 	// JSONLDir, if set, makes the run's one pipeline write to a jsonl sink
 	// in this directory instead of bucket storage (P7).
 	JSONLDir string
+	// LeaseDuration and LeaseHeartbeat set replication.lease (0: the
+	// defaults, 30 s and 10 s).
+	LeaseDuration, LeaseHeartbeat time.Duration
 }
 
 // config renders a `syncpipe run` config for a snapshot run: JSON logs
@@ -105,6 +108,17 @@ func (h *Harness) config(c SnapshotConfig) string {
 	if c.SplitRows > 0 {
 		split = fmt.Sprintf(", split_rows: %d", c.SplitRows)
 	}
+	lease := ""
+	if c.LeaseDuration > 0 || c.LeaseHeartbeat > 0 {
+		var kv []string
+		if c.LeaseDuration > 0 {
+			kv = append(kv, "duration: "+c.LeaseDuration.String())
+		}
+		if c.LeaseHeartbeat > 0 {
+			kv = append(kv, "heartbeat: "+c.LeaseHeartbeat.String())
+		}
+		lease = "  lease: {" + strings.Join(kv, ", ") + "}\n"
+	}
 	return fmt.Sprintf(`source: {uri: %q, slot_prefix: %q}
 storage: {uri: %q, max_conns: 32, synchronous_commit: "off"}
 sync_rules:
@@ -113,10 +127,10 @@ sync_rules:
 replication:
   workers_per_process: %d
   snapshot: {chunk_rows: %d%s, max_ranges_per_table: 8, flush_writers: %d}
-telemetry: {metrics_listen: "", tracing: {exporter: %s, service_name: syncpipe-bench}}
+%stelemetry: {metrics_listen: "", tracing: {exporter: %s, service_name: syncpipe-bench}}
 log: {level: info, format: json}
 `, c.Source, c.SlotPrefix, c.Storage, indent(c.Rules, "    "), max(c.Workers, 1), c.ChunkRows, split,
-		max(c.FlushWriters, 2), exporter) + jsonlPipeline(c.JSONLDir)
+		max(c.FlushWriters, 2), lease, exporter) + jsonlPipeline(c.JSONLDir)
 }
 
 // start runs `syncpipe run --role replication:snapshot` on cfg.
@@ -206,7 +220,12 @@ func storedOps(ctx context.Context, uri string) (ops, bytes int64, err error) {
 // startCluster starts a scenario's throwaway cluster (fsync on: the runs
 // measure write cost) with a database for the source.
 func startCluster(ctx context.Context, sourceDB string) (*pgcluster.Cluster, *pgx.Conn, error) {
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true})
+	return startClusterWith(ctx, sourceDB, nil)
+}
+
+// startClusterWith is startCluster with extra postgresql.conf settings.
+func startClusterWith(ctx context.Context, sourceDB string, settings map[string]string) (*pgcluster.Cluster, *pgx.Conn, error) {
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: settings})
 	if err != nil {
 		return nil, nil, err
 	}

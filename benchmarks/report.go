@@ -27,6 +27,17 @@ type Sample struct {
 	// harness, plus the cluster's backends): OwnCPU/Duration is how many
 	// of the machine's cores the run itself kept busy.
 	OwnCPU time.Duration `json:"own_cpu_ns,omitempty"`
+	// SyncpipeCPU and PostgresCPU split OwnCPU where a scenario measures
+	// both apart (P2): the CPU time of every syncpipe process of the run,
+	// and of the cluster's processes.
+	SyncpipeCPU time.Duration `json:"syncpipe_cpu_ns,omitempty"`
+	PostgresCPU time.Duration `json:"postgres_cpu_ns,omitempty"`
+	// Statements are the statements storage executed during the run (P2;
+	// nil = not counted).
+	Statements *StatementCounts `json:"storage_statements,omitempty"`
+	// GroupDone is, where it comes later than Duration (P2), the time
+	// from the same start until the group's snapshot was marked done.
+	GroupDone time.Duration `json:"group_done_ns,omitempty"`
 }
 
 // Row is one line of a result table: a configuration measured several times.
@@ -38,6 +49,10 @@ type Row struct {
 	// Workers is the worker count of the configuration (0 = not a worker
 	// series); rows with one are drawn as throughput vs workers.
 	Workers int `json:"workers,omitempty"`
+	// Processes is the number of syncpipe processes sharing the work
+	// (0 = one); the chart draws several-process rows as a series of their
+	// own, against their workers in all.
+	Processes int `json:"processes,omitempty"`
 }
 
 // Median returns the sample with the median duration.
@@ -47,15 +62,15 @@ func (r Row) Median() Sample {
 	return s[len(s)/2]
 }
 
-// rate returns per-second throughputs of rows over the samples: median,
-// min and max.
+// rate returns per-second throughputs of rows over the samples: median
+// (of an even count, the mean of the middle two), min and max.
 func (r Row) rate(f func(Sample) int64) (med, lo, hi float64) {
 	var rs []float64
 	for _, s := range r.Samples {
 		rs = append(rs, float64(f(s))/s.Duration.Seconds())
 	}
 	slices.Sort(rs)
-	return rs[len(rs)/2], rs[0], rs[len(rs)-1]
+	return median(rs), rs[0], rs[len(rs)-1]
 }
 
 // rowSet collects samples into rows in the order configurations first

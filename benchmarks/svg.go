@@ -100,9 +100,13 @@ func axisX(b *strings.Builder, x0, top float64, unit string) {
 // workerPoint is one worker count's throughput.
 type workerPoint struct {
 	workers      int
+	processes    int // > 1: a point of the several-processes series
 	med, lo, hi  float64
 	baselineName string
 }
+
+// x is the point's place on the axis: its workers in all.
+func (p workerPoint) x() int { return p.workers * max(p.processes, 1) }
 
 // workerRows returns the rows that form a throughput vs workers series.
 func workerRows(res Result) []workerPoint {
@@ -110,15 +114,17 @@ func workerRows(res Result) []workerPoint {
 	for _, r := range res.Rows {
 		if r.Workers > 0 && len(r.Samples) > 0 {
 			med, lo, hi := r.rate(func(s Sample) int64 { return s.Rows })
-			pts = append(pts, workerPoint{r.Workers, med, lo, hi, r.Baseline})
+			pts = append(pts, workerPoint{r.Workers, r.Processes, med, lo, hi, r.Baseline})
 		}
 	}
-	slices.SortFunc(pts, func(a, b workerPoint) int { return a.workers - b.workers })
+	slices.SortFunc(pts, func(a, b workerPoint) int { return a.x() - b.x() })
 	return pts
 }
 
 // workerChart draws median rows/s against workers with min–max whiskers,
-// and the baselines of those rows as dashed horizontal lines.
+// and the baselines of those rows as dashed horizontal lines. Rows of
+// several processes form a second series against their workers in all,
+// starting from the single process's 1-worker point.
 func workerChart(b *strings.Builder, x0 float64, res Result, pts []workerPoint) {
 	text(b, x0+panelW/2, 20, "middle", "throughput vs workers (median, min–max)")
 	baselines := map[string]float64{}
@@ -141,7 +147,7 @@ func workerChart(b *strings.Builder, x0 float64, res Result, pts []workerPoint) 
 	}
 	top = niceCeil(top)
 	plotW, plotH := float64(panelW-padL-padR), float64(panelH-padT-padB)
-	lo, hi := pts[0].workers, pts[len(pts)-1].workers
+	lo, hi := pts[0].x(), pts[len(pts)-1].x()
 	xOf := func(w int) float64 {
 		if hi == lo {
 			return x0 + padL + plotW/2
@@ -156,25 +162,57 @@ func workerChart(b *strings.Builder, x0 float64, res Result, pts []workerPoint) 
 		v := top * float64(i) / 4
 		text(b, x0+padL-6, yOf(v)+4, "end", fmt.Sprintf("%.3gk", v/1000))
 	}
+	var single, multi []workerPoint
+	ticked := map[int]bool{}
 	for _, p := range pts {
-		text(b, xOf(p.workers), yOf(0)+16, "middle", fmt.Sprint(p.workers))
+		if !ticked[p.x()] {
+			ticked[p.x()] = true
+			text(b, xOf(p.x()), yOf(0)+16, "middle", fmt.Sprint(p.x()))
+		}
+		if p.processes > 1 {
+			multi = append(multi, p)
+		} else {
+			single = append(single, p)
+		}
 	}
-	text(b, x0+padL+plotW/2, float64(panelH-12), "middle", "workers")
+	label := "workers"
+	if len(multi) > 0 {
+		label = "workers in all (processes × workers per process)"
+		for _, p := range single {
+			if p.workers == 1 {
+				multi = append([]workerPoint{p}, multi...)
+				break
+			}
+		}
+	}
+	text(b, x0+padL+plotW/2, float64(panelH-12), "middle", label)
 	text(b, x0+padL-6, padT-8, "end", "rows/s")
 	for name, v := range baselines {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#a33" stroke-dasharray="5,4"/>`+"\n",
 			x0+padL, yOf(v), x0+padL+plotW, yOf(v))
 		text(b, x0+padL+plotW, yOf(v)-4, "end", name)
 	}
-	var line []string
-	for _, p := range pts {
-		x := xOf(p.workers)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#3b6ea5"/>`+"\n", x, yOf(p.lo), x, yOf(p.hi))
-		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="#3b6ea5"><title>%d workers: %.0f rows/s</title></circle>`+"\n",
-			x, yOf(p.med), p.workers, p.med)
-		line = append(line, fmt.Sprintf("%.1f,%.1f", x, yOf(p.med)))
+	series := func(pts []workerPoint, color string) {
+		var line []string
+		for _, p := range pts {
+			x := xOf(p.x())
+			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, yOf(p.lo), x, yOf(p.hi), color)
+			what := fmt.Sprintf("%d workers", p.workers)
+			if p.processes > 1 {
+				what = fmt.Sprintf("%d processes × %d workers", p.processes, p.workers)
+			}
+			fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %.0f rows/s</title></circle>`+"\n",
+				x, yOf(p.med), color, what, p.med)
+			line = append(line, fmt.Sprintf("%.1f,%.1f", x, yOf(p.med)))
+		}
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", strings.Join(line, " "), color)
 	}
-	fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="#3b6ea5" stroke-width="2"/>`+"\n", strings.Join(line, " "))
+	series(single, "#3b6ea5")
+	if len(multi) > 1 {
+		series(multi, "#d9822b")
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="start" fill="#3b6ea5">— 1 process × N workers</text>`+"\n", x0+padL+8, float64(padT+12))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="start" fill="#d9822b">— N processes × 1 worker</text>`+"\n", x0+padL+8, float64(padT+28))
+	}
 }
 
 // niceCeil rounds v up to 1, 2 or 5 times a power of ten, so axis ticks

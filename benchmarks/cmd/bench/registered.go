@@ -24,6 +24,7 @@ var (
 	topology = flag.String("topology", "both", "streaming (P3): where storage is — both (two clusters and one, same runs), two (storage on a cluster of its own) or one (source and storage: two databases of one cluster)")
 	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): snapshot (P1) and streaming (P3) run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
 	compRev  = flag.String("compare-rev", "", "like -compare-bin, with the binary built from this git revision (git archive into a temp dir; the working tree is not touched)")
+	procs    = flag.String("processes", "2,3", "scaling (P2): comma-separated counts of syncpipe processes, 1 worker each, measured next to the single-process -writers configurations")
 )
 
 // flagged are the scenarios whose options this command builds from flags
@@ -114,6 +115,16 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 		Rows: setInt("rows"), Lists: setInt("lists"), Topologies: topologies, Log: os.Stderr, Harness: h}
 	if isSet("writers") {
 		p.Workers = workers
+	}
+	if isSet("processes") {
+		for _, f := range strings.Split(*procs, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "bench: bad -processes %q\n", *procs)
+				return 2
+			}
+			p.Processes = append(p.Processes, n)
+		}
 	}
 	report := io.Writer(os.Stdout)
 	if *trace == "stdout" {
