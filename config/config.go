@@ -27,7 +27,7 @@ type Config struct {
 // Source describes the replicated database.
 type Source struct {
 	URI                   string        `koanf:"uri" doc:"Required. postgres:// or postgresql:// URI; the password may be omitted (libpq rules: PGPASSWORD, ~/.pgpass)."`
-	Publication           string        `koanf:"publication" doc:"Logical replication publication to stream from."`
+	Publication           string        `koanf:"publication" doc:"Logical replication publication to stream from. Created FOR TABLE the rules' tables when missing; tables later rules name are added to a publication syncpipe created (one created by someone else is only checked)."`
 	SlotPrefix            string        `koanf:"slot_prefix" doc:"Prefix of the replication slot names syncpipe creates (lowercase letters, digits, _)."`
 	ConnectTimeout        time.Duration `koanf:"connect_timeout" doc:"Timeout for establishing a source connection."`
 	SnapshotSocketTimeout time.Duration `koanf:"snapshot_socket_timeout" doc:"Longest wait for data on a snapshot read before the connection is considered dead; 0 = none."`

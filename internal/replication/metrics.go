@@ -147,6 +147,17 @@ func (m *replMetrics) streaming(group int) *lagTracker {
 	return l
 }
 
+// streamLags returns the lag of every stream running here, by group.
+func (m *replMetrics) streamLags(now time.Time) map[int]time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[int]time.Duration, len(m.lags))
+	for g, l := range m.lags {
+		out[g] = l.lag(now)
+	}
+	return out
+}
+
 // lagTracker follows the source transactions of one stream between the
 // read stage (received) and the commit stage (in a checkpoint): one entry
 // per logical replication batch, not per transaction.

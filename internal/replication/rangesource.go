@@ -21,6 +21,9 @@ type rangeSource struct {
 	rangeNo  int
 	rows     int64 // read so far, including before a resume
 	finished bool
+	// yield, when set, runs before each chunk is read: a lower-priority
+	// snapshot waits there while more urgent work is behind.
+	yield func(context.Context) error
 }
 
 // Next implements pipeline.Source.
@@ -28,6 +31,11 @@ func (s *rangeSource) Next(ctx context.Context) (pipeline.Batch[stages.RowChange
 	var b pipeline.Batch[stages.RowChange, sinks.Position]
 	if s.finished {
 		return b, pipeline.ErrEndOfInput
+	}
+	if s.yield != nil {
+		if err := s.yield(ctx); err != nil {
+			return b, err
+		}
 	}
 	chunk, err := s.reader.Next(ctx)
 	if errors.Is(err, pipeline.ErrEndOfInput) {

@@ -74,7 +74,11 @@ func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
-	return timeoutSink{Sink: s, r: r}
+	ts := timeoutSink{Sink: s, r: r}
+	if g.prio > prioActiveSnapshot {
+		ts.yield = r.yieldToActiveStreams
+	}
+	return ts
 }
 
 // timeoutSink bounds every Write and Commit of the sink it wraps: a storage
@@ -83,6 +87,10 @@ func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
 type timeoutSink struct {
 	sinks.Sink
 	r *Replicator
+	// yield, when set, runs before each write: a reprocessing snapshot's
+	// storage writes wait too while an active stream lags (see
+	// yieldToActiveStreams).
+	yield func(context.Context) error
 }
 
 func (s timeoutSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
@@ -91,6 +99,11 @@ func (s timeoutSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
 		return nil, err
 	}
 	return pipeline.WriterFunc[stages.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
+		if s.yield != nil {
+			if err := s.yield(ctx); err != nil {
+				return err
+			}
+		}
 		ctx, cancel := s.r.storageCtx(ctx)
 		defer cancel()
 		return w.Write(ctx, b)

@@ -128,6 +128,9 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
 		Tracer: r.opts.Tracer, Depth: 1})
 	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
+	if g.prio > prioActiveSnapshot {
+		src.yield = r.yieldToActiveStreams
+	}
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
 	workers := tune.EvalWorkers
 	if workers <= 0 {
@@ -241,4 +244,47 @@ func (r *Replicator) currentLSN(ctx context.Context) (pglogrepl.LSN, error) {
 	}
 	defer closeConn(conn)
 	return currentLSN(ctx, conn)
+}
+
+// A reprocessing snapshot gives way to the streams of ACTIVE groups
+// (SPEC §5: active stream > reprocessing snapshots). A running stream
+// holds its worker, but it shares the cores and the storage with the
+// snapshot, which alone can use them all; so before it reads a chunk, and
+// again before it writes one, the snapshot waits while an active stream in
+// this process has source transactions older than yieldLag not yet in a
+// checkpoint — at most maxYield each time, so that a stream that cannot
+// keep up with its source even alone does not stop the reprocessing for
+// good. (Snapshot workers in other processes run on cores of their own;
+// they share only storage.)
+const (
+	yieldLag = 250 * time.Millisecond
+	maxYield = 2 * time.Second
+)
+
+// yieldToActiveStreams waits while an active group's stream here lags.
+func (r *Replicator) yieldToActiveStreams(ctx context.Context) error {
+	deadline := time.Now().Add(maxYield)
+	for time.Now().Before(deadline) && r.activeStreamLag() > yieldLag {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// activeStreamLag is the largest lag of the ACTIVE groups' streams that
+// run in this process.
+func (r *Replicator) activeStreamLag() time.Duration {
+	lags := r.metrics.streamLags(time.Now())
+	var worst time.Duration
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, lag := range lags {
+		if g := r.groups[id]; g != nil && g.state() == bucketstore.StateActive {
+			worst = max(worst, lag)
+		}
+	}
+	return worst
 }
