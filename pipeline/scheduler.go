@@ -159,12 +159,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		s.mu.Lock()
+		now := time.Now() // one instant for dispatching and for the timer, so no due unit falls between
 		if failed == nil && runCtx.Err() == nil {
-			s.dispatchLocked(runCtx, results)
+			s.dispatchLocked(runCtx, results, now)
 		}
 		idle := len(s.running) == 0
 		finished := failed != nil || runCtx.Err() != nil || s.stopping || (s.closed && len(s.pending) == 0)
-		next := s.nextReadyLocked()
+		next := s.nextReadyLocked(now)
 		s.mu.Unlock()
 		if idle && finished {
 			break
@@ -195,12 +196,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
-// nextReadyLocked returns when the earliest deferred pending unit may
-// start, zero if none waits.
-func (s *Scheduler) nextReadyLocked() time.Time {
+// nextReadyLocked returns when the earliest deferred pending unit that
+// may not start yet at now may, zero if none waits. A unit already due
+// that could not start (no worker free) needs no timer: a worker that
+// frees up wakes Run, and arming one for a past time would spin the loop
+// until then.
+func (s *Scheduler) nextReadyLocked(now time.Time) time.Time {
 	var next time.Time
 	for _, e := range s.pending {
-		if !e.notBefore.IsZero() && (next.IsZero() || e.notBefore.Before(next)) {
+		if e.notBefore.After(now) && (next.IsZero() || e.notBefore.Before(next)) {
 			next = e.notBefore
 		}
 	}
@@ -218,8 +222,7 @@ func (s *Scheduler) readyLocked(now time.Time) int {
 	return -1
 }
 
-func (s *Scheduler) dispatchLocked(ctx context.Context, results chan<- unitResult) {
-	now := time.Now()
+func (s *Scheduler) dispatchLocked(ctx context.Context, results chan<- unitResult, now time.Time) {
 	for len(s.running) < s.workers && !s.stopping {
 		i := s.readyLocked(now)
 		if i < 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,4 +108,60 @@ func TestSchedulerDeferredUnitDoesNotPreempt(t *testing.T) {
 	if yieldedAfter < delay {
 		t.Fatalf("the running unit was asked to yield %s after the urgent unit was deferred for %s", yieldedAfter, delay)
 	}
+}
+
+// TestSchedulerDueUnitWithoutWorkerDoesNotSpin: a deferred unit that
+// becomes due while its only worker is busy (with a unit that does not
+// yield) waits for the worker without the scheduler's loop spinning: the
+// process burns (almost) no CPU meanwhile. It spun at 100 % of a core
+// until the worker was free (a timer armed for the past), which in
+// several processes sharing a snapshot took half of each process's CPU.
+func TestSchedulerDueUnitWithoutWorkerDoesNotSpin(t *testing.T) {
+	s := pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: 1})
+	const busy = 400 * time.Millisecond
+	release := make(chan struct{})
+	started := make(chan struct{})
+	attempts := 0
+	if err := s.Submit(pipeline.Unit{Key: "deferred", Priority: 1, Run: func(context.Context) error {
+		attempts++
+		if attempts == 1 {
+			return pipeline.Defer(time.Millisecond, errors.New("claimed by another process"))
+		}
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(pipeline.Unit{Key: "busy", Priority: 2, Run: func(context.Context) error {
+		close(started)
+		<-release // ignores yield requests
+		return nil
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	done := runAsync(context.Background(), s)
+	<-started
+	before := cpuTime(t)
+	time.Sleep(busy) // the scenario: the worker stays busy this long
+	used := cpuTime(t) - before
+	close(release)
+	if err := wait(t, done, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 2 {
+		t.Fatalf("the deferred unit ran %d times, want 2", attempts)
+	}
+	if used > busy/4 {
+		t.Fatalf("the process used %s of CPU in %s while a due unit waited for a worker: the scheduler spins", used, busy)
+	}
+}
+
+// cpuTime is the CPU time (user + system) this process has used.
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
