@@ -3,13 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -345,28 +342,17 @@ func tail(s string, n int) string {
 }
 
 // unitGauges scrapes the four autoscaling gauges from a /metrics endpoint
-// (missing ones are absent from the map).
+// (missing ones are absent from the map; nil if it does not answer).
 func unitGauges(ctx context.Context, addr string) map[string]int64 {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	samples := scrape(ctx, addr)
+	if samples == nil {
 		return nil
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	out := map[string]int64{}
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, s := range samples {
 		for _, g := range unitGaugeSpecs {
-			name := g.name
-			rest, ok := strings.CutPrefix(l, name)
-			if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
-				continue
-			}
-			f := strings.Fields(rest)
-			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-				out[name] = int64(v)
+			if s.name == g.name {
+				out[g.name] = int64(s.value)
 			}
 		}
 	}

@@ -169,15 +169,7 @@ func TestEnsureGroupConcurrentStartsAgree(t *testing.T) {
 	ctx := context.Background()
 	uri := pgtest.NewDB(t)
 	const procs = 4
-	stores := make([]*Store, procs)
-	for i := range stores {
-		s, err := Open(ctx, Config{URI: uri})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores[i] = s
-	}
+	stores := openStores(ctx, t, uri, procs)
 	var wg sync.WaitGroup
 	ids := make([][]int, procs)
 	for i, s := range stores {
@@ -210,15 +202,7 @@ func TestRegisterTableConcurrently(t *testing.T) {
 	ctx := context.Background()
 	uri := pgtest.NewDB(t)
 	const procs, tables = 4, 50
-	stores := make([]*Store, procs)
-	for i := range stores {
-		s, err := Open(ctx, Config{URI: uri})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores[i] = s
-	}
+	stores := openStores(ctx, t, uri, procs)
 	gs, err := stores[0].EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
@@ -244,4 +228,20 @@ func TestRegisterTableConcurrently(t *testing.T) {
 			t.Fatalf("process %d got other table ids than process 0:\n%v\n%v", i, ids[i], ids[0])
 		}
 	}
+}
+
+// openStores opens n stores on uri, as n processes would, closed at the
+// end of the test.
+func openStores(ctx context.Context, t *testing.T, uri string, n int) []*Store {
+	t.Helper()
+	stores := make([]*Store, n)
+	for i := range stores {
+		s, err := Open(ctx, Config{URI: uri})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		stores[i] = s
+	}
+	return stores
 }
