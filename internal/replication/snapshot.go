@@ -74,23 +74,36 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 
 func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState) pipeline.Unit {
 	key := fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, t.info.QualifiedName(), st.No)
+	lease := snapshotLease(t, st.No)
+	run := r.leased(lease, func(ctx context.Context, f bucketstore.Fence) error {
+		var done bool
+		err := r.retry(ctx, g.g.ID, key, "snapshot", func(ctx context.Context) error {
+			var err error
+			done, err = r.snapshotRange(ctx, g, t, st, f)
+			return err
+		})
+		if err != nil || !done {
+			return err
+		}
+		r.recovered(ctx, g.g.ID)
+		return r.rangeDone(ctx, g, t)
+	})
 	return pipeline.Unit{
 		Key:      key,
 		Kind:     "snapshot",
 		Priority: g.prio,
-		Run: r.leased(snapshotLease(t, st.No), func(ctx context.Context, f bucketstore.Fence) error {
-			var done bool
-			err := r.retry(ctx, g.g.ID, key, "snapshot", func(ctx context.Context) error {
-				var err error
-				done, err = r.snapshotRange(ctx, g, t, st, f)
-				return err
-			})
-			if err != nil || !done {
-				return err
+		Run: func(ctx context.Context) error {
+			// Every process queues every range: one that another process
+			// finished, or works on, costs a read here, not a lease claim.
+			done, held, err := r.store.SnapshotUnitState(ctx, t.stored.ID, st.No, lease, r.owner)
+			switch {
+			case err == nil && done:
+				return r.rangeDone(ctx, g, t)
+			case err == nil && held:
+				return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), fmt.Errorf("work unit %s is held by another process", lease))
 			}
-			r.recovered(ctx, g.g.ID)
-			return r.rangeDone(ctx, g, t)
-		}),
+			return run(ctx)
+		},
 	}
 }
 

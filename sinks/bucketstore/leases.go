@@ -234,6 +234,26 @@ SELECT
      WHERE NOT r.done AND t.group_id IN (SELECT id FROM serving)
        AND 'snapshot/' || t.id || '/' || r.range_no IN (SELECT name FROM live))`
 
+// snapshotUnitSQL reads a snapshot range's state and whether a live holder
+// other than $4 has its lease $3 (live as in unitCountsSQL).
+const snapshotUnitSQL = `
+SELECT coalesce((SELECT done FROM snapshot_ranges WHERE source_table_id = $1 AND range_no = $2), false),
+  EXISTS (SELECT 1 FROM leases l WHERE l.name = $3 AND l.owner <> $4 AND l.expires_at >= now()
+    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.backend_start))`
+
+// SnapshotUnitState tells, in one read, whether snapshot range rangeNo of
+// table tableID is done and whether another owner's live process holds
+// its lease: every process queues every range, and skipping one that is
+// finished or worked on elsewhere this way costs a statement instead of a
+// claim's transaction (AcquireLease stays the decision: this read may be
+// stale by the time a claim runs).
+func (s *Store) SnapshotUnitState(ctx context.Context, tableID string, rangeNo int, lease, owner string) (done, heldElsewhere bool, err error) {
+	if err := s.pool.QueryRow(ctx, snapshotUnitSQL, tableID, rangeNo, lease, owner).Scan(&done, &heldElsewhere); err != nil {
+		return false, false, fmt.Errorf("read snapshot unit %s: %w", lease, err)
+	}
+	return done, heldElsewhere, nil
+}
+
 // UnitCounts reads the cluster-wide work unit counts.
 func (s *Store) UnitCounts(ctx context.Context) (UnitCounts, error) {
 	var c UnitCounts

@@ -207,3 +207,56 @@ func TestLeaseFreeWhenHolderProcessIsGone(t *testing.T) {
 		return ok
 	})
 }
+
+// TestSnapshotUnitState: one read tells a process to skip a range that is
+// done, or whose lease another live owner holds — not one it holds itself,
+// nor one released.
+func TestSnapshotUnitState(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := openStore(t)
+	gs, err := s.EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := s.RegisterTable(ctx, gs[0].ID, 1, "public", "t", []string{"id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PlanRanges(ctx, tbl.ID, []KeyRange{{}}); err != nil {
+		t.Fatal(err)
+	}
+	state := func(owner string) (done, held bool) {
+		t.Helper()
+		done, held, err := s.SnapshotUnitState(ctx, tbl.ID, 0, "snapshot/x/0", owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return done, held
+	}
+	if done, held := state("proc-b"); done || held {
+		t.Fatalf("a new range: done %v, held %v", done, held)
+	}
+	l, ok, err := s.AcquireLease(ctx, "snapshot/x/0", "proc-a", time.Hour)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, held := state("proc-b"); !held {
+		t.Fatal("a range proc-a holds is not held for proc-b")
+	}
+	if _, held := state("proc-a"); held {
+		t.Fatal("a range proc-a holds is held elsewhere for proc-a")
+	}
+	if err := s.ReleaseLease(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if _, held := state("proc-b"); held {
+		t.Fatal("a released range is still held")
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE snapshot_ranges SET done = true WHERE source_table_id = $1`, tbl.ID); err != nil {
+		t.Fatal(err)
+	}
+	if done, _ := state("proc-b"); !done {
+		t.Fatal("a done range is not done")
+	}
+}
