@@ -27,10 +27,11 @@ type StatementCounts struct {
 	// Total is every statement (pg_stat_statements calls).
 	Total int64 `json:"total"`
 	// Lease counts the lease statements: each claim's transaction (BEGIN,
-	// SET LOCAL lock_timeout, the read of the holder, the INSERT … ON
-	// CONFLICT into leases, COMMIT or ROLLBACK), renewals and releases
-	// (UPDATE leases), the lease session's opening read of pg_stat_activity
-	// and reads of the unit counts (autoscaling gauges, when scraped).
+	// SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT
+	// or ROLLBACK), the reads of leases (a snapshot unit's state and holder,
+	// read before a claim), renewals and releases (UPDATE leases), the
+	// lease session's opening read of pg_stat_activity and reads of the
+	// unit counts (autoscaling gauges, when scraped).
 	Lease int64 `json:"lease"`
 	// Acquires are the claims tried, Acquired those that took the lease.
 	Acquires int64 `json:"acquires"`
@@ -91,7 +92,7 @@ func statementSettings() (map[string]string, string) {
 					"pg_stat_statements.track_planning": "off",
 					"pg_stat_statements.save":           "off",
 				}, "Statements: pg_stat_statements, preloaded in this scenario's cluster (track = top, utility statements tracked), counts every statement executed in the configuration's storage database up to the end of the timed span — COPYs, BEGIN/COMMIT, reads, fenced writes. " +
-					"Lease statements are each claim's transaction (BEGIN, SET LOCAL lock_timeout, the read of the holder (SELECT … FROM leases … FOR NO KEY UPDATE), the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 5 statements, taken or not), renewals and releases (UPDATE leases), the lease session's opening read of pg_stat_activity and any read of the unit counts (none here: no metrics listener). " +
+					"Lease statements are each claim's transaction (BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 4 statements, taken or not), the reads of leases (the state and holder of a snapshot unit, read before claiming it: 1 statement), renewals and releases (UPDATE leases), the lease session's opening read of pg_stat_activity and any read of the unit counts (none here: no metrics listener). " +
 					"Not counted: the fence check in every unit write (a sub-select of the write on leases, FOR SHARE, not a statement of its own), and the empty `-- ping` each claim and renewal first sends on the lease session — a round trip but no statement (the share with the pings is given below). Execution time: pg_stat_statements total_exec_time, the claims' BEGIN and COMMIT pro rata."
 		}
 	}
@@ -179,8 +180,8 @@ type statementStat struct {
 
 // statementKind classifies a (normalised) statement text: acquire (the
 // INSERT … ON CONFLICT of a claim), claim (its transaction's SET LOCAL
-// lock_timeout), holder (a read of leases: the claim's check of the
-// holder), renew, release, session (the lease session's opening read),
+// lock_timeout), holder (a read of leases: a unit's holder, before a
+// claim), renew, release, session (the lease session's opening read),
 // unitcounts (the autoscaling gauges' read), txn (BEGIN, COMMIT, ROLLBACK)
 // or other.
 func statementKind(q string) string {
@@ -197,7 +198,7 @@ func statementKind(q string) string {
 		return "renew"
 	case strings.HasPrefix(q, "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"):
 		return "session"
-	case strings.HasPrefix(q, "select ") && firstFrom(q) == "leases":
+	case strings.HasPrefix(q, "select ") && (firstFrom(q) == "leases" || strings.Contains(q, " from leases ")):
 		return "holder"
 	case strings.HasPrefix(q, "with live as"):
 		return "unitcounts"

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
@@ -146,16 +144,11 @@ func pipelineHas(p config.Pipeline, t syncrules.TableName) bool {
 // exists but cannot be replicated (no key) is added with unknown columns:
 // replication reports that problem itself.
 func discoverTables(ctx context.Context, uri string, timeout time.Duration, tables []string, schema syncrules.Schema) error {
-	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
-	if err != nil {
-		return err
-	}
-	cc.ConnectTimeout = timeout
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := postgres.Connect(ctx, uri, timeout)
 	if err != nil {
-		return fmt.Errorf("connect to the source: %w", err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	for _, t := range tables {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -34,24 +34,6 @@ const (
 // slot reports all of them, 1 for its current one, so an alert on
 // status="lost" (or "unreserved") has a series to watch.
 var walStatuses = []string{"reserved", "extended", "unreserved", "lost"}
-
-// slotHealth is one slot as the source reports it.
-type slotHealth struct {
-	slot      string
-	active    bool
-	walStatus string
-	lag       int64 // WAL bytes past confirmed_flush_lsn
-	retained  int64 // WAL bytes past restart_lsn: what the server keeps for the slot
-}
-
-// slotsSQL reads the health of the named slots; the WAL position is the
-// replay position on a standby.
-const slotsSQL = `
-WITH cur AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn)
-SELECT slot_name::text, active, coalesce(wal_status, ''),
-       coalesce(greatest(0, (cur.lsn - confirmed_flush_lsn)::int8), 0),
-       coalesce(greatest(0, (cur.lsn - restart_lsn)::int8), 0)
-FROM pg_replication_slots, cur WHERE slot_name = ANY($1)`
 
 // registerSlotGauges exports the health of every replication slot
 // syncpipe uses, read on scrape from the source it is on (every process,
@@ -81,7 +63,7 @@ func registerSlotGauges(mp metric.MeterProvider, store slotLister, cfg *config.C
 		return fmt.Errorf("metric syncpipe_slot_wal_status: %w", err)
 	}
 	var mu sync.Mutex
-	var last []slotHealth
+	var last map[string]postgres.SlotStatus
 	var at time.Time
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		mu.Lock()
@@ -92,13 +74,13 @@ func registerSlotGauges(mp metric.MeterProvider, store slotLister, cfg *config.C
 			cancel()
 			at = time.Now()
 		}
-		for _, s := range last {
-			attrs := metric.WithAttributes(attribute.String("slot", s.slot))
-			o.ObserveInt64(lag, s.lag, attrs)
-			o.ObserveInt64(retained, s.retained, attrs)
-			o.ObserveInt64(active, boolInt(s.active), attrs)
+		for slot, s := range last {
+			attrs := metric.WithAttributes(attribute.String("slot", slot))
+			o.ObserveInt64(lag, s.LagBytes, attrs)
+			o.ObserveInt64(retained, s.RetainedBytes, attrs)
+			o.ObserveInt64(active, boolInt(s.Active), attrs)
 			for _, st := range walStatuses {
-				o.ObserveInt64(status, boolInt(s.walStatus == st), metric.WithAttributes(attribute.String("slot", s.slot), attribute.String("status", st)))
+				o.ObserveInt64(status, boolInt(s.WalStatus == st), metric.WithAttributes(attribute.String("slot", slot), attribute.String("status", st)))
 			}
 		}
 		return nil
@@ -109,7 +91,7 @@ func registerSlotGauges(mp metric.MeterProvider, store slotLister, cfg *config.C
 // readSlots reads the health of the slots storage names, from the source
 // of the pipeline each belongs to. What cannot be read is logged and left
 // out.
-func readSlots(ctx context.Context, store slotLister, cfg *config.Config, log *slog.Logger) []slotHealth {
+func readSlots(ctx context.Context, store slotLister, cfg *config.Config, log *slog.Logger) map[string]postgres.SlotStatus {
 	pipelines := cfg.EffectivePipelines()
 	uriOf := map[string]string{} // pipeline name → source URI
 	bucketURI := ""
@@ -141,28 +123,21 @@ func readSlots(ctx context.Context, store slotLister, cfg *config.Config, log *s
 			}
 		}
 	}
-	var out []slotHealth
+	out := map[string]postgres.SlotStatus{}
 	for uri, slots := range bySource {
 		hs, err := sourceSlots(ctx, uri, cfg.Source.ConnectTimeout, slots)
 		if err != nil {
 			log.Warn("slot metrics: cannot read the replication slots from the source", "err", err)
 			continue
 		}
-		out = append(out, hs...)
+		maps.Copy(out, hs)
 	}
 	return out
 }
 
 // sourceSlots reads the named slots from the source at uri.
-func sourceSlots(ctx context.Context, uri string, connectTimeout time.Duration, slots []string) ([]slotHealth, error) {
-	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
-	if err != nil {
-		return nil, err
-	}
-	if connectTimeout > 0 {
-		cc.ConnectTimeout = connectTimeout
-	}
-	conn, err := pgx.ConnectConfig(ctx, cc)
+func sourceSlots(ctx context.Context, uri string, connectTimeout time.Duration, slots []string) (map[string]postgres.SlotStatus, error) {
+	conn, err := postgres.Connect(ctx, uri, connectTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -171,15 +146,7 @@ func sourceSlots(ctx context.Context, uri string, connectTimeout time.Duration, 
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	rows, err := conn.Query(ctx, slotsSQL, slots)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (slotHealth, error) {
-		var h slotHealth
-		err := r.Scan(&h.slot, &h.active, &h.walStatus, &h.lag, &h.retained)
-		return h, err
-	})
+	return postgres.SlotsHealth(ctx, conn, slots)
 }
 
 func boolInt(b bool) int64 {

@@ -66,18 +66,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !ok {
 		pl = cfg.EffectivePipelines()[0] // lag is measured on the source they all read
 	}
-	if cc, err := postgres.ConnConfig(pl.Source.URI, postgres.KeepAlive{}); err == nil {
-		cc.ConnectTimeout = cfg.Source.ConnectTimeout
-		if src, err = pgx.ConnectConfig(ctx, cc); err != nil {
-			fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)
-			src = nil
-		} else {
-			defer func() {
-				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				_ = src.Close(cctx)
-			}()
-		}
+	if src, err = postgres.Connect(ctx, pl.Source.URI, cfg.Source.ConnectTimeout); err != nil {
+		fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)
+		src = nil
+	} else {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = src.Close(cctx)
+		}()
 	}
 	return writeStatus(ctx, stdout, cfg, store, groups, src)
 }

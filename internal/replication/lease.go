@@ -37,7 +37,7 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 			return pipeline.Defer(jitter(lc.Heartbeat), err)
 		}
 		if !ok {
-			return pipeline.Defer(jitter(lc.Heartbeat), fmt.Errorf("work unit %s is held by another process", name))
+			return r.heldElsewhere(name)
 		}
 		r.metrics.leaseAcquired(ctx, name, l.Takeover)
 		uctx, cancel := context.WithCancelCause(ctx)
@@ -68,6 +68,12 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 		}
 		return err
 	}
+}
+
+// heldElsewhere defers a unit whose lease another process holds: it is
+// claimed again after a heartbeat, when it may be finished.
+func (r *Replicator) heldElsewhere(name string) error {
+	return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), fmt.Errorf("work unit %s is held by another process", name))
 }
 
 // heartbeat renews l every lease heartbeat until ctx ends. It cancels ctx

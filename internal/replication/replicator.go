@@ -74,11 +74,7 @@ func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
-	ts := timeoutSink{Sink: s, r: r}
-	if g.prio > prioActiveSnapshot {
-		ts.yield = r.yieldToActiveStreams
-	}
-	return ts
+	return timeoutSink{Sink: s, r: r, yield: r.snapshotYield(g)}
 }
 
 // timeoutSink bounds every Write and Commit of the sink it wraps: a storage
@@ -321,22 +317,7 @@ func (r *Replicator) background(f func(ctx context.Context)) {
 }
 
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
-	return connectSource(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
-}
-
-// connectSource opens a normal source connection with keepalives and the
-// configured connect timeout.
-func connectSource(ctx context.Context, uri string, timeout time.Duration) (*pgx.Conn, error) {
-	cc, err := postgres.ConnConfig(uri, postgres.KeepAlive{})
-	if err != nil {
-		return nil, err
-	}
-	cc.ConnectTimeout = timeout
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the source: %w", err)
-	}
-	return conn, nil
+	return postgres.Connect(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
 }
 
 // startGroup prepares a group and submits its work units.

@@ -175,7 +175,7 @@ func (r *SinkRunner) run(ctx context.Context) error {
 }
 
 func (r *SinkRunner) connect(ctx context.Context) (*pgx.Conn, error) {
-	return connectSource(ctx, r.pl.Source.URI, r.o.Config.Source.ConnectTimeout)
+	return postgres.Connect(ctx, r.pl.Source.URI, r.o.Config.Source.ConnectTimeout)
 }
 
 // fingerprint identifies what a version replicates: the sync rules, the
@@ -330,7 +330,7 @@ func CreatePublications(ctx context.Context, cfg *config.Config, log *slog.Logge
 		}
 	}
 	for k, names := range tables {
-		conn, err := connectSource(ctx, k.uri, cfg.Source.ConnectTimeout)
+		conn, err := postgres.Connect(ctx, k.uri, cfg.Source.ConnectTimeout)
 		if err != nil {
 			continue
 		}

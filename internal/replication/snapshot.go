@@ -100,7 +100,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 			case err == nil && done:
 				return r.rangeDone(ctx, g, t)
 			case err == nil && held:
-				return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), fmt.Errorf("work unit %s is held by another process", lease))
+				return r.heldElsewhere(lease)
 			}
 			return run(ctx)
 		},
@@ -141,9 +141,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		Labels: []pipeline.Label{{Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}},
 		Tracer: r.opts.Tracer, Depth: 1})
 	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
-	if g.prio > prioActiveSnapshot {
-		src.yield = r.yieldToActiveStreams
-	}
+	src.yield = r.snapshotYield(g)
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
 	workers := tune.EvalWorkers
 	if workers <= 0 {
@@ -273,6 +271,16 @@ const (
 	yieldLag = 250 * time.Millisecond
 	maxYield = 2 * time.Second
 )
+
+// snapshotYield is what g's snapshot runs before each chunk it reads and
+// writes: yieldToActiveStreams for a group below the active one's
+// priority, nothing (nil) for the active group's own.
+func (r *Replicator) snapshotYield(g *group) func(context.Context) error {
+	if g.prio > prioActiveSnapshot {
+		return r.yieldToActiveStreams
+	}
+	return nil
+}
 
 // yieldToActiveStreams waits while an active group's stream here lags.
 func (r *Replicator) yieldToActiveStreams(ctx context.Context) error {

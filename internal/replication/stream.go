@@ -246,7 +246,7 @@ func startSlot(ctx context.Context, cfg *config.Config, pl config.Pipeline, slot
 		conn.Close(cctx)
 	}
 	if every := cfg.Source.HeartbeatInterval; every > 0 {
-		hb, err := connectSource(ctx, pl.Source.URI, cfg.Source.ConnectTimeout)
+		hb, err := postgres.Connect(ctx, pl.Source.URI, cfg.Source.ConnectTimeout)
 		if err != nil {
 			closeStream()
 			return nil, nil, err
@@ -300,9 +300,12 @@ func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, f b
 // and leave the outcome to when the server notices; it ends on its own,
 // and its lease fence decides whether it commits (see bucketstore.Fence).
 func (r *Replicator) storageCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wctx context.Context
+	var cancel context.CancelFunc
 	if d := r.cfg.Replication.StorageTimeout; d > 0 {
 		wctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), d)
+	} else {
+		wctx, cancel = context.WithCancel(context.WithoutCancel(ctx))
 	}
 	stop := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(closeTimeout)

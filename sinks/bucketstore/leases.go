@@ -34,20 +34,21 @@ type Lease struct {
 // renewal). The token grows with every acquisition that is not a renewal,
 // and the row is never deleted (ReleaseLease expires it), so a token is
 // never handed out twice: a writer fenced with an old token never passes
-// again.
+// again. taken_over says whether another owner held it unreleased
+// (ReleaseLease clears pid).
 const acquireLeaseSQL = `
-INSERT INTO leases (name, owner, token, expires_at, pid, backend_start)
+INSERT INTO leases AS l (name, owner, token, expires_at, pid, backend_start)
 VALUES ($1, $2, 1, now() + $3::interval, $4, $5)
 ON CONFLICT (name) DO UPDATE
 SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, pid = EXCLUDED.pid, backend_start = EXCLUDED.backend_start,
-    token = leases.token + CASE WHEN leases.owner = EXCLUDED.owner AND leases.expires_at >= now() THEN 0 ELSE 1 END
-WHERE leases.owner = EXCLUDED.owner OR leases.expires_at < now()
-   OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = leases.pid AND a.backend_start = leases.backend_start)
-RETURNING token`
+    token = l.token + CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN 0 ELSE 1 END,
+    taken_over = l.owner <> EXCLUDED.owner AND l.pid IS NOT NULL
+WHERE l.owner = EXCLUDED.owner OR l.expires_at < now() OR NOT ` + liveHolderSQL + `
+RETURNING token, taken_over`
 
-// leaseHolderSQL locks the lease row (as acquireLeaseSQL would) and tells
-// whether another owner holds it unreleased: ReleaseLease clears pid.
-const leaseHolderSQL = `SELECT owner <> $2 AND pid IS NOT NULL FROM leases WHERE name = $1 FOR NO KEY UPDATE`
+// liveHolderSQL is true while the lease row l names a storage session
+// that still exists (see liveSession).
+const liveHolderSQL = `EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.backend_start)`
 
 // leaseLockTimeout bounds how long AcquireLease waits for the lease row: a
 // fenced write in flight holds it share-locked until it commits (see
@@ -105,10 +106,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+leaseLockTimeout+"'"); err != nil {
 			return err
 		}
-		if err := tx.QueryRow(ctx, leaseHolderSQL, name, owner).Scan(&l.Takeover); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		return tx.QueryRow(ctx, acquireLeaseSQL, name, owner, ttl.String(), id.pid, id.start).Scan(&l.Token)
+		return tx.QueryRow(ctx, acquireLeaseSQL, name, owner, ttl.String(), id.pid, id.start).Scan(&l.Token, &l.Takeover)
 	})
 	var pgErr *pgconn.PgError
 	if errors.Is(err, pgx.ErrNoRows) || errors.As(err, &pgErr) && pgErr.Code == "55P03" {
@@ -217,8 +215,7 @@ type UnitCounts struct {
 // liveSession).
 const unitCountsSQL = `
 WITH live AS (
-  SELECT name FROM leases l WHERE l.expires_at >= now()
-    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.backend_start)
+  SELECT name FROM leases l WHERE l.expires_at >= now() AND ` + liveHolderSQL + `
 ), serving AS (
   SELECT id FROM groups WHERE state IN ('ACTIVE', 'PROCESSING')
 )
@@ -238,8 +235,7 @@ SELECT
 // other than $4 has its lease $3 (live as in unitCountsSQL).
 const snapshotUnitSQL = `
 SELECT coalesce((SELECT done FROM snapshot_ranges WHERE source_table_id = $1 AND range_no = $2), false),
-  EXISTS (SELECT 1 FROM leases l WHERE l.name = $3 AND l.owner <> $4 AND l.expires_at >= now()
-    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.pid AND a.backend_start = l.backend_start))`
+  EXISTS (SELECT 1 FROM leases l WHERE l.name = $3 AND l.owner <> $4 AND l.expires_at >= now() AND ` + liveHolderSQL + `)`
 
 // SnapshotUnitState tells, in one read, whether snapshot range rangeNo of
 // table tableID is done and whether another owner's live process holds

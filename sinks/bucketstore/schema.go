@@ -202,6 +202,12 @@ ALTER SEQUENCE op_id_seq INCREMENT BY 100;
 	`
 ALTER TABLE leases ADD COLUMN pid int, ADD COLUMN backend_start timestamptz;
 `,
+	// 7: an acquisition records whether it took the lease over from a
+	// holder that had not released it (leases.go), so that one statement
+	// both claims the lease and says so.
+	`
+ALTER TABLE leases ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

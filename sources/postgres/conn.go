@@ -41,6 +41,23 @@ type KeepAlive struct {
 	Count int
 }
 
+// Connect opens a normal source connection (ConnConfig, default TCP
+// keepalives) that gives up connecting after timeout (0: no bound).
+func Connect(ctx context.Context, uri string, timeout time.Duration) (*pgx.Conn, error) {
+	cc, err := ConnConfig(uri, KeepAlive{})
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 {
+		cc.ConnectTimeout = timeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	return conn, nil
+}
+
 // ConnConfig parses a source URI and prepares it for syncpipe: the
 // SessionParams are sent at startup (explicit settings in the URI win),
 // application_name defaults to "syncpipe", and TCP keepalives follow ka.

@@ -26,8 +26,14 @@ type SlotStatus struct {
 	ConfirmedFlushLSN uint64
 	// RestartLSN is the oldest WAL the slot still needs (0 if none).
 	RestartLSN uint64
-	// LagBytes is the server's current WAL position minus ConfirmedFlushLSN.
+	// LagBytes is the server's current WAL position (the replay position
+	// on a standby) minus ConfirmedFlushLSN, at least 0.
 	LagBytes int64
+	// RetainedBytes is the current WAL position minus RestartLSN: the WAL
+	// the server keeps on disk for the slot.
+	RetainedBytes int64
+	// Active is true while a connection streams from the slot.
+	Active bool
 }
 
 // Lost reports whether the server invalidated the slot.
@@ -49,25 +55,47 @@ func (s SlotStatus) Err(slot string) error {
 // pg_replication_slots. A missing slot is not an error (Exists is false); a
 // lost slot is reported in WalStatus and the caller decides (see Err).
 func SlotHealth(ctx context.Context, conn *pgx.Conn, slot string) (SlotStatus, error) {
-	const q = `
-SELECT coalesce(wal_status, ''),
+	st, err := SlotsHealth(ctx, conn, []string{slot})
+	if err != nil {
+		return SlotStatus{}, err
+	}
+	return st[slot], nil
+}
+
+// slotsSQL reads the named slots, measured against the server's current
+// WAL position (its replay position on a standby).
+const slotsSQL = `
+WITH cur AS (SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END AS lsn)
+SELECT slot_name::text, active, coalesce(wal_status, ''),
        coalesce((confirmed_flush_lsn - '0/0'::pg_lsn)::int8, 0),
        coalesce((restart_lsn - '0/0'::pg_lsn)::int8, 0),
-       coalesce(((CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END)
-                 - confirmed_flush_lsn)::int8, 0)
-FROM pg_replication_slots WHERE slot_name = $1`
-	var s SlotStatus
-	var confirmed, restart int64
-	err := conn.QueryRow(ctx, q, slot).Scan(&s.WalStatus, &confirmed, &restart, &s.LagBytes)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return SlotStatus{}, nil
-	}
+       coalesce(greatest(0, (cur.lsn - confirmed_flush_lsn)::int8), 0),
+       coalesce(greatest(0, (cur.lsn - restart_lsn)::int8), 0)
+FROM pg_replication_slots, cur WHERE slot_name = ANY($1)`
+
+// SlotsHealth is SlotHealth for several slots in one read, by name; a
+// missing slot has no entry.
+func SlotsHealth(ctx context.Context, conn *pgx.Conn, slots []string) (map[string]SlotStatus, error) {
+	rows, err := conn.Query(ctx, slotsSQL, slots)
 	if err != nil {
-		return SlotStatus{}, fmt.Errorf("read health of replication slot %s: %w", slot, err)
+		return nil, fmt.Errorf("read health of replication slots %v: %w", slots, err)
 	}
-	s.Exists = true
-	s.ConfirmedFlushLSN, s.RestartLSN = uint64(confirmed), uint64(restart)
-	return s, nil
+	defer rows.Close()
+	out := make(map[string]SlotStatus, len(slots))
+	for rows.Next() {
+		var name string
+		var confirmed, restart int64
+		s := SlotStatus{Exists: true}
+		if err := rows.Scan(&name, &s.Active, &s.WalStatus, &confirmed, &restart, &s.LagBytes, &s.RetainedBytes); err != nil {
+			return nil, fmt.Errorf("read health of replication slots %v: %w", slots, err)
+		}
+		s.ConfirmedFlushLSN, s.RestartLSN = uint64(confirmed), uint64(restart)
+		out[name] = s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read health of replication slots %v: %w", slots, err)
+	}
+	return out, nil
 }
 
 // WALBehind returns how many bytes of WAL the server has written past lsn
