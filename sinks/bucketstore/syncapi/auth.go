@@ -122,21 +122,29 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	if !ok {
 		return identity{}, authErr(codeAuthMissing, "authentication required: send Authorization: Token <JWT> (or Bearer)")
 	}
-	var jwksErr error
+	// keyErr is the key function's own error, unwrapped by Parse's.
+	var keyErr error
 	tok, err := a.parser.Parse(raw, func(t *jwt.Token) (any, error) {
+		if keyErr = checkCrit(t.Header); keyErr != nil {
+			return nil, keyErr // before keysFor: such a token fetches no JWKS
+		}
 		keys, err := a.keysFor(ctx, t)
-		jwksErr = err
+		keyErr = err
 		return keys, err
 	})
 	switch {
 	case err == nil:
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return identity{}, authErr(codeAuthGeneric, "malformed token: %v", err)
-	case errors.Is(err, errNoKey):
-		if ae := (*apiError)(nil); errors.As(jwksErr, &ae) {
+	case keyErr != nil:
+		if ae := (*apiError)(nil); errors.As(keyErr, &ae) {
 			return identity{}, ae
 		}
-		return identity{}, authErr(codeAuthGeneric, "%v", jwksErr)
+		return identity{}, authErr(codeAuthGeneric, "%v", keyErr)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && a.unknownKid(tok):
+		kid, _ := tok.Header["kid"].(string)
+		return identity{}, authErr(codeAuthGeneric, "no key has the token's kid %q, and no kid-less key (hs256_secrets, "+
+			"keys without kid) verifies its signature: sign with a configured key and its kid", kid)
 	default:
 		return identity{}, authErr(codeAuthGeneric, "invalid token: %v", err)
 	}
@@ -155,7 +163,8 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 
 // keysFor picks the keys for a token: the key whose kid matches exactly
 // (refetching the JWKS once for an unknown kid), else every kid-less key
-// allowing the token's algorithm.
+// allowing the token's algorithm — also for a token whose kid no key has,
+// as the PowerSync service does (unknownKid).
 func (a *authenticator) keysFor(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
@@ -208,38 +217,42 @@ func (a *authenticator) keysFor(ctx context.Context, t *jwt.Token) (any, error) 
 	return nil, fmt.Errorf("%w: token has no kid and no kid-less key allows %s", errNoKey, alg)
 }
 
+// unknownKid reports whether tok names a kid that no key has: keysFor
+// then tried the kid-less keys, as the PowerSync service does (its
+// KeyStore: "JWK with exact kid, or JWK without kid"), so a token of a
+// provider that sets a kid still verifies with a kid-less secret.
+func (a *authenticator) unknownKid(tok *jwt.Token) bool {
+	if tok == nil {
+		return false
+	}
+	kid, _ := tok.Header["kid"].(string)
+	if kid == "" {
+		return false
+	}
+	has := func(k *verifyKey) bool { return k.kid == kid }
+	if slices.ContainsFunc(a.static, has) {
+		return false
+	}
+	return a.remote == nil || !hasKid(a.remote.state.Load(), kid)
+}
+
 // checkClaims validates the claims of a verified token.
 func (a *authenticator) checkClaims(c jwt.MapClaims) (identity, *apiError) {
 	sub, _ := c["sub"].(string)
 	if sub == "" {
-		return identity{}, authErr(codeAuthGeneric, "token has no sub claim (the user id)")
+		return identity{}, authErr(codeAuthGeneric, "token has no sub claim (the user id, a non-empty string)")
 	}
-	iat, err := c.GetIssuedAt()
-	if err != nil || iat == nil {
-		return identity{}, authErr(codeAuthGeneric, "token has no valid iat claim")
+	exp, aerr := a.checkDates(c)
+	if aerr != nil {
+		return identity{}, aerr
 	}
-	exp, err := c.GetExpirationTime()
-	if err != nil || exp == nil {
-		return identity{}, authErr(codeAuthGeneric, "token has no valid exp claim")
+	if c["aud"] == nil {
+		return identity{}, authErr(codeAuthAudience, "token has no aud claim; expected one of %q", a.audience)
 	}
-	now := a.now()
-	if !now.Before(exp.Add(clockSkew)) {
-		return identity{}, authErr(codeAuthExpired, "token expired at %s", exp.UTC().Format(time.RFC3339))
-	}
-	if iat.After(now.Add(clockSkew)) {
-		return identity{}, authErr(codeAuthGeneric, "token iat %s is in the future", iat.UTC().Format(time.RFC3339))
-	}
-	if nbf, err := c.GetNotBefore(); err != nil {
-		return identity{}, authErr(codeAuthGeneric, "token has an invalid nbf claim")
-	} else if nbf != nil && nbf.After(now.Add(clockSkew)) {
-		return identity{}, authErr(codeAuthGeneric, "token is not valid before %s", nbf.UTC().Format(time.RFC3339))
-	}
-	if life := exp.Sub(iat.Time); life > a.maxLifetime {
-		return identity{}, authErr(codeAuthLifetime, "token lifetime exp - iat = %s exceeds the maximum of %s", life, a.maxLifetime)
-	}
+	// GetAudience reads a number as no audience at all: say what it is.
 	aud, err := c.GetAudience()
 	if err != nil || len(aud) == 0 {
-		return identity{}, authErr(codeAuthAudience, "token has no aud claim; expected one of %q", a.audience)
+		return identity{}, authErr(codeAuthAudience, "token aud claim must be a string or a non-empty array of strings; expected one of %q", a.audience)
 	}
 	if !slices.ContainsFunc(aud, func(s string) bool { return slices.Contains(a.audience, s) }) {
 		return identity{}, authErr(codeAuthAudience, "token aud %q contains none of the accepted audiences %q", []string(aud), a.audience)
@@ -249,5 +262,46 @@ func (a *authenticator) checkClaims(c jwt.MapClaims) (identity, *apiError) {
 			return identity{}, authErr(codeAuthGeneric, "token parameters claim must be a JSON object")
 		}
 	}
-	return identity{userID: sub, expires: exp.Time}, nil
+	return identity{userID: sub, expires: exp}, nil
+}
+
+// checkDates checks iat, exp and nbf against the clock (with clockSkew)
+// and the lifetime bound, in float seconds (numericDate says why), and
+// returns exp. An exp that passes is at most iat + maxLifetime with iat
+// at most now + clockSkew, so it converts to a time safely.
+func (a *authenticator) checkDates(c jwt.MapClaims) (time.Time, *apiError) {
+	iat, ok, err := numericDate(c, "iat")
+	if err != nil || !ok {
+		return time.Time{}, authErr(codeAuthGeneric, "token has no valid iat claim: %s", claimProblem(err))
+	}
+	exp, ok, err := numericDate(c, "exp")
+	if err != nil || !ok {
+		return time.Time{}, authErr(codeAuthGeneric, "token has no valid exp claim: %s", claimProblem(err))
+	}
+	now, skew := timeSeconds(a.now()), clockSkew.Seconds()
+	if !(now < exp+skew) {
+		return time.Time{}, authErr(codeAuthExpired, "token expired at %s", formatDate(exp))
+	}
+	if iat > now+skew {
+		return time.Time{}, authErr(codeAuthGeneric, "token iat %s is in the future", formatDate(iat))
+	}
+	if nbf, ok, err := numericDate(c, "nbf"); err != nil {
+		return time.Time{}, authErr(codeAuthGeneric, "token has an invalid nbf claim: %v", err)
+	} else if ok && nbf > now+skew {
+		return time.Time{}, authErr(codeAuthGeneric, "token is not valid before %s", formatDate(nbf))
+	}
+	// Negated so that NaN (cannot arise from JSON, but costs nothing) fails.
+	if life := exp - iat; !(life <= a.maxLifetime.Seconds()) {
+		return time.Time{}, authErr(codeAuthLifetime, "token lifetime exp - iat = %s exceeds the maximum of %s (api.auth.max_lifetime)",
+			formatSeconds(life), a.maxLifetime)
+	}
+	return secondsToTime(exp), nil
+}
+
+// claimProblem completes "token has no valid X claim: ...".
+func claimProblem(err error) string {
+	if err == nil {
+		return "it is missing (a number of seconds since 1970 is required)"
+	}
+	return err.Error()
 }
