@@ -13,10 +13,27 @@
 //
 // Every endpoint but /healthz needs "Authorization: Token <JWT>" (or
 // Bearer): HS256 secrets, or RS256/ES256 keys from an inline JWKS or a
-// jwks_uri (chosen by kid; the URI is refetched when a kid is unknown),
-// with sub, iat, exp and aud required, aud matching a configured
-// audience, exp - iat within max_lifetime and 60 s of clock skew. Failures
-// are 401 with {"error":{"code","message",…}} and no data.
+// jwks_uri (chosen by kid; the URI is refetched when a kid is unknown; a
+// token whose kid no key has is tried with the kid-less keys, as the
+// PowerSync service does), with sub, iat, exp and aud required, aud
+// matching a configured audience, exp - iat within max_lifetime and 60 s
+// of clock skew; a token with a crit header is refused (no JWS extension
+// is implemented). Failures are 401 with {"error":{"code","message",…}}
+// and no data.
+//
+// # Cost per connection
+//
+// The token is checked from the headers before the body is read: a
+// refused client gets its 401 at once and its connection is closed,
+// whatever is left of its body. A body must arrive within
+// BodyReadTimeout (10 s) of the request's start, else 408 and the
+// connection closes. A stream refused for max_concurrent_connections
+// gets 429 with Retry-After (as does one refused while shutting down,
+// 503). Connections that are not streams — being accepted, sending a
+// request, idle — are bounded by a ConnGuard on the HTTP server, which
+// closes the oldest of them beyond its bound (syncpipe sizes it from the
+// file descriptor limit), so stalled clients cannot use up the process's
+// file descriptors and /healthz and new streams still get in.
 //
 // # A stream
 //
@@ -62,7 +79,7 @@
 // ends when the token expires. A client entitled to more than
 // max_buckets_per_connection buckets gets an error line (PSYNC_S2305)
 // and the stream ends; beyond max_concurrent_connections streams, new ones
-// get 429.
+// get 429 (Retry-After: 5).
 //
 // # Health
 //

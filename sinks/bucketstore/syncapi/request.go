@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
+	"time"
 )
 
 // syncRequest is the body of POST /sync/stream.
@@ -23,18 +25,69 @@ type syncRequest struct {
 	clientID   string
 }
 
+// BodyReadTimeout is the default Config.BodyReadTimeout: how long a
+// request's body may take to arrive, counted from the moment its handler
+// starts (the headers are bounded by the HTTP server's
+// ReadHeaderTimeout). Sync requests are small — the buckets a client
+// has, a few KiB — so 10 s is generous even on a poor mobile link, and a
+// client sending a byte a second no longer holds its connection for good.
+const BodyReadTimeout = 10 * time.Second
+
+// withBodyDeadline gives requests with a body a read deadline d from now,
+// whatever the HTTP server's own timeouts. It also bounds a body the
+// handler does not read: net/http reads up to 256 KiB of it after the
+// handler, to reuse the connection, and without a deadline waits as long
+// as the client takes. Requests without a body get none: net/http has
+// already cleared the deadline to read ahead on the connection (which
+// notices a client going away), and a deadline there would end that read
+// and cancel the context of a handler running longer than d.
+func withBodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 {
+			// ErrNotSupported (a ResponseRecorder, a wrapper) leaves the
+			// body unbounded, as before: nothing better to do.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// closeUnread makes the connection close after this response, which is
+// sent before (all of) the request body was read, and stops reading it:
+// otherwise net/http would go on reading the body after the handler, at
+// the client's pace, to reuse the connection (issue 17: slow bodies with
+// invalid tokens each held a connection until the body's deadline).
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return // no body: the connection can serve the next request
+	}
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+}
+
 // readSyncRequest reads and validates the request body (at most max
-// bytes). Unknown fields are ignored; wrong types give an *apiError (400,
-// or 413 for a body that is too large) naming the field.
-func readSyncRequest(w http.ResponseWriter, r *http.Request, max int64) (*syncRequest, *apiError) {
+// bytes, within the deadline of withBodyDeadline, timeout). Unknown
+// fields are ignored; wrong types give an *apiError (400, 413 for a body
+// that is too large, 408 for one that did not arrive in time) naming the
+// field.
+func readSyncRequest(w http.ResponseWriter, r *http.Request, max int64, timeout time.Duration) (*syncRequest, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
+		closeUnread(w, r)
 		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 			return nil, &apiError{status: http.StatusRequestEntityTooLarge, code: codeBadRequest,
 				msg: fmt.Sprintf("request body is larger than max_request_bytes (%d bytes)", max)}
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &apiError{status: http.StatusRequestTimeout, code: codeBadRequest,
+				msg: fmt.Sprintf("the request body did not arrive within %s: send it whole with the request", timeout)}
+		}
 		return nil, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: fmt.Sprintf("read request body: %v", err)}
 	}
+	// The body is read: no deadline for what follows, net/http's read
+	// ahead that notices the client going away (which would end the stream
+	// on a timeout). net/http clears it too when it starts that read.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	req, err := parseSyncRequest(body)
 	if err != nil {
 		return nil, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: "invalid sync request: " + err.Error()}

@@ -77,6 +77,9 @@ type Config struct {
 	// KeepaliveInterval is the cadence of token_expires_in lines (default
 	// 20 s).
 	KeepaliveInterval time.Duration
+	// BodyReadTimeout bounds the arrival of a request's body (default
+	// BodyReadTimeout; tests shorten it).
+	BodyReadTimeout time.Duration
 	// CORSOrigins are the origins browser clients may call the API from
 	// (config api.cors_origins): "*" allows any origin, as the PowerSync
 	// service does; empty sends no CORS headers (same-origin only).
@@ -165,6 +168,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.KeepaliveInterval <= 0 {
 		cfg.KeepaliveInterval = 20 * time.Second
+	}
+	if cfg.BodyReadTimeout <= 0 {
+		cfg.BodyReadTimeout = BodyReadTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -302,7 +308,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /sync/stream", s.handleStream)
 	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
-	return withCORS(s.cfg.CORSOrigins, mux)
+	return withBodyDeadline(withCORS(s.cfg.CORSOrigins, mux), s.cfg.BodyReadTimeout)
 }
 
 // writeJSON answers a small JSON document.
@@ -325,7 +331,7 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	switch e.status {
 	case http.StatusUnauthorized:
 		name = "AuthorizationError"
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusRequestTimeout:
 		name = "ValidationError"
 	}
 	writeJSON(w, e.status, map[string]any{"error": map[string]any{
@@ -346,6 +352,7 @@ func (s *Server) authenticate(r *http.Request) (identity, *apiError) {
 func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
 	id, aerr := s.authenticate(r)
 	if aerr != nil {
+		closeUnread(w, r)
 		writeError(w, aerr)
 		return
 	}
@@ -383,28 +390,39 @@ func (s *Server) begin() bool {
 	return true
 }
 
+// retryAfter is the Retry-After (seconds) of a refused stream (429, 503
+// while shutting down): a few seconds, about the SDKs' own retry delay.
+const retryAfter = "5"
+
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
+	// The token first, from the headers: an unauthenticated client gets
+	// its 401 without the body being read (closeUnread).
 	id, aerr := s.authenticate(r)
 	if aerr != nil {
+		closeUnread(w, r)
 		writeError(w, aerr)
 		return
 	}
-	req, aerr := readSyncRequest(w, r, s.cfg.MaxRequestBytes)
+	req, aerr := readSyncRequest(w, r, s.cfg.MaxRequestBytes, s.cfg.BodyReadTimeout)
 	if aerr != nil {
 		writeError(w, aerr)
 		return
 	}
 	if !s.begin() {
+		w.Header().Set("Retry-After", retryAfter)
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: "the sync API is shutting down"})
 		return
 	}
 	defer s.streams.Done()
 	if n := s.active.Add(1); n > int64(s.cfg.MaxConcurrentConnections) {
 		s.active.Add(-1)
+		w.Header().Set("Retry-After", retryAfter)
 		writeError(w, &apiError{status: http.StatusTooManyRequests, code: codeTooManyConns,
-			msg: fmt.Sprintf("maximum concurrent sync connections (%d) reached; retry later", s.cfg.MaxConcurrentConnections)})
+			msg: fmt.Sprintf("maximum concurrent sync connections (%d, api.max_concurrent_connections) reached; retry in %s s",
+				s.cfg.MaxConcurrentConnections, retryAfter)})
 		return
 	}
+	markStreaming(r.Context()) // bounded by the slots above, not the ConnGuard
 	lw := startStream(w, r)
 	ctx, cancel := context.WithCancel(r.Context())
 	// Close ends the stream, even one blocked writing to a stalled client.
