@@ -40,6 +40,38 @@ func (e apiFailure) Error() string {
 
 func (e apiFailure) Unwrap() error { return e.err }
 
+// The sync API's HTTP server bounds what a connection may cost before it
+// is a stream (issue 17): headers within apiHeaderTimeout, the body
+// within syncapi.BodyReadTimeout (the whole request, for /metrics, within
+// both), headers of at most apiMaxHeaderBytes (a JWT and an SDK's headers
+// are a few KiB; the 1 MiB default let each stalled connection hold a
+// megabyte), keep-alive connections closed after apiIdleTimeout — above
+// the 60 s idle timeout common in load balancers, so that they, not the
+// server, close an idle connection and never send a request into one
+// being closed.
+const (
+	apiHeaderTimeout  = 10 * time.Second
+	apiIdleTimeout    = 90 * time.Second
+	apiMaxHeaderBytes = 64 << 10
+)
+
+// pendingConnLimit bounds the API's connections that are not sync
+// streams (syncapi.ConnGuard): 1024, or max_concurrent_connections when
+// larger (every client reconnecting at once, e.g. after a deploy), but
+// never more than half the file descriptors the streams leave — the rest
+// stays for the storage and source pools, the listener and files, so that
+// stalled clients cannot take the descriptors /healthz and new streams
+// need. nofile 0 is an unknown limit.
+func pendingConnLimit(nofile uint64, streams int) int {
+	want := max(1024, streams)
+	if nofile == 0 {
+		return want
+	}
+	nofile = min(nofile, 1<<30) // RLIM_INFINITY
+	spare := (int64(nofile) - int64(streams)) / 2
+	return int(max(16, min(int64(want), spare)))
+}
+
 // wrapAPIListener, when set, wraps the API's listener (tests: a listener
 // that fails, to make Serve return an error).
 var wrapAPIListener func(net.Listener) net.Listener
@@ -82,14 +114,30 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 	if wrapAPIListener != nil {
 		a.ln = wrapAPIListener(a.ln)
 	}
-	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard, bound, nofile := newConnGuard(api.MaxConcurrentConnections, log)
+	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: apiHeaderTimeout,
+		ReadTimeout: apiHeaderTimeout + syncapi.BodyReadTimeout, IdleTimeout: apiIdleTimeout,
+		MaxHeaderBytes: apiMaxHeaderBytes, ConnState: guard.ConnState, ConnContext: guard.ConnContext}
+	ln := guard.Listener(a.ln)
 	go func() {
-		if err := a.http.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.errc <- apiFailure{err}
 		}
 	}()
-	log.Info("sync API listening", "addr", a.ln.Addr().String())
+	log.Info("sync API listening", "addr", a.ln.Addr().String(),
+		"open_file_limit", nofile, "max_connections_not_streaming", bound)
 	return a, nil
+}
+
+// newConnGuard raises the open file limit and builds the guard on the
+// connections that are not streams, returning its bound and the limit.
+func newConnGuard(streams int, log *slog.Logger) (*syncapi.ConnGuard, int, uint64) {
+	nofile, err := raiseFileLimit()
+	if err != nil {
+		log.Warn("sync API: the open file limit stays as it is", "err", err, "open_file_limit", nofile)
+	}
+	bound := pendingConnLimit(nofile, streams)
+	return syncapi.NewConnGuard(bound, log), bound, nofile
 }
 
 // sourceLSN is the source position a write checkpoint waits for: a

@@ -1,0 +1,427 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// childNofileEnv sets a child's open file limit (soft and hard) before
+// it starts: a small limit makes a few hundred connections enough to
+// exhaust the process's file descriptors, as 20,000 did in issue 17.
+const childNofileEnv = "SYNCPIPE_TEST_NOFILE"
+
+// attackEnv makes the test binary a slow-body client instead (see
+// runAttack): "addr|authorization|connections".
+const attackEnv = "SYNCPIPE_TEST_SLOWBODY_ATTACK"
+
+func init() {
+	if n, err := strconv.ParseUint(os.Getenv(childNofileEnv), 10, 64); err == nil && os.Getenv(childEnv) != "" {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			panic(err)
+		}
+	}
+	if spec := os.Getenv(attackEnv); spec != "" {
+		os.Exit(runAttack(spec))
+	}
+}
+
+// slowBodyLen is the Content-Length the slow clients announce; they send
+// a byte of it a second.
+const slowBodyLen = 1000
+
+// slowConn is a client sending a sync request whose body comes a byte a
+// second, and what the server did with it.
+type slowConn struct {
+	conn   net.Conn
+	done   chan struct{} // closed when the server closed the connection
+	status int           // the response's status; 0: closed without one
+}
+
+// dialSlow opens a slow-body request to addr with the Authorization
+// value; it writes a body byte a second until the server closes it.
+func dialSlow(addr, auth string) (*slowConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	_, err = fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: %s\r\nAuthorization: %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n{", addr, auth, slowBodyLen)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s := &slowConn{conn: c, done: make(chan struct{})}
+	go s.read()
+	go s.trickle()
+	return s, nil
+}
+
+// read records the response status and when the server closes.
+func (s *slowConn) read() {
+	defer close(s.done)
+	br := bufio.NewReader(s.conn)
+	if l, err := br.ReadString('\n'); err == nil {
+		if f := strings.Fields(l); len(f) > 1 {
+			s.status, _ = strconv.Atoi(f[1])
+		}
+	}
+	_, _ = io.Copy(io.Discard, br)
+}
+
+// trickle sends the body a byte a second until the connection closes.
+func (s *slowConn) trickle() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for range slowBodyLen - 2 {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+			if _, err := s.conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// healthLatency times one GET /healthz on a new connection (as a probe
+// makes it); err is set without a 200 within 5 s.
+func healthLatency(ctx context.Context, api string) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+api+"/healthz", nil)
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return time.Since(start), err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return time.Since(start), fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return time.Since(start), nil
+}
+
+// openFiles counts a process's file descriptors (Linux /proc).
+func openFiles(pid int) int {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return len(fds)
+}
+
+// probeHealth runs n /healthz probes 100 ms apart, failing on one that
+// does not answer 200, and returns their latencies, sorted, and the
+// most file descriptors pid had at a probe.
+func probeHealth(t *testing.T, ctx context.Context, api string, pid, n int) (lat []time.Duration, maxFiles int) {
+	t.Helper()
+	for range n {
+		d, err := healthLatency(ctx, api)
+		if err != nil {
+			t.Fatalf("/healthz did not answer 200 (%s: %v; the process has %d open files)", d, err, openFiles(pid))
+		}
+		lat = append(lat, d)
+		maxFiles = max(maxFiles, openFiles(pid))
+		time.Sleep(100 * time.Millisecond)
+	}
+	slices.Sort(lat)
+	return lat, maxFiles
+}
+
+// TestAPISlowBodyConnections (issue 17, bounded cost per connection):
+// 800 clients that send a sync request's body a byte a second — half
+// with an invalid token, half with a valid one — against a syncpipe
+// whose open file limit is 700, so that, held, they would use up its
+// file descriptors (as 20,000 did at the default limit) and the API
+// would stop answering. With the bounds: /healthz answers fast all
+// along, the process stays well below its limit, the invalid tokens get
+// 401 at once, every slow connection is closed within the body deadline
+// (10 s; 408, or closed as the oldest when the non-stream bound is
+// exceeded), and an open sync stream is untouched.
+func TestAPISlowBodyConnections(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and a syncpipe process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const nofile, clients = 700, 800
+	e := newStreamEnv(t, envOptions{rules: todos.Rules, env: []string{fmt.Sprintf("%s=%d", childNofileEnv, nofile)}})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 17}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.start()
+	e.waitCaughtUp(ctx)
+	poll(t, ctx, c, "the API's /healthz", func() bool { code, _ := getHealth(ctx, e.api); return code == http.StatusOK })
+	// (700 - 200 streams) / 2: the bound leaves room for the rest.
+	if want := `"open_file_limit":700,"max_connections_not_streaming":250`; !e.logged(want) {
+		t.Fatalf("no log line with %s:\n%s", want, e.tailLogs(4<<10))
+	}
+	stream := openRawStream(t, ctx, e.api, e.token("alice"))
+	if !stream.until(t, ctx, `"checkpoint_complete"`) {
+		t.Fatal("the stream ended before its first checkpoint")
+	}
+	idle, _ := probeHealth(t, ctx, e.api, c.cmd.Process.Pid, 5)
+
+	valid := "Token " + e.token("bob")
+	var conns []*slowConn
+	for i := range clients {
+		auth := "Token not.a.jwt"
+		if i%2 == 1 {
+			auth = valid
+		}
+		s, err := dialSlow(e.api, auth)
+		if err != nil {
+			t.Fatalf("slow client %d: %v", i, err)
+		}
+		conns = append(conns, s)
+	}
+	dialed := time.Now()
+	t.Cleanup(func() {
+		for _, s := range conns {
+			s.conn.Close()
+		}
+	})
+	lat, maxFiles := probeHealth(t, ctx, e.api, c.cmd.Process.Pid, 30)
+	t.Logf("/healthz with %d slow-body clients: p50 %s, max %s (idle: p50 %s); syncpipe had at most %d open files of %d",
+		clients, lat[len(lat)/2], lat[len(lat)-1], idle[len(idle)/2], maxFiles, nofile)
+	// The issue's bar is 100 ms; this bound leaves room for a race build
+	// on shared cores, and a held connection per client would fail it.
+	if p50 := lat[len(lat)/2]; p50 > 100*time.Millisecond || lat[len(lat)-1] > time.Second {
+		t.Errorf("/healthz took p50 %s, max %s with %d slow clients, want p50 < 100ms", p50, lat[len(lat)-1], clients)
+	}
+	if maxFiles > nofile*3/4 {
+		t.Errorf("syncpipe had %d open files of its %d", maxFiles, nofile)
+	}
+	checkSlowClosed(t, conns, dialed)
+	e.exec(ctx, `UPDATE lists SET name = 'after the slow clients' WHERE id = (SELECT id FROM lists ORDER BY id LIMIT 1)`)
+	if !stream.until(t, ctx, "after the slow clients") {
+		t.Fatal("the sync stream ended while the slow clients were refused")
+	}
+}
+
+// checkSlowClosed waits for the server to close every slow connection
+// within the body deadline (and a margin) of the last one's start, and
+// checks how: invalid tokens (even indexes) 401 or closed without an
+// answer as the oldest; valid ones 408 or closed the same way.
+func checkSlowClosed(t *testing.T, conns []*slowConn, dialed time.Time) {
+	t.Helper()
+	limit := time.After(time.Until(dialed.Add(15 * time.Second)))
+	counts := map[string]int{}
+	for i, s := range conns {
+		select {
+		case <-s.done:
+		case <-limit:
+			t.Fatalf("slow client %d still open %s after the last started (body deadline 10 s)", i, time.Since(dialed))
+		}
+		want := http.StatusRequestTimeout
+		if i%2 == 0 {
+			want = http.StatusUnauthorized
+		}
+		if s.status != want && s.status != 0 {
+			t.Errorf("slow client %d: HTTP %d, want %d (or closed without one)", i, s.status, want)
+		}
+		counts[strconv.Itoa(s.status)]++
+	}
+	t.Logf("slow clients closed within %s of the last start; by status (0: closed as the oldest): %v", time.Since(dialed), counts)
+	if counts["401"] == 0 {
+		t.Error("no invalid token got its 401")
+	}
+}
+
+// TestAPISlowBodyConnectionsAtScale is the issue's own figure, run by
+// hand: SYNCPIPE_TEST_SLOWBODY_CONNS=20000 go test -run
+// TestAPISlowBodyConnectionsAtScale ./cli/ (no -race: the clients cost
+// more than the server). The clients run in processes of their own, 5,000
+// connections each (each needs a descriptor, and one process may hold
+// fewer than 20,000), half with an invalid token, half with a valid one.
+// With SYNCPIPE_TEST_SLOWBODY_REDIAL=1 they redial every connection the
+// server closes, so that N slow-body connections are attempted all the
+// time (a connection flood). /healthz is timed throughout; its failures
+// (no 200 within 5 s) are counted, not fatal.
+func TestAPISlowBodyConnectionsAtScale(t *testing.T) {
+	total, _ := strconv.Atoi(os.Getenv("SYNCPIPE_TEST_SLOWBODY_CONNS"))
+	if total == 0 {
+		t.Skip("set SYNCPIPE_TEST_SLOWBODY_CONNS (e.g. 20000) to run")
+	}
+	redial := os.Getenv("SYNCPIPE_TEST_SLOWBODY_REDIAL") != ""
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 17}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.start()
+	e.waitCaughtUp(ctx)
+	poll(t, ctx, c, "the API's /healthz", func() bool { code, _ := getHealth(ctx, e.api); return code == http.StatusOK })
+	var lim syscall.Rlimit
+	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	idle, _ := probeHealth(t, ctx, e.api, c.cmd.Process.Pid, 10)
+	auth := []string{"Token not.a.jwt", "Token " + e.token("bob")}
+	actx, stop := context.WithCancel(ctx)
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	// Timed from the start: while the clients connect, and after.
+	var lat []time.Duration
+	var failed map[string]int
+	var maxFiles int
+	probed := make(chan struct{})
+	go func() { defer close(probed); lat, failed, maxFiles = timeHealth(ctx, e.api, c.cmd.Process.Pid, 200) }()
+	start := time.Now()
+	for i := 0; i < total; i += 5000 {
+		spec := fmt.Sprintf("%s|%s|%d|%v", e.api, auth[(i/5000)%2], min(5000, total-i), redial)
+		wg.Add(1)
+		go func() { defer wg.Done(); startAttacker(t, actx, spec, &opened) }()
+	}
+	poll(t, ctx, c, "the slow clients to connect", func() bool { return opened.Load() >= int64(total) })
+	t.Logf("%d slow-body connections opened in %s", opened.Load(), time.Since(start))
+	<-probed
+	t.Logf("/healthz under %d slow-body clients (redial %v): %d probes answered, failed %v; answered: p50 %s, p90 %s, p99 %s, max %s "+
+		"(idle p50 %s); connections opened in all %d; syncpipe at most %d open files, hard limit %d",
+		total, redial, len(lat), failed, pct(lat, 50), pct(lat, 90), pct(lat, 99), pct(lat, 100), idle[len(idle)/2],
+		opened.Load(), maxFiles, lim.Max)
+	if p50 := pct(lat, 50); len(failed) > 0 || p50 > 100*time.Millisecond {
+		t.Errorf("/healthz: failed %v, p50 %s, want none and p50 < 100ms", failed, p50)
+	}
+	stop()
+	wg.Wait()
+}
+
+// timeHealth runs up to n /healthz probes 100 ms apart, for at most
+// 40 s, and returns the latencies of those answered 200, sorted, the
+// errors of the others by kind, and the most file descriptors pid had.
+func timeHealth(ctx context.Context, api string, pid, n int) (lat []time.Duration, failed map[string]int, maxFiles int) {
+	failed = map[string]int{}
+	until := time.Now().Add(40 * time.Second)
+	for i := 0; i < n && time.Now().Before(until); i++ {
+		if d, err := healthLatency(ctx, api); err == nil {
+			lat = append(lat, d)
+		} else {
+			failed[errKind(err)]++
+		}
+		maxFiles = max(maxFiles, openFiles(pid))
+		time.Sleep(100 * time.Millisecond)
+	}
+	slices.Sort(lat)
+	return lat, failed, maxFiles
+}
+
+// errKind classifies a failed probe: timed out (its connection waited in
+// the listen queue or unserved), or closed by the server.
+func errKind(err error) string {
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	for _, k := range []string{"reset", "EOF", "refused"} {
+		if strings.Contains(err.Error(), k) {
+			return k
+		}
+	}
+	return err.Error()
+}
+
+// pct is the p-th percentile of sorted latencies (0 when none).
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// startAttacker runs a child slow-body client (runAttack's spec) until
+// ctx ends, adding the connections it reports opening to opened.
+func startAttacker(t *testing.T, ctx context.Context, spec string, opened *atomic.Int64) {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), attackEnv+"="+spec)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := cmd.Start(); err != nil {
+		t.Error(err)
+		return
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if v, err := strconv.ParseInt(strings.TrimPrefix(sc.Text(), "opened "), 10, 64); err == nil {
+			opened.Add(v)
+		}
+	}
+	_ = cmd.Wait()
+}
+
+// runAttack is the attacker process, spec "addr|authorization|n|redial":
+// it opens n slow-body requests (redialling each one the server closes
+// when redial is true) and prints "opened N" for the connections it
+// opened each second.
+func runAttack(spec string) int {
+	parts := strings.Split(spec, "|")
+	if len(parts) != 4 {
+		return 2
+	}
+	n, _ := strconv.Atoi(parts[2])
+	redial := parts[3] == "true"
+	var opened atomic.Int64
+	for range n {
+		go func() {
+			for {
+				s, err := dialSlow(parts[0], parts[1])
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				opened.Add(1)
+				<-s.done
+				s.conn.Close()
+				if !redial {
+					return
+				}
+			}
+		}()
+	}
+	for range time.Tick(time.Second) {
+		fmt.Printf("opened %d\n", opened.Swap(0))
+	}
+	return 0
+}
+
+// TestPendingConnLimit: the bound on connections that are not streams
+// leaves half the descriptors the streams do not take, within 16 and
+// max(1024, streams).
+func TestPendingConnLimit(t *testing.T) {
+	for _, c := range []struct {
+		nofile  uint64
+		streams int
+		want    int
+	}{
+		{0, 200, 1024},          // unknown limit
+		{1 << 20, 200, 1024},    // a container's usual limit
+		{1 << 20, 5000, 5000},   // every stream may reconnect at once
+		{20000, 200, 1024},      //
+		{700, 200, 250},         // (700 - 200) / 2
+		{256, 200, 28},          // (256 - 200) / 2
+		{100, 200, 16},          // misconfigured: still serves
+		{^uint64(0), 200, 1024}, // RLIM_INFINITY
+	} {
+		if got := pendingConnLimit(c.nofile, c.streams); got != c.want {
+			t.Errorf("pendingConnLimit(%d, %d) = %d, want %d", c.nofile, c.streams, got, c.want)
+		}
+	}
+}
