@@ -90,7 +90,7 @@ type API struct {
 	Listen                   string        `koanf:"listen" doc:"host:port the sync API listens on (\":8080\" = all interfaces)."`
 	Auth                     Auth          `koanf:"auth" doc:"Client JWT verification."`
 	MaxBucketsPerConnection  int           `koanf:"max_buckets_per_connection" doc:"A client entitled to more buckets gets a clear error instead of a partial sync."`
-	MaxConcurrentConnections int           `koanf:"max_concurrent_connections" doc:"Concurrent sync streams; more are refused with 429."`
+	MaxConcurrentConnections int           `koanf:"max_concurrent_connections" doc:"Concurrent sync streams; more are refused with 429 and Retry-After: 5."`
 	MaxDataFetchConcurrency  int           `koanf:"max_data_fetch_concurrency" doc:"Concurrent bucket data queries against storage, across all connections."`
 	ChecksumCacheSize        int           `koanf:"checksum_cache_size" doc:"Entries in the (bucket, checkpoint) checksum LRU cache."`
 	MaxRequestBytes          ByteSize      `koanf:"max_request_bytes" doc:"Largest accepted request body (integer bytes or e.g. 1MiB)."`
