@@ -1,9 +1,13 @@
 package syncapi
 
 import (
-	"compress/gzip"
+	"bytes"
+	"compress/flate"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,17 +20,24 @@ import (
 )
 
 // writeTimeout bounds one line's write to the client: a client that reads
-// nothing for this long is dropped instead of holding the stream forever.
+// nothing for this long is dropped instead of holding the stream (and the
+// line in flight) forever.
 const writeTimeout = time.Minute
+
+// writeTimeoutOverride, when positive, replaces writeTimeout for the
+// streams started after it is set: a test of a stalled client sets it
+// (atomic: the streams of other tests read it meanwhile).
+var writeTimeoutOverride atomic.Int64
 
 // lineWriter writes NDJSON lines to a streaming response, optionally
 // gzip-compressed, flushing after every line so the client sees each one
 // as soon as it is produced.
 type lineWriter struct {
-	w   interface{ Write([]byte) (int, error) }
-	gz  *gzip.Writer
-	rc  *http.ResponseController
-	buf []byte // scratch for control lines
+	w       io.Writer
+	gz      *gzipStream // nil: identity
+	rc      *http.ResponseController
+	timeout time.Duration // writeTimeout, or a test's override
+	buf     []byte        // scratch for control lines
 	// bytes counts uncompressed bytes written.
 	bytes int64
 
@@ -50,11 +61,13 @@ func startStream(w http.ResponseWriter, r *http.Request) *lineWriter {
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Cache-Control", "no-store")
 	h.Add("Vary", "Accept-Encoding")
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w)}
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: writeTimeout}
+	if d := writeTimeoutOverride.Load(); d > 0 {
+		lw.timeout = time.Duration(d)
+	}
 	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
 		h.Set("Content-Encoding", "gzip")
-		lw.gz, _ = gzip.NewWriterLevel(w, gzip.BestSpeed) // a valid level never fails
-		lw.w = lw.gz
+		lw.gz = &gzipStream{}
 	}
 	w.WriteHeader(http.StatusOK)
 	_ = lw.rc.Flush() // headers now: the client knows the stream is open
@@ -85,21 +98,36 @@ func acceptsGzip(values []string) bool {
 // through the compressor and the connection.
 func (lw *lineWriter) writeLine(line []byte) error {
 	// Not every ResponseWriter supports deadlines; then none applies.
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
 	if lw.aborting.Load() { // checked after setting the deadline: see abort
 		return errAborted
 	}
-	if _, err := lw.w.Write(line); err != nil {
-		return fmt.Errorf("%w: %w", errClientWrite, err)
+	if err := lw.write(line, false); err != nil {
+		return err
 	}
 	lw.bytes += int64(len(line))
-	if lw.gz != nil {
-		if err := lw.gz.Flush(); err != nil {
-			return fmt.Errorf("%w: flush compressed line: %w", errClientWrite, err)
-		}
-	}
 	if err := lw.rc.Flush(); err != nil {
 		return fmt.Errorf("%w: flush: %w", errClientWrite, err)
+	}
+	return nil
+}
+
+// write sends p, compressed when the stream is (last: the end of the
+// compressed stream).
+func (lw *lineWriter) write(p []byte, last bool) error {
+	if lw.gz == nil {
+		if _, err := lw.w.Write(p); err != nil {
+			return fmt.Errorf("%w: %w", errClientWrite, err)
+		}
+		return nil
+	}
+	out := getCompressed()
+	defer putCompressed(out)
+	if err := lw.gz.encode(out, p, last); err != nil {
+		return fmt.Errorf("compress line: %w", err)
+	}
+	if _, err := lw.w.Write(out.Bytes()); err != nil {
+		return fmt.Errorf("%w: %w", errClientWrite, err)
 	}
 	return nil
 }
@@ -129,10 +157,103 @@ func (lw *lineWriter) finish() {
 // close ends the compressed stream, if any (its trailer), best effort.
 func (lw *lineWriter) close() {
 	if lw.gz != nil && !lw.aborting.Load() {
-		_ = lw.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_ = lw.gz.Close()
+		_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
+		_ = lw.write(nil, true)
 		_ = lw.rc.Flush()
 	}
+}
+
+// release drops the scratch buffer when a large line grew it: an idle
+// stream keeps only what a keepalive line needs.
+func (lw *lineWriter) release() {
+	if cap(lw.buf) > idleScratch {
+		lw.buf = nil
+	}
+}
+
+// idleScratch is the scratch buffer an idle stream may keep: a keepalive
+// line fits.
+const idleScratch = 256
+
+// gzipStream is the state of one gzip member (RFC 1952) written a line
+// at a time without a compressor of its own: a flate writer (about 1 MB
+// at BestSpeed) is taken from a pool for each line, compresses it into a
+// pooled buffer ending in a sync flush, and goes back before the bytes
+// are written to the client, so neither an idle stream nor one blocked on
+// a stalled client holds one. Each line's deflate blocks start without
+// the earlier lines' history, which DEFLATE allows (back-references are
+// optional), so the blocks of all lines are one valid deflate stream;
+// the header is written before the first and the trailer's CRC-32 and
+// size are kept here. (One gzip member per line would be simpler, but
+// not every client reads concatenated members.)
+type gzipStream struct {
+	started bool   // the header was written
+	crc     uint32 // CRC-32 of the uncompressed bytes
+	size    uint32 // uncompressed bytes, modulo 2^32 (ISIZE)
+}
+
+// gzipHeader: deflate, no flags, no time, XFL 4 (fastest), OS unknown.
+var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255}
+
+// encode writes p compressed to out, after the header if it was not
+// written yet; last ends the stream: the final block and the trailer.
+func (z *gzipStream) encode(out *bytes.Buffer, p []byte, last bool) error {
+	if !z.started {
+		out.Write(gzipHeader)
+		z.started = true
+	}
+	fw := flatePool.Get().(*flate.Writer)
+	fw.Reset(out)
+	// Reset again before it goes back: the pool must not keep out.
+	defer func() { fw.Reset(io.Discard); flatePool.Put(fw) }()
+	if _, err := fw.Write(p); err != nil {
+		return fmt.Errorf("deflate: %w", err)
+	}
+	z.crc = crc32.Update(z.crc, crc32.IEEETable, p)
+	z.size += uint32(len(p))
+	if !last {
+		// A sync flush ends on a byte boundary with everything written:
+		// the next line's blocks follow on.
+		if err := fw.Flush(); err != nil {
+			return fmt.Errorf("deflate: %w", err)
+		}
+		return nil
+	}
+	if err := fw.Close(); err != nil {
+		return fmt.Errorf("deflate: %w", err)
+	}
+	out.Write(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, z.crc), z.size))
+	return nil
+}
+
+// flatePool holds the flate writers of gzip streams, shared by all:
+// only the streams compressing a line at the moment hold one.
+var flatePool = sync.Pool{New: func() any {
+	fw, _ := flate.NewWriter(io.Discard, flate.BestSpeed) // a valid level never fails
+	return fw
+}}
+
+// compressedPool holds the buffers lines are compressed into.
+var compressedPool sync.Pool
+
+// maxPooledCompressed: larger buffers (a compressed line of mostly
+// incompressible data) are left to the collector instead of pinned by
+// the pool.
+const maxPooledCompressed = 256 << 10
+
+func getCompressed() *bytes.Buffer {
+	if b, ok := compressedPool.Get().(*bytes.Buffer); ok {
+		return b
+	}
+	return new(bytes.Buffer)
+}
+
+func putCompressed(b *bytes.Buffer) {
+	if b.Cap() > maxPooledCompressed {
+		return
+	}
+	b.Reset()
+	compressedPool.Put(b)
 }
 
 // line starts a control line in the scratch buffer.

@@ -1,7 +1,12 @@
 package syncapi
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -86,5 +91,75 @@ func TestBatchByteLimit(t *testing.T) {
 	row.Data = []byte(`"` + strings.Repeat("y", maxBatchBytes) + `"`)
 	if !b.add(row, 0, true) || b.add(row, 0, true) {
 		t.Fatal("an oversized op must go alone")
+	}
+}
+
+// gzipClient is one compressed stream as its client receives it.
+type gzipClient struct {
+	z    gzipStream
+	sent bytes.Buffer // compressed bytes
+	want []byte       // the lines, uncompressed
+}
+
+// send compresses a line (or, with last, the end) as writeLine does.
+func (c *gzipClient) send(t *testing.T, line []byte, last bool) {
+	t.Helper()
+	out := getCompressed()
+	defer putCompressed(out)
+	if err := c.z.encode(out, line, last); err != nil {
+		t.Fatal(err)
+	}
+	c.sent.Write(out.Bytes())
+	c.want = append(c.want, line...)
+}
+
+// decode reads the bytes sent so far as a single gzip member.
+func (c *gzipClient) decode() ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(c.sent.Bytes()))
+	if err != nil {
+		return nil, err
+	}
+	zr.Multistream(false)
+	got, err := io.ReadAll(zr)
+	if err == nil && zr.Close() == nil {
+		// A reader at the end of one member must see no second one.
+		if _, err2 := zr.Read(make([]byte, 1)); err2 != io.EOF {
+			err = fmt.Errorf("data after the member: %v", err2)
+		}
+	}
+	return got, err
+}
+
+// TestGzipLines: lines compressed one at a time, interleaved between two
+// streams that share the flate writer pool, decode after every line to
+// exactly the lines so far (each one reaches the client when written),
+// and end in one gzip member whose trailer (CRC-32, size) gzip.Reader
+// verifies.
+func TestGzipLines(t *testing.T) {
+	t.Parallel()
+	var cs [2]gzipClient
+	for i := range 40 {
+		c := &cs[i%2]
+		line := fmt.Sprintf(`{"token_expires_in":%d}`+"\n", i)
+		if i%7 == 3 { // more than one 64 KB deflate block
+			line = `{"data":"` + strings.Repeat(fmt.Sprintf("row %d of stream %d, ", i, i%2), 3000) + "\"}\n"
+		}
+		c.send(t, []byte(line), false)
+		got, err := c.decode()
+		if !errors.Is(err, io.ErrUnexpectedEOF) || !bytes.Equal(got, c.want) {
+			t.Fatalf("line %d: decoded %d bytes (%v), want the %d sent so far and an unfinished stream", i, len(got), err, len(c.want))
+		}
+	}
+	for i := range cs {
+		cs[i].send(t, nil, true)
+		got, err := cs[i].decode()
+		if err != nil || !bytes.Equal(got, cs[i].want) {
+			t.Fatalf("stream %d: decoded %d bytes (%v), want %d and a complete member", i, len(got), err, len(cs[i].want))
+		}
+	}
+	var empty gzipClient // a stream closed before any line
+	empty.send(t, nil, true)
+	if got, err := empty.decode(); err != nil || len(got) != 0 {
+		t.Fatalf("empty stream: %q, %v", got, err)
 	}
 }
