@@ -46,11 +46,25 @@ type batch struct {
 	// invalidated: an op compacted beyond the checkpoint was read, so the
 	// checkpoint cannot be completed (PowerSync's target_op rule).
 	invalidated bool
+	// shared: buf and lines are a shared read's (sharedread.go), which
+	// every stream that joined it sends from: read-only.
+	shared bool
 }
 
+// reset empties the batch for the next read, keeping its buffers unless
+// they are a shared read's.
 func (b *batch) reset() {
+	if b.shared {
+		b.buf, b.lines, b.shared = nil, nil, false
+	}
 	b.buf, b.lines, b.open, b.ops = b.buf[:0], b.lines[:0], false, 0
 }
+
+// release drops the batch's buffers. They grow to the largest read of a
+// burst (up to maxBatchBytes and more), so a stream that kept them would
+// hold a first sync's megabyte for as long as it stays connected; the
+// next burst grows new ones to its own size.
+func (b *batch) release() { *b = batch{} }
 
 // add encodes one op, opening a line for its bucket if needed (after is
 // the bucket's position before this read). It returns false, leaving the

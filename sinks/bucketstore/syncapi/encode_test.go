@@ -94,6 +94,29 @@ func TestBatchByteLimit(t *testing.T) {
 	}
 }
 
+// TestSharedBatchReadOnly: a batch sending a shared read's lines
+// (sharedread.go) reads its own next batch into new buffers, never over
+// the shared bytes other streams are sending; release leaves nothing.
+func TestSharedBatchReadOnly(t *testing.T) {
+	t.Parallel()
+	shared := []byte(`{"data":{"bucket":"b1"}}` + "\n")
+	orig := bytes.Clone(shared)
+	b := batch{buf: shared, lines: []dataLine{{bucket: "b1", end: len(shared)}}, shared: true}
+	b.reset()
+	row := &bucketstore.OpRow{Bucket: "b2", OpID: 9, Op: bucketstore.OpPut, ObjectType: "t", ObjectID: "i", Data: []byte(`"x"`)}
+	if !b.add(row, 0, true) {
+		t.Fatal("add to an empty batch failed")
+	}
+	b.closeLine(false)
+	if !bytes.Equal(shared, orig) || b.shared {
+		t.Fatalf("shared bytes now %q (shared %v), want %q untouched", shared, b.shared, orig)
+	}
+	b.release()
+	if b.buf != nil || b.lines != nil {
+		t.Fatalf("released batch keeps %d bytes and %d lines", cap(b.buf), cap(b.lines))
+	}
+}
+
 // gzipClient is one compressed stream as its client receives it.
 type gzipClient struct {
 	z    gzipStream

@@ -132,9 +132,10 @@ func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []
 	if !r.ok {
 		return c.readOwn(ctx, cp, reqs)
 	}
+	// Sent from the shared result itself: a copy per stream would make
+	// every caught-up stream hold the same bytes while it writes them.
 	c.batch.reset()
-	c.batch.buf = append(c.batch.buf, r.buf...)
-	c.batch.lines = append(c.batch.lines, r.lines...)
+	c.batch.buf, c.batch.lines, c.batch.shared = r.buf, r.lines, true
 	c.batch.ops = r.ops
 	c.batch.invalidated = c.batch.invalidated || r.invalidated
 	c.s.reads.copied.Add(1)

@@ -129,6 +129,7 @@ func (c *conn) loop(ctx context.Context) error {
 	have := false
 	for {
 		if !have {
+			c.release() // nothing to send until the next checkpoint
 			cp, err := c.wait(ctx)
 			if err != nil {
 				return err
@@ -150,6 +151,15 @@ func (c *conn) loop(ctx context.Context) error {
 			next, have = cp, true
 		}
 	}
+}
+
+// release drops what the stream needs only while it sends (the data
+// batch, the checkpoint entries, the line scratch buffer), which grow to
+// its largest burst: an idle stream keeps its bucket state only.
+func (c *conn) release() {
+	c.batch.release()
+	c.entries = nil
+	c.w.release()
 }
 
 func (c *conn) sendToken() error {
