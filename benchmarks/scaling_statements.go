@@ -26,14 +26,16 @@ import (
 type StatementCounts struct {
 	// Total is every statement (pg_stat_statements calls).
 	Total int64 `json:"total"`
-	// Lease counts the lease statements: each claim's transaction (BEGIN,
-	// SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT
-	// or ROLLBACK), the reads of leases (a snapshot unit's state and holder,
-	// read before a claim), renewals and releases (UPDATE leases), the
-	// lease session's opening read of pg_stat_activity and reads of the
-	// unit counts (autoscaling gauges, when scraped).
+	// Lease counts the lease statements: each single claim's transaction
+	// (BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases,
+	// COMMIT or ROLLBACK: a stream's), each batch claim of snapshot units
+	// (one statement), the reads of leases, renewals and releases (UPDATE
+	// leases), the lease session's opening read of pg_stat_activity and
+	// its lock_timeout, and reads of the unit counts (autoscaling gauges,
+	// when scraped).
 	Lease int64 `json:"lease"`
-	// Acquires are the claims tried, Acquired those that took the lease.
+	// Acquires are the claim statements, single and batched; Acquired the
+	// single claims that took their lease (a batch takes several).
 	Acquires int64 `json:"acquires"`
 	Acquired int64 `json:"acquired"`
 	Renewals int64 `json:"renewals"`
@@ -92,8 +94,8 @@ func statementSettings() (map[string]string, string) {
 					"pg_stat_statements.track_planning": "off",
 					"pg_stat_statements.save":           "off",
 				}, "Statements: pg_stat_statements, preloaded in this scenario's cluster (track = top, utility statements tracked), counts every statement executed in the configuration's storage database up to the end of the timed span — COPYs, BEGIN/COMMIT, reads, fenced writes. " +
-					"Lease statements are each claim's transaction (BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 4 statements, taken or not), the reads of leases (the state and holder of a snapshot unit, read before claiming it: 1 statement), renewals and releases (UPDATE leases), the lease session's opening read of pg_stat_activity and any read of the unit counts (none here: no metrics listener). " +
-					"Not counted: the fence check in every unit write (a sub-select of the write on leases, FOR SHARE, not a statement of its own), and the empty `-- ping` each claim and renewal first sends on the lease session — a round trip but no statement (the share with the pings is given below). Execution time: pg_stat_statements total_exec_time, the claims' BEGIN and COMMIT pro rata."
+					"Lease statements are each batch claim of snapshot units (1 statement that reads the state of up to 32 queued units and takes up to 9 of them), each single claim's transaction (a stream's: BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 4 statements, taken or not), renewals and releases (UPDATE leases: a process renews all its snapshot leases in one statement per heartbeat; a finished range keeps its lease until it runs out), the lease session's opening read of pg_stat_activity and its SET lock_timeout, and any read of the unit counts (none here: no metrics listener). " +
+					"Not counted: the fence check in every unit write (a sub-select of the write on leases, FOR SHARE, not a statement of its own), and the empty `-- ping` each single claim and renewal first sends on the lease session — a round trip but no statement (the share with the pings is given below). Execution time: pg_stat_statements total_exec_time, the claims' BEGIN and COMMIT pro rata."
 		}
 	}
 	return nil, fmt.Sprintf("Statements were not counted: the server has no pg_stat_statements library (%v).", err)
@@ -180,9 +182,10 @@ type statementStat struct {
 
 // statementKind classifies a (normalised) statement text: acquire (the
 // INSERT … ON CONFLICT of a claim), claim (its transaction's SET LOCAL
-// lock_timeout), holder (a read of leases: a unit's holder, before a
-// claim), renew, release, session (the lease session's opening read),
-// unitcounts (the autoscaling gauges' read), txn (BEGIN, COMMIT, ROLLBACK)
+// lock_timeout), claimbatch (a claim of snapshot units: one statement
+// that reads their states and takes several), holder (a read of leases:
+// a unit's holder), renew, release, session (the lease session's opening
+// read and lock_timeout), unitcounts (the autoscaling gauges' read), txn (BEGIN, COMMIT, ROLLBACK)
 // or other.
 func statementKind(q string) string {
 	q = strings.Join(strings.Fields(strings.ToLower(q)), " ")
@@ -190,13 +193,16 @@ func statementKind(q string) string {
 	switch {
 	case strings.HasPrefix(q, "insert into leases"):
 		return "acquire"
+	case strings.HasPrefix(q, "with u as") && strings.Contains(q, "insert into leases"):
+		return "claimbatch"
 	case strings.HasPrefix(q, "set local lock_timeout"):
 		return "claim"
 	case strings.HasPrefix(q, "update leases set expires_at = now() -"):
 		return "release"
 	case strings.HasPrefix(q, "update leases"):
 		return "renew"
-	case strings.HasPrefix(q, "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"):
+	case strings.HasPrefix(q, "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"),
+		strings.HasPrefix(q, "set lock_timeout"):
 		return "session"
 	case strings.HasPrefix(q, "select ") && (firstFrom(q) == "leases" || strings.Contains(q, " from leases ")):
 		return "holder"
@@ -238,6 +244,10 @@ func countStatements(stmts []statementStat) *StatementCounts {
 		case "acquire":
 			c.Lease += s.calls
 			c.Acquired += s.rows
+			c.LeaseTime += s.time
+		case "claimbatch":
+			c.Acquires += s.calls // how many units each took is not counted
+			c.Lease += s.calls
 			c.LeaseTime += s.time
 		case "claim":
 			c.Acquires += s.calls

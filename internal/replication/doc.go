@@ -121,15 +121,28 @@
 // of a table's key ranges is stored and shared) and queues every unit it
 // knows — each snapshot range, each group's stream — in its own scheduler,
 // most urgent first. A unit runs only in the process holding its lease
-// (lease.go; storage table leases): a free worker takes the most urgent
-// queued unit and tries its lease; when another process holds it, the
-// unit is deferred for a heartbeat and the worker tries the next one.
-// A unit finished elsewhere is seen finished from storage when this
-// process next claims it, so every process's view of a group converges
-// and whichever sees the last range done starts the stream — which again
-// only the stream lease's holder runs. The holder renews the lease every
-// replication.lease.heartbeat and gives it up when the unit ends, also on
-// SIGTERM, so another process takes it at once.
+// (storage table leases): a free worker takes the most urgent queued unit
+// and tries its lease; when another process holds it, the unit is
+// deferred for a heartbeat and the worker tries the next one. A unit
+// finished elsewhere is seen finished from storage when this process next
+// claims it, so every process's view of a group converges and whichever
+// sees the last range done starts the stream — which again only the
+// stream lease's holder runs.
+//
+// The stream unit claims its lease alone and its holder renews it every
+// replication.lease.heartbeat (lease.go). Snapshot units are many and
+// mostly small, so their leases go in batches (claims.go): one statement
+// reads the state of the unit a worker starts and of the next ones queued
+// here, and claims it together with the following free units worth up to
+// 200k estimated rows (a large range is claimed alone, so a process never
+// sits on more than a few seconds of others' work); units it found done
+// or held elsewhere are skipped without a statement; one statement per
+// heartbeat renews all of a process's snapshot leases; a claimed unit not
+// started within a lease duration is left to run out. Every unit gives
+// its lease up when it ends unfinished, also on SIGTERM, so another
+// process takes it at once; a finished range keeps it until it runs out,
+// since nobody claims a done range. Each unit still has its own lease row
+// and token, so fencing is the same for both kinds.
 //
 // A lease names the storage session its holder keeps open for its whole
 // life: when a process dies the kernel closes its connections, the

@@ -123,6 +123,8 @@ type Replicator struct {
 	log   *slog.Logger
 	sched *pipeline.Scheduler
 	owner string
+	// claims holds the snapshot units' leases (claims.go).
+	claims *snapshotClaims
 
 	progress *progress
 	// toastMerged and toastReread count UPDATEs whose unchanged TOAST
@@ -154,8 +156,13 @@ func New(opts Options) *Replicator {
 	}
 	pl, _ := opts.Config.BucketstorePipeline()
 	opts.Tracer = withStageMetrics(opts.Tracer, mp, pl.Name) // stage and row metrics (metrics.go)
-	return &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
+	r := &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
 		owner: processOwner(), groups: map[int]*group{}, progress: newProgress()}
+	lc := opts.Config.Replication.Lease
+	r.claims = newSnapshotClaims(opts.Store, r.owner, lc.Duration, lc.Heartbeat, func(l bucketstore.Lease) {
+		r.metrics.leaseAcquired(context.Background(), l.Name, l.Takeover)
+	})
+	return r
 }
 
 // processOwner names this process in leases: host and pid for the
@@ -230,6 +237,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer r.bg.Wait()
 	defer stopProgress()
 	r.runCtx = pctx
+	r.background(r.claims.keep)
 	defer r.metrics.observe(r.errs)()
 	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {

@@ -23,6 +23,7 @@ import (
 func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *group) error {
 	snap := r.cfg.Replication.Snapshot
 	var units []pipeline.Unit
+	var claims []*unitClaim
 	for _, t := range g.tables {
 		if t.stored.SnapshotDone {
 			continue
@@ -46,7 +47,10 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 				continue
 			}
 			t.remaining++
-			units = append(units, r.snapshotUnit(g, t, st))
+			uc := &unitClaim{rows: t.info.EstimatedRows / int64(len(states)),
+				unit: bucketstore.SnapshotUnit{Lease: snapshotLease(t, st.No), TableID: t.stored.ID, RangeNo: st.No}}
+			claims = append(claims, uc)
+			units = append(units, r.snapshotUnit(g, t, st, uc))
 		}
 		if t.remaining == 0 { // every range finished before a crash
 			if err := r.tableDone(ctx, g, t); err != nil {
@@ -64,6 +68,7 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 		r.background(func(ctx context.Context) { r.awaitSnapshot(ctx, g) })
 		return nil
 	}
+	r.claims.add(claimGroup(g.g.ID), claims)
 	for _, u := range units {
 		if err := r.sched.Submit(u); err != nil {
 			return err
@@ -72,10 +77,9 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 	return nil
 }
 
-func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState) pipeline.Unit {
+func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState, uc *unitClaim) pipeline.Unit {
 	key := fmt.Sprintf("group %d snapshot %s range %d", g.g.ID, t.info.QualifiedName(), st.No)
-	lease := snapshotLease(t, st.No)
-	run := r.leased(lease, func(ctx context.Context, f bucketstore.Fence) error {
+	run := func(ctx context.Context, f bucketstore.Fence) error {
 		var done bool
 		err := r.retry(ctx, g.g.ID, key, "snapshot", func(ctx context.Context) error {
 			var err error
@@ -87,24 +91,52 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState)
 		}
 		r.recovered(ctx, g.g.ID)
 		return r.rangeDone(ctx, g, t)
-	})
+	}
 	return pipeline.Unit{
 		Key:      key,
 		Kind:     "snapshot",
 		Priority: g.prio,
 		Run: func(ctx context.Context) error {
 			// Every process queues every range: one that another process
-			// finished, or works on, costs a read here, not a lease claim.
-			done, held, err := r.store.SnapshotUnitState(ctx, t.stored.ID, st.No, lease, r.owner)
+			// finished, or works on, is skipped (see claims.go).
+			state, err := r.claims.take(ctx, claimGroup(g.g.ID), uc)
 			switch {
-			case err == nil && done:
+			case err != nil:
+				r.log.Warn("cannot claim a work unit; trying again later", "unit", uc.unit.Lease, "err", err)
+				return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
+			case state == claimDone:
 				return r.rangeDone(ctx, g, t)
-			case err == nil && held:
-				return r.heldElsewhere(lease)
+			case state != claimHeld:
+				return r.heldElsewhere(uc.unit.Lease)
 			}
-			return run(ctx)
+			return r.runClaimed(ctx, uc, run)
 		},
 	}
+}
+
+// runClaimed runs a claimed snapshot unit under its lease: run's ctx ends
+// when the lease is lost (claims.keep), and the lease is released when
+// run ends without finishing the range.
+func (r *Replicator) runClaimed(ctx context.Context, uc *unitClaim, run func(ctx context.Context, f bucketstore.Fence) error) error {
+	uctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	l, err := r.claims.start(uc, cancel)
+	if err == nil {
+		err = run(uctx, bucketstore.FenceOf(l))
+		if lost := context.Cause(uctx); ctx.Err() == nil && errors.Is(lost, bucketstore.ErrLeaseLost) {
+			err = lost
+		}
+	}
+	rctx, done := closeCtx()
+	defer done()
+	if rerr := r.claims.finish(rctx, uc, err == nil); rerr != nil {
+		r.log.Warn("cannot release a lease; it runs out by itself", "unit", uc.unit.Lease, "err", rerr)
+	}
+	if ctx.Err() == nil && errors.Is(err, bucketstore.ErrLeaseLost) {
+		r.log.Warn("lost a work unit's lease; another process continues it", "unit", uc.unit.Lease, "err", err)
+		return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
+	}
+	return err
 }
 
 // snapshotRange runs the snapshot pipeline of one key range from its last

@@ -37,7 +37,7 @@ type groupStorage interface {
 	RenewLease(ctx context.Context, l bucketstore.Lease, ttl time.Duration) error
 	ReleaseLease(ctx context.Context, l bucketstore.Lease) error
 	CheckFence(ctx context.Context, f bucketstore.Fence) error
-	SnapshotUnitState(ctx context.Context, tableID string, rangeNo int, lease, owner string) (done, heldElsewhere bool, err error)
+	claimStore
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter

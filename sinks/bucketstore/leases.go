@@ -77,20 +77,43 @@ func (s *Store) liveSession(ctx context.Context) (sessionID, error) {
 		if err := s.live.Ping(ctx); err == nil {
 			return s.liveID, nil
 		}
-		s.live.Release()
-		s.live = nil
+		s.dropLiveLocked()
 	}
+	if err := s.openLiveLocked(ctx); err != nil {
+		return sessionID{}, err
+	}
+	return s.liveID, nil
+}
+
+// openLiveLocked opens the lease session (s.liveMu held). It waits at
+// most leaseLockTimeout for a lock, so the claims run on it
+// (ClaimSnapshotUnits) never hang on a lease row.
+func (s *Store) openLiveLocked(ctx context.Context) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return sessionID{}, fmt.Errorf("open the lease session: %w", err)
+		return fmt.Errorf("open the lease session: %w", err)
 	}
 	var id sessionID
 	if err := c.QueryRow(ctx, `SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&id.pid, &id.start); err != nil {
 		c.Release()
-		return sessionID{}, fmt.Errorf("open the lease session: %w", err)
+		return fmt.Errorf("open the lease session: %w", err)
+	}
+	if _, err := c.Exec(ctx, "SET lock_timeout = '"+leaseLockTimeout+"'"); err != nil {
+		c.Release()
+		return fmt.Errorf("open the lease session: %w", err)
 	}
 	s.live, s.liveID = c, id
-	return id, nil
+	return nil
+}
+
+// dropLiveLocked closes the lease session (s.liveMu held). It is taken
+// out of the pool rather than given back: its lock_timeout is its own.
+func (s *Store) dropLiveLocked() {
+	c := s.live.Hijack()
+	s.live = nil
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.Close(ctx) // the session is given up: nothing to do if closing fails
 }
 
 // AcquireLease takes the named lease for owner for ttl, if it is free,
@@ -205,17 +228,19 @@ type UnitCounts struct {
 	// ActiveStreams those whose stream a live process holds.
 	TotalStreams, ActiveStreams int64
 	// PendingSnapshots counts snapshot units no process works on: key
-	// ranges not done and not leased, and tables not yet planned into
-	// ranges; ActiveSnapshots the ranges a live process holds.
+	// ranges not done and not leased (or only claimed ahead of their
+	// start), and tables not yet planned into ranges; ActiveSnapshots the
+	// ranges a live process holds and works on.
 	PendingSnapshots, ActiveSnapshots int64
 }
 
 // unitCountsSQL computes UnitCounts in one statement. A lease is live
-// while it has not expired and its holder's session exists (see
-// liveSession).
+// while it has not expired, its holder's session exists (see
+// liveSession) and its unit started (a snapshot unit claimed ahead of its
+// start is pending: leasebatch.go).
 const unitCountsSQL = `
 WITH live AS (
-  SELECT name FROM leases l WHERE l.expires_at >= now() AND ` + liveHolderSQL + `
+  SELECT name FROM leases l WHERE l.expires_at >= now() AND l.started AND ` + liveHolderSQL + `
 ), serving AS (
   SELECT id FROM groups WHERE state IN ('ACTIVE', 'PROCESSING')
 )
@@ -230,25 +255,6 @@ SELECT
   (SELECT count(*) FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id
      WHERE NOT r.done AND t.group_id IN (SELECT id FROM serving)
        AND 'snapshot/' || t.id || '/' || r.range_no IN (SELECT name FROM live))`
-
-// snapshotUnitSQL reads a snapshot range's state and whether a live holder
-// other than $4 has its lease $3 (live as in unitCountsSQL).
-const snapshotUnitSQL = `
-SELECT coalesce((SELECT done FROM snapshot_ranges WHERE source_table_id = $1 AND range_no = $2), false),
-  EXISTS (SELECT 1 FROM leases l WHERE l.name = $3 AND l.owner <> $4 AND l.expires_at >= now() AND ` + liveHolderSQL + `)`
-
-// SnapshotUnitState tells, in one read, whether snapshot range rangeNo of
-// table tableID is done and whether another owner's live process holds
-// its lease: every process queues every range, and skipping one that is
-// finished or worked on elsewhere this way costs a statement instead of a
-// claim's transaction (AcquireLease stays the decision: this read may be
-// stale by the time a claim runs).
-func (s *Store) SnapshotUnitState(ctx context.Context, tableID string, rangeNo int, lease, owner string) (done, heldElsewhere bool, err error) {
-	if err := s.pool.QueryRow(ctx, snapshotUnitSQL, tableID, rangeNo, lease, owner).Scan(&done, &heldElsewhere); err != nil {
-		return false, false, fmt.Errorf("read snapshot unit %s: %w", lease, err)
-	}
-	return done, heldElsewhere, nil
-}
 
 // UnitCounts reads the cluster-wide work unit counts.
 func (s *Store) UnitCounts(ctx context.Context) (UnitCounts, error) {

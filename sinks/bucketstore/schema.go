@@ -208,6 +208,12 @@ ALTER TABLE leases ADD COLUMN pid int, ADD COLUMN backend_start timestamptz;
 	`
 ALTER TABLE leases ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
 `,
+	// 8: a snapshot unit claimed ahead of its start (leasebatch.go) is
+	// held but not worked on: started tells the autoscaling counts which
+	// leased units are active.
+	`
+ALTER TABLE leases ADD COLUMN started boolean NOT NULL DEFAULT true;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

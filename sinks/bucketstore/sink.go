@@ -209,8 +209,12 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 		return sinks.Position{}, false, err
 	}
 	pos := sinks.Position{Table: table, Range: rangeNo}
-	err = k.store.pool.QueryRow(ctx, `SELECT last_key, rows_done, done FROM snapshot_ranges
-		WHERE source_table_id = $1 AND range_no = $2`, id, rangeNo).Scan(&pos.LastKey, &pos.RowsDone, &pos.Done)
+	// The read marks the unit's lease started (see claimUnitsSQL): the
+	// unit works from here on, and the autoscaling counts say so.
+	err = k.store.pool.QueryRow(ctx, `WITH started AS (
+		  UPDATE leases SET started = true WHERE name = $3 AND token = $4 AND NOT started)
+		SELECT last_key, rows_done, done FROM snapshot_ranges
+		WHERE source_table_id = $1 AND range_no = $2`, id, rangeNo, k.fence.Lease, k.fence.Token).Scan(&pos.LastKey, &pos.RowsDone, &pos.Done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return sinks.Position{}, false, nil
 	}

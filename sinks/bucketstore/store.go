@@ -100,8 +100,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 func (s *Store) Close() {
 	s.liveMu.Lock()
 	if s.live != nil {
-		s.live.Release()
-		s.live = nil
+		s.dropLiveLocked()
 	}
 	s.liveMu.Unlock()
 	s.pool.Close()
