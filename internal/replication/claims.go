@@ -14,8 +14,9 @@ import (
 // Every process queues every range of a group; when a worker starts one
 // whose state it does not know, one statement reads the state of that unit
 // and of the next ones queued here, and claims the unit together with a
-// few that follow it — as many as make up claimAheadRows estimated rows,
-// so a process never sits on more than a few seconds of others' work:
+// few that follow it — so many that the units it holds claimed ahead make
+// up at most claimAheadRows estimated rows, and a process never sits on
+// more than a few seconds of others' work:
 // small units are claimed several at a time, a large range alone. Units
 // found done or held elsewhere are skipped later without a statement. One
 // statement per heartbeat renews every snapshot lease the process holds
@@ -25,12 +26,12 @@ import (
 // so the last units of a snapshot do not wait behind one process.
 const (
 	// claimCandidates is how many units one claim looks at.
-	claimCandidates = 32
-	// claimAheadRows bounds the estimated rows of the units one claim
-	// takes beyond the first.
-	claimAheadRows = 200_000
+	claimCandidates = 128
+	// claimAheadRows bounds the estimated rows of the units a process
+	// holds claimed ahead (not started), beyond the one it starts.
+	claimAheadRows = 320_000
 	// maxClaimAhead bounds their number.
-	maxClaimAhead = 8
+	maxClaimAhead = 16
 )
 
 // claimState is what this process knows of a snapshot unit's lease.
@@ -108,7 +109,7 @@ func (c *snapshotClaims) take(ctx context.Context, group string, u *unitClaim) (
 	for i, b := range batch {
 		units[i] = b.unit
 	}
-	answers, err := c.store.ClaimSnapshotUnits(ctx, c.owner, c.ttl, units, claimLimit(u.rows), false)
+	answers, err := c.store.ClaimSnapshotUnits(ctx, c.owner, c.ttl, units, claimLimit(u.rows, c.idleRows()), false)
 	if err != nil {
 		return claimUnknown, err
 	}
@@ -188,13 +189,29 @@ func (c *snapshotClaims) known(u *unitClaim) bool {
 }
 
 // claimLimit is how many units a claim starting with a unit of rows
-// estimated rows takes: that unit, and as many more as claimAheadRows
+// estimated rows takes, while idle estimated rows are claimed ahead here
+// already: that unit, and as many more as the rest of claimAheadRows
 // holds (none when the estimate is unknown: the table was never analysed).
-func claimLimit(rows int64) int {
+func claimLimit(rows, idle int64) int {
 	if rows <= 0 {
 		return 1
 	}
-	return 1 + int(min(claimAheadRows/rows, maxClaimAhead))
+	return 1 + int(min(max(claimAheadRows-idle, 0)/rows, maxClaimAhead))
+}
+
+// idleRows sums the estimated rows of the units claimed ahead here.
+func (c *snapshotClaims) idleRows() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, us := range c.units {
+		for _, u := range us {
+			if u.state == claimHeld && u.cancel == nil {
+				n += max(u.rows, 0)
+			}
+		}
+	}
+	return n
 }
 
 // start marks u, held, as running: cancel ends it when the lease is lost.

@@ -109,8 +109,8 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 		}
 		states = append(states, st)
 	}
-	// 20k rows a unit: a claim takes 1 + 8 units, so 2 claims take the 18
-	// units neither done nor held elsewhere.
+	// 20k rows a unit: a claim takes 1 + 16 units, so 2 claims take the
+	// 18 units neither done nor held elsewhere.
 	if f.calls() != 2 || acquired != 18 {
 		t.Fatalf("%d claim statements, %d leases acquired for 20 units; want 2 and 18", f.calls(), acquired)
 	}
@@ -128,8 +128,14 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 	if n := big.store.(*fakeClaims).calls(); n != 3 {
 		t.Fatalf("large ranges: %d claim statements for 3 units, want one each", n)
 	}
-	if got := claimLimit(0); got != 1 {
+	if got := claimLimit(0, 0); got != 1 {
 		t.Fatalf("claimLimit without an estimate = %d, want 1", got)
+	}
+	if got := claimLimit(20_000, claimAheadRows-50_000); got != 3 {
+		t.Fatalf("claimLimit with all but 50k rows claimed ahead = %d, want 3", got)
+	}
+	if got := claimLimit(20_000, 2*claimAheadRows); got != 1 {
+		t.Fatalf("claimLimit with more than claimAheadRows claimed ahead = %d, want 1", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -77,7 +78,8 @@ func TestClaimSnapshotUnits(t *testing.T) {
 		t.Fatalf("second claim: %v (tokens %d, %d; were %d, %d)", st,
 			again[0].Lease.Token, again[3].Lease.Token, got[0].Lease.Token, got[3].Lease.Token)
 	}
-	if st := claimStates(claim("proc-b", 8)); !slices.Equal(st, []string{"elsewhere", "done", "claimed", "elsewhere", "elsewhere", "claimed"}) {
+	byB := claim("proc-b", 8)
+	if st := claimStates(byB); !slices.Equal(st, []string{"elsewhere", "done", "claimed", "elsewhere", "elsewhere", "claimed"}) {
 		t.Fatalf("proc-b's claim: %v", st)
 	}
 	held := []Lease{got[0].Lease, got[3].Lease, again[4].Lease}
@@ -107,6 +109,13 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	}
 	if st := claimStates(stolen); !slices.Equal(st, []string{"elsewhere", "claimed"}) || !stolen[1].Lease.Takeover {
 		t.Fatalf("steal: %v, takeover %v", st, stolen[1].Lease.Takeover)
+	}
+	// proc-b learns it as its unit resumes, before it reads anything.
+	if _, _, err := s.FencedSink(gs[0].ID, FenceOf(byB[5].Lease)).Resume(ctx, "public.t", 5); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("resume under a stolen lease: %v, want ErrLeaseLost", err)
+	}
+	if _, ok, err := s.FencedSink(gs[0].ID, FenceOf(stolen[1].Lease)).Resume(ctx, "public.t", 5); err != nil || ok {
+		t.Fatalf("resume of an unplanned range by its holder: %v %v, want nothing stored", ok, err)
 	}
 }
 

@@ -210,16 +210,22 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 	}
 	pos := sinks.Position{Table: table, Range: rangeNo}
 	// The read marks the unit's lease started (see claimUnitsSQL): the
-	// unit works from here on, and the autoscaling counts say so.
+	// unit works from here on, and the autoscaling counts say so. A unit
+	// whose lease was taken since it was claimed (a steal) learns it here,
+	// before it reads anything.
+	var held, found bool
 	err = k.store.pool.QueryRow(ctx, `WITH started AS (
 		  UPDATE leases SET started = true WHERE name = $3 AND token = $4 AND NOT started)
-		SELECT last_key, rows_done, done FROM snapshot_ranges
-		WHERE source_table_id = $1 AND range_no = $2`, id, rangeNo, k.fence.Lease, k.fence.Token).Scan(&pos.LastKey, &pos.RowsDone, &pos.Done)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return sinks.Position{}, false, nil
-	}
-	if err != nil {
+		SELECT $3 = '' OR EXISTS (SELECT 1 FROM leases WHERE name = $3 AND token = $4), r.last_key, coalesce(r.rows_done, 0), coalesce(r.done, false), r.range_no IS NOT NULL
+		FROM (SELECT 1) one LEFT JOIN snapshot_ranges r ON r.source_table_id = $1 AND r.range_no = $2`,
+		id, rangeNo, k.fence.Lease, k.fence.Token).Scan(&held, &pos.LastKey, &pos.RowsDone, &pos.Done, &found)
+	switch {
+	case err != nil:
 		return sinks.Position{}, false, fmt.Errorf("resume %s range %d: %w", table, rangeNo, err)
+	case !held:
+		return sinks.Position{}, false, k.fence.lost(fmt.Sprintf("resume %s range %d", table, rangeNo))
+	case !found:
+		return sinks.Position{}, false, nil
 	}
 	return pos, true, nil
 }
