@@ -127,8 +127,8 @@ func (b *batch) closeLine(hasMore bool) {
 func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, superseded bool, err error) {
 	cp := c.target
 	var prios []int
-	for _, name := range c.order {
-		st := c.buckets[name]
+	for i := range c.sent {
+		st := &c.sent[i]
 		if st.pending && st.after >= cp.OpID {
 			st.pending = false
 		}
@@ -140,9 +140,9 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	c.batch.invalidated = false
 	for i, prio := range prios {
 		var reqs []bucketstore.BucketRequest
-		for _, name := range c.order {
-			if st := c.buckets[name]; st.pending && st.priority == prio {
-				reqs = append(reqs, bucketstore.BucketRequest{Bucket: name, After: st.after})
+		for _, st := range c.sent {
+			if st.pending && st.priority == prio {
+				reqs = append(reqs, bucketstore.BucketRequest{Bucket: st.name, After: st.after})
 			}
 		}
 		if c.s.cfg.Baseline.ReadShape == bucketstore.ReadORChain {
@@ -160,7 +160,11 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 					return next, false, err
 				}
 				start = l.end
-				c.buckets[l.bucket].after = l.nextAfter
+				st := c.bucket(l.bucket)
+				if st == nil {
+					return next, false, fmt.Errorf("bucket data read returned bucket %q, which the client was not told of", l.bucket)
+				}
+				st.after = l.nextAfter
 				c.opsSent += int64(l.ops)
 				c.s.opsSynced.Add(ctx, int64(l.ops))
 				if c.s.afterDataLine != nil {
@@ -196,9 +200,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 // stopped in to where it stopped (see ReadBucketData's more).
 func (c *conn) advance(reqs []bucketstore.BucketRequest, more bool) ([]bucketstore.BucketRequest, error) {
 	if !more {
-		for _, r := range reqs {
-			c.buckets[r.Bucket].pending = false
-		}
+		c.done(reqs)
 		return nil, nil
 	}
 	lines := c.batch.lines
@@ -210,12 +212,18 @@ func (c *conn) advance(reqs []bucketstore.BucketRequest, more bool) ([]bucketsto
 	if i < 0 {
 		return nil, fmt.Errorf("bucket data read returned unrequested bucket %q", last)
 	}
-	for _, r := range reqs[:i] {
-		c.buckets[r.Bucket].pending = false
-	}
+	c.done(reqs[:i])
 	reqs = reqs[i:]
-	reqs[0].After = c.buckets[last].after
+	reqs[0].After = c.bucket(last).after
 	return reqs, nil
+}
+
+// done marks the buckets of reqs as sent up to the target checkpoint.
+// They are the client's buckets: sendData requested them.
+func (c *conn) done(reqs []bucketstore.BucketRequest) {
+	for _, r := range reqs {
+		c.bucket(r.Bucket).pending = false
+	}
 }
 
 // readOwn reads the next ops of reqs up to cp into c.batch, holding a

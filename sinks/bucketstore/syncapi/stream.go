@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,13 +36,15 @@ var (
 	errClosed       = errors.New("server closing")
 )
 
-// bucketState is what the client was told about one bucket.
+// bucketState is what the client was told about one bucket (48 bytes: a
+// stream keeps one per bucket for as long as it is connected).
 type bucketState struct {
-	priority int
-	checksum uint32
+	name     string
 	count    int64
+	priority int
 	// after: the client has the bucket's ops up to this op id.
-	after int64
+	after    int64
+	checksum uint32
 	// pending: ops up to the target checkpoint remain to be sent.
 	pending bool
 }
@@ -68,13 +74,15 @@ type conn struct {
 
 	// What the client was told: the target checkpoint (the last one
 	// announced), whether checkpoint_complete was sent for it, and the
-	// announced buckets, in rules order.
+	// announced buckets, in the rules order of the evaluation that last
+	// changed them, with their indexes sorted by name (a slice and an
+	// index rather than a map of pointers: half the memory per bucket).
 	announced     bool
 	target        bucketstore.Checkpoint
 	complete      bool
 	forceAnnounce bool // announce the next checkpoint even if unchanged
-	buckets       map[string]*bucketState
-	order         []string
+	sent          []bucketState
+	byName        []int32
 	writeCP       int64
 
 	batch   batch
@@ -86,7 +94,7 @@ type conn struct {
 }
 
 func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
-	return &conn{s: s, id: id, req: req, w: w, buckets: map[string]*bucketState{},
+	return &conn{s: s, id: id, req: req, w: w,
 		log: s.log.With("user", id.userID, "client_id", req.clientID)}
 }
 
@@ -136,20 +144,65 @@ func (c *conn) loop(ctx context.Context) error {
 			}
 			next = cp
 		}
-		have = false
-		if err := c.prepare(ctx, next); err != nil {
+		var err error
+		if next, have, err = c.serve(ctx, next); err != nil {
+			return err
+		}
+	}
+}
+
+// serve evaluates cp for the client and sends what it lacks, on a
+// goroutine of its own (onFreshStack). It returns a newer checkpoint
+// that arrived meanwhile and superseded cp, if any.
+func (c *conn) serve(ctx context.Context, cp bucketstore.Checkpoint) (next bucketstore.Checkpoint, superseded bool, err error) {
+	err = onFreshStack(func() error {
+		if err := c.prepare(ctx, cp); err != nil {
 			return err
 		}
 		if c.complete {
-			continue // nothing new for this client
+			return nil // nothing new for this client
 		}
-		cp, superseded, err := c.sendData(ctx)
-		if err != nil {
-			return err
-		}
-		if superseded {
-			next, have = cp, true
-		}
+		var err error
+		next, superseded, err = c.sendData(ctx)
+		return err
+	})
+	return next, superseded, err
+}
+
+// onFreshStack runs f on a new goroutine and waits for it. The work of a
+// checkpoint (storage queries, rules evaluation, encoding) grows a
+// goroutine's stack to 16 KB and more, and the runtime only shrinks a
+// stack whose in-use part is below a quarter of it: the stream's own
+// goroutine, which waits at a depth of some 4 KB under net/http's
+// frames, would keep 16 KB for as long as the client stays connected.
+// A goroutine that ends gives its stack back. A panic in f is raised
+// again on the caller's goroutine, with f's stack, so net/http's recovery
+// sees it as before.
+func onFreshStack(f func() error) error {
+	type result struct {
+		err      error
+		panicked any
+		stack    []byte
+	}
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() {
+			if p := recover(); p != nil {
+				r.panicked, r.stack = p, debug.Stack()
+			}
+			done <- r
+		}()
+		r.err = f()
+	}()
+	r := <-done
+	switch {
+	case r.panicked == nil:
+		return r.err
+	case r.panicked == http.ErrAbortHandler: // net/http tests for this very value
+		panic(r.panicked)
+	default:
+		panic(fmt.Sprintf("%v\n\n[on the goroutine serving a checkpoint]\n%s", r.panicked, r.stack))
 	}
 }
 
@@ -315,7 +368,9 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 			}
 		}
 	}
-	refs = syncrules.MergeBuckets(refs)
+	// The stream keeps the list until the next evaluation: an exact copy
+	// rather than one grown by appends, up to twice its size.
+	refs = slices.Clone(syncrules.MergeBuckets(refs))
 	if len(refs) > limit {
 		return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
 			"this connection would sync %d buckets, more than max_buckets_per_connection = %d; narrow the sync rules or raise the limit",
@@ -330,62 +385,106 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 // target then stays the previous checkpoint). wc is the write checkpoint
 // to report (0: none).
 func (c *conn) announce(cp bucketstore.Checkpoint, wc int64) error {
-	entries := c.entries[:0]
 	if !c.announced {
-		c.order = make([]string, 0, len(c.refs))
-		for i, r := range c.refs {
-			st := &bucketState{priority: r.Priority, checksum: c.sums[i].Checksum, count: c.sums[i].Count}
-			st.after = c.req.buckets[r.ID] // what the client already has
-			st.pending = st.after < cp.OpID
-			c.buckets[r.ID] = st
-			c.order = append(c.order, r.ID)
-			entries = append(entries, bucketEntry{r.ID, st.checksum, st.count, st.priority})
-		}
-		c.req.buckets = nil // only the first checkpoint resumes from them
-		c.entries = entries
-		if err := c.w.checkpoint(false, cp.OpID, wc, entries, nil); err != nil {
+		if err := c.announceFirst(cp, wc); err != nil {
 			return err
 		}
-	} else {
-		current := make(map[string]struct{}, len(c.refs))
-		for i, r := range c.refs {
-			current[r.ID] = struct{}{}
-			sum := c.sums[i]
-			st := c.buckets[r.ID]
-			if st != nil && st.checksum == sum.Checksum && st.count == sum.Count && st.priority == r.Priority {
-				continue
-			}
-			entries = append(entries, bucketEntry{r.ID, sum.Checksum, sum.Count, r.Priority})
-		}
-		var removed []string
-		for _, name := range c.order {
-			if _, ok := current[name]; !ok {
-				removed = append(removed, name)
-			}
-		}
-		c.entries = entries
-		if len(entries) == 0 && len(removed) == 0 && wc == c.writeCP && !c.forceAnnounce {
-			return nil
-		}
-		for _, name := range removed {
-			delete(c.buckets, name)
-		}
-		for _, e := range entries {
-			st := c.buckets[e.name]
-			if st == nil {
-				st = &bucketState{} // new to the client: from the start
-				c.buckets[e.name] = st
-			}
-			st.priority, st.checksum, st.count, st.pending = e.priority, e.checksum, e.count, true
-		}
-		c.order = c.order[:0]
-		for _, r := range c.refs {
-			c.order = append(c.order, r.ID)
-		}
-		if err := c.w.checkpoint(true, cp.OpID, wc, entries, removed); err != nil {
-			return err
-		}
+	} else if sent, err := c.announceDiff(cp, wc); err != nil || !sent {
+		return err
 	}
 	c.announced, c.target, c.complete, c.forceAnnounce, c.writeCP = true, cp, false, false, wc
 	return nil
+}
+
+// announceFirst sends the full checkpoint line, resuming each bucket from
+// where the request says the client has it.
+func (c *conn) announceFirst(cp bucketstore.Checkpoint, wc int64) error {
+	c.sent = make([]bucketState, len(c.refs))
+	entries := c.entries[:0]
+	for i, r := range c.refs {
+		after := c.req.buckets[r.ID]
+		c.sent[i] = bucketState{name: r.ID, priority: r.Priority, checksum: c.sums[i].Checksum,
+			count: c.sums[i].Count, after: after, pending: after < cp.OpID}
+		entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+	}
+	c.index()
+	c.req.buckets = nil // only the first checkpoint resumes from them
+	c.entries = entries
+	return c.w.checkpoint(false, cp.OpID, wc, entries, nil)
+}
+
+// announceDiff sends a checkpoint_diff if the buckets or the write
+// checkpoint changed for the client, and reports whether it did.
+func (c *conn) announceDiff(cp bucketstore.Checkpoint, wc int64) (bool, error) {
+	entries := c.entries[:0]
+	for i, r := range c.refs {
+		if !c.unchanged(c.bucket(r.ID), i) {
+			entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+		}
+	}
+	c.entries = entries
+	// Bucket ids are unique: as many, all unchanged, is the same set.
+	sameSet := len(entries) == 0 && len(c.refs) == len(c.sent)
+	if sameSet && wc == c.writeCP && !c.forceAnnounce {
+		return false, nil
+	}
+	var removed []string
+	if !sameSet {
+		removed = c.adopt()
+	}
+	return true, c.w.checkpoint(true, cp.OpID, wc, entries, removed)
+}
+
+// unchanged reports whether the client was told bucket c.refs[i] as it
+// is evaluated now (st: what it was told, nil if nothing).
+func (c *conn) unchanged(st *bucketState, i int) bool {
+	return st != nil && st.checksum == c.sums[i].Checksum && st.count == c.sums[i].Count && st.priority == c.refs[i].Priority
+}
+
+// adopt makes the evaluated buckets the announced ones: the client keeps
+// its position in those it had, and the new or changed ones have ops to
+// send. It returns the buckets no longer announced.
+func (c *conn) adopt() (removed []string) {
+	sent := make([]bucketState, len(c.refs))
+	for i, r := range c.refs {
+		old := c.bucket(r.ID)
+		st := bucketState{name: r.ID} // new to the client: from the start
+		if old != nil {
+			st = *old
+		}
+		if !c.unchanged(old, i) {
+			st.priority, st.checksum, st.count, st.pending = r.Priority, c.sums[i].Checksum, c.sums[i].Count, true
+		}
+		sent[i] = st
+	}
+	prev := c.sent
+	c.sent = sent
+	c.index()
+	for i := range prev {
+		if c.bucket(prev[i].name) == nil {
+			removed = append(removed, prev[i].name)
+		}
+	}
+	return removed
+}
+
+// index sorts the announced buckets' indexes by name for bucket.
+func (c *conn) index() {
+	c.byName = make([]int32, len(c.sent))
+	for i := range c.byName {
+		c.byName[i] = int32(i)
+	}
+	slices.SortFunc(c.byName, func(a, b int32) int { return strings.Compare(c.sent[a].name, c.sent[b].name) })
+}
+
+// bucket returns what the client was told about a bucket, nil if it was
+// not told of it.
+func (c *conn) bucket(name string) *bucketState {
+	i, ok := slices.BinarySearchFunc(c.byName, name, func(j int32, name string) int {
+		return strings.Compare(c.sent[j].name, name)
+	})
+	if !ok {
+		return nil
+	}
+	return &c.sent[c.byName[i]]
 }
