@@ -3,6 +3,7 @@ package syncapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -226,4 +227,27 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestOnFreshStack: f's error comes back; a panic in f is raised again
+// on the caller's goroutine, with f's stack in the message, and
+// http.ErrAbortHandler as itself (net/http tests for that value).
+func TestOnFreshStack(t *testing.T) {
+	t.Parallel()
+	want := errors.New("f failed")
+	if err := onFreshStack(func() error { return want }); err != want {
+		t.Fatalf("error %v, want %v", err, want)
+	}
+	repanicked := func(f func() error) (p any) {
+		defer func() { p = recover() }()
+		_ = onFreshStack(f)
+		return nil
+	}
+	p := repanicked(func() error { panic("boom") })
+	if msg, _ := p.(string); !strings.HasPrefix(msg, "boom") || !strings.Contains(msg, "TestOnFreshStack") {
+		t.Fatalf("panic %v, want boom with the stack of f", p)
+	}
+	if p := repanicked(func() error { panic(http.ErrAbortHandler) }); p != http.ErrAbortHandler {
+		t.Fatalf("panic %v, want http.ErrAbortHandler itself", p)
+	}
 }

@@ -1,0 +1,99 @@
+package syncapi
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// The stalled client's data: more than the socket buffers on both sides
+// of a loopback connection take (a few MB), as random hex so that gzip
+// cannot shrink it below that.
+const (
+	stallRows     = 1000
+	stallRowBytes = 16 << 10
+)
+
+// TestStalledReaderDropped: a client that sends its request and then
+// reads nothing has its stream dropped once a write has waited for the
+// write deadline (shortened here; writeTimeout in production): the
+// handler returns and frees its slot, and the stream's buffers are
+// released (the live heap is back to what it was before the stream).
+// Not parallel: the shortened deadline applies to every stream started
+// meanwhile.
+func TestStalledReaderDropped(t *testing.T) {
+	const deadline = time.Second
+	writeTimeoutOverride.Store(int64(deadline))
+	t.Cleanup(func() { writeTimeoutOverride.Store(0) })
+	for _, gz := range []bool{false, true} {
+		t.Run(map[bool]string{false: "identity", true: "gzip"}[gz], func(t *testing.T) {
+			testStalledReader(t, deadline, gz)
+		})
+	}
+}
+
+func testStalledReader(t *testing.T, deadline time.Duration, gz bool) {
+	e := newFakeEnv(t, memRules, memTables, nil)
+	rng := rand.New(rand.NewPCG(17, 17))
+	var cs []stages.Change
+	for i := range stallRows {
+		b := make([]byte, stallRowBytes/2)
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		cs = append(cs, e.upsert("settings", fmt.Sprintf("s%04d", i), hex.EncodeToString(b)))
+	}
+	e.commit(cs...)
+	ended := make(chan struct{}, 1)
+	e.srv.streamDone = func() { ended <- struct{}{} }
+	var lines atomic.Int64
+	e.srv.afterDataLine = func() { lines.Add(1) }
+	addr := e.http.Listener.Addr().String()
+	tok := token(t, "u1", nil)
+
+	before := measureLive()
+	c := stalledRequest(t, addr, tok, gz)
+	start := time.Now()
+	waitSignal(t, ended)
+	took := time.Since(start)
+	if lines.Load() == 0 || took < deadline {
+		t.Fatalf("stream ended after %d data lines and %s, want some lines and then a write blocked for the %s deadline",
+			lines.Load(), took, deadline)
+	}
+	t.Logf("stalled stream dropped after %d data lines, %s", lines.Load(), took.Round(time.Millisecond))
+	if n := e.srv.active.Load(); n != 0 {
+		t.Fatalf("%d streams still counted open", n)
+	}
+	// A data batch is about maxBatchBytes: the dropped stream holds none.
+	if grew := measureLive().heap - before.heap; grew > maxBatchBytes/4 {
+		t.Errorf("live heap %.0f bytes above its level before the stalled stream, want < %d", grew, maxBatchBytes/4)
+	}
+	_ = c.Close()
+}
+
+// stalledRequest sends a sync request and never reads the answer; its
+// receive buffer is made small, so the server's writes block soon.
+func stalledRequest(t *testing.T, addr, tok string, gz bool) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	enc := map[bool]string{false: "identity", true: "gzip"}[gz]
+	body := `{"raw_data":true}`
+	if _, err := fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token %s\r\nAccept-Encoding: %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, enc, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
