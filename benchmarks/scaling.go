@@ -712,7 +712,7 @@ func scalingBars(rows []Row, units int) []Bar {
 		lease.Value = strings.Join(parts, ", ") + fmt.Sprintf("; worst run %.2f %%", 100*worst)
 		lease.Met = worst < 0.01
 		if !lease.Met {
-			lease.Note = "a unit (one table, 2 chunks) is read (its state and holder: 1 statement), claimed in a transaction of 4 statements and released in 1, while its writes are a few dozen statements; a unit finished or held elsewhere is read, not claimed: " + strings.Join(perUnit, "; ")
+			lease.Note = "a unit (one table, 2 chunks) has a few dozen write statements; one claim statement reads the state of up to 128 queued units and takes up to 17, one renewal per heartbeat covers all of a process's snapshot leases, and with several processes the units held elsewhere are asked about again about every heartbeat: " + strings.Join(perUnit, "; ")
 		}
 	}
 	return append(bars, lease)
