@@ -116,10 +116,12 @@ func (c *conn) run(ctx context.Context) {
 	attrs := []any{"reason", err, "duration", time.Since(start), "ops", c.opsSent, "bytes", c.w.bytes}
 	var ae *apiError
 	switch {
-	case ctx.Err() != nil || errors.Is(err, errTokenExpired) || errors.Is(err, errClosed):
-		c.log.Debug("sync stream ended", attrs...)
+	// A failed write first: net/http cancels ctx too once the connection
+	// breaks (a stalled client's write deadline passed, say).
 	case errors.Is(err, errClientWrite) || errors.Is(err, errAborted):
 		c.log.Debug("sync stream ended: client unreachable", attrs...)
+	case ctx.Err() != nil || errors.Is(err, errTokenExpired) || errors.Is(err, errClosed):
+		c.log.Debug("sync stream ended", attrs...)
 	case errors.As(err, &ae):
 		c.log.Info("sync stream ended with an error", attrs...)
 		_ = c.w.streamError(ae.code, ae.msg)
