@@ -79,18 +79,108 @@ type LastOp struct {
 	Checksum uint32
 }
 
-// Stored is what storage holds for a group at a checkpoint.
-type Stored struct {
+// Dup is one row version stored more than once in a bucket.
+type Dup struct {
+	Bucket, Key string
+	Ops         []int64 // the op ids: the earlier, then the repeat
+	Remove      bool    // a REMOVE not preceded by a PUT of the row
+}
+
+func (d Dup) String() string {
+	if d.Remove {
+		if d.Ops[0] == 0 {
+			return fmt.Sprintf("bucket %s row %s: REMOVE op %d of a row never PUT in the bucket", d.Bucket, d.Key, d.Ops[1])
+		}
+		return fmt.Sprintf("bucket %s row %s: REMOVE op %d repeats REMOVE op %d", d.Bucket, d.Key, d.Ops[1], d.Ops[0])
+	}
+	return fmt.Sprintf("bucket %s row %s: the same data PUT twice, ops %d and %d", d.Bucket, d.Key, d.Ops[0], d.Ops[1])
+}
+
+// Replay is what storage holds for a group, rebuilt op by op in op id
+// order as checkpoints pass. Ops at or below a published checkpoint are
+// final (no write commits below it afterwards), so each Advance reads only
+// the ops since the previous one. While replaying it checks every PUT's
+// checksum against its data and finds row versions stored twice: a
+// (bucket, row, data) PUT again — every version of a source row has a new
+// rev, so its data is unique — or a REMOVE of a row that is not there.
+type Replay struct {
+	Group      int
 	Checkpoint int64
 	Last       map[string]map[string]LastOp // bucket → "type/id" → newest op
 	Sums       map[string]uint32            // bucket → sum of its ops' checksums mod 2^32
-	Ops        int64                        // ops at or below the checkpoint
+	Ops        int64                        // ops replayed
+
+	seen map[[sha256.Size]byte]int64 // hash of (bucket, row, data) → op id of its PUT
+}
+
+// NewReplay starts an empty replay of group.
+func NewReplay(group int) *Replay {
+	return &Replay{Group: group, Last: map[string]map[string]LastOp{}, Sums: map[string]uint32{},
+		seen: map[[sha256.Size]byte]int64{}}
+}
+
+// Advance replays the ops in (r.Checkpoint, checkpoint] and returns the
+// number replayed, PUT checksum mismatches and duplicates among them.
+// Storage must hold only PUT and REMOVE ops (syncpipe does not compact
+// yet): a MOVE or CLEAR is an error, since the oracle does not model them.
+func (r *Replay) Advance(ctx context.Context, pool *pgxpool.Pool, checkpoint int64) (n int64, bad []string, dups []Dup, err error) {
+	if checkpoint <= r.Checkpoint {
+		return 0, nil, nil, nil
+	}
+	rows, err := pool.Query(ctx, `SELECT bucket_name, object_type, object_id, op_id, op, coalesce(data, ''), checksum
+		FROM syncpipe.bucket_data WHERE group_id = $1 AND op_id > $2 AND op_id <= $3 ORDER BY op_id`, r.Group, r.Checkpoint, checkpoint)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var b, typ, id string
+		var op LastOp
+		var sum int64
+		if err := rows.Scan(&b, &typ, &id, &op.OpID, &op.Op, &op.Data, &sum); err != nil {
+			return n, bad, dups, err
+		}
+		op.Checksum = uint32(sum)
+		n++
+		key := typ + "/" + id
+		prev, had := r.Last[b][key]
+		switch op.Op {
+		case 1:
+			if want := PutChecksum(typ, id, op.Data); op.Checksum != want {
+				bad = append(bad, fmt.Sprintf("bucket %s op %d (PUT %s): stored checksum %d, its data hashes to %d", b, op.OpID, key, op.Checksum, want))
+			}
+			h := sha256.Sum256([]byte(b + "\x00" + key + "\x00" + op.Data))
+			if first, ok := r.seen[h]; ok {
+				dups = append(dups, Dup{Bucket: b, Key: key, Ops: []int64{first, op.OpID}})
+			} else {
+				r.seen[h] = op.OpID
+			}
+		case 2:
+			if !had || prev.Op == 2 {
+				dups = append(dups, Dup{Bucket: b, Key: key, Ops: []int64{prev.OpID, op.OpID}, Remove: true})
+			}
+			op.Data = ""
+		default:
+			return n, bad, dups, fmt.Errorf("bucket %s op %d: op kind %d (MOVE/CLEAR), which this oracle does not model", b, op.OpID, op.Op)
+		}
+		if r.Last[b] == nil {
+			r.Last[b] = map[string]LastOp{}
+		}
+		r.Last[b][key] = op
+		r.Sums[b] += op.Checksum
+	}
+	if err := rows.Err(); err != nil {
+		return n, bad, dups, err
+	}
+	r.Ops += n
+	r.Checkpoint = checkpoint
+	return n, bad, dups, nil
 }
 
 // Rows returns the rows whose newest op is a PUT, per bucket.
-func (s *Stored) Rows() Buckets {
+func (r *Replay) Rows() Buckets {
 	out := Buckets{}
-	for b, rows := range s.Last {
+	for b, rows := range r.Last {
 		for k, op := range rows {
 			if op.Op == 1 {
 				if out[b] == nil {
@@ -103,153 +193,14 @@ func (s *Stored) Rows() Buckets {
 	return out
 }
 
-// ReadStored reads the newest op of every (bucket, row) of group at or
-// below checkpoint, and every bucket's checksum. Storage must hold only
-// PUT and REMOVE ops (syncpipe does not compact yet): a MOVE or CLEAR is
-// reported as an error, since the oracle does not model them.
-func ReadStored(ctx context.Context, pool *pgxpool.Pool, group int, checkpoint int64) (*Stored, error) {
-	st := &Stored{Checkpoint: checkpoint, Last: map[string]map[string]LastOp{}, Sums: map[string]uint32{}}
-	var other int64
-	if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE op NOT IN (1, 2)) FROM syncpipe.bucket_data
-		WHERE group_id = $1 AND op_id <= $2`, group, checkpoint).Scan(&st.Ops, &other); err != nil {
-		return nil, err
+// DescribeOp names a stored row's newest op, for mismatch reports.
+func (r *Replay) DescribeOp(bucket, key string) string {
+	op, ok := r.Last[bucket][key]
+	if !ok {
+		return "no op stored"
 	}
-	if other > 0 {
-		return nil, fmt.Errorf("group %d holds %d MOVE/CLEAR ops, which this oracle does not model", group, other)
-	}
-	rows, err := pool.Query(ctx, `SELECT bucket_name, sum(checksum) FROM syncpipe.bucket_data
-		WHERE group_id = $1 AND op_id <= $2 GROUP BY bucket_name`, group, checkpoint)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var b string
-		var sum int64
-		if err := rows.Scan(&b, &sum); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		st.Sums[b] = uint32(uint64(sum))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = pool.Query(ctx, `SELECT DISTINCT ON (bucket_name, object_type, object_id)
-			bucket_name, object_type, object_id, op_id, op, coalesce(data, ''), checksum
-		FROM syncpipe.bucket_data WHERE group_id = $1 AND op_id <= $2
-		ORDER BY bucket_name, object_type, object_id, op_id DESC`, group, checkpoint)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var b, typ, id string
-		var op LastOp
-		var sum int64
-		if err := rows.Scan(&b, &typ, &id, &op.OpID, &op.Op, &op.Data, &sum); err != nil {
-			return nil, err
-		}
-		op.Checksum = uint32(sum)
-		if st.Last[b] == nil {
-			st.Last[b] = map[string]LastOp{}
-		}
-		st.Last[b][typ+"/"+id] = op
-	}
-	return st, rows.Err()
-}
-
-// CheckPutChecksums verifies that every PUT of group with an op id in
-// (from, to] has the checksum of its data, returning the number checked.
-func CheckPutChecksums(ctx context.Context, pool *pgxpool.Pool, group int, from, to int64) (int64, []string, error) {
-	rows, err := pool.Query(ctx, `SELECT bucket_name, op_id, object_type, object_id, coalesce(data, ''), checksum
-		FROM syncpipe.bucket_data WHERE group_id = $1 AND op = 1 AND op_id > $2 AND op_id <= $3`, group, from, to)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer rows.Close()
-	var n int64
-	var bad []string
-	for rows.Next() {
-		var b, typ, id, data string
-		var op, sum int64
-		if err := rows.Scan(&b, &op, &typ, &id, &data, &sum); err != nil {
-			return n, bad, err
-		}
-		n++
-		if want := PutChecksum(typ, id, data); uint32(sum) != want {
-			bad = append(bad, fmt.Sprintf("bucket %s op %d (PUT %s/%s): stored checksum %d, its data hashes to %d", b, op, typ, id, uint32(sum), want))
-		}
-	}
-	return n, bad, rows.Err()
-}
-
-// Dup is one row version stored more than once in a bucket.
-type Dup struct {
-	Bucket, Key string
-	Ops         []int64 // op ids, ascending
-	Remove      bool    // a REMOVE not preceded by a PUT (Ops: the REMOVE, then the earlier REMOVE if any)
-}
-
-func (d Dup) String() string {
-	if d.Remove {
-		if len(d.Ops) == 1 {
-			return fmt.Sprintf("bucket %s row %s: REMOVE op %d of a row never PUT in the bucket", d.Bucket, d.Key, d.Ops[0])
-		}
-		return fmt.Sprintf("bucket %s row %s: REMOVE op %d repeats REMOVE op %d", d.Bucket, d.Key, d.Ops[0], d.Ops[1])
-	}
-	return fmt.Sprintf("bucket %s row %s: the same data PUT %d times, ops %v", d.Bucket, d.Key, len(d.Ops), d.Ops)
-}
-
-// Duplicates finds row versions stored more than once: a (bucket, row,
-// data) with several PUTs (every version of a source row has a new rev,
-// so its data is unique), and REMOVEs of a row not preceded by a PUT of
-// it since its last REMOVE. Only those whose newest op is above after
-// (older ones were reported before), at most limit of each.
-func Duplicates(ctx context.Context, pool *pgxpool.Pool, group int, after int64, limit int) ([]Dup, error) {
-	var out []Dup
-	rows, err := pool.Query(ctx, `SELECT bucket_name, object_type || '/' || object_id, array_agg(op_id ORDER BY op_id)
-		FROM syncpipe.bucket_data WHERE group_id = $1 AND op = 1
-		GROUP BY bucket_name, object_type, object_id, md5(data) HAVING count(*) > 1 AND max(op_id) > $2 ORDER BY 1, 2 LIMIT $3`, group, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var d Dup
-		if err := rows.Scan(&d.Bucket, &d.Key, &d.Ops); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = pool.Query(ctx, `SELECT bucket_name, object_type || '/' || object_id, op_id, prev_op FROM (
-			SELECT bucket_name, object_type, object_id, op_id, op,
-				lag(op) OVER w AS prev, lag(op_id) OVER w AS prev_op
-			FROM syncpipe.bucket_data WHERE group_id = $1
-			WINDOW w AS (PARTITION BY bucket_name, object_type, object_id ORDER BY op_id)) o
-		WHERE op = 2 AND (prev IS NULL OR prev = 2) AND op_id > $2 ORDER BY 1, 2 LIMIT $3`, group, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		d := Dup{Remove: true}
-		var op int64
-		var prev *int64
-		if err := rows.Scan(&d.Bucket, &d.Key, &op, &prev); err != nil {
-			return nil, err
-		}
-		d.Ops = []int64{op}
-		if prev != nil {
-			d.Ops = append(d.Ops, *prev)
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	kind := map[int16]string{1: "PUT", 2: "REMOVE"}[op.Op]
+	return fmt.Sprintf("newest op %d %s", op.OpID, kind)
 }
 
 // sameJSON compares two JSON texts as values (numbers by their text).
@@ -325,14 +276,4 @@ func Mismatches(what string, got, want Buckets, opOf func(bucket, key string) st
 		}
 	}
 	return lost, stale, wrong, lines
-}
-
-// DescribeOp names a stored row's newest op, for mismatch reports.
-func (s *Stored) DescribeOp(bucket, key string) string {
-	op, ok := s.Last[bucket][key]
-	if !ok {
-		return "no op stored"
-	}
-	kind := map[int16]string{1: "PUT", 2: "REMOVE"}[op.Op]
-	return fmt.Sprintf("newest op %d %s", op.OpID, kind)
 }

@@ -141,6 +141,13 @@ func (p *Proxy) Cut() int {
 	return n / 2
 }
 
+// Refuse refuses new connections until Heal; open ones go on.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refusing = true
+}
+
 // Stall stops forwarding on every connection, open or new, until Heal.
 func (p *Proxy) Stall() {
 	p.mu.Lock()

@@ -1,0 +1,108 @@
+package torture
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// knownBugsEnv runs the trials that fail on product bugs found by the
+// torture harness and not fixed yet; without it they are skipped, so CI
+// stays green while the bug is open.
+const knownBugsEnv = "SYNCPIPE_TORTURE_KNOWN_BUGS"
+
+// TestKnownBugSnapshotEndExitsOnConnectionLoss is the failing trial of
+// the first torture runs, made deterministic. When the last range of a
+// table finishes, rangeDone → tableDone (internal/replication/snapshot.go)
+// opens a new source connection for the current LSN and writes
+// MarkTableSnapshotDone — outside r.retry, unlike the range itself, and
+// after the table's and group's remaining counts were already
+// decremented. So a source that cannot be reached at that moment (the
+// harness saw it with a 3.4 s source stall: "unit group 1 snapshot
+// public.tags range 0: connect to the source: … timeout") fails the unit,
+// the scheduler returns the error, and `syncpipe run` exits with status 1
+// instead of backing off as the README promises for connection errors.
+// snapshotDone (the group's last range) has the same shape, and so does a
+// storage failure of the Mark… writes.
+//
+// The trial: one process, items in one range of many chunks. While the
+// range is being read the test holds its snapshot_ranges row, so a chunk
+// commit waits; the source proxy then refuses new connections (open ones
+// go on), the row is released, the range reads on to its end over its
+// open connection, and tableDone's new connection is refused. The source
+// is reachable again 3 s later. Want: the process stays up and finishes
+// the snapshot. Today it exits.
+func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	if os.Getenv(knownBugsEnv) == "" {
+		t.Skipf("known product bug (a snapshot unit's end is not retried); set %s=1 to run it", knownBugsEnv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	h := newHarness(ctx, t, 1, Sizes{Items: 30000, Docs: 20, Tags: 20}, harnessOptions{splitRows: -1, workers: 3})
+	p := h.repl[0]
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	rangeOf := `SELECT r.rows_done FROM syncpipe.snapshot_ranges r JOIN syncpipe.source_tables s ON s.id = r.source_table_id
+		WHERE s.table_name = 'items'`
+	if err := h.waitFor("the items range being read", time.Minute, func() (bool, error) {
+		var done int64
+		err := h.storage.QueryRow(ctx, rangeOf).Scan(&done)
+		return err == nil && done > 0 && done < 25000, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := pgx.Connect(ctx, h.storageURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(context.Background())
+	if _, err := lock.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.Exec(ctx, rangeOf+" FOR UPDATE OF r"); err != nil {
+		t.Fatal(err)
+	}
+	pid := lock.PgConn().PID()
+	if err := h.waitFor("a chunk commit waiting for the range row", 30*time.Second, func() (bool, error) {
+		var n int
+		err := h.storage.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, pid).Scan(&n)
+		return n > 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h.srcProxy.Refuse()
+	if _, err := lock.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// The range reads on over its open connection; its end needs a new one.
+	if err := h.waitFor("the items range done", time.Minute, func() (bool, error) {
+		var done bool
+		err := h.storage.QueryRow(ctx, `SELECT bool_and(r.done) FROM syncpipe.snapshot_ranges r JOIN syncpipe.source_tables s ON s.id = r.source_table_id
+			WHERE s.table_name = 'items'`).Scan(&done)
+		return done, err
+	}); err != nil {
+		h.srcProxy.Heal()
+		t.Fatalf("%v", err)
+	}
+	time.Sleep(3 * time.Second) // the outage, not a synchronisation
+	h.srcProxy.Heal()
+	err = h.waitFor("the snapshot done, with the process up", time.Minute, func() (bool, error) {
+		var done bool
+		err := h.storage.QueryRow(ctx, `SELECT coalesce(bool_and(snapshot_done), false) FROM syncpipe.groups`).Scan(&done)
+		return done, err
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "exited by itself") {
+			t.Fatalf("a source outage at the end of a table's snapshot made `syncpipe run` exit instead of retrying: %v", err)
+		}
+		t.Fatal(err)
+	}
+}
