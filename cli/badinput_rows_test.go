@@ -69,6 +69,7 @@ func badRows() []badRow {
 		{src, "`wal_level = replica` on the source", walLevelRow},
 		{src, "publication dropped while running (`DROP PUBLICATION syncpipe`)", publicationRow},
 		{src, "replication slot dropped while running (`pg_drop_replication_slot`)", slotDroppedRow},
+		{src, "replication slot lost while running (invalidated: `max_slot_wal_keep_size = 1MB` on the source)", slotLostRow},
 		{src, "wrong source password", sourcePasswordRow},
 		{src, "source unreachable at start", sourceUnreachableAtStartRow},
 		{src, "source unreachable while running", sourceCutRow},
@@ -290,6 +291,48 @@ func slotDroppedRow(t *testing.T, h *badHarness) badCheck {
 		rec := p.waitLog(t, time.Minute, "the lost changes", logMatch("ERROR", regexp.MustCompile(`^ERROR changes lost to the stream: .*`+slot)))
 		p.waitLog(t, time.Minute, "a replacement group", func(r logRec) bool { return r.str("msg") == "replacement group created" })
 		return rec.said(), codeReplaced
+	}
+}
+
+// slotLostRow runs `syncpipe run` on the third server, whose slots are
+// invalidated 1 MB behind: once it streams, WAL is written (a segment
+// switch and a checkpoint at a time) until the server invalidates the slot.
+func slotLostRow(t *testing.T, h *badHarness) badCheck {
+	var p *badProc
+	var source string
+	started := make(chan error, 1)
+	go func() {
+		c, err := h.lossy()
+		if err == nil {
+			source = c.URI("lossy_source")
+			p, err = h.spawn(t, badEnv(source, h.storage, h.schema()), "run", "--config", "run.yaml")
+		}
+		started <- err
+	}()
+	return func(t *testing.T) (string, string) {
+		if err := <-started; err != nil {
+			t.Fatalf("third PostgreSQL server: %v", err)
+		}
+		streaming(t, p)
+		conn := pgtest.Connect(t, source)
+		lost := logMatch("ERROR", regexp.MustCompile(`^ERROR changes lost to the stream: .*was invalidated \(wal_status=lost`))
+		deadline := time.Now().Add(time.Minute)
+		for round := 0; ; round++ {
+			for _, q := range []string{fmt.Sprintf(`INSERT INTO items VALUES ('lost%d', 'x')`, round), `SELECT pg_switch_wal()`, `CHECKPOINT`} {
+				if _, err := conn.Exec(context.Background(), q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if rec, ok := p.find(lost); ok {
+				p.waitLog(t, time.Minute, "a replacement group", func(r logRec) bool { return r.str("msg") == "replacement group created" })
+				return rec.said(), codeReplaced
+			}
+			p.running(t)
+			if time.Now().After(deadline) {
+				t.Fatalf("the slot was not lost within a minute of writing WAL; stderr:\n%s", tail(p.output(), 4<<10))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

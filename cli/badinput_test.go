@@ -186,6 +186,7 @@ type badHarness struct {
 
 	api     *badAPI
 	replica func() (*replicaServer, error)
+	lossy   func() (*pgcluster.Cluster, error)
 	// source (holding items) and storage are the databases rows share,
 	// each process in a namespace of its own (see shared).
 	source, storage string
@@ -209,7 +210,11 @@ func newBadHarness(t *testing.T) *badHarness {
 	h := &badHarness{t: t, dir: dir, bin: bin}
 	h.admin = pgtest.NewDB(t) // the shared server is up
 	h.replica = sync.OnceValues(startReplicaServer(t))
-	go func() { _, _ = h.replica() }() // initdb takes seconds: start it now
+	h.lossy = sync.OnceValues(startLossyServer(t))
+	go func() { // initdb takes seconds: start them now, one after the other
+		_, _ = h.replica()
+		_, _ = h.lossy()
+	}()
 	h.source, h.storage, _ = h.badDBs(t, itemsSQL...)
 	h.api = h.startAPI(t, "")
 	return h
@@ -469,6 +474,18 @@ func (p *badProc) waitLog(t *testing.T, d time.Duration, what string, match func
 	}
 }
 
+// find returns the first log line that match accepts, if any.
+func (p *badProc) find(match func(logRec) bool) (logRec, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.recs {
+		if match(r) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
 // logMatch accepts a line of the level whose message and error match re.
 func logMatch(level string, re *regexp.Regexp) func(logRec) bool {
 	return func(r logRec) bool { return r.str("level") == level && re.MatchString(r.said()) }
@@ -632,6 +649,37 @@ func hostOf(t *testing.T, uri string) string {
 
 // closedAddr is an address nothing listens on.
 func closedAddr(t *testing.T) string { return freeAddr(t) }
+
+// startLossyServer returns the function that starts (once) a third
+// server, whose replication slots the server invalidates once they are
+// 1 MB behind (max_slot_wal_keep_size), with a database lossy_source
+// holding items. It is stopped when t ends.
+func startLossyServer(t *testing.T) func() (*pgcluster.Cluster, error) {
+	return func() (*pgcluster.Cluster, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{
+			"max_slot_wal_keep_size": "'1MB'", "shared_buffers": "32MB", "max_connections": "50"}})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = c.Stop() })
+		if err := c.CreateDatabase(ctx, "lossy_source"); err != nil {
+			return nil, err
+		}
+		conn, err := pgx.Connect(ctx, c.URI("lossy_source"))
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close(ctx)
+		for _, q := range itemsSQL {
+			if _, err := conn.Exec(ctx, q); err != nil {
+				return nil, fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		return c, nil
+	}
+}
 
 // replicaServer is a second PostgreSQL server with wal_level = replica
 // and password authentication for the role badinput (the superuser still
