@@ -11,6 +11,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,6 +69,7 @@ func badRows() []badRow {
 			`^syncpipe run: group 1: table public\.items from the sync rules does not exist in the source database \(check the name and schema\)`)},
 		{src, "a column of a type without a JSON mapping (`point`, `int4range`)", textTypeRow},
 		{src, "`wal_level = replica` on the source", walLevelRow},
+		{src, "publication missing, and the source role may not create it (it does not own the tables)", publicationPrivilegeRow},
 		{src, "publication dropped while running (`DROP PUBLICATION syncpipe`)", publicationRow},
 		{src, "replication slot dropped while running (`pg_drop_replication_slot`)", slotDroppedRow},
 		{src, "replication slot lost while running (invalidated: `max_slot_wal_keep_size = 1MB` on the source)", slotLostRow},
@@ -199,6 +202,39 @@ var publicationRow = func(t *testing.T, h *badHarness) badCheck {
 			t.Fatal(err)
 		}
 		return waitFatal(t, h, p, regexp.MustCompile(`publication syncpipe does not exist.*CREATE PUBLICATION syncpipe FOR TABLE`)), codeFatal
+	}
+}
+
+// publicationPrivilegeRow runs `syncpipe run` as a role that may read
+// items and replicate, but does not own items, so it may not create the
+// publication syncpipe would create.
+func publicationPrivilegeRow(t *testing.T, h *badHarness) badCheck {
+	source, conn := h.badSource(t, itemsSQL...)
+	role := fmt.Sprintf("badinput_reader_%d", os.Getpid())
+	ctx := context.Background()
+	for _, q := range []string{"CREATE ROLE " + role + " LOGIN REPLICATION", "GRANT SELECT ON items TO " + role} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() { // before the database is dropped: the role's grant is in it
+		c, err := pgx.Connect(ctx, source)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = c.Exec(ctx, "DROP ROLE "+role)
+	})
+	u, err := url.Parse(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(role)
+	p := h.startRun(t, u.String(), h.storage, h.schema())
+	return func(t *testing.T) (string, string) {
+		return exitRow(t, p, regexp.MustCompile(`^syncpipe run: group 1: publication syncpipe does not exist and this role may not create it \(.*\): `+
+			`run CREATE PUBLICATION syncpipe FOR TABLE public\.items as the owner of the tables`))
 	}
 }
 
