@@ -36,6 +36,18 @@ type Client struct {
 	connects   int
 	ops        int64
 	violations []string
+	// watch, when set, is called at every complete checkpoint with the
+	// client's rows (bucket → "type/id" → data); a non-empty result is a
+	// violation.
+	watch func(checkpoint int64, rows map[string]map[string]string) string
+}
+
+// SetWatch installs (or, with nil, removes) a check of every complete
+// checkpoint; see Client.watch.
+func (c *Client) SetWatch(f func(checkpoint int64, rows map[string]map[string]string) string) {
+	c.mu.Lock()
+	c.watch = f
+	c.mu.Unlock()
 }
 
 type clientBucket struct {
@@ -261,6 +273,15 @@ func (c *Client) line(b []byte) error {
 		c.complete = id
 		c.completeAt = time.Now()
 		c.completes++
+		if c.watch != nil {
+			rows := make(map[string]map[string]string, len(c.buckets))
+			for name, bk := range c.buckets {
+				rows[name] = bk.rows
+			}
+			if v := c.watch(id, rows); v != "" {
+				c.violations = append(c.violations, fmt.Sprintf("%s: checkpoint %d: %s", c.Name, id, v))
+			}
+		}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -69,6 +70,8 @@ type harness struct {
 	api     *proc
 	clients []*Client
 	work    *Workload
+
+	wholeSeen atomic.Int64 // complete checkpoints where a watched large transaction was visible whole
 }
 
 // trial is one fault injection and its verification.
@@ -571,7 +574,9 @@ func first(s []string, n int) []string { return s[:min(n, len(s))] }
 // a large transaction stored in pieces. After each fault the workload
 // stops, replication catches up past a final write, and the oracle
 // compares every bucket with the source: storage's newest op per row,
-// bucket checksums, duplicates, and what each client holds.
+// bucket checksums, duplicates, and what each client holds. While a large
+// transaction is in flight the clients also check that they see it whole
+// or not at all.
 func TestTortureFaultTrials(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
@@ -704,7 +709,17 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 		})
 		h.sleep(h.between(0, 400*time.Millisecond))
 	case tr.n%5 == 1:
-		what, err := h.work.LargeTxn(ctx, h.control, envInt(largeEnv, 10000))
+		rows := envInt(largeEnv, 10000)
+		kind, lo, hi := h.work.LargeKind(rows)
+		h.watchLarge(kind, lo, hi)
+		h.wholeSeen.Store(0)
+		defer func() {
+			h.unwatch()
+			if kind != "delete" {
+				tr.scenario += fmt.Sprintf(", seen whole and only whole by the clients at %d checkpoints", h.wholeSeen.Load())
+			}
+		}()
+		what, err := h.work.LargeTxn(ctx, h.control, rows)
 		if err != nil {
 			return err
 		}
@@ -762,6 +777,92 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 	verifying := time.Now()
 	defer func() { tr.verifyTook = time.Since(verifying) }()
 	return h.verify(ctx, v, tr)
+}
+
+// watchLarge makes every client check, at each complete checkpoint, that
+// the large transaction about to commit is visible whole or not at all:
+// an insert shows none or all of the client's share of its rows, a move
+// never shows rows it moved ("moved") beside rows it has not ("bulk").
+func (h *harness) watchLarge(kind string, lo, hi int64) {
+	for ci, c := range h.clients {
+		owner := Owners[ci]
+		inRange := func(key string) bool {
+			id, ok := strings.CutPrefix(key, "items/")
+			if !ok {
+				return false
+			}
+			n, err := strconv.ParseInt(id, 10, 64)
+			return err == nil && n > lo && n <= hi
+		}
+		switch kind {
+		case "insert":
+			want := 0
+			for g := int64(1); g <= hi-lo; g++ {
+				if fmt.Sprintf("u%d", g%5) == owner {
+					want++
+				}
+			}
+			whole := false
+			c.SetWatch(func(cp int64, rows map[string]map[string]string) string {
+				if whole {
+					return ""
+				}
+				n := 0
+				for name, rs := range rows {
+					if !strings.Contains(name, "#by_owner[") {
+						continue
+					}
+					for k := range rs {
+						if inRange(k) {
+							n++
+						}
+					}
+				}
+				if n == want {
+					whole = true
+					h.wholeSeen.Add(1)
+				}
+				if n != 0 && n != want {
+					return fmt.Sprintf("part of a large transaction visible: %d of the %d rows it inserted into the client's bucket", n, want)
+				}
+				return ""
+			})
+		case "move":
+			c.SetWatch(func(cp int64, rows map[string]map[string]string) string {
+				var bulk, moved []string
+				for name, rs := range rows {
+					if !strings.Contains(name, "#by_owner[") {
+						continue
+					}
+					for k, data := range rs {
+						if !inRange(k) {
+							continue
+						}
+						switch {
+						case strings.Contains(data, `"label":"bulk"`):
+							bulk = append(bulk, k)
+						case strings.Contains(data, `"label":"moved"`):
+							moved = append(moved, k)
+						}
+					}
+				}
+				if len(moved) > 0 && len(bulk) == 0 {
+					h.wholeSeen.Add(1)
+				}
+				if len(bulk) > 0 && len(moved) > 0 {
+					return fmt.Sprintf("part of a large transaction visible: %d rows it moved (e.g. %s) beside %d it has not (e.g. %s)",
+						len(moved), moved[0], len(bulk), bulk[0])
+				}
+				return ""
+			})
+		}
+	}
+}
+
+func (h *harness) unwatch() {
+	for _, c := range h.clients {
+		c.SetWatch(nil)
+	}
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {

@@ -102,8 +102,11 @@ type statement struct {
 	sql    func(w *Workload) (string, []any)
 }
 
+// pick samples n rows of a table outside the id ranges of the large
+// transactions (from 100M), which only LargeTxn changes, so that the
+// clients can tell a large transaction seen in part (watchLarge).
 func pick(n int) string {
-	return fmt.Sprintf(`(SELECT id FROM %%s ORDER BY random() LIMIT %d)`, n)
+	return fmt.Sprintf(`(SELECT id FROM %%s WHERE id < 100000000 ORDER BY random() LIMIT %d)`, n)
 }
 
 func sample(table string, n int) string { return fmt.Sprintf(pick(n), table) }
@@ -257,6 +260,16 @@ func (w *Workload) Run(ctx context.Context, stop <-chan struct{}, pace time.Dura
 			}
 		}
 	}
+}
+
+// LargeKind says what the next LargeTxn does ("insert", "move" or
+// "delete") and the id range (lo, hi] of its rows.
+func (w *Workload) LargeKind(rows int) (kind string, lo, hi int64) {
+	w.mu.Lock()
+	n := w.large
+	w.mu.Unlock()
+	lo = int64(100_000_000) + int64(n/3)*10_000_000
+	return []string{"insert", "move", "delete"}[n%3], lo, lo + int64(rows)
 }
 
 // LargeTxn commits one transaction of rows changes through conn (not the
