@@ -219,11 +219,31 @@ func sameJSON(a, b string) bool {
 	return reflect.DeepEqual(x, y)
 }
 
+// JSONCache remembers pairs of JSON texts found equal as values, so that
+// rows unchanged since an earlier comparison are not decoded again.
+type JSONCache map[[sha256.Size]byte]struct{}
+
+// Same compares two JSON texts as values, through the cache.
+func (c JSONCache) Same(a, b string) bool {
+	if a == b {
+		return true
+	}
+	k := sha256.Sum256([]byte(a + "\x00" + b))
+	if _, ok := c[k]; ok {
+		return true
+	}
+	if !sameJSON(a, b) {
+		return false
+	}
+	c[k] = struct{}{}
+	return true
+}
+
 // Mismatches lists, in a stable order, how got differs from want: rows
 // missing (lost), rows that should be gone (stale), rows with other data.
 // opOf, if set, names the op that left a row as it is. limit caps the list;
 // the counts are complete.
-func Mismatches(what string, got, want Buckets, opOf func(bucket, key string) string, limit int) (lost, stale, wrong int, lines []string) {
+func Mismatches(what string, got, want Buckets, opOf func(bucket, key string) string, same JSONCache, limit int) (lost, stale, wrong int, lines []string) {
 	add := func(s string) {
 		if len(lines) < limit {
 			lines = append(lines, s)
@@ -269,7 +289,7 @@ func Mismatches(what string, got, want Buckets, opOf func(bucket, key string) st
 			case inG && !inW:
 				stale++
 				add(fmt.Sprintf("%s: bucket %s: row %s should not be there (%s): %.120s", what, b, k, op(b, k), gd))
-			case !sameJSON(gd, wd):
+			case !same.Same(gd, wd):
 				wrong++
 				add(fmt.Sprintf("%s: bucket %s: row %s (%s):\n   got %.300s\n  want %.300s", what, b, k, op(b, k), gd, wd))
 			}

@@ -448,6 +448,7 @@ func (h *harness) catchUp(ctx context.Context) error {
 // verifier keeps what the oracle checked across trials.
 type verifier struct {
 	replay *Replay
+	same   JSONCache
 }
 
 // verified is the checkpoint replayed so far.
@@ -479,7 +480,7 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 		return fmt.Errorf("stored ops: %w", err)
 	}
 	var problems []string
-	lost, stale, wrong, lines := Mismatches("storage", st.Rows(), want, st.DescribeOp, 15)
+	lost, stale, wrong, lines := Mismatches("storage", st.Rows(), want, st.DescribeOp, v.same, 15)
 	if lost+stale+wrong > 0 {
 		problems = append(problems, fmt.Sprintf("storage at checkpoint %d: %d rows lost, %d stale, %d with wrong data", cp, lost, stale, wrong))
 		problems = append(problems, lines...)
@@ -532,7 +533,7 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 		if len(cs.Buckets) != 2 {
 			problems = append(problems, fmt.Sprintf("%s: checkpoint %d names %d buckets, want 2", c.Name, cs.Checkpoint, len(cs.Buckets)))
 		}
-		lost, stale, wrong, lines := Mismatches(c.Name, cs.Buckets, mine, st.DescribeOp, 10)
+		lost, stale, wrong, lines := Mismatches(c.Name, cs.Buckets, mine, st.DescribeOp, v.same, 10)
 		if lost+stale+wrong > 0 {
 			problems = append(problems, fmt.Sprintf("%s at checkpoint %d: %d rows lost, %d stale, %d with wrong data", c.Name, cs.Checkpoint, lost, stale, wrong))
 			problems = append(problems, lines...)
@@ -636,7 +637,7 @@ func TestTortureFaultTrials(t *testing.T) {
 	if i := slices.IndexFunc(order, func(k string) bool { return k == faultKill || k == faultPause }); i > 0 {
 		order[0], order[i] = order[i], order[0]
 	}
-	v := &verifier{}
+	v := &verifier{same: JSONCache{}}
 	var done []*trial
 	for n := range trials {
 		tr := &trial{n: n, kind: order[n]}
@@ -683,7 +684,7 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 		tr.reread = "*"
 		// Into the snapshot: a range being read (the processes are past
 		// their start, where a lost connection makes a process exit: see
-		// TestKnownBugSnapshotEndExitsOnConnectionLoss).
+		// TestKnownBugStartExitsWhenSourceUnreachable).
 		err := h.waitFor("a snapshot range being read", 30*time.Second, func() (bool, error) {
 			var n int
 			err := h.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.snapshot_ranges WHERE rows_done > 0`).Scan(&n)
