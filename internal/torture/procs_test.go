@@ -51,11 +51,12 @@ type proc struct {
 	expected bool // the harness killed or stopped it
 	stopped  bool // SIGSTOPped
 	lines    []string
+	total    int // lines read in all
 	races    int
 	starts   int
 }
 
-const keepLines = 300
+const keepLines = 2000
 
 func (p *proc) start() error {
 	var cmd *exec.Cmd
@@ -106,6 +107,7 @@ func (p *proc) readLogs(r io.Reader) {
 			p.races++
 		}
 		p.lines = append(p.lines, line)
+		p.total++
 		if len(p.lines) > keepLines {
 			p.lines = p.lines[len(p.lines)-keepLines:]
 		}
@@ -177,6 +179,43 @@ func (p *proc) problem() error {
 	default:
 	}
 	return nil
+}
+
+// logged reports whether a kept log line contains sub.
+func (p *proc) logged(sub string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// mark is the position of the next log line, for since.
+func (p *proc) mark() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.total
+}
+
+// since returns the kept log lines from mark on that contain one of subs
+// (at most 30).
+func (p *proc) since(mark int, subs ...string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	start := len(p.lines) - (p.total - mark)
+	var out []string
+	for _, l := range p.lines[max(0, start):] {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return strings.Join(out[max(0, len(out)-30):], "\n")
 }
 
 func (p *proc) tail(n int) string {
