@@ -184,12 +184,13 @@ func TestKnownBugStartExitsWhenSourceUnreachable(t *testing.T) {
 // before the next attempt, which worked: nothing had changed but the
 // connection. Meanwhile no checkpoint is published for any table.
 //
-// The likely cause, from the logs (the error comes ~150 ms after the
-// re-read started, at the cut) and the code: SnapshotReader.Next
+// The cause, from the logs (the error comes ~150 ms after the re-read
+// started, at the cut) and the code: SnapshotReader.Next
 // (sources/postgres/snapshot.go) calls checkFields(rows.FieldDescriptions())
 // right after conn.Query returns without an error — but pgx defers a
-// failure of the query to rows.Err(), so on a connection that dies there
-// the field descriptions are empty, the count differs from the table's
+// failure of the query to rows.Err() (its Query doc: FieldDescriptions may
+// return nil even if Query did not return an error), so on a connection
+// that dies there the field descriptions are empty, the count differs from the table's
 // columns, and a lost connection is reported as a schema change. The
 // initial snapshot uses the same reader, so a snapshot range whose
 // connection dies there waits fatalRetry too.
