@@ -636,12 +636,32 @@ func TestTortureFaultTrials(t *testing.T) {
 		h.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		order = append(order, round...)
 	}
-	// The initial snapshot is hit by a process fault: a network fault
-	// there can make a process exit (TestKnownBugSnapshotEndExitsOnConnectionLoss),
-	// which would end the run. The table re-reads after ADD COLUMN get
-	// every kind.
-	if i := slices.IndexFunc(order, func(k string) bool { return k == faultKill || k == faultPause }); i > 0 {
-		order[0], order[i] = order[i], order[0]
+	// Keep the CI run clear of the known bugs (knownbugs_test.go), which
+	// would end it or stall it for half a minute: the initial snapshot is
+	// hit by a process fault, and a table re-read after ADD COLUMN (every
+	// fourth trial) by anything but a source cut. With
+	// SYNCPIPE_TORTURE_KNOWN_BUGS set, any kind goes anywhere.
+	if os.Getenv(knownBugsEnv) == "" {
+		avoid := func(n int, k string) bool {
+			switch {
+			case n == 0:
+				return k != faultKill && k != faultPause
+			case n%4 == 3:
+				return k == faultCutSource
+			}
+			return false
+		}
+		for n := range order {
+			if !avoid(n, order[n]) {
+				continue
+			}
+			for m := n + 1; m < len(order); m++ {
+				if !avoid(m, order[n]) && !avoid(n, order[m]) {
+					order[n], order[m] = order[m], order[n]
+					break
+				}
+			}
+		}
 	}
 	v := &verifier{same: JSONCache{}}
 	var done []*trial
