@@ -118,6 +118,9 @@ func (p *proc) readLogs(r io.Reader) {
 func (p *proc) pid() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return -1
+	}
 	return p.cmd.Process.Pid
 }
 
@@ -168,6 +171,9 @@ func (p *proc) stop() {
 func (p *proc) problem() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return nil // never started
+	}
 	if p.races > 0 {
 		return fmt.Errorf("%s reported a data race; its log:\n%s", p.name, p.tailLocked(80))
 	}

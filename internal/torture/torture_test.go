@@ -41,16 +41,17 @@ const (
 
 // Fault kinds.
 const (
-	faultKill         = "kill"          // SIGKILL a replication process, restart it
-	faultPause        = "pause"         // SIGSTOP a replication process past its lease, then SIGCONT
-	faultCutStorage   = "cut-storage"   // close every storage connection, refuse new ones a while
-	faultCutSource    = "cut-source"    // the same towards the source
-	faultStallStorage = "stall-storage" // stop forwarding storage traffic a while
-	faultStallSource  = "stall-source"  // the same towards the source
-	faultReadOnly     = "readonly"      // storage database read-only, sessions terminated, then writable again
+	faultKill           = "kill"            // SIGKILL a replication process, restart it
+	faultPause          = "pause"           // SIGSTOP a replication process past its lease, then SIGCONT
+	faultCutStorage     = "cut-storage"     // close every storage connection, refuse new ones a while
+	faultCutSource      = "cut-source"      // the same towards the source
+	faultStallStorage   = "stall-storage"   // stop forwarding storage traffic a while
+	faultStallSource    = "stall-source"    // the same towards the source
+	faultReadOnly       = "readonly"        // storage database read-only, sessions terminated, then writable again
+	faultRestartStorage = "restart-storage" // storage server stopped (fast or immediate) and started again
 )
 
-var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly}
+var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage}
 
 type harness struct {
 	t   *testing.T
@@ -58,7 +59,8 @@ type harness struct {
 	rng *rand.Rand
 	dir string
 
-	srcURI, storageURI string // direct, for the harness itself
+	srcURI, storageURI string    // direct, for the harness itself
+	server             *pgServer // storage's server
 	storageDB          string
 	srcProxy, stProxy  *Proxy
 	control            *pgx.Conn // the harness's source connection (DDL, large transactions, markers)
@@ -70,6 +72,8 @@ type harness struct {
 	api     *proc
 	clients []*Client
 	work    *Workload
+
+	crashStorage bool // restart-storage always shuts down immediately
 
 	wholeSeen atomic.Int64 // complete checkpoints where a watched large transaction was visible whole
 }
@@ -123,15 +127,6 @@ func viaProxy(t *testing.T, uri string, p *Proxy) string {
 	return u.String()
 }
 
-func dbName(t *testing.T, uri string) string {
-	t.Helper()
-	u, err := url.Parse(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimPrefix(u.Path, "/")
-}
-
 func token(t *testing.T, sub string) string {
 	t.Helper()
 	now := time.Now()
@@ -161,8 +156,14 @@ func newHarness(ctx context.Context, t *testing.T, seed uint64, sizes Sizes, opt
 		opt.workers = 2
 	}
 	h := &harness{t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 1)), dir: t.TempDir()}
-	h.srcURI, h.storageURI = pgtest.NewDB(t), pgtest.NewDB(t)
-	h.storageDB = dbName(t, h.storageURI)
+	h.srcURI = pgtest.NewDB(t)
+	// Storage on a server of its own, which a trial may restart.
+	h.server = startServer(ctx, t)
+	h.storageDB = "storage"
+	if err := h.server.createDB(ctx, h.storageDB); err != nil {
+		t.Fatal(err)
+	}
+	h.storageURI = h.server.URI(h.storageDB)
 	h.control = pgtest.Connect(t, h.srcURI)
 	h.oracleConn = pgtest.Connect(t, h.srcURI)
 	if err := Setup(ctx, h.control, sizes); err != nil {
@@ -182,7 +183,11 @@ func newHarness(ctx context.Context, t *testing.T, seed uint64, sizes Sizes, opt
 		t.Fatal(err)
 	}
 	t.Cleanup(h.srcProxy.Close)
-	if h.stProxy, err = NewProxy("storage", target.Host); err != nil {
+	stTarget, err := url.Parse(h.storageURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.stProxy, err = NewProxy("storage", stTarget.Host); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(h.stProxy.Close)
@@ -233,15 +238,31 @@ log: {level: info, format: json}
 	return h
 }
 
+// startAll starts the three processes and a live client per owner; the
+// returned func stops the clients.
+func (h *harness) startAll(ctx context.Context) (stop func()) {
+	for _, p := range h.procs() {
+		if err := p.start(); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	cctx, stopClients := context.WithCancel(ctx)
+	var cwg sync.WaitGroup
+	for _, o := range Owners {
+		c := NewClient("client-"+o, h.apiAddr, token(h.t, o))
+		h.clients = append(h.clients, c)
+		cwg.Add(1)
+		go func() { defer cwg.Done(); c.Run(cctx) }()
+	}
+	return func() { stopClients(); cwg.Wait() }
+}
+
 func (h *harness) procs() []*proc { return []*proc{h.repl[0], h.repl[1], h.api} }
 
 // problem returns the first process problem (an exit nobody caused, a
 // data race) or client violation.
 func (h *harness) problem() error {
 	for _, p := range h.procs() {
-		if p.cmd == nil {
-			continue
-		}
 		if err := p.problem(); err != nil {
 			return err
 		}
@@ -405,33 +426,53 @@ func (h *harness) inject(ctx context.Context, kind string) (string, error) {
 		return fmt.Sprintf("stalled %s traffic for %v", p.Name, d.Round(time.Millisecond)), nil
 	case faultReadOnly:
 		d := h.between(time.Second, 3*time.Second)
-		db := pgx.Identifier{h.storageDB}.Sanitize()
-		if _, err := h.control.Exec(ctx, `ALTER DATABASE `+db+` SET default_transaction_read_only = on`); err != nil {
+		admin, err := pgx.Connect(ctx, h.server.URI("postgres"))
+		if err != nil {
 			return "", err
 		}
-		n1, err := h.terminate(ctx)
+		defer admin.Close(context.Background())
+		db := pgx.Identifier{h.storageDB}.Sanitize()
+		if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` SET default_transaction_read_only = on`); err != nil {
+			return "", err
+		}
+		n1, err := h.terminate(ctx, admin)
 		if err != nil {
 			return "", err
 		}
 		h.sleep(d)
-		if _, err := h.control.Exec(ctx, `ALTER DATABASE `+db+` RESET default_transaction_read_only`); err != nil {
+		if _, err := admin.Exec(ctx, `ALTER DATABASE `+db+` RESET default_transaction_read_only`); err != nil {
 			return "", err
 		}
 		// Sessions opened meanwhile are read-only for their life.
-		n2, err := h.terminate(ctx)
+		n2, err := h.terminate(ctx, admin)
 		if err != nil {
 			return "", err
 		}
 		h.storage.Reset()
 		return fmt.Sprintf("storage read-only for %v (%d + %d sessions terminated)", d.Round(time.Millisecond), n1, n2), nil
+	case faultRestartStorage:
+		// An immediate shutdown loses storage commits that checkpoints
+		// clients already hold (TestKnownBugStorageCrashLosesPublishedCheckpoints):
+		// only with the known bugs on, or where a test asks for it.
+		immediate := h.crashStorage || os.Getenv(knownBugsEnv) != "" && h.rng.IntN(2) == 0
+		down := h.between(0, 1500*time.Millisecond)
+		if err := h.server.restart(ctx, immediate, down); err != nil {
+			return "", err
+		}
+		h.storage.Reset()
+		how := "fast shutdown"
+		if immediate {
+			how = "immediate shutdown (a crash)"
+		}
+		return fmt.Sprintf("storage server restarted: %s, down %v", how, down.Round(time.Millisecond)), nil
 	}
 	return "", fmt.Errorf("unknown fault kind %q", kind)
 }
 
-// terminate ends every session of the storage database.
-func (h *harness) terminate(ctx context.Context) (int, error) {
+// terminate ends every session of the storage database but admin's.
+func (h *harness) terminate(ctx context.Context, admin *pgx.Conn) (int, error) {
 	var n int
-	err := h.control.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE datname = $1 AND pid <> pg_backend_pid()`, h.storageDB).Scan(&n)
 	return n, err
 }
@@ -613,21 +654,7 @@ func TestTortureFaultTrials(t *testing.T) {
 	defer cancel()
 	started := time.Now()
 	h := newHarness(ctx, t, seed, Sizes{Items: 8000, Docs: 600, Tags: 300}, harnessOptions{})
-
-	for _, p := range h.procs() {
-		if err := p.start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cctx, stopClients := context.WithCancel(ctx)
-	var cwg sync.WaitGroup
-	defer func() { stopClients(); cwg.Wait() }()
-	for _, o := range Owners {
-		c := NewClient("client-"+o, h.apiAddr, token(t, o))
-		h.clients = append(h.clients, c)
-		cwg.Add(1)
-		go func() { defer cwg.Done(); c.Run(cctx) }()
-	}
+	defer h.startAll(ctx)()
 
 	// The order of fault kinds: each round every kind once, shuffled.
 	var order []string
