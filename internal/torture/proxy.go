@@ -1,11 +1,3 @@
-// Package torture is a fault-injection harness for `syncpipe run`: a
-// TCP proxy that cuts or stalls the connections between syncpipe and its
-// PostgreSQL servers, a random workload over a few source tables, a
-// PowerSync protocol client that checks every checkpoint it completes,
-// and an oracle that recomputes every bucket from the source with plain
-// SQL, independently of the rules engine, and compares it with what
-// storage and the clients hold. The test in this package drives them
-// against real syncpipe child processes (issue 17).
 package torture
 
 import (

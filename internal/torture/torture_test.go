@@ -702,7 +702,7 @@ func TestTortureFaultTrials(t *testing.T) {
 		if tr.err != nil {
 			status = "FAILED"
 		}
-		t.Logf("trial %2d %-13s during %-10s (%s): %s; recovered in %v; %d rows, %d ops verified: %s (trial %v: catch-up %v, verify %v, of it storage %v)",
+		t.Logf("trial %2d %-15s during %-10s (%s): %s; recovered in %v; %d rows, %d ops verified: %s (trial %v: catch-up %v, verify %v, of it storage %v)",
 			n, tr.kind, tr.phase, tr.scenario, tr.detail, tr.recovery.Round(time.Millisecond), tr.rows, tr.ops, status,
 			tr.took.Round(100*time.Millisecond), tr.catchUp.Round(100*time.Millisecond), tr.verifyTook.Round(100*time.Millisecond), tr.oracleTook.Round(100*time.Millisecond))
 		if tr.err != nil {
@@ -997,10 +997,10 @@ func summary(done []*trial, h *harness, elapsed time.Duration) string {
 			ph = append(ph, fmt.Sprintf("%s %d", p, n))
 		}
 		sort.Strings(ph)
-		fmt.Fprintf(&b, "  %-13s %2d trials (%s): recovery p50 %v, max %v\n", k, len(ds), strings.Join(ph, ", "),
+		fmt.Fprintf(&b, "  %-15s %2d trials (%s): recovery p50 %v, max %v\n", k, len(ds), strings.Join(ph, ", "),
 			percentile(ds, 0.5).Round(time.Millisecond), percentile(ds, 1).Round(time.Millisecond))
 	}
-	fmt.Fprintf(&b, "  all           %2d trials: recovery p50 %v, max %v\n", len(all), percentile(all, 0.5).Round(time.Millisecond), percentile(all, 1).Round(time.Millisecond))
+	fmt.Fprintf(&b, "  all             %2d trials: recovery p50 %v, max %v\n", len(all), percentile(all, 0.5).Round(time.Millisecond), percentile(all, 1).Round(time.Millisecond))
 	fmt.Fprintf(&b, "  %d row versions PUT twice by a snapshot read and its replay while the table was read (allowed)\n", reputs)
 	_, counts := h.work.Counts()
 	fmt.Fprintf(&b, "  workload: %s\n", counts)
