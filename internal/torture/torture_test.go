@@ -682,8 +682,8 @@ func TestTortureFaultTrials(t *testing.T) {
 			if !avoid(n, order[n]) {
 				continue
 			}
-			for m := n + 1; m < len(order); m++ {
-				if !avoid(m, order[n]) && !avoid(n, order[m]) {
+			for m := range order {
+				if m != n && !avoid(m, order[n]) && !avoid(n, order[m]) {
 					order[n], order[m] = order[m], order[n]
 					break
 				}
