@@ -735,9 +735,9 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 	case tr.n == 0:
 		tr.scenario = "initial snapshot"
 		tr.reread = "*"
-		// Into the snapshot: a range being read (the processes are past
-		// their start, where a lost connection makes a process exit: see
-		// TestKnownBugStartExitsWhenSourceUnreachable).
+		// Into the snapshot: a range being read. The processes are past
+		// their start then, where a lost connection ends `syncpipe run`
+		// by design (README: a problem run finds at start-up ends it).
 		err := h.waitFor("a snapshot range being read", 30*time.Second, func() (bool, error) {
 			var n int
 			err := h.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.snapshot_ranges WHERE rows_done > 0`).Scan(&n)
