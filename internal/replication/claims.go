@@ -74,19 +74,16 @@ type snapshotClaims struct {
 
 	claimMu sync.Mutex // one claim statement at a time: each serves many units
 	mu      sync.Mutex
-	units   map[string][]*unitClaim // per group key, in queue order
+	units   map[int][]*unitClaim // per group id, in queue order
 }
 
-// claimGroup keys a group's units in snapshotClaims.
-func claimGroup(id int) string { return fmt.Sprint(id) }
-
 func newSnapshotClaims(store claimStore, owner string, ttl, beat time.Duration, onClaim func(bucketstore.Lease)) *snapshotClaims {
-	return &snapshotClaims{store: store, owner: owner, ttl: ttl, beat: beat, onClaim: onClaim, units: map[string][]*unitClaim{}}
+	return &snapshotClaims{store: store, owner: owner, ttl: ttl, beat: beat, onClaim: onClaim, units: map[int][]*unitClaim{}}
 }
 
 // add records the units queued for a group, in queue order, in place of
 // any recorded before for the group.
-func (c *snapshotClaims) add(group string, units []*unitClaim) {
+func (c *snapshotClaims) add(group int, units []*unitClaim) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, u := range units {
@@ -98,7 +95,7 @@ func (c *snapshotClaims) add(group string, units []*unitClaim) {
 // take tells whether u is done, held elsewhere or now held here, claiming
 // it (and the units after it) with one statement when its state is not
 // known or has gone stale.
-func (c *snapshotClaims) take(ctx context.Context, group string, u *unitClaim) (claimState, error) {
+func (c *snapshotClaims) take(ctx context.Context, group int, u *unitClaim) (claimState, error) {
 	c.claimMu.Lock()
 	defer c.claimMu.Unlock()
 	batch, fresh := c.candidates(group, u)
@@ -158,7 +155,7 @@ func (c *snapshotClaims) state(u *unitClaim) claimState {
 // candidates is u followed by the group's units queued after it whose
 // state is not known; fresh is set (and only u returned) when u's own
 // state is known and can be used without asking storage.
-func (c *snapshotClaims) candidates(group string, u *unitClaim) (batch []*unitClaim, fresh bool) {
+func (c *snapshotClaims) candidates(group int, u *unitClaim) (batch []*unitClaim, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.known(u) {
@@ -204,14 +201,24 @@ func (c *snapshotClaims) idleRows() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var n int64
+	c.eachHeldLocked(func(u *unitClaim) {
+		if u.cancel == nil {
+			n += max(u.rows, 0)
+		}
+	})
+	return n
+}
+
+// eachHeldLocked calls f for every unit of every group whose lease is
+// held here (c.mu held).
+func (c *snapshotClaims) eachHeldLocked(f func(u *unitClaim)) {
 	for _, us := range c.units {
 		for _, u := range us {
-			if u.state == claimHeld && u.cancel == nil {
-				n += max(u.rows, 0)
+			if u.state == claimHeld {
+				f(u)
 			}
 		}
 	}
-	return n
 }
 
 // start marks u, held, as running: cancel ends it when the lease is lost.
@@ -290,33 +297,27 @@ func (c *snapshotClaims) renewable() []bucketstore.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var held []bucketstore.Lease
-	for _, us := range c.units {
-		for _, u := range us {
-			switch {
-			case u.state != claimHeld:
-			case u.cancel != nil || time.Since(u.seen) < c.ttl:
-				held = append(held, u.lease)
-			default:
-				u.state = claimUnknown // left to run out
-			}
+	c.eachHeldLocked(func(u *unitClaim) {
+		if u.cancel != nil || time.Since(u.seen) < c.ttl {
+			held = append(held, u.lease)
+		} else {
+			u.state = claimUnknown // left to run out
 		}
-	}
+	})
 	return held
 }
 
-// idle lists the leases claimed ahead and not started.
+// idle lists the leases claimed ahead and not started, and forgets them.
 func (c *snapshotClaims) idle() []bucketstore.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var held []bucketstore.Lease
-	for _, us := range c.units {
-		for _, u := range us {
-			if u.state == claimHeld && u.cancel == nil {
-				held = append(held, u.lease)
-				u.state = claimUnknown
-			}
+	c.eachHeldLocked(func(u *unitClaim) {
+		if u.cancel == nil {
+			held = append(held, u.lease)
+			u.state = claimUnknown
 		}
-	}
+	})
 	return held
 }
 
@@ -325,22 +326,17 @@ func (c *snapshotClaims) lose(names []string, cause error) {
 	if len(names) == 0 {
 		return
 	}
-	gone := make(map[string]bool, len(names))
-	for _, n := range names {
-		gone[n] = true
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, us := range c.units {
-		for _, u := range us {
-			if u.state == claimHeld && gone[u.unit.Lease] {
-				u.state = claimUnknown
-				if u.cancel != nil {
-					u.cancel(cause)
-				}
-			}
+	c.eachHeldLocked(func(u *unitClaim) {
+		if !slices.Contains(names, u.unit.Lease) {
+			return
 		}
-	}
+		u.state = claimUnknown
+		if u.cancel != nil {
+			u.cancel(cause)
+		}
+	})
 }
 
 func leaseNames(ls []bucketstore.Lease) []string {

@@ -86,7 +86,7 @@ func claimUnits(c *snapshotClaims, n int, rows int64) []*unitClaim {
 	for i := range us {
 		us[i] = &unitClaim{rows: rows, unit: bucketstore.SnapshotUnit{Lease: fmt.Sprintf("snapshot/t/%d", i), RangeNo: i}}
 	}
-	c.add(claimGroup(1), us)
+	c.add(1, us)
 	return us
 }
 
@@ -103,7 +103,7 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 	f.owners[us[5].unit.Lease] = "other"
 	var states []claimState
 	for _, u := range us {
-		st, err := c.take(ctx, claimGroup(1), u)
+		st, err := c.take(ctx, 1, u)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 	big := newSnapshotClaims(newFakeClaims(), "me", time.Minute, time.Minute, func(bucketstore.Lease) {})
 	bs := claimUnits(big, 3, 5_000_000)
 	for _, u := range bs {
-		if _, err := big.take(ctx, claimGroup(1), u); err != nil {
+		if _, err := big.take(ctx, 1, u); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestClaimsElsewhereGoesStale(t *testing.T) {
 	f.owners[us[0].unit.Lease] = "other"
 	f.started[us[0].unit.Lease] = true
 	for range 2 {
-		if st, err := c.take(ctx, claimGroup(1), us[0]); err != nil || st != claimElsewhere {
+		if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimElsewhere {
 			t.Fatalf("take: %v %v", st, err)
 		}
 	}
@@ -160,7 +160,7 @@ func TestClaimsElsewhereGoesStale(t *testing.T) {
 	f.mu.Lock()
 	delete(f.owners, us[0].unit.Lease) // the other process released it
 	f.mu.Unlock()
-	if st, err := c.take(ctx, claimGroup(1), us[0]); err != nil || st != claimHeld || f.calls() != 2 {
+	if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimHeld || f.calls() != 2 {
 		t.Fatalf("take after the other released: %v %v (%d statements)", st, err, f.calls())
 	}
 }
@@ -176,10 +176,10 @@ func TestClaimsStealIdleUnit(t *testing.T) {
 		f.owners[u.unit.Lease] = "other"
 	}
 	f.started[us[0].unit.Lease] = true
-	if st, err := c.take(ctx, claimGroup(1), us[1]); err != nil || st != claimHeld {
+	if st, err := c.take(ctx, 1, us[1]); err != nil || st != claimHeld {
 		t.Fatalf("a unit another process claimed ahead, nothing else free: %v %v", st, err)
 	}
-	if st, err := c.take(ctx, claimGroup(1), us[0]); err != nil || st != claimElsewhere {
+	if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimElsewhere {
 		t.Fatalf("a unit another process works on: %v %v", st, err)
 	}
 	if f.owners[us[1].unit.Lease] != "me" || f.owners[us[2].unit.Lease] != "other" {
@@ -196,7 +196,7 @@ func TestClaimsLoseAndFinish(t *testing.T) {
 	f := newFakeClaims()
 	c := newSnapshotClaims(f, "me", time.Minute, 10*time.Millisecond, func(bucketstore.Lease) {})
 	us := claimUnits(c, 4, 1_000)
-	if st, err := c.take(ctx, claimGroup(1), us[0]); err != nil || st != claimHeld {
+	if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimHeld {
 		t.Fatal(st, err)
 	}
 	uctx, cancel := context.WithCancelCause(ctx)
@@ -245,7 +245,7 @@ func TestClaimsIdleLeaseRunsOut(t *testing.T) {
 	f := newFakeClaims()
 	c := newSnapshotClaims(f, "me", 50*time.Millisecond, time.Hour, func(bucketstore.Lease) {})
 	us := claimUnits(c, 2, 1_000)
-	if _, err := c.take(ctx, claimGroup(1), us[0]); err != nil {
+	if _, err := c.take(ctx, 1, us[0]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.start(us[0], func(error) {}); err != nil {

@@ -33,8 +33,7 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 		lc := r.cfg.Replication.Lease
 		l, ok, err := r.store.AcquireLease(ctx, name, r.owner, lc.Duration)
 		if err != nil {
-			r.log.Warn("cannot claim a work unit; trying again later", "unit", name, "err", err)
-			return pipeline.Defer(jitter(lc.Heartbeat), err)
+			return r.claimFailed(name, err)
 		}
 		if !ok {
 			return r.heldElsewhere(name)
@@ -57,17 +56,34 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 				r.log.Warn("cannot release a lease; it runs out by itself", "unit", name, "err", err)
 			}
 		}()
-		err = run(uctx, bucketstore.FenceOf(l))
-		lost := context.Cause(uctx)
-		if ctx.Err() == nil && errors.Is(lost, bucketstore.ErrLeaseLost) {
-			err = lost
-		}
-		if ctx.Err() == nil && errors.Is(err, bucketstore.ErrLeaseLost) {
-			r.log.Warn("lost a work unit's lease; another process continues it", "unit", name, "err", err)
-			return pipeline.Defer(jitter(lc.Heartbeat), err)
-		}
-		return err
+		return r.deferLost(ctx, name, withLoss(ctx, uctx, run(uctx, bucketstore.FenceOf(l))))
 	}
+}
+
+// withLoss is a leased run's error: the loss of its lease (uctx's cause,
+// while ctx goes on) stands for whatever the run saw of it.
+func withLoss(ctx, uctx context.Context, err error) error {
+	if lost := context.Cause(uctx); ctx.Err() == nil && errors.Is(lost, bucketstore.ErrLeaseLost) {
+		return lost
+	}
+	return err
+}
+
+// deferLost defers a unit that ended because it lost its lease: it is
+// claimed again after a heartbeat, when another process may have done it.
+func (r *Replicator) deferLost(ctx context.Context, name string, err error) error {
+	if ctx.Err() == nil && errors.Is(err, bucketstore.ErrLeaseLost) {
+		r.log.Warn("lost a work unit's lease; another process continues it", "unit", name, "err", err)
+		return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
+	}
+	return err
+}
+
+// claimFailed defers a unit whose lease could not be claimed (storage
+// unreachable, a lease row locked too long): it is tried again later.
+func (r *Replicator) claimFailed(name string, err error) error {
+	r.log.Warn("cannot claim a work unit; trying again later", "unit", name, "err", err)
+	return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
 }
 
 // heldElsewhere defers a unit whose lease another process holds: it is

@@ -68,7 +68,7 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 		r.background(func(ctx context.Context) { r.awaitSnapshot(ctx, g) })
 		return nil
 	}
-	r.claims.add(claimGroup(g.g.ID), claims)
+	r.claims.add(g.g.ID, claims)
 	for _, u := range units {
 		if err := r.sched.Submit(u); err != nil {
 			return err
@@ -99,11 +99,10 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState,
 		Run: func(ctx context.Context) error {
 			// Every process queues every range: one that another process
 			// finished, or works on, is skipped (see claims.go).
-			state, err := r.claims.take(ctx, claimGroup(g.g.ID), uc)
+			state, err := r.claims.take(ctx, g.g.ID, uc)
 			switch {
 			case err != nil:
-				r.log.Warn("cannot claim a work unit; trying again later", "unit", uc.unit.Lease, "err", err)
-				return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
+				return r.claimFailed(uc.unit.Lease, err)
 			case state == claimDone:
 				return r.rangeDone(ctx, g, t)
 			case state != claimHeld:
@@ -122,21 +121,14 @@ func (r *Replicator) runClaimed(ctx context.Context, uc *unitClaim, run func(ctx
 	defer cancel(nil)
 	l, err := r.claims.start(uc, cancel)
 	if err == nil {
-		err = run(uctx, bucketstore.FenceOf(l))
-		if lost := context.Cause(uctx); ctx.Err() == nil && errors.Is(lost, bucketstore.ErrLeaseLost) {
-			err = lost
-		}
+		err = withLoss(ctx, uctx, run(uctx, bucketstore.FenceOf(l)))
 	}
 	rctx, done := closeCtx()
 	defer done()
 	if rerr := r.claims.finish(rctx, uc, err == nil); rerr != nil {
 		r.log.Warn("cannot release a lease; it runs out by itself", "unit", uc.unit.Lease, "err", rerr)
 	}
-	if ctx.Err() == nil && errors.Is(err, bucketstore.ErrLeaseLost) {
-		r.log.Warn("lost a work unit's lease; another process continues it", "unit", uc.unit.Lease, "err", err)
-		return pipeline.Defer(jitter(r.cfg.Replication.Lease.Heartbeat), err)
-	}
-	return err
+	return r.deferLost(ctx, uc.unit.Lease, err)
 }
 
 // snapshotRange runs the snapshot pipeline of one key range from its last

@@ -39,12 +39,20 @@ type Lease struct {
 const acquireLeaseSQL = `
 INSERT INTO leases AS l (name, owner, token, expires_at, pid, backend_start)
 VALUES ($1, $2, 1, now() + $3::interval, $4, $5)
-ON CONFLICT (name) DO UPDATE
-SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, pid = EXCLUDED.pid, backend_start = EXCLUDED.backend_start,
-    token = l.token + CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN 0 ELSE 1 END,
-    taken_over = l.owner <> EXCLUDED.owner AND l.pid IS NOT NULL
-WHERE l.owner = EXCLUDED.owner OR l.expires_at < now() OR NOT ` + liveHolderSQL + `
+ON CONFLICT (name) DO UPDATE SET ` + takeLeaseSetSQL + `
+WHERE ` + leaseFreeSQL + `
 RETURNING token, taken_over`
+
+// takeLeaseSetSQL is what an acquisition sets on an existing lease row l
+// (the upsert's EXCLUDED row is the claim): new holder and expiry, the
+// token moved on unless it is a renewal, and whether it was a takeover.
+const takeLeaseSetSQL = `owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, pid = EXCLUDED.pid, backend_start = EXCLUDED.backend_start,
+    token = l.token + CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN 0 ELSE 1 END,
+    taken_over = l.owner <> EXCLUDED.owner AND l.pid IS NOT NULL`
+
+// leaseFreeSQL is true when the claim may take the existing lease row l:
+// the claimant holds it, it expired, or its holder's session is gone.
+const leaseFreeSQL = `l.owner = EXCLUDED.owner OR l.expires_at < now() OR NOT ` + liveHolderSQL
 
 // liveHolderSQL is true while the lease row l names a storage session
 // that still exists (see liveSession).
@@ -146,16 +154,11 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 // ErrLeaseLost means it expired, or was taken by another owner or
 // released.
 func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
-	id, err := s.liveSession(ctx)
+	lost, err := s.RenewLeases(ctx, l.Owner, []Lease{l}, ttl)
 	if err != nil {
-		return fmt.Errorf("renew lease %s: %w", l.Name, err)
+		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() + $4::interval, pid = $5, backend_start = $6
-		WHERE name = $1 AND owner = $2 AND token = $3 AND expires_at >= now()`, l.Name, l.Owner, l.Token, ttl.String(), id.pid, id.start)
-	if err != nil {
-		return fmt.Errorf("renew lease %s: %w", l.Name, err)
-	}
-	if tag.RowsAffected() == 0 {
+	if len(lost) > 0 {
 		return fmt.Errorf("renew lease %s: %w", l.Name, ErrLeaseLost)
 	}
 	return nil
@@ -166,12 +169,7 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) erro
 // its token (see acquireLeaseSQL), with no session (so the next
 // acquisition is no takeover).
 func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
-	_, err := s.pool.Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 second', pid = NULL, backend_start = NULL
-		WHERE name = $1 AND owner = $2 AND token = $3`, l.Name, l.Owner, l.Token)
-	if err != nil {
-		return fmt.Errorf("release lease %s: %w", l.Name, err)
-	}
-	return nil
+	return s.ReleaseLeases(ctx, l.Owner, []Lease{l})
 }
 
 // Fence is the lease a work unit's storage writes carry. A fenced write
