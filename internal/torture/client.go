@@ -19,7 +19,10 @@ import (
 // violations: a checksum mismatch, a checkpoint lower than one it
 // completed before, an op delivered twice (an op id at or below the
 // bucket's position), and a malformed line. Connection failures are not
-// violations; they are retried.
+// violations; they are retried. PUT checksums are checked with
+// PutChecksum, not the product's checksum package. (cli's syncClient is
+// the same protocol client but lives in a _test.go file; nothing
+// importable offers one.)
 type Client struct {
 	Name  string
 	url   string
@@ -31,7 +34,6 @@ type Client struct {
 	target     map[string]int32 // the pending checkpoint's checksums
 	pending    int64            // the pending checkpoint's op id
 	complete   int64            // last completed checkpoint
-	completeAt time.Time
 	completes  int
 	connects   int
 	ops        int64
@@ -146,7 +148,6 @@ type wireLine struct {
 	} `json:"checkpoint_diff"`
 	Data *struct {
 		Bucket    string   `json:"bucket"`
-		After     string   `json:"after"`
 		NextAfter string   `json:"next_after"`
 		Data      []wireOp `json:"data"`
 	} `json:"data"`
@@ -162,6 +163,16 @@ func parseID(s string) (int64, error) {
 	return strconv.ParseInt(s, 10, 64)
 }
 
+// lineOpID parses the last_op_id of a line of kind (checkpoint,
+// checkpoint_diff, checkpoint_complete).
+func (c *Client) lineOpID(kind, s string) (int64, error) {
+	id, err := parseID(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %s op id %q: %w", c.Name, kind, s, err)
+	}
+	return id, nil
+}
+
 func (c *Client) line(b []byte) error {
 	var l wireLine
 	if err := json.Unmarshal(b, &l); err != nil {
@@ -171,117 +182,150 @@ func (c *Client) line(b []byte) error {
 	defer c.mu.Unlock()
 	switch {
 	case l.Checkpoint != nil:
-		id, err := parseID(l.Checkpoint.LastOpID)
-		if err != nil {
-			return fmt.Errorf("%s: checkpoint op id %q: %w", c.Name, l.Checkpoint.LastOpID, err)
-		}
-		if id < c.complete {
-			return fmt.Errorf("%s: checkpoint went backwards: %d after checkpoint %d was complete", c.Name, id, c.complete)
-		}
-		c.pending = id
-		c.target = map[string]int32{}
-		for _, wb := range l.Checkpoint.Buckets {
-			c.target[wb.Bucket] = wb.Checksum
-		}
-		for name := range c.buckets {
-			if _, ok := c.target[name]; !ok {
-				delete(c.buckets, name)
-			}
-		}
+		return c.checkpoint(l.Checkpoint.LastOpID, l.Checkpoint.Buckets)
 	case l.Diff != nil:
-		id, err := parseID(l.Diff.LastOpID)
-		if err != nil {
-			return fmt.Errorf("%s: checkpoint_diff op id %q: %w", c.Name, l.Diff.LastOpID, err)
-		}
-		if id < c.pending || id < c.complete {
-			return fmt.Errorf("%s: checkpoint_diff went backwards: %d after %d (complete %d)", c.Name, id, c.pending, c.complete)
-		}
-		c.pending = id
-		for _, wb := range l.Diff.Updated {
-			c.target[wb.Bucket] = wb.Checksum
-		}
-		for _, name := range l.Diff.Removed {
-			delete(c.target, name)
+		return c.diff(l.Diff.LastOpID, l.Diff.Updated, l.Diff.Removed)
+	case l.Data != nil:
+		return c.data(l.Data.Bucket, l.Data.NextAfter, l.Data.Data)
+	case l.Complete != nil:
+		return c.completeCheckpoint(l.Complete.LastOpID)
+	}
+	return nil
+}
+
+// checkpoint starts a new pending checkpoint; buckets it does not name are
+// dropped. c.mu is held.
+func (c *Client) checkpoint(lastOpID string, buckets []wireChecksum) error {
+	id, err := c.lineOpID("checkpoint", lastOpID)
+	if err != nil {
+		return err
+	}
+	if id < c.complete {
+		return fmt.Errorf("%s: checkpoint went backwards: %d after checkpoint %d was complete", c.Name, id, c.complete)
+	}
+	c.pending = id
+	c.target = map[string]int32{}
+	for _, wb := range buckets {
+		c.target[wb.Bucket] = wb.Checksum
+	}
+	for name := range c.buckets {
+		if _, ok := c.target[name]; !ok {
 			delete(c.buckets, name)
 		}
-	case l.Data != nil:
-		name := l.Data.Bucket
-		bk := c.buckets[name]
-		if bk == nil {
-			bk = &clientBucket{rows: map[string]string{}}
-			c.buckets[name] = bk
+	}
+	return nil
+}
+
+// diff updates the pending checkpoint. c.mu is held.
+func (c *Client) diff(lastOpID string, updated []wireChecksum, removed []string) error {
+	id, err := c.lineOpID("checkpoint_diff", lastOpID)
+	if err != nil {
+		return err
+	}
+	if id < c.pending || id < c.complete {
+		return fmt.Errorf("%s: checkpoint_diff went backwards: %d after %d (complete %d)", c.Name, id, c.pending, c.complete)
+	}
+	c.pending = id
+	for _, wb := range updated {
+		c.target[wb.Bucket] = wb.Checksum
+	}
+	for _, name := range removed {
+		delete(c.target, name)
+		delete(c.buckets, name)
+	}
+	return nil
+}
+
+// data applies a bucket's ops. c.mu is held.
+func (c *Client) data(name, nextAfter string, ops []wireOp) error {
+	bk := c.buckets[name]
+	if bk == nil {
+		bk = &clientBucket{rows: map[string]string{}}
+		c.buckets[name] = bk
+	}
+	for _, op := range ops {
+		if err := c.apply(name, bk, op); err != nil {
+			return err
 		}
-		for _, op := range l.Data.Data {
-			id, err := parseID(op.OpID)
-			if err != nil {
-				return fmt.Errorf("%s: bucket %s: op id %q: %w", c.Name, name, op.OpID, err)
-			}
-			if id <= bk.after {
-				return fmt.Errorf("%s: bucket %s: op %d (%s %s/%s) delivered again or out of order: the bucket is at op %d",
-					c.Name, name, id, op.Op, op.ObjectType, op.ObjectID, bk.after)
-			}
-			if id > c.pending {
-				return fmt.Errorf("%s: bucket %s: op %d beyond the pending checkpoint %d", c.Name, name, id, c.pending)
-			}
-			bk.after = id
-			c.ops++
-			key := op.ObjectType + "/" + op.ObjectID
-			switch op.Op {
-			case "PUT":
-				if op.Data == nil {
-					return fmt.Errorf("%s: bucket %s: PUT op %d of %s without data", c.Name, name, id, key)
-				}
-				if got := PutChecksum(op.ObjectType, op.ObjectID, *op.Data); got != op.Checksum {
-					return fmt.Errorf("%s: bucket %s: PUT op %d of %s: checksum %d, its data hashes to %d", c.Name, name, id, key, op.Checksum, got)
-				}
-				bk.sum += op.Checksum
-				bk.rows[key] = *op.Data
-			case "REMOVE":
-				bk.sum += op.Checksum
-				delete(bk.rows, key)
-			case "MOVE":
-				bk.sum += op.Checksum
-			case "CLEAR":
-				bk.sum = op.Checksum
-				bk.rows = map[string]string{}
-			default:
-				return fmt.Errorf("%s: bucket %s: op %d: unknown op %q", c.Name, name, id, op.Op)
-			}
+	}
+	if next, err := parseID(nextAfter); err == nil && next > bk.after {
+		bk.after = next
+	}
+	return nil
+}
+
+// apply applies one op to bucket name. c.mu is held.
+func (c *Client) apply(name string, bk *clientBucket, op wireOp) error {
+	id, err := parseID(op.OpID)
+	if err != nil {
+		return fmt.Errorf("%s: bucket %s: op id %q: %w", c.Name, name, op.OpID, err)
+	}
+	if id <= bk.after {
+		return fmt.Errorf("%s: bucket %s: op %d (%s %s/%s) delivered again or out of order: the bucket is at op %d",
+			c.Name, name, id, op.Op, op.ObjectType, op.ObjectID, bk.after)
+	}
+	if id > c.pending {
+		return fmt.Errorf("%s: bucket %s: op %d beyond the pending checkpoint %d", c.Name, name, id, c.pending)
+	}
+	bk.after = id
+	c.ops++
+	key := op.ObjectType + "/" + op.ObjectID
+	switch op.Op {
+	case "PUT":
+		if op.Data == nil {
+			return fmt.Errorf("%s: bucket %s: PUT op %d of %s without data", c.Name, name, id, key)
 		}
-		if next, err := parseID(l.Data.NextAfter); err == nil && next > bk.after {
-			bk.after = next
+		if got := PutChecksum(op.ObjectType, op.ObjectID, *op.Data); got != op.Checksum {
+			return fmt.Errorf("%s: bucket %s: PUT op %d of %s: checksum %d, its data hashes to %d", c.Name, name, id, key, op.Checksum, got)
 		}
-	case l.Complete != nil:
-		id, err := parseID(l.Complete.LastOpID)
-		if err != nil {
-			return fmt.Errorf("%s: checkpoint_complete op id %q: %w", c.Name, l.Complete.LastOpID, err)
+		bk.sum += op.Checksum
+		bk.rows[key] = *op.Data
+	case "REMOVE":
+		bk.sum += op.Checksum
+		delete(bk.rows, key)
+	case "MOVE":
+		bk.sum += op.Checksum
+	case "CLEAR":
+		bk.sum = op.Checksum
+		bk.rows = map[string]string{}
+	default:
+		return fmt.Errorf("%s: bucket %s: op %d: unknown op %q", c.Name, name, id, op.Op)
+	}
+	return nil
+}
+
+// completeCheckpoint checks every bucket's checksum against the pending
+// checkpoint's and, if they agree, completes it. c.mu is held.
+func (c *Client) completeCheckpoint(lastOpID string) error {
+	id, err := c.lineOpID("checkpoint_complete", lastOpID)
+	if err != nil {
+		return err
+	}
+	if id < c.complete {
+		return fmt.Errorf("%s: checkpoint_complete %d after checkpoint %d was complete", c.Name, id, c.complete)
+	}
+	for name, want := range c.target {
+		var sum uint32
+		var last int64
+		if bk := c.buckets[name]; bk != nil {
+			sum, last = bk.sum, bk.after
 		}
-		if id < c.complete {
-			return fmt.Errorf("%s: checkpoint_complete %d after checkpoint %d was complete", c.Name, id, c.complete)
+		if int32(sum) != want {
+			return fmt.Errorf("%s: checkpoint %d: bucket %s: ops received (up to op %d) sum to checksum %d, the checkpoint says %d",
+				c.Name, id, name, last, int32(sum), want)
 		}
-		for name, want := range c.target {
-			var sum uint32
-			var last int64
-			if bk := c.buckets[name]; bk != nil {
-				sum, last = bk.sum, bk.after
-			}
-			if int32(sum) != want {
-				return fmt.Errorf("%s: checkpoint %d: bucket %s: ops received (up to op %d) sum to checksum %d, the checkpoint says %d",
-					c.Name, id, name, last, int32(sum), want)
-			}
-		}
-		c.complete = id
-		c.completeAt = time.Now()
-		c.completes++
-		if c.watch != nil {
-			rows := make(map[string]map[string]string, len(c.buckets))
-			for name, bk := range c.buckets {
-				rows[name] = bk.rows
-			}
-			if v := c.watch(id, rows); v != "" {
-				c.violations = append(c.violations, fmt.Sprintf("%s: checkpoint %d: %s", c.Name, id, v))
-			}
-		}
+	}
+	c.complete = id
+	c.completes++
+	if c.watch == nil {
+		return nil
+	}
+	rows := make(map[string]map[string]string, len(c.buckets))
+	for name, bk := range c.buckets {
+		rows[name] = bk.rows
+	}
+	if v := c.watch(id, rows); v != "" {
+		c.violations = append(c.violations, fmt.Sprintf("%s: checkpoint %d: %s", c.Name, id, v))
 	}
 	return nil
 }
@@ -316,13 +360,6 @@ func (c *Client) Snapshot() (st ClientState, ok bool) {
 		st.Sums[name] = sum
 	}
 	return st, true
-}
-
-// Complete is the last checkpoint the client completed.
-func (c *Client) Complete() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.complete
 }
 
 // Violations returns what the client found wrong so far.

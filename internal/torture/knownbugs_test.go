@@ -15,6 +15,19 @@ import (
 // stays green while the bug is open.
 const knownBugsEnv = "SYNCPIPE_TORTURE_KNOWN_BUGS"
 
+// knownBugTrial skips the test in -short mode and unless knownBugsEnv is
+// set (bug says what fails), and returns the trial's context.
+func knownBugTrial(t *testing.T, bug string, timeout time.Duration) (context.Context, context.CancelFunc) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	if os.Getenv(knownBugsEnv) == "" {
+		t.Skipf("known product bug (%s); set %s=1 to run it", bug, knownBugsEnv)
+	}
+	return context.WithTimeout(context.Background(), timeout)
+}
+
 // TestKnownBugSnapshotEndExitsOnConnectionLoss is the failing trial of
 // the first torture runs, made deterministic. When the last range of a
 // table finishes, rangeDone → tableDone (internal/replication/snapshot.go)
@@ -43,13 +56,7 @@ const knownBugsEnv = "SYNCPIPE_TORTURE_KNOWN_BUGS"
 // is reachable again 3 s later. Want: the process stays up and finishes
 // the snapshot. Today it exits.
 func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and syncpipe processes")
-	}
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skipf("known product bug (a snapshot unit's end is not retried); set %s=1 to run it", knownBugsEnv)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := knownBugTrial(t, "a snapshot unit's end is not retried", 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 1, Sizes{Items: 30000, Docs: 20, Tags: 20}, harnessOptions{splitRows: -1, workers: 3})
 	p := h.repl[0]
@@ -141,13 +148,7 @@ func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
 // new ones for 1 s. Want: a checkpoint past the source's position within
 // 15 s of the heal, and no fatal error. The harness checks both.
 func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and syncpipe processes")
-	}
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skipf("known product bug (a lost connection during a re-read is taken for a schema change); set %s=1 to run it", knownBugsEnv)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := knownBugTrial(t, "a lost connection during a re-read is taken for a schema change", 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 3, Sizes{Items: 30000, Docs: 50, Tags: 50}, harnessOptions{})
 	p := h.repl[0]
@@ -157,15 +158,8 @@ func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
 	if err := h.catchUp(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	werr := make(chan error, 1)
-	go func() { werr <- h.work.Run(ctx, stop, 5*time.Millisecond) }()
-	defer func() {
-		if stop != nil {
-			close(stop)
-			<-werr
-		}
-	}()
+	stopWork := h.startWork(ctx)
+	defer func() { _ = stopWork() }()
 	for attempt := 1; ; attempt++ {
 		table, err := h.work.AddColumn(ctx, h.control)
 		if err != nil {
@@ -192,20 +186,18 @@ func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
 	time.Sleep(time.Second) // the outage, not a synchronisation
 	h.srcProxy.Heal()
 	healed := time.Now()
-	var lsn string
-	if err := h.control.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
-		t.Fatal(err)
-	}
-	err := h.waitFor("a checkpoint past the position at the heal", 2*time.Minute, func() (bool, error) { return h.reached(ctx, lsn) })
-	took := time.Since(healed)
-	close(stop)
-	werr2 := <-werr
-	stop = nil
+	lsn, err := InsertLSN(ctx, h.control)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if werr2 != nil {
-		t.Fatal(werr2)
+	err = h.waitFor("a checkpoint past the position at the heal", 2*time.Minute, func() (bool, error) { return h.reached(ctx, lsn) })
+	took := time.Since(healed)
+	werr := stopWork()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if werr != nil {
+		t.Fatal(werr)
 	}
 	fatal := p.since(mark, `"level":"ERROR"`, `"level":"WARN"`)
 	t.Logf("caught up %v after the heal", took.Round(time.Millisecond))
@@ -237,13 +229,7 @@ func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
 // each followed by the usual catch-up and oracle check. Want: every check
 // passes. Today one of the first few fails.
 func TestKnownBugStorageCrashLosesPublishedCheckpoints(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and syncpipe processes")
-	}
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skipf("known product bug (checkpoints published before storage is durable); set %s=1 to run it", knownBugsEnv)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := knownBugTrial(t, "checkpoints published before storage is durable", 4*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 5, Sizes{Items: 3000, Docs: 100, Tags: 100}, harnessOptions{})
 	h.crashStorage = true

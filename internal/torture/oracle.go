@@ -108,7 +108,6 @@ type Replay struct {
 	Checkpoint int64
 	Last       map[string]map[string]LastOp // bucket → "type/id" → newest op
 	Sums       map[string]uint32            // bucket → sum of its ops' checksums mod 2^32
-	Ops        int64                        // ops replayed
 
 	seen map[[sha256.Size]byte]int64 // hash of (bucket, row, data) → op id of its PUT
 }
@@ -172,7 +171,6 @@ func (r *Replay) Advance(ctx context.Context, pool *pgxpool.Pool, checkpoint int
 	if err := rows.Err(); err != nil {
 		return n, bad, dups, err
 	}
-	r.Ops += n
 	r.Checkpoint = checkpoint
 	return n, bad, dups, nil
 }

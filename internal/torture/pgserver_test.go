@@ -30,10 +30,9 @@ type pgServer struct {
 	data string
 	cred *syscall.Credential
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd     // the postmaster started by a restart (nil: pgcluster's)
-	exited   chan struct{} // closed when cmd has exited
-	restarts int
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // the postmaster started by a restart (nil: pgcluster's)
+	exited chan struct{} // closed when cmd has exited
 }
 
 func startServer(ctx context.Context, t *testing.T) *pgServer {
@@ -142,7 +141,6 @@ func (s *pgServer) restart(ctx context.Context, immediate bool, down time.Durati
 	go func() { _ = cmd.Wait(); close(exited) }()
 	s.mu.Lock()
 	s.cmd, s.exited = cmd, exited
-	s.restarts++
 	s.mu.Unlock()
 	deadline = time.Now().Add(60 * time.Second)
 	for {

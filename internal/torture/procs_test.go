@@ -42,7 +42,6 @@ type proc struct {
 	name   string
 	role   string
 	config string
-	env    []string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -63,10 +62,9 @@ func (p *proc) start() error {
 	args := []string{"run", "--config", p.config, "--role", p.role}
 	if bin := os.Getenv(binEnv); bin != "" {
 		cmd = exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), p.env...)
 	} else {
 		cmd = exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(append(os.Environ(), p.env...), childEnv+"="+strings.Join(args, "\x1f"))
+		cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, "\x1f"))
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

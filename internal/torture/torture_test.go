@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncpipe/syncpipe/internal/pgcluster"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 )
 
@@ -106,25 +106,24 @@ func envInt(name string, def int) int {
 	return def
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// largeRows is the size of each large transaction.
+func largeRows() int { return envInt(largeEnv, 10000) }
 
-// viaProxy returns uri with its host replaced by the proxy's address.
-func viaProxy(t *testing.T, uri string, p *Proxy) string {
+// proxyTo starts a proxy to uri's server, closed when the test ends, and
+// returns it with uri pointed at it.
+func proxyTo(t *testing.T, name, uri string) (*Proxy, string) {
 	t.Helper()
 	u, err := url.Parse(uri)
 	if err != nil {
 		t.Fatal(err)
 	}
+	p, err := NewProxy(name, u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
 	u.Host = p.Addr()
-	return u.String()
+	return p, u.String()
 }
 
 func token(t *testing.T, sub string) string {
@@ -175,26 +174,17 @@ func newHarness(ctx context.Context, t *testing.T, seed uint64, sizes Sizes, opt
 		t.Fatal(err)
 	}
 	t.Cleanup(h.storage.Close)
-	target, err := url.Parse(h.srcURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.srcProxy, err = NewProxy("source", target.Host); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.srcProxy.Close)
-	stTarget, err := url.Parse(h.storageURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.stProxy, err = NewProxy("storage", stTarget.Host); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.stProxy.Close)
+	var srcVia, storageVia string
+	h.srcProxy, srcVia = proxyTo(t, "source", h.srcURI)
+	h.stProxy, storageVia = proxyTo(t, "storage", h.storageURI)
 	if err := os.WriteFile(filepath.Join(h.dir, "rules.yaml"), []byte(Rules), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h.apiAddr = freeAddr(t)
+	port, err := pgcluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apiAddr = "127.0.0.1:" + strconv.Itoa(port)
 	cfg := fmt.Sprintf(`source:
   uri: %q
   connect_timeout: 3s
@@ -216,7 +206,7 @@ api:
   shutdown_timeout: 2s
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
-`, viaProxy(t, h.srcURI, h.srcProxy), viaProxy(t, h.storageURI, h.stProxy), opt.workers, lease, opt.splitRows, h.apiAddr, secret)
+`, srcVia, storageVia, opt.workers, lease, opt.splitRows, h.apiAddr, secret)
 	config := filepath.Join(h.dir, "syncpipe.yaml")
 	if err := os.WriteFile(config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -572,7 +562,8 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 		for b := range cs.Buckets {
 			mine[b] = want[b]
 		}
-		for _, b := range []string{BucketName(group, "global"), BucketName(group, "by_owner", strings.TrimPrefix(c.Name, "client-"))} {
+		global, own := BucketName(group, "global"), BucketName(group, "by_owner", strings.TrimPrefix(c.Name, "client-"))
+		for _, b := range []string{global, own} {
 			if _, ok := cs.Buckets[b]; !ok {
 				problems = append(problems, fmt.Sprintf("%s: checkpoint %d does not name bucket %s", c.Name, cs.Checkpoint, b))
 			}
@@ -586,6 +577,9 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 			problems = append(problems, lines...)
 		}
 		for b, sum := range cs.Sums {
+			// Storage's sum, from the replay or with plain SQL, not through
+			// bucketstore's ChecksumCache: the oracle stays independent of
+			// what the API announces.
 			stored := st.Sums[b]
 			if cs.Checkpoint != cp {
 				var s int64
@@ -600,7 +594,7 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 					c.Name, b, cs.Checkpoint, int32(sum), int32(stored)))
 			}
 		}
-		tr.rows += len(cs.Buckets[BucketName(group, "global")]) + len(cs.Buckets[BucketName(group, "by_owner", strings.TrimPrefix(c.Name, "client-"))])
+		tr.rows += len(cs.Buckets[global]) + len(cs.Buckets[own])
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("trial %d (%s during %s, %s; %s): %d problems:\n%s", tr.n, tr.kind, tr.phase, tr.scenario, tr.detail,
@@ -630,7 +624,7 @@ func TestTortureFaultTrials(t *testing.T) {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
 	trials := envInt(trialsEnv, 20)
-	largeRows := envInt(largeEnv, 10000)
+	large := largeRows()
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv(seedEnv); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
@@ -648,7 +642,7 @@ func TestTortureFaultTrials(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("seed %d (%s=%d replays the choices), %d trials, large transactions of %d rows", seed, seedEnv, seed, trials, largeRows)
+	t.Logf("seed %d (%s=%d replays the choices), %d trials, large transactions of %d rows", seed, seedEnv, seed, trials, large)
 	budget := 3*time.Minute + time.Duration(trials)*45*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -714,20 +708,27 @@ func TestTortureFaultTrials(t *testing.T) {
 	t.Log(summary(done, h, elapsed))
 }
 
+// startWork runs the workload until the returned func, which returns
+// its error (nil on later calls), stops it.
+func (h *harness) startWork(ctx context.Context) (stop func() error) {
+	ch := make(chan struct{})
+	werr := make(chan error, 1)
+	go func() { werr <- h.work.Run(ctx, ch, 5*time.Millisecond) }()
+	stopped := false
+	return func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		close(ch)
+		return <-werr
+	}
+}
+
 // runTrial runs the workload, injects one fault, heals it, stops the
 // workload and verifies.
 func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
-	stop := make(chan struct{})
-	werr := make(chan error, 1)
-	go func() { werr <- h.work.Run(ctx, stop, 5*time.Millisecond) }()
-	stopWork := func() error {
-		if stop == nil {
-			return nil
-		}
-		close(stop)
-		stop = nil
-		return <-werr
-	}
+	stopWork := h.startWork(ctx)
 	defer func() { _ = stopWork() }()
 
 	tr.after = v.verified()
@@ -781,7 +782,7 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 		})
 		h.sleep(h.between(0, 400*time.Millisecond))
 	case tr.n%5 == 1:
-		rows := envInt(largeEnv, 10000)
+		rows := largeRows()
 		kind, lo, hi := h.work.LargeKind(rows)
 		h.watchLarge(kind, lo, hi)
 		h.wholeSeen.Store(0)
@@ -824,8 +825,8 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 	}
 	tr.detail = detail
 	healed := time.Now()
-	var healLSN string
-	if err := h.control.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&healLSN); err != nil {
+	healLSN, err := InsertLSN(ctx, h.control)
+	if err != nil {
 		return err
 	}
 	// Recovery: from the heal until a checkpoint passes what the source
@@ -1002,8 +1003,7 @@ func summary(done []*trial, h *harness, elapsed time.Duration) string {
 	}
 	fmt.Fprintf(&b, "  all             %2d trials: recovery p50 %v, max %v\n", len(all), percentile(all, 0.5).Round(time.Millisecond), percentile(all, 1).Round(time.Millisecond))
 	fmt.Fprintf(&b, "  %d row versions PUT twice by a snapshot read and its replay while the table was read (allowed)\n", reputs)
-	_, counts := h.work.Counts()
-	fmt.Fprintf(&b, "  workload: %s\n", counts)
+	fmt.Fprintf(&b, "  workload: %s\n", h.work.Counts())
 	for _, c := range h.clients {
 		completes, connects, cops := c.Stats()
 		fmt.Fprintf(&b, "  %s: %d checkpoints checked, %d connections, %d ops applied\n", c.Name, completes, connects, cops)

@@ -102,14 +102,12 @@ type statement struct {
 	sql    func(w *Workload) (string, []any)
 }
 
-// pick samples n rows of a table outside the id ranges of the large
-// transactions (from 100M), which only LargeTxn changes, so that the
-// clients can tell a large transaction seen in part (watchLarge).
-func pick(n int) string {
-	return fmt.Sprintf(`(SELECT id FROM %%s WHERE id < 100000000 ORDER BY random() LIMIT %d)`, n)
+// sample picks n rows of table outside the id ranges of the large
+// transactions (from 100M, largeBase), which only LargeTxn changes, so that
+// the clients can tell a large transaction seen in part (watchLarge).
+func sample(table string, n int) string {
+	return fmt.Sprintf(`(SELECT id FROM %s WHERE id < 100000000 ORDER BY random() LIMIT %d)`, table, n)
 }
-
-func sample(table string, n int) string { return fmt.Sprintf(pick(n), table) }
 
 var statements = []statement{
 	{"items.insert", 12, func(w *Workload) (string, []any) {
@@ -268,9 +266,13 @@ func (w *Workload) LargeKind(rows int) (kind string, lo, hi int64) {
 	w.mu.Lock()
 	n := w.large
 	w.mu.Unlock()
-	lo = int64(100_000_000) + int64(n/3)*10_000_000
+	lo = largeBase(n)
 	return []string{"insert", "move", "delete"}[n%3], lo, lo + int64(rows)
 }
+
+// largeBase is the id after which the rows of the n-th large transaction
+// lie: each insert, move, delete cycle has a block of its own.
+func largeBase(n int) int64 { return 100_000_000 + int64(n/3)*10_000_000 }
 
 // LargeTxn commits one transaction of rows changes through conn (not the
 // workload's connection): in turn it inserts a block of rows, moves all
@@ -280,7 +282,7 @@ func (w *Workload) LargeTxn(ctx context.Context, conn *pgx.Conn, rows int) (stri
 	n := w.large
 	w.large++
 	w.mu.Unlock()
-	base := int64(100_000_000) + int64(n/3)*10_000_000
+	base := largeBase(n)
 	var kind, q string
 	switch n % 3 {
 	case 0:
@@ -324,21 +326,24 @@ func Marker(ctx context.Context, conn *pgx.Conn) (string, error) {
 	if _, err := conn.Exec(ctx, `INSERT INTO tags (id, name) VALUES (0, 'marker') ON CONFLICT (id) DO UPDATE SET name = 'marker', rev = nextval('rev_seq')`); err != nil {
 		return "", err
 	}
+	return InsertLSN(ctx, conn)
+}
+
+// InsertLSN is the source's WAL insert position.
+func InsertLSN(ctx context.Context, conn *pgx.Conn) (string, error) {
 	var lsn string
 	err := conn.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
 	return lsn, err
 }
 
 // Counts returns the changes made so far by kind, as "kind=n" sorted.
-func (w *Workload) Counts() (map[string]int, string) {
+func (w *Workload) Counts() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := map[string]int{}
 	var parts []string
 	for k, v := range w.counts {
-		out[k] = v
 		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
 	}
 	sort.Strings(parts)
-	return out, strings.Join(parts, " ")
+	return strings.Join(parts, " ")
 }
