@@ -145,6 +145,20 @@ func probeHealth(t *testing.T, ctx context.Context, api string, pid, n int) (lat
 	return lat, maxFiles
 }
 
+// startTodosAPI runs syncpipe (role all, with env) over a small todo
+// source and returns once it has caught up and its /healthz answers 200.
+func startTodosAPI(t *testing.T, ctx context.Context, env ...string) (*streamEnv, *child) {
+	t.Helper()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules, env: env})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 17}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.start()
+	e.waitCaughtUp(ctx)
+	poll(t, ctx, c, "the API's /healthz", func() bool { code, _ := getHealth(ctx, e.api); return code == http.StatusOK })
+	return e, c
+}
+
 // TestAPISlowBodyConnections (issue 17, bounded cost per connection):
 // 800 clients that send a sync request's body a byte a second — half
 // with an invalid token, half with a valid one — against a syncpipe
@@ -162,13 +176,7 @@ func TestAPISlowBodyConnections(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const nofile, clients = 700, 800
-	e := newStreamEnv(t, envOptions{rules: todos.Rules, env: []string{fmt.Sprintf("%s=%d", childNofileEnv, nofile)}})
-	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 17}); err != nil {
-		t.Fatal(err)
-	}
-	c := e.start()
-	e.waitCaughtUp(ctx)
-	poll(t, ctx, c, "the API's /healthz", func() bool { code, _ := getHealth(ctx, e.api); return code == http.StatusOK })
+	e, c := startTodosAPI(t, ctx, fmt.Sprintf("%s=%d", childNofileEnv, nofile))
 	// (700 - 200 streams) / 2: the bound leaves room for the rest.
 	if want := `"open_file_limit":700,"max_connections_not_streaming":250`; !e.logged(want) {
 		t.Fatalf("no log line with %s:\n%s", want, e.tailLogs(4<<10))
@@ -263,13 +271,7 @@ func TestAPISlowBodyConnectionsAtScale(t *testing.T) {
 	redial := os.Getenv("SYNCPIPE_TEST_SLOWBODY_REDIAL") != ""
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	e := newStreamEnv(t, envOptions{rules: todos.Rules})
-	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 17}); err != nil {
-		t.Fatal(err)
-	}
-	c := e.start()
-	e.waitCaughtUp(ctx)
-	poll(t, ctx, c, "the API's /healthz", func() bool { code, _ := getHealth(ctx, e.api); return code == http.StatusOK })
+	e, c := startTodosAPI(t, ctx)
 	var lim syscall.Rlimit
 	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	idle, _ := probeHealth(t, ctx, e.api, c.cmd.Process.Pid, 10)

@@ -386,7 +386,7 @@ func retryRow(t *testing.T, p *badProc, re *regexp.Regexp) string {
 }
 
 func sourceUnreachableAtStartRow(t *testing.T, h *badHarness) badCheck {
-	p := h.startRun(t, "postgres://postgres@"+closedAddr(t)+"/app?sslmode=disable", h.storage, h.schema())
+	p := h.startRun(t, "postgres://postgres@"+freeAddr(t)+"/app?sslmode=disable", h.storage, h.schema())
 	return func(t *testing.T) (string, string) {
 		return exitRow(t, p, regexp.MustCompile(`^syncpipe run: group 1: connect to the source: .*connection refused`))
 	}
@@ -416,7 +416,7 @@ func exitRow(t *testing.T, p *badProc, re *regexp.Regexp) (string, string) {
 }
 
 func storageUnreachableAtStartRow(t *testing.T, h *badHarness) badCheck {
-	p := h.startRun(t, h.source, "postgres://postgres@"+closedAddr(t)+"/storage?sslmode=disable", h.shared()...)
+	p := h.startRun(t, h.source, "postgres://postgres@"+freeAddr(t)+"/storage?sslmode=disable", h.shared()...)
 	return func(t *testing.T) (string, string) {
 		return exitRow(t, p, regexp.MustCompile(`^syncpipe run: .*storage unreachable.*connection refused`))
 	}

@@ -662,9 +662,6 @@ func hostOf(t *testing.T, uri string) string {
 	return u.Host
 }
 
-// closedAddr is an address nothing listens on.
-func closedAddr(t *testing.T) string { return freeAddr(t) }
-
 // startLossyServer returns the function that starts (once) a third
 // server, whose replication slots the server invalidates once they are
 // 1 MB behind (max_slot_wal_keep_size), with a database lossy_source
@@ -682,18 +679,26 @@ func startLossyServer(t *testing.T) func() (*pgcluster.Cluster, error) {
 		if err := c.CreateDatabase(ctx, "lossy_source"); err != nil {
 			return nil, err
 		}
-		conn, err := pgx.Connect(ctx, c.URI("lossy_source"))
-		if err != nil {
+		if err := execAll(ctx, c.URI("lossy_source"), itemsSQL...); err != nil {
 			return nil, err
-		}
-		defer conn.Close(ctx)
-		for _, q := range itemsSQL {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				return nil, fmt.Errorf("%s: %w", q, err)
-			}
 		}
 		return c, nil
 	}
+}
+
+// execAll runs the statements in the database at uri.
+func execAll(ctx context.Context, uri string, sql ...string) error {
+	conn, err := pgx.Connect(ctx, uri)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for _, q := range sql {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // replicaServer is a second PostgreSQL server with wal_level = replica
@@ -731,19 +736,10 @@ func startReplicaServer(t *testing.T) func() (*replicaServer, error) {
 		if err := os.WriteFile(filepath.Join(c.Dir(), "data", "pg_hba.conf"), []byte(hba), 0o644); err != nil {
 			return nil, err
 		}
-		conn, err := pgx.Connect(ctx, c.URI("postgres"))
-		if err != nil {
-			return nil, err
-		}
-		defer conn.Close(ctx)
-		for _, q := range []string{
-			"SELECT pg_reload_conf()",
+		if err := execAll(ctx, c.URI("postgres"), "SELECT pg_reload_conf()",
 			fmt.Sprintf("CREATE ROLE %s LOGIN REPLICATION PASSWORD '%s'", replicaRole, replicaPassword),
-			"CREATE DATABASE replica_source OWNER " + replicaRole,
-		} {
-			if _, err := conn.Exec(ctx, q); err != nil {
-				return nil, fmt.Errorf("%s: %w", q, err)
-			}
+			"CREATE DATABASE replica_source OWNER "+replicaRole); err != nil {
+			return nil, err
 		}
 		r := &replicaServer{c: c}
 		// The reload is asynchronous: wait until a wrong password fails.
@@ -760,15 +756,8 @@ func startReplicaServer(t *testing.T) func() (*replicaServer, error) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		src, err := pgx.Connect(ctx, r.uri("replica_source", replicaPassword))
-		if err != nil {
+		if err := execAll(ctx, r.uri("replica_source", replicaPassword), itemsSQL...); err != nil {
 			return nil, err
-		}
-		defer src.Close(ctx)
-		for _, q := range itemsSQL {
-			if _, err := src.Exec(ctx, q); err != nil {
-				return nil, fmt.Errorf("%s: %w", q, err)
-			}
 		}
 		return r, nil
 	}
