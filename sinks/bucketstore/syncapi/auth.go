@@ -122,13 +122,19 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	if !ok {
 		return identity{}, authErr(codeAuthMissing, "authentication required: send Authorization: Token <JWT> (or Bearer)")
 	}
-	// keyErr is the key function's own error, unwrapped by Parse's.
+	// keyErr is the key function's own error, unwrapped by Parse's;
+	// unknownKid is the token's kid when no key has it (keysFor then
+	// chose the kid-less keys: a set, not one key).
 	var keyErr error
+	var unknownKid string
 	tok, err := a.parser.Parse(raw, func(t *jwt.Token) (any, error) {
 		if keyErr = checkCrit(t.Header); keyErr != nil {
 			return nil, keyErr // before keysFor: such a token fetches no JWKS
 		}
 		keys, err := a.keysFor(ctx, t)
+		if _, set := keys.(jwt.VerificationKeySet); set {
+			unknownKid, _ = t.Header["kid"].(string)
+		}
 		keyErr = err
 		return keys, err
 	})
@@ -141,10 +147,9 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 			return identity{}, ae
 		}
 		return identity{}, authErr(codeAuthGeneric, "%v", keyErr)
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && a.unknownKid(tok):
-		kid, _ := tok.Header["kid"].(string)
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && unknownKid != "":
 		return identity{}, authErr(codeAuthGeneric, "no key has the token's kid %q, and no kid-less key (hs256_secrets, "+
-			"keys without kid) verifies its signature: sign with a configured key and its kid", kid)
+			"keys without kid) verifies its signature: sign with a configured key and its kid", unknownKid)
 	default:
 		return identity{}, authErr(codeAuthGeneric, "invalid token: %v", err)
 	}
@@ -164,7 +169,9 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 // keysFor picks the keys for a token: the key whose kid matches exactly
 // (refetching the JWKS once for an unknown kid), else every kid-less key
 // allowing the token's algorithm — also for a token whose kid no key has,
-// as the PowerSync service does (unknownKid).
+// as the PowerSync service does (its KeyStore: "JWK with exact kid, or
+// JWK without kid"), so that a token of a provider that sets a kid still
+// verifies with a kid-less secret.
 func (a *authenticator) keysFor(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
@@ -215,25 +222,6 @@ func (a *authenticator) keysFor(ctx context.Context, t *jwt.Token) (any, error) 
 		return nil, fmt.Errorf("%w: no key with kid %q (and no kid-less key for %s)", errNoKey, kid, alg)
 	}
 	return nil, fmt.Errorf("%w: token has no kid and no kid-less key allows %s", errNoKey, alg)
-}
-
-// unknownKid reports whether tok names a kid that no key has: keysFor
-// then tried the kid-less keys, as the PowerSync service does (its
-// KeyStore: "JWK with exact kid, or JWK without kid"), so a token of a
-// provider that sets a kid still verifies with a kid-less secret.
-func (a *authenticator) unknownKid(tok *jwt.Token) bool {
-	if tok == nil {
-		return false
-	}
-	kid, _ := tok.Header["kid"].(string)
-	if kid == "" {
-		return false
-	}
-	has := func(k *verifyKey) bool { return k.kid == kid }
-	if slices.ContainsFunc(a.static, has) {
-		return false
-	}
-	return a.remote == nil || !hasKid(a.remote.state.Load(), kid)
 }
 
 // checkClaims validates the claims of a verified token.

@@ -59,7 +59,7 @@ type guardedConn struct {
 
 // Close closes the connection and stops tracking it.
 func (c *guardedConn) Close() error {
-	c.g.forget(c)
+	c.g.untrack(c, true)
 	return c.Conn.Close()
 }
 
@@ -91,11 +91,9 @@ func (g *ConnGuard) ConnState(c net.Conn, state http.ConnState) {
 	}
 	switch state {
 	case http.StateActive, http.StateIdle:
-		g.mu.Lock()
 		g.requeue(gc)
-		g.mu.Unlock()
 	case http.StateHijacked, http.StateClosed:
-		g.forget(gc)
+		g.untrack(gc, true)
 	}
 }
 
@@ -115,15 +113,8 @@ func (g *ConnGuard) ConnContext(ctx context.Context, c net.Conn) context.Context
 // a sync stream (the next ConnState counts it again). A no-op without a
 // guard.
 func markStreaming(ctx context.Context) {
-	gc, ok := ctx.Value(connKey{}).(*guardedConn)
-	if !ok {
-		return
-	}
-	gc.g.mu.Lock()
-	defer gc.g.mu.Unlock()
-	if gc.elem != nil {
-		gc.g.pending.Remove(gc.elem)
-		gc.elem = nil
+	if gc, ok := ctx.Value(connKey{}).(*guardedConn); ok {
+		gc.g.untrack(gc, false)
 	}
 }
 
@@ -161,9 +152,10 @@ func (g *ConnGuard) admit(c *guardedConn) {
 	}
 }
 
-// requeue moves c to the back: its new phase is the youngest. g.mu must
-// be held.
+// requeue moves c to the back: its new phase is the youngest.
 func (g *ConnGuard) requeue(c *guardedConn) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if c.gone {
 		return
 	}
@@ -174,13 +166,14 @@ func (g *ConnGuard) requeue(c *guardedConn) {
 	c.elem = g.pending.PushBack(c)
 }
 
-// forget stops counting c for good.
-func (g *ConnGuard) forget(c *guardedConn) {
+// untrack stops counting c: for good when it is gone (closed), else
+// until its next phase.
+func (g *ConnGuard) untrack(c *guardedConn, gone bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if c.elem != nil {
 		g.pending.Remove(c.elem)
 		c.elem = nil
 	}
-	c.gone = true
+	c.gone = c.gone || gone
 }

@@ -19,15 +19,11 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
-// writeTimeout bounds one line's write to the client: a client that reads
-// nothing for this long is dropped instead of holding the stream (and the
-// line in flight) forever.
+// writeTimeout is the default Config.WriteTimeout, which bounds one
+// line's write to the client: a client that reads nothing for this long
+// is dropped instead of holding the stream (and the line in flight)
+// forever.
 const writeTimeout = time.Minute
-
-// writeTimeoutOverride, when positive, replaces writeTimeout for the
-// streams started after it is set: a test of a stalled client sets it
-// (atomic: the streams of other tests read it meanwhile).
-var writeTimeoutOverride atomic.Int64
 
 // lineWriter writes NDJSON lines to a streaming response, optionally
 // gzip-compressed, flushing after every line so the client sees each one
@@ -36,7 +32,7 @@ type lineWriter struct {
 	w       io.Writer
 	gz      *gzipStream // nil: identity
 	rc      *http.ResponseController
-	timeout time.Duration // writeTimeout, or a test's override
+	timeout time.Duration // Config.WriteTimeout
 	buf     []byte        // scratch for control lines
 	// bytes counts uncompressed bytes written.
 	bytes int64
@@ -54,17 +50,14 @@ var (
 )
 
 // startStream sends the response headers of a sync stream and returns the
-// writer for its lines.
-func startStream(w http.ResponseWriter, r *http.Request) *lineWriter {
+// writer for its lines, each written within timeout.
+func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
 	h := w.Header()
 	h.Set("Content-Type", "application/x-ndjson")
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Cache-Control", "no-store")
 	h.Add("Vary", "Accept-Encoding")
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: writeTimeout}
-	if d := writeTimeoutOverride.Load(); d > 0 {
-		lw.timeout = time.Duration(d)
-	}
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
 	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
 		h.Set("Content-Encoding", "gzip")
 		lw.gz = &gzipStream{}

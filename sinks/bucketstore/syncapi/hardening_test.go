@@ -18,17 +18,40 @@ import (
 // only: a client that sends its body a byte at a time.
 func slowRequest(t *testing.T, addr, auth string, bodyLen int) net.Conn {
 	t.Helper()
+	c := dial(t, addr)
+	postStream(t, c, auth, "", bodyLen, "{")
+	return c
+}
+
+// dial connects to addr; the connection closes when the test ends.
+func dial(t testing.TB, addr string) net.Conn {
+	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	_, err = fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nContent-Type: application/json\r\n"+
-		"Content-Length: %d\r\n\r\n{", auth, bodyLen)
-	if err != nil {
+	return c
+}
+
+// postStream writes a POST /sync/stream to c: the Authorization value,
+// more header lines (each ending in \r\n), a Content-Length of n and the
+// first bytes of the body.
+func postStream(t testing.TB, c net.Conn, auth, header string, n int, body string) {
+	t.Helper()
+	if _, err := fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n%sContent-Type: application/json\r\n"+
+		"Content-Length: %d\r\n\r\n%s", auth, header, n, body); err != nil {
 		t.Fatal(err)
 	}
-	return c
+}
+
+// postRawData writes a whole {"raw_data":true} sync request for tok to c,
+// accepting gzip or identity only.
+func postRawData(t testing.TB, c net.Conn, tok string, gz bool) {
+	t.Helper()
+	enc := map[bool]string{false: "identity", true: "gzip"}[gz]
+	body := `{"raw_data":true}`
+	postStream(t, c, "Token "+tok, "Accept-Encoding: "+enc+"\r\n", len(body), body)
 }
 
 // response reads one HTTP response from c (within limit) and then waits

@@ -201,7 +201,7 @@ func TestAbortUnblocksWrite(t *testing.T) {
 	t.Parallel()
 	w := &stallingWriter{header: http.Header{}, blocked: make(chan struct{}), expired: make(chan struct{})}
 	req := httptest.NewRequest(http.MethodPost, "/sync/stream", nil)
-	lw := startStream(w, req)
+	lw := startStream(w, req, writeTimeout)
 	errc := make(chan error, 1)
 	go func() { errc <- lw.tokenExpiresIn(1) }()
 	<-w.blocked

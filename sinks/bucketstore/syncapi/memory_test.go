@@ -82,20 +82,8 @@ func memUser(u int) string { return fmt.Sprintf("u%04d", u) }
 // the server's share.
 func openIdle(t testing.TB, addr, tok string, gz bool) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	enc := "identity"
-	if gz {
-		enc = "gzip"
-	}
-	body := `{"raw_data":true}`
-	if _, err := fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token %s\r\nAccept-Encoding: %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, enc, len(body), body); err != nil {
-		t.Fatal(err)
-	}
+	c := dial(t, addr)
+	postRawData(t, c, tok, gz)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)

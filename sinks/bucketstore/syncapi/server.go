@@ -80,6 +80,9 @@ type Config struct {
 	// BodyReadTimeout bounds the arrival of a request's body (default
 	// BodyReadTimeout; tests shorten it).
 	BodyReadTimeout time.Duration
+	// WriteTimeout bounds each line's write to a stream's client (default
+	// a minute; tests shorten it).
+	WriteTimeout time.Duration
 	// CORSOrigins are the origins browser clients may call the API from
 	// (config api.cors_origins): "*" allows any origin, as the PowerSync
 	// service does; empty sends no CORS headers (same-origin only).
@@ -171,6 +174,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.BodyReadTimeout <= 0 {
 		cfg.BodyReadTimeout = BodyReadTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = writeTimeout
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -338,22 +344,25 @@ func writeError(w http.ResponseWriter, e *apiError) {
 		"code": e.code, "status": e.status, "name": name, "message": e.msg, "description": e.msg}})
 }
 
-// authenticate runs the auth phase in its own span.
-func (s *Server) authenticate(r *http.Request) (identity, *apiError) {
+// authenticate runs the auth phase in its own span, from the headers
+// before the body is read: a refused client gets its 401 at once, and
+// its connection closes whatever is left of its body (closeUnread).
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request) (identity, bool) {
 	ctx, span := s.tracer.Start(r.Context(), "syncapi.auth")
 	defer span.End()
 	id, aerr := s.auth.authenticate(ctx, r.Header.Get("Authorization"))
 	if aerr != nil {
 		span.SetAttributes(attrCode.String(aerr.code))
+		closeUnread(w, r)
+		writeError(w, aerr)
+		return identity{}, false
 	}
-	return id, aerr
+	return id, true
 }
 
 func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
-	id, aerr := s.authenticate(r)
-	if aerr != nil {
-		closeUnread(w, r)
-		writeError(w, aerr)
+	id, ok := s.authenticate(w, r)
+	if !ok {
 		return
 	}
 	if s.cfg.SourceLSN == nil {
@@ -395,12 +404,8 @@ func (s *Server) begin() bool {
 const retryAfter = "5"
 
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
-	// The token first, from the headers: an unauthenticated client gets
-	// its 401 without the body being read (closeUnread).
-	id, aerr := s.authenticate(r)
-	if aerr != nil {
-		closeUnread(w, r)
-		writeError(w, aerr)
+	id, ok := s.authenticate(w, r) // the token first: see authenticate
+	if !ok {
 		return
 	}
 	req, aerr := readSyncRequest(w, r, s.cfg.MaxRequestBytes, s.cfg.BodyReadTimeout)
@@ -423,7 +428,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	markStreaming(r.Context()) // bounded by the slots above, not the ConnGuard
-	lw := startStream(w, r)
+	lw := startStream(w, r, s.cfg.WriteTimeout)
 	ctx, cancel := context.WithCancel(r.Context())
 	// Close ends the stream, even one blocked writing to a stalled client.
 	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })

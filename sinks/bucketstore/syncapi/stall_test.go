@@ -27,15 +27,12 @@ const (
 
 // TestStalledReaderDropped: a client that sends its request and then
 // reads nothing has its stream dropped once a write has waited for the
-// write deadline (shortened here; writeTimeout in production): the
-// handler returns and frees its slot, and the stream's buffers are
-// released (the live heap is back to what it was before the stream).
-// Not parallel: the shortened deadline applies to every stream started
-// meanwhile.
+// write deadline (Config.WriteTimeout, shortened here): the handler
+// returns and frees its slot, and the stream's buffers are released (the
+// live heap is back to what it was before the stream). Not parallel: the
+// live heap is measured.
 func TestStalledReaderDropped(t *testing.T) {
 	const deadline = time.Second
-	writeTimeoutOverride.Store(int64(deadline))
-	t.Cleanup(func() { writeTimeoutOverride.Store(0) })
 	for _, gz := range []bool{false, true} {
 		t.Run(map[bool]string{false: "identity", true: "gzip"}[gz], func(t *testing.T) {
 			testStalledReader(t, deadline, gz)
@@ -47,6 +44,7 @@ func testStalledReader(t *testing.T, deadline time.Duration, gz bool) {
 	var logs logBuffer
 	e := newFakeEnv(t, memRules, memTables, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.WriteTimeout = deadline
 	})
 	rng := rand.New(rand.NewPCG(17, 17))
 	var cs []stages.Change
@@ -91,20 +89,11 @@ func testStalledReader(t *testing.T, deadline time.Duration, gz bool) {
 // receive buffer is made small, so the server's writes block soon.
 func stalledRequest(t *testing.T, addr, tok string, gz bool) net.Conn {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := dial(t, addr)
 	if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
 		t.Fatal(err)
 	}
-	enc := map[bool]string{false: "identity", true: "gzip"}[gz]
-	body := `{"raw_data":true}`
-	if _, err := fmt.Fprintf(c, "POST /sync/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Token %s\r\nAccept-Encoding: %s\r\n"+
-		"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tok, enc, len(body), body); err != nil {
-		t.Fatal(err)
-	}
+	postRawData(t, c, tok, gz)
 	return c
 }
 
