@@ -18,9 +18,12 @@ import (
 // change makes a reprocessing group snapshot a 1M-row table. The active
 // stream outranks the reprocessing snapshot, so it keeps its worker: a
 // source receiving 2,000 changes/s (100 transactions of 20 rows a second)
-// sees each transaction in a checkpoint of the active group within 1 s at
-// the 99th percentile — commit on the source to a checkpoint that covers
-// it, measured from outside the process.
+// sees every transaction in a checkpoint of the active group within 5 s —
+// commit on the source to a checkpoint that covers it, measured from
+// outside the process. A starved stream would lag by the snapshot's
+// length (over a minute here). The bound is no latency bar: on 2 shared
+// cores with the snapshot busy the lag is p50 ≈ 0.4 s, p99 ≈ 1 s, max
+// ≈ 1.2 s, so it catches starvation without timing the machine.
 func TestActiveStreamKeepsUpWhileReprocessing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
@@ -70,8 +73,8 @@ func TestActiveStreamKeepsUpWhileReprocessing(t *testing.T) {
 	p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
 	t.Logf("%d transactions of 20 changes during the reprocessing snapshot: commit → checkpoint lag p50 %s, p99 %s, max %s",
 		len(lags), p50, p99, lags[len(lags)-1])
-	if p99 > time.Second {
-		t.Errorf("active group's commit → checkpoint lag p99 %s while a reprocessing group snapshots, want < 1s", p99)
+	if worst := lags[len(lags)-1]; worst > 5*time.Second {
+		t.Errorf("active group's commit → checkpoint lag reached %s (p99 %s) while a reprocessing group snapshots: the stream lost its worker; want < 5s", worst, p99)
 	}
 	var rows int64
 	if err := e.storage.QueryRow(ctx, "SELECT count(*) FROM syncpipe.current_data WHERE group_id = 2").Scan(&rows); err != nil {

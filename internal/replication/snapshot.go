@@ -60,7 +60,10 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 	}
 	g.remaining = len(units)
 	if len(units) == 0 {
-		return r.snapshotDone(ctx, g)
+		if err := r.markSnapshotDone(ctx, g); err != nil {
+			return err
+		}
+		return r.snapshotDone(g)
 	}
 	if r.opts.Role == "replication:streaming" {
 		r.log.Info("the group's snapshot is not done and this process only streams: waiting for a replication:snapshot process to do it",
@@ -90,7 +93,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState,
 			return err
 		}
 		r.recovered(ctx, g.g.ID)
-		return r.rangeDone(ctx, g, t)
+		return r.rangeDone(ctx, g, t, key)
 	}
 	return pipeline.Unit{
 		Key:      key,
@@ -104,7 +107,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState,
 			case err != nil:
 				return r.claimFailed(uc.unit.Lease, err)
 			case state == claimDone:
-				return r.rangeDone(ctx, g, t)
+				return r.rangeDone(ctx, g, t, key)
 			case state != claimHeld:
 				return r.heldElsewhere(uc.unit.Lease)
 			}
@@ -197,14 +200,19 @@ func (r *Replicator) rowError(t *stages.Table, err error) {
 }
 
 // rangeDone counts a finished range; the last range of a table marks the
-// table done, the last of the group starts its stream.
-func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table) error {
+// table done, the last of the group starts its stream. The counts go down
+// once, and the marks that follow are retried like the range itself
+// (unit names the range): a source or storage blip at a table's end must
+// back off, not end the run with the range counted and its table never
+// marked.
+func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table, unit string) error {
 	t.mu.Lock()
 	t.remaining--
 	tableDone := t.remaining == 0
 	t.mu.Unlock()
 	if tableDone {
-		if err := r.tableDone(ctx, g, t); err != nil {
+		err := r.retry(ctx, g.g.ID, unit, "snapshot", func(ctx context.Context) error { return r.tableDone(ctx, g, t) })
+		if err != nil || ctx.Err() != nil {
 			return err
 		}
 	}
@@ -212,10 +220,13 @@ func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table) error {
 	g.remaining--
 	groupDone := g.remaining == 0
 	g.mu.Unlock()
-	if groupDone {
-		return r.snapshotDone(ctx, g)
+	if !groupDone {
+		return nil
 	}
-	return nil
+	if err := r.retry(ctx, g.g.ID, unit, "snapshot", func(ctx context.Context) error { return r.markSnapshotDone(ctx, g) }); err != nil || ctx.Err() != nil {
+		return err
+	}
+	return r.snapshotDone(g)
 }
 
 // tableDone records the source position after the table's last read: no
@@ -225,12 +236,17 @@ func (r *Replicator) tableDone(ctx context.Context, g *group, t *table) error {
 	if err != nil {
 		return err
 	}
+	if err := r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn); err != nil {
+		return err
+	}
 	r.progress.tableDone(t.info.QualifiedName())
 	r.log.Info("table snapshot done", "group", g.g.ID, "table", t.info.QualifiedName(), "lsn", lsn.String())
-	return r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn)
+	return nil
 }
 
-func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
+// markSnapshotDone records the source position after the group's last
+// table: the stream starts there.
+func (r *Replicator) markSnapshotDone(ctx context.Context, g *group) error {
 	lsn, err := r.currentLSN(ctx)
 	if err != nil {
 		return err
@@ -239,6 +255,11 @@ func (r *Replicator) snapshotDone(ctx context.Context, g *group) error {
 		return err
 	}
 	r.log.Info("snapshot done", "group", g.g.ID, "lsn", lsn.String())
+	return nil
+}
+
+// snapshotDone starts the stream of a group whose snapshot is marked done.
+func (r *Replicator) snapshotDone(g *group) error {
 	if r.opts.OnSnapshotDone != nil {
 		r.opts.OnSnapshotDone(g.g.ID)
 	}

@@ -133,9 +133,10 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	active := g.state() == bucketstore.StateActive
 	// Acknowledgements trail the checkpoints: storage may commit
 	// asynchronously, so only a flushed WAL makes a position safe to
-	// confirm to the source, and one WAL flush a second instead of one per
-	// batch keeps fsyncs off the path from source commit to checkpoint.
-	// The slot only needs to advance now and then to free source WAL.
+	// confirm to the source. A published checkpoint is flushed (Commit
+	// waits for it), but a batch that publishes none — inside a source
+	// transaction, or a keepalive — is not, so MakeDurable comes first;
+	// the slot only needs to advance now and then to free source WAL.
 	const ackEvery = time.Second
 	var committed logrepl.LSN // end LSN of the last committed transaction
 	var lastAck time.Time

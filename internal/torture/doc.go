@@ -21,9 +21,6 @@
 //
 //	go run ./benchmarks/cmd/soak -trials 200
 //
-// Product bugs the harness found are trials of their own in
-// knownbugs_test.go, skipped unless SYNCPIPE_TORTURE_KNOWN_BUGS=1; with
-// it set, TestTortureFaultTrials also stops steering its faults around
-// them (network faults at the initial snapshot, source cuts during
-// re-reads, storage crashes).
+// Product bugs the harness found are trials of their own, made
+// deterministic, in regressions_test.go.
 package torture

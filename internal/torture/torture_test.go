@@ -441,10 +441,9 @@ func (h *harness) inject(ctx context.Context, kind string) (string, error) {
 		h.storage.Reset()
 		return fmt.Sprintf("storage read-only for %v (%d + %d sessions terminated)", d.Round(time.Millisecond), n1, n2), nil
 	case faultRestartStorage:
-		// An immediate shutdown loses storage commits that checkpoints
-		// clients already hold (TestKnownBugStorageCrashLosesPublishedCheckpoints):
-		// only with the known bugs on, or where a test asks for it.
-		immediate := h.crashStorage || os.Getenv(knownBugsEnv) != "" && h.rng.IntN(2) == 0
+		// An immediate shutdown (a crash) loses what storage committed
+		// with synchronous_commit=off; a fast one loses nothing.
+		immediate := h.crashStorage || h.rng.IntN(2) == 0
 		down := h.between(0, 1500*time.Millisecond)
 		if err := h.server.restart(ctx, immediate, down); err != nil {
 			return "", err
@@ -657,33 +656,6 @@ func TestTortureFaultTrials(t *testing.T) {
 		h.rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
 		order = append(order, round...)
 	}
-	// Keep the CI run clear of the known bugs (knownbugs_test.go), which
-	// would end it or stall it for half a minute: the initial snapshot is
-	// hit by a process fault, and a table re-read after ADD COLUMN (every
-	// fourth trial) by anything but a source cut. With
-	// SYNCPIPE_TORTURE_KNOWN_BUGS set, any kind goes anywhere.
-	if os.Getenv(knownBugsEnv) == "" {
-		avoid := func(n int, k string) bool {
-			switch {
-			case n == 0:
-				return k != faultKill && k != faultPause
-			case n%4 == 3:
-				return k == faultCutSource
-			}
-			return false
-		}
-		for n := range order {
-			if !avoid(n, order[n]) {
-				continue
-			}
-			for m := range order {
-				if m != n && !avoid(m, order[n]) && !avoid(n, order[m]) {
-					order[n], order[m] = order[m], order[n]
-					break
-				}
-			}
-		}
-	}
 	v := &verifier{same: JSONCache{}}
 	var done []*trial
 	for n := range trials {
@@ -746,24 +718,6 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 		})
 		if err != nil {
 			h.t.Logf("trial 0: %v; injecting anyway", err)
-		}
-		if tr.kind != faultKill && tr.kind != faultPause && os.Getenv(knownBugsEnv) == "" {
-			// A network fault at a table's snapshot end makes a process
-			// exit (TestKnownBugSnapshotEndExitsOnConnectionLoss): with
-			// only such kinds chosen, hit the stream after the snapshot.
-			tr.scenario = "after the initial snapshot"
-			// Both processes, not only the group: one that finds its
-			// queued ranges done elsewhere still runs tableDone.
-			if err := h.waitFor("the initial snapshot done in both processes", catchUpMax, func() (bool, error) {
-				for _, p := range h.repl {
-					if !p.logged(`"msg":"snapshot done"`) && !p.logged(`snapshot was finished by another process`) {
-						return false, nil
-					}
-				}
-				return true, nil
-			}); err != nil {
-				return err
-			}
 		}
 		h.sleep(h.between(0, 500*time.Millisecond))
 	case tr.n%4 == 3:

@@ -66,7 +66,8 @@ type Checkpoint struct {
 // Otherwise opID is parked in keepalive_op and folded into the next
 // checkpoint that can be published. The first checkpoint of a PROCESSING
 // group activates it and stops the previously active group. New checkpoints
-// are announced with pg_notify on NotifyChannel.
+// are announced with pg_notify on NotifyChannel, and are durable when
+// Commit returns, whatever the session's synchronous_commit.
 func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
 	err = retry(ctx, &s.counters.retries, func() error {
 		cp, published = Checkpoint{}, false
@@ -117,6 +118,14 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 				_, err := tx.Exec(ctx, `UPDATE groups SET last_keepalive_at = now(),
 					stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn) WHERE id = $1`, group, lsn.String())
 				return err
+			}
+			// A published checkpoint is durable: clients download it at
+			// once, so a storage crash must not take back its ops (writers
+			// may commit with synchronous_commit=off). Waiting for this
+			// commit's WAL flush covers every earlier commit, and readers
+			// see the checkpoint only after the flush.
+			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+				return fmt.Errorf("make the checkpoint durable: %w", err)
 			}
 			_, err = tx.Exec(ctx, `
 				UPDATE groups SET last_checkpoint = $2, last_checkpoint_lsn = $3::pg_lsn, keepalive_op = NULL,

@@ -90,7 +90,12 @@
 // A group publishes no checkpoint before its snapshot is done for every
 // table and the source position has passed no_checkpoint_before; the first
 // checkpoint of a PROCESSING group activates it and stops the previous one.
-// Checkpoints are announced with pg_notify on NotifyChannel.
+// Checkpoints are announced with pg_notify on NotifyChannel. Writers may
+// commit with synchronous_commit=off, but the transaction that publishes a
+// checkpoint waits for its WAL flush, which covers every earlier commit:
+// a storage crash can lose ops no checkpoint covers yet (the stream writes
+// them again from the last acknowledged source position), never ops a
+// client has downloaded.
 //
 // # Clearing
 //

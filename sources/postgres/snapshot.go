@@ -177,6 +177,13 @@ func (r *SnapshotReader) next(ctx context.Context) (Chunk, error) {
 	}
 	defer rows.Close()
 	if err := r.checkFields(rows.FieldDescriptions()); err != nil {
+		// pgx reports a failed query through rows.Err, not Query: a
+		// connection lost here leaves no field descriptions, and must not
+		// be taken for a schema change, which waits for the fatal back-off.
+		rows.Close()
+		if qerr := rows.Err(); qerr != nil {
+			return Chunk{}, r.queryError(qerr)
+		}
 		return Chunk{}, err
 	}
 	r.b.start(r.opts.ChunkRows)

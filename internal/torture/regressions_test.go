@@ -2,7 +2,6 @@ package torture
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -10,31 +9,23 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// knownBugsEnv runs the trials that fail on product bugs found by the
-// torture harness and not fixed yet; without it they are skipped, so CI
-// stays green while the bug is open.
-const knownBugsEnv = "SYNCPIPE_TORTURE_KNOWN_BUGS"
-
-// knownBugTrial skips the test in -short mode and unless knownBugsEnv is
-// set (bug says what fails), and returns the trial's context.
-func knownBugTrial(t *testing.T, bug string, timeout time.Duration) (context.Context, context.CancelFunc) {
+// regressionTrial skips the test in -short mode and returns the trial's
+// context.
+func regressionTrial(t *testing.T, timeout time.Duration) (context.Context, context.CancelFunc) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
-	if os.Getenv(knownBugsEnv) == "" {
-		t.Skipf("known product bug (%s); set %s=1 to run it", bug, knownBugsEnv)
-	}
 	return context.WithTimeout(context.Background(), timeout)
 }
 
-// TestKnownBugSnapshotEndExitsOnConnectionLoss is the failing trial of
-// the first torture runs, made deterministic. When the last range of a
-// table finishes, rangeDone → tableDone (internal/replication/snapshot.go)
-// opens a new source connection for the current LSN and writes
-// MarkTableSnapshotDone — outside r.retry, unlike the range itself, and
-// after the table's and group's remaining counts were already
-// decremented. So a source that cannot be reached at that moment (the
+// TestSourceLostAtSnapshotEndIsRetried is the failing trial of the first
+// torture runs, made deterministic. When the last range of a table
+// finishes, rangeDone → tableDone (internal/replication/snapshot.go) opens
+// a new source connection for the current LSN and writes
+// MarkTableSnapshotDone. That step used to run outside r.retry, unlike the
+// range itself, and after the table's and group's remaining counts were
+// already decremented. So a source that cannot be reached at that moment (the
 // harness saw it with a 3.4 s source stall: "unit group 1 snapshot
 // public.tags range 0: connect to the source: … timeout") fails the unit,
 // the scheduler returns the error, and `syncpipe run` exits with status 1
@@ -54,9 +45,9 @@ func knownBugTrial(t *testing.T, bug string, timeout time.Duration) (context.Con
 // go on), the row is released, the range reads on to its end over its
 // open connection, and tableDone's new connection is refused. The source
 // is reachable again 3 s later. Want: the process stays up and finishes
-// the snapshot. Today it exits.
-func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
-	ctx, cancel := knownBugTrial(t, "a snapshot unit's end is not retried", 3*time.Minute)
+// the snapshot (it used to exit).
+func TestSourceLostAtSnapshotEndIsRetried(t *testing.T) {
+	ctx, cancel := regressionTrial(t, 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 1, Sizes{Items: 30000, Docs: 20, Tags: 20}, harnessOptions{splitRows: -1, workers: 3})
 	p := h.repl[0]
@@ -120,7 +111,7 @@ func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
 	}
 }
 
-// TestKnownBugSourceCutDuringReReadIsFatal: a source connection cut while
+// TestSourceCutDuringReReadIsRetried: a source connection cut while
 // a table is re-read after ADD COLUMN (internal/replication/resnapshot.go)
 // — the torture run's trial 3, cut-source during the re-read of items,
 // recovered only after 26 s. The restarted stream unit failed with
@@ -132,7 +123,7 @@ func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
 // before the next attempt, which worked: nothing had changed but the
 // connection. Meanwhile no checkpoint is published for any table.
 //
-// The cause, from the logs (the error comes ~150 ms after the re-read
+// The cause, from the logs (the error came ~150 ms after the re-read
 // started, at the cut) and the code: SnapshotReader.Next
 // (sources/postgres/snapshot.go) calls checkFields(rows.FieldDescriptions())
 // right after conn.Query returns without an error — but pgx defers a
@@ -146,9 +137,9 @@ func TestKnownBugSnapshotEndExitsOnConnectionLoss(t *testing.T) {
 // The trial: one process, a re-read of items (30k rows) in progress, the
 // workload running; the source proxy closes every connection and refuses
 // new ones for 1 s. Want: a checkpoint past the source's position within
-// 15 s of the heal, and no fatal error. The harness checks both.
-func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
-	ctx, cancel := knownBugTrial(t, "a lost connection during a re-read is taken for a schema change", 3*time.Minute)
+// 15 s of the heal, and no error logged (retries are warnings).
+func TestSourceCutDuringReReadIsRetried(t *testing.T) {
+	ctx, cancel := regressionTrial(t, 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 3, Sizes{Items: 30000, Docs: 50, Tags: 50}, harnessOptions{})
 	p := h.repl[0]
@@ -199,21 +190,21 @@ func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	fatal := p.since(mark, `"level":"ERROR"`, `"level":"WARN"`)
+	fatal := p.since(mark, `"level":"ERROR"`)
 	t.Logf("caught up %v after the heal", took.Round(time.Millisecond))
 	if fatal != "" || took > 15*time.Second {
 		t.Fatalf("a 1 s source cut during a re-read: caught up %v after the heal (want ≤ 15 s); errors logged:\n%s", took.Round(time.Millisecond), fatal)
 	}
 }
 
-// TestKnownBugStorageCrashLosesPublishedCheckpoints: the storage server
-// crashes (an immediate shutdown: what synchronous_commit = off, the
+// TestStorageCrashKeepsPublishedCheckpoints: the storage server crashes
+// (an immediate shutdown: what synchronous_commit = off, the
 // storage.synchronous_commit default, had not written is lost) while the
-// workload runs. The stream publishes a checkpoint before it makes storage
-// durable (runStream in internal/replication/stream.go: "publish a
-// checkpoint, make storage durable, then acknowledge"); only the source
-// acknowledgement waits for MakeDurable. So checkpoints that clients
-// already downloaded can be lost with the crash: the stream replays the
+// workload runs. The stream used to publish a checkpoint before it made
+// storage durable (only the source acknowledgement waited for
+// MakeDurable); now the transaction that publishes one waits for its WAL
+// flush (bucketstore.Store.Commit). Before, checkpoints that clients
+// already downloaded could be lost with the crash: the stream replays the
 // source from the last acknowledged position and writes those changes
 // again, under op ids at or below ones the clients hold. The first torture
 // run with this fault (trial 4, "immediate shutdown (a crash), down
@@ -227,9 +218,9 @@ func TestKnownBugSourceCutDuringReReadIsFatal(t *testing.T) {
 // The trial: the full harness (two replication processes, the API, five
 // live clients), up to six storage crashes with the workload running,
 // each followed by the usual catch-up and oracle check. Want: every check
-// passes. Today one of the first few fails.
-func TestKnownBugStorageCrashLosesPublishedCheckpoints(t *testing.T) {
-	ctx, cancel := knownBugTrial(t, "checkpoints published before storage is durable", 4*time.Minute)
+// passes (one of the first few used to fail).
+func TestStorageCrashKeepsPublishedCheckpoints(t *testing.T) {
+	ctx, cancel := regressionTrial(t, 4*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 5, Sizes{Items: 3000, Docs: 100, Tags: 100}, harnessOptions{})
 	h.crashStorage = true
