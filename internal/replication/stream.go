@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -135,20 +136,26 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// asynchronously, so only a flushed WAL makes a position safe to
 	// confirm to the source. A published checkpoint is flushed (Commit
 	// waits for it), but a batch that publishes none — inside a source
-	// transaction, or a keepalive — is not, so MakeDurable comes first;
-	// the slot only needs to advance now and then to free source WAL.
-	const ackEvery = time.Second
-	var committed logrepl.LSN // end LSN of the last committed transaction
-	var lastAck time.Time
+	// transaction, or a keepalive — is not, so MakeDurable comes first.
+	// The slot only needs to advance now and then to free source WAL, but
+	// it must reach an idle stream's last position too: a source server
+	// shutting down waits for its walsenders' clients to confirm the end
+	// of its WAL. So a ticker, not the next batch, acknowledges.
+	var committed atomic.Uint64 // end LSN of the last committed transaction
 	ack := func(ctx context.Context) error {
-		lsn := committed
+		lsn := logrepl.LSN(committed.Load())
+		if lsn <= st.Acked() {
+			return nil
+		}
 		if err := r.store.MakeDurable(ctx); err != nil {
 			return err
 		}
 		st.Ack(lsn)
-		lastAck = time.Now()
 		return nil
 	}
+	actx, stopAcks := context.WithCancel(ctx)
+	var acks sync.WaitGroup
+	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
 	w := r.store.NewStreamWriter(g.g.ID, s.fence)
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
@@ -167,14 +174,9 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		if _, _, err := r.store.CommitStream(ctx, g.g.ID, b.Progress.LSN); err != nil {
 			return err
 		}
-		committed = b.Progress.LSN
-		s.lag.checkpointed(committed)
+		committed.Store(uint64(b.Progress.LSN))
+		s.lag.checkpointed(b.Progress.LSN)
 		r.recovered(ctx, g.g.ID)
-		if time.Since(lastAck) >= ackEvery {
-			if err := ack(ctx); err != nil {
-				return err
-			}
-		}
 		if !active {
 			// The first checkpoint of a processing group activates it and
 			// stops the group it replaces, whose clean-up is due now.
@@ -190,19 +192,41 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		return nil
 	})
 	err := p.Run(ctx)
-	if committed > st.Acked() {
-		// Confirm what storage holds before the stream's final status.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Replication.StorageTimeout)
-		aerr := ack(actx)
-		cancel()
-		if aerr != nil && err == nil && ctx.Err() == nil {
-			err = aerr
-		}
+	stopAcks()
+	acks.Wait()
+	// Confirm what storage holds before the stream's final status.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Replication.StorageTimeout)
+	aerr := ack(fctx)
+	cancel()
+	if aerr != nil && err == nil && ctx.Err() == nil {
+		err = aerr
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
+}
+
+// ackEvery calls ack every interval until ctx ends. A failure is logged
+// and tried again at the next tick: the position stays unconfirmed, which
+// costs source WAL, never data, and the commit stage reports storage
+// trouble itself.
+func (r *Replicator) ackEvery(ctx context.Context, interval time.Duration, ack func(context.Context) error) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := r.storageCtx(ctx)
+		err := ack(sctx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("cannot confirm the stream position to the source yet", "err", err)
+		}
+	}
 }
 
 // streamEvalWorkers is the stream's eval and build parallelism: the

@@ -9,10 +9,11 @@
 //
 // TestTortureFaultTrials drives them against real syncpipe child
 // processes — two `--role replication` and one `--role api` sharing one
-// storage, storage on a PostgreSQL server of the test's own so that it can
-// be restarted — for 20 trials in CI, each one fault (SIGKILL, SIGSTOP past
-// the lease, a cut or a stall of the storage or source network, storage
-// read-only, a storage restart) followed by a catch-up and a full check.
+// storage, source and storage each on a PostgreSQL server of the test's
+// own so that it can be restarted — for 20 trials in CI, each one fault
+// (SIGKILL, SIGSTOP past the lease, a cut or a stall of the storage or
+// source network, storage read-only, a restart of the storage or the
+// source server, fast or a crash) followed by a catch-up and a full check.
 // Knobs (environment): SYNCPIPE_TORTURE_TRIALS, SYNCPIPE_TORTURE_SEED (every
 // run logs the seed it used), SYNCPIPE_TORTURE_LARGE_ROWS,
 // SYNCPIPE_TORTURE_FAULTS (a comma-separated subset of the kinds),

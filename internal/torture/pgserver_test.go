@@ -20,8 +20,8 @@ import (
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
 )
 
-// pgServer is a PostgreSQL server of the harness's own (storage lives on
-// it), so that a trial can restart it: pgcluster starts it; a restart
+// pgServer is a PostgreSQL server of the harness's own (the source or
+// storage lives on it), so that a trial can restart it: pgcluster starts it; a restart
 // shuts the postmaster down (fast, or immediate — a crash, losing what
 // synchronous_commit = off had not written yet) and starts a new one on
 // the same data directory and port, as a child of this process.
@@ -33,9 +33,13 @@ type pgServer struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // the postmaster started by a restart (nil: pgcluster's)
 	exited chan struct{} // closed when cmd has exited
+
+	stopTook time.Duration // how long the last restart's shutdown took
 }
 
-func startServer(ctx context.Context, t *testing.T) *pgServer {
+// startServer starts a server of its own for role ("source" or
+// "storage", for messages).
+func startServer(ctx context.Context, t *testing.T, role string) *pgServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs PostgreSQL; skipped in -short mode")
@@ -53,7 +57,7 @@ func startServer(ctx context.Context, t *testing.T) *pgServer {
 	c, err := pgcluster.Start(ctx, pgcluster.Options{Dir: parent})
 	if err != nil {
 		_ = os.RemoveAll(parent)
-		t.Fatalf("start the storage server: %v", err)
+		t.Fatalf("start the %s server: %v", role, err)
 	}
 	s := &pgServer{c: c, data: filepath.Join(c.Dir(), "data")}
 	t.Cleanup(func() {
@@ -101,6 +105,7 @@ func (s *pgServer) restart(ctx context.Context, immediate bool, down time.Durati
 	if immediate {
 		sig = syscall.SIGQUIT
 	}
+	signalled := time.Now()
 	if err := syscall.Kill(pid, sig); err != nil {
 		return fmt.Errorf("signal the postmaster: %w", err)
 	}
@@ -121,6 +126,7 @@ func (s *pgServer) restart(ctx context.Context, immediate bool, down time.Durati
 	if old != nil {
 		<-old
 	}
+	s.stopTook = time.Since(signalled)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

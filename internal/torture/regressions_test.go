@@ -239,3 +239,48 @@ func TestStorageCrashKeepsPublishedCheckpoints(t *testing.T) {
 		t.Logf("storage crash %d (%s): storage and clients still agree with the source", n, tr.detail)
 	}
 }
+
+// TestSourceFastShutdownNotHeldByTheStream: a fast shutdown of the source
+// server waits for each walsender's client to confirm the end of the WAL
+// (the shutdown checkpoint included). The stream used to acknowledge only
+// when a later batch committed, so an idle stream left the position of
+// its last keepalive unconfirmed and `pg_ctl stop -m fast` of the source
+// hung until wal_sender_timeout — found by the torture harness's first
+// restart-source trials ("the postmaster did not stop in 30 s"). Now a
+// ticker acknowledges every second, and the next standby status update
+// (replication.stream.status_interval, 10 s by default) reports it.
+//
+// The trial: one process, caught up; the workload writes for 2 s and
+// stops; at once a fast shutdown of the source. Want: the server stops within status_interval + 5 s, and
+// replication catches up after it comes back.
+func TestSourceFastShutdownNotHeldByTheStream(t *testing.T) {
+	ctx, cancel := regressionTrial(t, 3*time.Minute)
+	defer cancel()
+	h := newHarness(ctx, t, 4, Sizes{Items: 2000, Docs: 20, Tags: 20}, harnessOptions{})
+	if err := h.repl[0].start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Changes until just before the shutdown, so the last acknowledgement
+	// is recent when the stream goes idle.
+	stopWork := h.startWork(ctx)
+	h.sleep(2 * time.Second)
+	if err := stopWork(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srcServer.restart(ctx, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the source's fast shutdown took %v with an idle stream connected", h.srcServer.stopTook.Round(time.Millisecond))
+	if h.srcServer.stopTook > 15*time.Second {
+		t.Errorf("the source's fast shutdown took %v with syncpipe streaming, want < 15 s (status_interval 10 s + 5 s)", h.srcServer.stopTook.Round(time.Millisecond))
+	}
+	if err := h.redialSource(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.catchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

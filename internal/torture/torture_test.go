@@ -49,9 +49,10 @@ const (
 	faultStallSource    = "stall-source"    // the same towards the source
 	faultReadOnly       = "readonly"        // storage database read-only, sessions terminated, then writable again
 	faultRestartStorage = "restart-storage" // storage server stopped (fast or immediate) and started again
+	faultRestartSource  = "restart-source"  // the same for the source server
 )
 
-var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage}
+var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage, faultRestartSource}
 
 type harness struct {
 	t   *testing.T
@@ -61,6 +62,7 @@ type harness struct {
 
 	srcURI, storageURI string    // direct, for the harness itself
 	server             *pgServer // storage's server
+	srcServer          *pgServer // the source's server
 	storageDB          string
 	srcProxy, stProxy  *Proxy
 	control            *pgx.Conn // the harness's source connection (DDL, large transactions, markers)
@@ -155,9 +157,14 @@ func newHarness(ctx context.Context, t *testing.T, seed uint64, sizes Sizes, opt
 		opt.workers = 2
 	}
 	h := &harness{t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 1)), dir: t.TempDir()}
-	h.srcURI = pgtest.NewDB(t)
-	// Storage on a server of its own, which a trial may restart.
-	h.server = startServer(ctx, t)
+	// Source and storage on servers of their own, which a trial may
+	// restart.
+	h.srcServer = startServer(ctx, t, "source")
+	if err := h.srcServer.createDB(ctx, "source"); err != nil {
+		t.Fatal(err)
+	}
+	h.srcURI = h.srcServer.URI("source")
+	h.server = startServer(ctx, t, "storage")
 	h.storageDB = "storage"
 	if err := h.server.createDB(ctx, h.storageDB); err != nil {
 		t.Fatal(err)
@@ -169,6 +176,7 @@ func newHarness(ctx context.Context, t *testing.T, seed uint64, sizes Sizes, opt
 		t.Fatal(err)
 	}
 	h.work = NewWorkload(pgtest.Connect(t, h.srcURI), seed+7)
+	h.work.Redial = func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, h.srcURI) }
 	var err error
 	if h.storage, err = pgxpool.New(ctx, h.storageURI); err != nil {
 		t.Fatal(err)
@@ -454,6 +462,22 @@ func (h *harness) inject(ctx context.Context, kind string) (string, error) {
 			how = "immediate shutdown (a crash)"
 		}
 		return fmt.Sprintf("storage server restarted: %s, down %v", how, down.Round(time.Millisecond)), nil
+	case faultRestartSource:
+		// The source keeps what it acknowledged (its slot sends only
+		// flushed WAL), whatever the shutdown; the workload reconnects.
+		immediate := h.rng.IntN(2) == 0
+		down := h.between(0, 1500*time.Millisecond)
+		if err := h.srcServer.restart(ctx, immediate, down); err != nil {
+			return "", err
+		}
+		if err := h.redialSource(ctx); err != nil {
+			return "", err
+		}
+		how := "fast shutdown"
+		if immediate {
+			how = "immediate shutdown (a crash)"
+		}
+		return fmt.Sprintf("source server restarted: %s, down %v", how, down.Round(time.Millisecond)), nil
 	}
 	return "", fmt.Errorf("unknown fault kind %q", kind)
 }
@@ -678,6 +702,20 @@ func TestTortureFaultTrials(t *testing.T) {
 	}
 	elapsed := time.Since(started)
 	t.Log(summary(done, h, elapsed))
+}
+
+// redialSource replaces the harness's own source connections after a
+// restart of the source server.
+func (h *harness) redialSource(ctx context.Context) error {
+	for _, c := range []**pgx.Conn{&h.control, &h.oracleConn} {
+		conn, err := pgx.Connect(ctx, h.srcURI)
+		if err != nil {
+			return fmt.Errorf("reconnect to the source: %w", err)
+		}
+		_ = (*c).Close(ctx)
+		*c = conn
+	}
+	return nil
 }
 
 // startWork runs the workload until the returned func, which returns

@@ -84,6 +84,12 @@ type Workload struct {
 	conn *pgx.Conn
 	rng  *rand.Rand
 
+	// Redial, if set, opens a new connection when the workload's one is
+	// lost (a source restart): Run goes on through it instead of failing.
+	// A transaction whose commit was in flight may or may not have
+	// committed; the oracle reads the source, so either is fine.
+	Redial func(ctx context.Context) (*pgx.Conn, error)
+
 	mu      sync.Mutex
 	nextID  int64
 	counts  map[string]int
@@ -246,7 +252,12 @@ func (w *Workload) Run(ctx context.Context, stop <-chan struct{}, pace time.Dura
 		default:
 		}
 		if err := w.Step(ctx); err != nil {
-			return err
+			if w.Redial == nil || !w.conn.IsClosed() {
+				return err
+			}
+			if err := w.redial(ctx, stop); err != nil {
+				return err
+			}
 		}
 		if pace > 0 {
 			select {
@@ -256,6 +267,30 @@ func (w *Workload) Run(ctx context.Context, stop <-chan struct{}, pace time.Dura
 				return ctx.Err()
 			case <-time.After(pace):
 			}
+		}
+	}
+}
+
+// redial replaces the lost connection, trying every 100 ms for up to a
+// minute or until stop is closed.
+func (w *Workload) redial(ctx context.Context, stop <-chan struct{}) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		conn, err := w.Redial(ctx)
+		if err == nil {
+			_ = w.conn.Close(ctx)
+			w.conn = conn
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("workload: reconnect to the source: %w", err)
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
