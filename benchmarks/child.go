@@ -172,18 +172,27 @@ func (c *Child) watchRSS() {
 
 // vmHWM reads the VmHWM line of a /proc status file, in bytes (0 if the
 // process is gone or a zombie, whose memory is already released).
-func vmHWM(path string) int64 {
+func vmHWM(path string) int64 { return procStatusBytes(path, "VmHWM:") }
+
+// procStatusBytes reads a kB line (VmHWM:, VmRSS:) of a /proc status
+// file, in bytes (0 if the process is gone).
+func procStatusBytes(path, key string) int64 {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb * 1024
 		}
 	}
 	return 0
+}
+
+// RSS is the child's resident set size now, in bytes.
+func (c *Child) RSS() int64 {
+	return procStatusBytes(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid), "VmRSS:")
 }
 
 // Started is when the process was started: scenarios time from it.

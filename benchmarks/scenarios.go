@@ -25,7 +25,9 @@ type Params struct {
 	// Topologies are the storage topologies P3 measures (ParseTopologies;
 	// empty: both).
 	Topologies []string
-	Log        io.Writer
+	// For is how long the load scenario's changes arrive (0: the preset).
+	For time.Duration
+	Log io.Writer
 	// Harness runs syncpipe as a child process.
 	Harness *Harness
 }
@@ -49,6 +51,7 @@ var registry = []Scenario{
 	{Name: "streaming", Spec: "P3", Describe: "streaming 200k updates vs a decode-only consumer; replication lag at 5k changes/s", Run: runStreamingScenario},
 	{Name: "drain", Spec: "P4", Describe: "a new client draining every bucket through POST /sync/stream", Run: runDrainScenario},
 	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
+	{Name: "load", Spec: "Load", Describe: "1,000 sync connections while 5k changes/s stream in: commit → checkpoint_complete, RSS, memory per idle connection", Run: runLoadScenario},
 	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
 }
 
@@ -182,4 +185,18 @@ func runChecksumsScenario(ctx context.Context, p Params) (Result, error) {
 	}
 	opt.Log, opt.Harness = p.Log, p.Harness
 	return RunChecksums(ctx, opt)
+}
+
+// runLoadScenario runs the load scenario with its scale preset (see
+// LoadPreset).
+func runLoadScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := LoadPreset(p.Scale)
+	if p.For > 0 {
+		opt.For = p.For
+	}
+	opt.Log, opt.Harness = p.Log, p.Harness
+	return RunLoad(ctx, opt)
 }

@@ -18,7 +18,9 @@
 // run logs the seed it used), SYNCPIPE_TORTURE_LARGE_ROWS,
 // SYNCPIPE_TORTURE_FAULTS (a comma-separated subset of the kinds),
 // SYNCPIPE_TORTURE_BIN (a built syncpipe binary for the children instead
-// of the test binary acting as one). The soak form:
+// of the test binary acting as one). The soak form, which then runs the
+// load scenario (benchmarks: 1,000 sync clients + 5k changes/s) for ten
+// minutes and writes both summaries to benchmarks/results/soak.md:
 //
 //	go run ./benchmarks/cmd/soak -trials 200
 //
