@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -172,5 +173,48 @@ func TestChecksumsOneQueryFor100Connections(t *testing.T) {
 			t.Errorf("change to %s: %d change record queries, want 1", changed, n)
 		}
 		t.Logf("change to %s: %+v", changed, st)
+	}
+}
+
+// TestChecksumsOneQueryForManyOwnBuckets: 50 connections each hold
+// buckets of their own; a write changes one bucket of each; the first
+// connection to ask at the new checkpoint sums all 50 changed buckets in
+// its one query (they were cached), and the other 49 find them cached: one
+// checksum query where there were 50, and every answer equals a
+// recomputation. A changed bucket nobody cached is left to its own caller.
+func TestChecksumsOneQueryForManyOwnBuckets(t *testing.T) {
+	t.Parallel()
+	s, g := openStore(t)
+	w := newWriter(t, s, g.ID)
+	todos := registerTable(t, s, g.ID, "todos")
+	readyGroup(t, s, g.ID, todos)
+	const conns, own = 50, 5
+	sets := make([][]string, conns)
+	var changed []string
+	for c := range sets {
+		for b := range own {
+			sets[c] = append(sets[c], fmt.Sprintf(`1#by_user["u%03d",%d]`, c, b))
+		}
+		changed = append(changed, sets[c][c%own])
+	}
+	cp1 := touch(t, s, w, todos, g.ID, 10, 0, changed...)
+	cache := s.NewChecksumCache(0)
+	for c := range conns {
+		askAndCheck(t, s, cache, g.ID, cp1, sets[c])
+	}
+	before := cache.Stats()
+	cp2 := touch(t, s, w, todos, g.ID, 20, 1000, append(slices.Clone(changed), `1#by_user["nobody",0]`)...)
+	for c := range conns {
+		askAndCheck(t, s, cache, g.ID, cp2, sets[c])
+	}
+	st := cache.Stats()
+	if q := st.Queries - before.Queries; q != 1 {
+		t.Errorf("%d checksum queries for %d connections' changed buckets, want 1", q, conns)
+	}
+	if m, p := st.Misses-before.Misses, st.Prefetched-before.Prefetched; m != 1 || p != conns-1 {
+		t.Errorf("%d buckets summed for their caller, %d for the others; want 1 and %d (the uncached one not at all)", m, p, conns-1)
+	}
+	if h := st.Hits - before.Hits; h != conns-1 {
+		t.Errorf("%d changed buckets found cached, want %d", h, conns-1)
 	}
 }

@@ -34,8 +34,11 @@ type BucketChecksum struct {
 // Use one cache per process, shared by every sync connection: all misses of
 // one Checksums call are fetched in one query, and a bucket that several
 // callers miss at the same checkpoint is fetched once, the others waiting
-// for that fetch. So a new checkpoint costs one change record query plus,
-// at most, one checksum query per changed bucket, whatever the number of
+// for that fetch. A query also sums the other cached buckets the change
+// records name (companions), so that connections that each hold buckets of
+// their own do not each send a query at every checkpoint. So a new
+// checkpoint costs one change record query plus, at most, one checksum
+// query per changed bucket — mostly one in all — whatever the number of
 // connections. It is safe for concurrent use.
 //
 // Compaction: a MOVE keeps its original checksum, so sums are unchanged. A
@@ -56,7 +59,7 @@ type ChecksumCache struct {
 	inflight map[cacheKey]*flight
 	logs     map[int]*changeLog // per group
 
-	queries, hits, misses, shared, opsSummed, carried, changeQueries atomic.Int64
+	queries, hits, misses, shared, opsSummed, carried, changeQueries, prefetched atomic.Int64
 
 	// beforeFetch, when set by tests, runs before each checksum query.
 	beforeFetch func()
@@ -146,6 +149,9 @@ type ChecksumStats struct {
 	// ChangeQueries is the number of change record queries (at most one
 	// per group and new checkpoint).
 	ChangeQueries int64
+	// Prefetched counts buckets summed for other callers: changed buckets
+	// a query summed along with its caller's misses (see companions).
+	Prefetched int64
 	// Entries is the number of cached (bucket, checkpoint) entries.
 	Entries int
 }
@@ -157,7 +163,7 @@ func (c *ChecksumCache) Stats() ChecksumStats {
 	c.mu.Unlock()
 	return ChecksumStats{Queries: c.queries.Load(), Hits: c.hits.Load(), Carried: c.carried.Load(),
 		Misses: c.misses.Load(), Shared: c.shared.Load(), OpsSummed: c.opsSummed.Load(),
-		ChangeQueries: c.changeQueries.Load(), Entries: n}
+		ChangeQueries: c.changeQueries.Load(), Prefetched: c.prefetched.Load(), Entries: n}
 }
 
 // fetch is one bucket a Checksums call fetches itself.
@@ -253,6 +259,9 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 			fetches = append(fetches, fe)
 			c.misses.Add(1)
 		}
+		if len(fetches) > 0 && !c.noChanges {
+			fetches = c.companions(group, checkpoint, fetches)
+		}
 		c.mu.Unlock()
 
 		if len(fetches) > 0 {
@@ -272,6 +281,64 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 		}
 	}
 	return out, nil
+}
+
+// maxCompanions bounds the buckets one checksum query sums for other
+// callers (see companions).
+const maxCompanions = 4096
+
+// companions adds to fetches, the misses of one Checksums call at
+// checkpoint, the other cached buckets of group that the change records
+// name as changed up to checkpoint and that nobody is fetching: with many
+// connections each holding buckets of its own, every one of them would
+// otherwise run a query of its own for its few changed buckets at every
+// checkpoint, where one query sums them all. Their results are cached, and
+// their callers find them there (or wait for this query). Only buckets
+// with an entry — someone asked for them before — are summed, from that
+// entry on. c.mu must be held.
+func (c *ChecksumCache) companions(group int, checkpoint int64, fetches []fetch) []fetch {
+	l := c.logs[group]
+	if l == nil || len(l.ivs) == 0 || l.ivs[len(l.ivs)-1].to < checkpoint {
+		return fetches
+	}
+	// Intervals before the oldest range fetched name buckets whose
+	// entries are newer than their change, mostly: not worth a look.
+	since := checkpoint
+	for _, fe := range fetches {
+		since = min(since, fe.base)
+	}
+	added := 0
+	for i := len(l.ivs) - 1; i >= 0 && l.ivs[i].to > since && added < maxCompanions; i-- {
+		iv := l.ivs[i]
+		if iv.from >= checkpoint {
+			continue
+		}
+		for b := range iv.buckets {
+			if added == maxCompanions {
+				break
+			}
+			k := cacheKey{bucketKey{group, b}, checkpoint}
+			if _, ok := c.inflight[k]; ok {
+				continue
+			}
+			el := c.nearest(k.bucketKey, checkpoint)
+			if el == nil {
+				continue
+			}
+			e := el.Value.(*cacheEntry)
+			if e.until >= checkpoint || e.until >= iv.to || e.until < l.ivs[0].from {
+				// Valid already, changed before its entry, or from before
+				// the log (its own caller sums it).
+				continue
+			}
+			f := &flight{done: make(chan struct{})}
+			c.inflight[k] = f
+			fetches = append(fetches, fetch{key: k, f: f, base: e.until, baseSum: e.sum, baseCount: e.count})
+			c.prefetched.Add(1)
+			added++
+		}
+	}
+	return fetches
 }
 
 // checksumRangeSQL sums each requested bucket's ops in (start, $3]: one
