@@ -180,6 +180,10 @@ type changeInterval struct {
 	allBuckets, allLookups bool
 	buckets                map[string]struct{}
 	lookups                map[string]struct{}
+	// prefetchedFor is the newest checkpoint the checksum cache summed
+	// this interval's cached buckets at (ChecksumCache.companions);
+	// guarded by the cache's mutex.
+	prefetchedFor int64
 }
 
 // hasBucket reports whether bucket may have changed in the interval.

@@ -303,18 +303,26 @@ func (c *ChecksumCache) companions(group int, checkpoint int64, fetches []fetch)
 	}
 	// Intervals before the oldest range fetched name buckets whose
 	// entries are newer than their change, mostly: not worth a look.
+	// A fetch without an entry (base 0) says nothing about where the
+	// callers are.
 	since := checkpoint
 	for _, fe := range fetches {
-		since = min(since, fe.base)
+		if fe.base > 0 {
+			since = min(since, fe.base)
+		}
 	}
 	added := 0
 	for i := len(l.ivs) - 1; i >= 0 && l.ivs[i].to > since && added < maxCompanions; i-- {
 		iv := l.ivs[i]
-		if iv.from >= checkpoint {
+		if iv.from >= checkpoint || iv.prefetchedFor >= checkpoint {
+			// After a checkpoint, or looked through at it already: every
+			// caller at a checkpoint would otherwise walk the same buckets.
 			continue
 		}
+		iv.prefetchedFor = checkpoint
 		for b := range iv.buckets {
 			if added == maxCompanions {
+				iv.prefetchedFor = 0 // not every bucket was looked at
 				break
 			}
 			k := cacheKey{bucketKey{group, b}, checkpoint}
