@@ -53,7 +53,13 @@ api:
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
 `, c.Storage, c.Storage, indent(apiChildRules, "    "), port, c.Audience, c.Secret, max(c.MaxBuckets, 1000), max(c.MaxConnections, 200), cache)
-	child, err := StartChild(ctx, h.childOptions(cfg, "api"))
+	return startListening(ctx, h.childOptions(cfg, "api"), port)
+}
+
+// startListening starts a child whose config serves the sync API on the
+// loopback port and returns it with its base URL once it listens.
+func startListening(ctx context.Context, opt ChildOptions, port int) (*Child, string, error) {
+	child, err := StartChild(ctx, opt)
 	if err != nil {
 		return nil, "", err
 	}

@@ -269,15 +269,7 @@ api:
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
 `, source, storage, indent(loadRules, "    "), port, p5Audience, p5Secret, opt.Clients+100)
-	child, err := StartChild(ctx, opt.Harness.childOptions(cfg, "all"))
-	if err != nil {
-		return nil, "", err
-	}
-	if _, err := child.WaitFor(ctx, "sync API listening"); err != nil {
-		_, _ = child.Stop()
-		return nil, "", err
-	}
-	return child, fmt.Sprintf("http://127.0.0.1:%d", port), nil
+	return startListening(ctx, opt.Harness.childOptions(cfg, "all"), port)
 }
 
 // loadChanges commits opt.Rate changes/s for opt.For, each transaction
