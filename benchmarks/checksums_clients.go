@@ -103,27 +103,12 @@ func p5Token(user string) (string, error) {
 // that 100 clients do not each download 200 MB first.
 func runP5Client(ctx context.Context, url, user, global string, globalAfter int64, rec *p5Arrivals) {
 	err := func() error {
-		tok, err := p5Token(user)
-		if err != nil {
-			return err
-		}
-		body, _ := json.Marshal(map[string]any{"raw_data": true, "client_id": user,
+		resp, err := openSyncStream(ctx, http.DefaultClient, url, user, map[string]any{"raw_data": true, "client_id": user,
 			"buckets": []map[string]string{{"name": global, "after": strconv.FormatInt(globalAfter, 10)}}})
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Token "+tok)
-		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := io.ReadAll(resp.Body)
-			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
-		}
 		r := bufio.NewReaderSize(resp.Body, 64<<10)
 		for {
 			line, err := r.ReadSlice('\n')
@@ -159,6 +144,35 @@ func runP5Client(ctx context.Context, url, user, global string, globalAfter int6
 	if err != nil && ctx.Err() == nil {
 		rec.fail(fmt.Errorf("client %s: %w", user, err))
 	}
+}
+
+// openSyncStream posts request to url's /sync/stream as user (a p5Token)
+// and returns the response once it is 200; the caller closes its body.
+func openSyncStream(ctx context.Context, hc *http.Client, url, user string, request any) (*http.Response, error) {
+	tok, err := p5Token(user)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(request)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Token "+tok)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
+		resp.Body.Close()
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
+	}
+	return resp, nil
 }
 
 // p5LastOpID reads last_op_id from a checkpoint_diff or checkpoint_complete

@@ -204,7 +204,7 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	res.PeakRSS = st.PeakRSS
 	res.Rows = []Row{{Name: fmt.Sprintf("%d clients, %d changes/s", opt.Clients, opt.Rate),
 		Samples: []Sample{{Duration: fig.elapsed, Rows: fig.committed, Ops: fig.ops, PeakRSS: st.PeakRSS}}}}
-	res.Notes = append(res.Notes, loadReport(fig, settings == nil))
+	res.Notes = append(res.Notes, loadReport(fig))
 	res.Bars = append(res.Bars, loadBar(fig))
 	return res, fig, nil
 }
@@ -501,7 +501,7 @@ func statementsSince(before, after []statementStat) []statementStat {
 }
 
 // loadReport renders the run's figures.
-func loadReport(f loadFigures, noStatements bool) string {
+func loadReport(f loadFigures) string {
 	perIdle := (f.rssIdle - f.rssBefore) / int64(max(f.clients, 1))
 	var calls int64
 	var busy time.Duration
@@ -510,7 +510,7 @@ func loadReport(f loadFigures, noStatements bool) string {
 		busy += s.time
 	}
 	stmts := fmt.Sprintf("%.0f", float64(calls)/f.elapsed.Seconds())
-	if noStatements {
+	if f.stmts == nil {
 		stmts = "not counted (no pg_stat_statements)"
 	}
 	pct := func(ds []time.Duration) string {

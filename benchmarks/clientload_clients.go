@@ -2,11 +2,9 @@ package benchmarks
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -102,26 +100,11 @@ func (lc *loadClients) run(ctx context.Context, url string, c *loadClient) {
 
 func (lc *loadClients) stream(ctx context.Context, url string, c *loadClient) error {
 	c.restart()
-	tok, err := p5Token(c.user)
-	if err != nil {
-		return err
-	}
-	body, _ := json.Marshal(map[string]any{"raw_data": true, "client_id": c.user, "buckets": []any{}})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Token "+tok)
-	resp, err := lc.http.Do(req)
+	resp, err := openSyncStream(ctx, lc.http, url, c.user, map[string]any{"raw_data": true, "client_id": c.user, "buckets": []any{}})
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1000))
-		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, msg)
-	}
 	r := bufio.NewReaderSize(resp.Body, 16<<10)
 	for {
 		line, err := r.ReadBytes('\n')
