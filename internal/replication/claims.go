@@ -15,9 +15,9 @@ import (
 // whose state it does not know, one statement reads the state of that unit
 // and of the next ones queued here, and claims the unit together with a
 // few that follow it — so many that the units it holds claimed ahead make
-// up at most claimAheadRows estimated rows, and a process never sits on
-// more than a few seconds of others' work:
-// small units are claimed several at a time, a large range alone. Units
+// up about one heartbeat of its work at most (aheadBudget), so it never
+// sits on more than a few seconds of others' work: small units are
+// claimed several at a time, a large range alone. Units
 // found done or held elsewhere are skipped later without a statement. One
 // statement per heartbeat renews every snapshot lease the process holds
 // (keep), and a unit that finishes its range does not release its lease:
@@ -28,8 +28,16 @@ const (
 	// claimCandidates is how many units one claim looks at.
 	claimCandidates = 128
 	// claimAheadRows bounds the estimated rows of the units a process
-	// holds claimed ahead (not started), beyond the one it starts.
+	// holds claimed ahead (not started), beyond the one it starts. Within
+	// it, a process claims ahead about one heartbeat of its own work
+	// (aheadBudget): a dead process's units wait behind the claimed-ahead
+	// queues of the others, and a takeover must fit in a lease duration
+	// and a few seconds, however short the lease.
 	claimAheadRows = 320_000
+	// claimAheadBeat is the heartbeat at which claimAheadRows is claimed
+	// ahead before this process has finished a unit (its rate unknown);
+	// a shorter heartbeat claims proportionally less.
+	claimAheadBeat = 10 * time.Second
 	// maxClaimAhead bounds their number.
 	maxClaimAhead = 16
 )
@@ -75,6 +83,10 @@ type snapshotClaims struct {
 	claimMu sync.Mutex // one claim statement at a time: each serves many units
 	mu      sync.Mutex
 	units   map[int][]*unitClaim // per group id, in queue order
+	// The estimated rows of the units finished here and the time since
+	// the first one started: this process's snapshot rate (aheadBudget).
+	firstStart time.Time
+	doneRows   int64
 }
 
 func newSnapshotClaims(store claimStore, owner string, ttl, beat time.Duration, onClaim func(bucketstore.Lease)) *snapshotClaims {
@@ -106,7 +118,7 @@ func (c *snapshotClaims) take(ctx context.Context, group int, u *unitClaim) (cla
 	for i, b := range batch {
 		units[i] = b.unit
 	}
-	answers, err := c.store.ClaimSnapshotUnits(ctx, c.owner, c.ttl, units, claimLimit(u.rows, c.idleRows()), false)
+	answers, err := c.store.ClaimSnapshotUnits(ctx, c.owner, c.ttl, units, claimLimit(u.rows, c.idleRows(), c.aheadBudget()), false)
 	if err != nil {
 		return claimUnknown, err
 	}
@@ -187,13 +199,27 @@ func (c *snapshotClaims) known(u *unitClaim) bool {
 
 // claimLimit is how many units a claim starting with a unit of rows
 // estimated rows takes, while idle estimated rows are claimed ahead here
-// already: that unit, and as many more as the rest of claimAheadRows
-// holds (none when the estimate is unknown: the table was never analysed).
-func claimLimit(rows, idle int64) int {
+// already: that unit, and as many more as the rest of budget holds (none
+// when the estimate is unknown: the table was never analysed).
+func claimLimit(rows, idle, budget int64) int {
 	if rows <= 0 {
 		return 1
 	}
-	return 1 + int(min(max(claimAheadRows-idle, 0)/rows, maxClaimAhead))
+	return 1 + int(min(max(budget-idle, 0)/rows, maxClaimAhead))
+}
+
+// aheadBudget is how many estimated rows this process may hold claimed
+// ahead: what it finishes in one heartbeat at its rate so far, or, before
+// it has finished a unit, claimAheadRows scaled to the heartbeat; never
+// more than claimAheadRows.
+func (c *snapshotClaims) aheadBudget() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.doneRows == 0 {
+		return int64(float64(claimAheadRows) * min(c.beat.Seconds()/claimAheadBeat.Seconds(), 1))
+	}
+	rate := float64(c.doneRows) / max(time.Since(c.firstStart).Seconds(), 0.001)
+	return min(int64(rate*c.beat.Seconds()), claimAheadRows)
 }
 
 // idleRows sums the estimated rows of the units claimed ahead here.
@@ -230,6 +256,9 @@ func (c *snapshotClaims) start(u *unitClaim, cancel context.CancelCauseFunc) (bu
 		return bucketstore.Lease{}, fmt.Errorf("the lease of %s was lost before its unit started: %w", u.unit.Lease, bucketstore.ErrLeaseLost)
 	}
 	u.cancel = cancel
+	if c.firstStart.IsZero() {
+		c.firstStart = time.Now()
+	}
 	return u.lease, nil
 }
 
@@ -244,6 +273,7 @@ func (c *snapshotClaims) finish(ctx context.Context, u *unitClaim, done bool) er
 	u.state = claimUnknown
 	if done {
 		u.state = claimDone
+		c.doneRows += max(u.rows, 0)
 	}
 	u.seen = time.Now()
 	c.mu.Unlock()

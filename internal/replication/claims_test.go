@@ -128,13 +128,13 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 	if n := big.store.(*fakeClaims).calls(); n != 3 {
 		t.Fatalf("large ranges: %d claim statements for 3 units, want one each", n)
 	}
-	if got := claimLimit(0, 0); got != 1 {
+	if got := claimLimit(0, 0, claimAheadRows); got != 1 {
 		t.Fatalf("claimLimit without an estimate = %d, want 1", got)
 	}
-	if got := claimLimit(20_000, claimAheadRows-50_000); got != 3 {
+	if got := claimLimit(20_000, claimAheadRows-50_000, claimAheadRows); got != 3 {
 		t.Fatalf("claimLimit with all but 50k rows claimed ahead = %d, want 3", got)
 	}
-	if got := claimLimit(20_000, 2*claimAheadRows); got != 1 {
+	if got := claimLimit(20_000, 2*claimAheadRows, claimAheadRows); got != 1 {
 		t.Fatalf("claimLimit with more than claimAheadRows claimed ahead = %d, want 1", got)
 	}
 }
@@ -195,7 +195,7 @@ func TestClaimsLoseAndFinish(t *testing.T) {
 	ctx := context.Background()
 	f := newFakeClaims()
 	c := newSnapshotClaims(f, "me", time.Minute, 10*time.Millisecond, func(bucketstore.Lease) {})
-	us := claimUnits(c, 4, 1_000)
+	us := claimUnits(c, 4, 100) // small enough that a 10 ms heartbeat's budget claims all four
 	if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimHeld {
 		t.Fatal(st, err)
 	}
@@ -260,5 +260,26 @@ func TestClaimsIdleLeaseRunsOut(t *testing.T) {
 	}
 	if _, err := c.start(us[1], func(error) {}); !errors.Is(err, bucketstore.ErrLeaseLost) {
 		t.Fatalf("start of a unit whose claim ran out: %v", err)
+	}
+}
+
+// TestClaimAheadBudget: a process claims ahead about one heartbeat of its
+// own work, so a short lease is not outlived by the claimed-ahead queues
+// the others work through before they take a dead process's units.
+func TestClaimAheadBudget(t *testing.T) {
+	c := newSnapshotClaims(newFakeClaims(), "me", 3*time.Second, time.Second, func(bucketstore.Lease) {})
+	if got, want := c.aheadBudget(), int64(claimAheadRows/10); got != want {
+		t.Fatalf("budget before any unit finished, 1 s heartbeat = %d, want %d", got, want)
+	}
+	c.firstStart, c.doneRows = time.Now().Add(-10*time.Second), 200_000 // 20k rows/s
+	if got := c.aheadBudget(); got < 19_000 || got > 20_000 {
+		t.Fatalf("budget at 20k rows/s, 1 s heartbeat = %d, want about 20k", got)
+	}
+	if got := claimLimit(20_000, 0, c.aheadBudget()); got != 1 {
+		t.Fatalf("claimLimit of 20k-row units with a 1 s heartbeat at 20k rows/s = %d, want 1 (nothing ahead)", got)
+	}
+	c.beat = time.Minute
+	if got := c.aheadBudget(); got != claimAheadRows {
+		t.Fatalf("budget with a 1 min heartbeat = %d, want the cap %d", got, claimAheadRows)
 	}
 }

@@ -133,9 +133,13 @@
 // replication.lease.heartbeat (lease.go). Snapshot units are many and
 // mostly small, so their leases go in batches (claims.go): one statement
 // reads the state of the unit a worker starts and of the next ones queued
-// here, and claims it together with the following free units worth up to
-// 200k estimated rows (a large range is claimed alone, so a process never
-// sits on more than a few seconds of others' work); units it found done
+// here, and claims it together with the following free units worth about
+// one heartbeat of this process's work at its rate so far (at most 320k
+// estimated rows; a large range is claimed alone). A process thus never
+// sits on much more than a heartbeat of others' work, and the units of a
+// process that died do not wait behind the survivors' long queues: with
+// a short lease, takeover stays within the lease and a few seconds (P2's
+// takeover check). Units it found done
 // or held elsewhere are skipped without a statement; one statement per
 // heartbeat renews all of a process's snapshot leases; a claimed unit not
 // started within a lease duration is left to run out. Every unit gives
