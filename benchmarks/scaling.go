@@ -121,10 +121,14 @@ func loadScaling(ctx context.Context, src *pgx.Conn, opt ScalingOptions) error {
 		INSERT INTO %[1]s SELECT g, 'owner-' || (g * 7 + %[2]d) %% %[3]d,
 			'item ' || g || ' of %[1]s: ' || md5('%[1]s' || g), (g * 31) %% 1000,
 			timestamptz '2026-01-01 00:00:00Z' + g * interval '1 second'
-		FROM generate_series(1, %[4]d) g;
-		ANALYZE %[1]s`, t, i, max(opt.Owners, 1), opt.RowsPerTable)
+		FROM generate_series(1, %[4]d) g`, t, i, max(opt.Owners, 1), opt.RowsPerTable)
 		if _, err := src.Exec(ctx, q); err != nil {
 			return fmt.Errorf("load %s: %w", t, err)
+		}
+		// Vacuumed now, not by autovacuum during the first configuration
+		// (the inserts cross its insert threshold).
+		if _, err := src.Exec(ctx, "VACUUM (ANALYZE) "+t); err != nil {
+			return fmt.Errorf("vacuum %s: %w", t, err)
 		}
 	}
 	return nil
@@ -160,7 +164,7 @@ func (e *scalingEnv) cfg(db string, workers int) SnapshotConfig {
 func RunScaling(ctx context.Context, opt ScalingOptions) (res Result, err error) {
 	total := int64(opt.Tables * opt.RowsPerTable)
 	res = Result{Scenario: "scaling", Date: time.Now(),
-		Params: fmt.Sprintf("P2 (issue 16): %d tables × %d rows (%d rows, one op each in a by_owner bucket of %d owners; one work unit per table), chunk_rows %d, configurations %s interleaved in each of %d runs (reversed every other run), each on a fresh storage database of one cluster (fsync on); every process is `syncpipe run --role replication:snapshot`, a configuration is timed from its first process's start until storage has every table's snapshot done (polled every 50 ms)",
+		Params: fmt.Sprintf("P2 (issue 16): %d tables × %d rows (%d rows, one op each in a by_owner bucket of %d owners; one work unit per table), chunk_rows %d, configurations %s interleaved in each of %d runs (reversed every other run), each on a fresh storage database of one cluster (fsync on; a CHECKPOINT before each configuration, its database dropped after it; the source tables vacuumed after loading); every process is `syncpipe run --role replication:snapshot`, a configuration is timed from its first process's start until storage has every table's snapshot done (polled every 50 ms)",
 			opt.Tables, opt.RowsPerTable, total, opt.Owners, opt.ChunkRows, configNames(opt.Configs), opt.Runs)}
 	if opt.Harness == nil {
 		return res, fmt.Errorf("scaling scenario: no syncpipe harness")
@@ -205,9 +209,19 @@ func RunScaling(ctx context.Context, opt ScalingOptions) (res Result, err error)
 			if err := cluster.CreateDatabase(ctx, db); err != nil {
 				return res, err
 			}
+			// Every configuration starts from a written-out cluster, and
+			// none pays for the autovacuum of the one before (its storage
+			// database is dropped): the order of configurations must not
+			// decide their rates.
+			if err := cluster.Checkpoint(ctx); err != nil {
+				return res, err
+			}
 			s, stages, err := env.measure(ctx, db, c)
 			if err != nil {
 				return res, fmt.Errorf("run %d, %s: %w", r+1, c, err)
+			}
+			if err := cluster.DropDatabase(ctx, db); err != nil {
+				return res, err
 			}
 			all.Add(stages)
 			if per[c] == nil {

@@ -305,6 +305,31 @@ func (c *Cluster) CreateDatabase(ctx context.Context, name string) error {
 	return nil
 }
 
+// DropDatabase drops database name, ending its sessions (and any
+// autovacuum of it) first.
+func (c *Cluster) DropDatabase(ctx context.Context, name string) error {
+	return c.exec(ctx, "drop database "+name, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+// Checkpoint runs CHECKPOINT: what earlier work left in shared buffers is
+// written out now, not during whatever is measured next.
+func (c *Cluster) Checkpoint(ctx context.Context) error {
+	return c.exec(ctx, "checkpoint", "CHECKPOINT")
+}
+
+// exec runs one statement as the superuser in the postgres database.
+func (c *Cluster) exec(ctx context.Context, what, sql string) error {
+	conn, err := pgx.Connect(ctx, c.URI("postgres"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", what, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // Stop shuts the server down (fast shutdown, then immediate after 20s) and
 // removes its directory. It is safe to call more than once.
 func (c *Cluster) Stop() error {

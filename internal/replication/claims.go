@@ -58,7 +58,10 @@ type unitClaim struct {
 	at    int   // its place in its group's queue order
 	rows  int64 // estimated rows of the range
 	state claimState
-	seen  time.Time         // when state was learnt
+	// tableDone: when state is claimDone, the claim also found the table
+	// marked snapshot done (see rangeDone).
+	tableDone bool
+	seen      time.Time // when state was learnt
 	lease bucketstore.Lease // while claimHeld
 	// cancel ends the unit's run when its lease is lost; nil while the
 	// unit is claimed but not started.
@@ -147,7 +150,7 @@ func (c *snapshotClaims) apply(batch []*unitClaim, answers []bucketstore.UnitCla
 			b.state, b.lease = claimHeld, a.Lease
 			c.onClaim(a.Lease)
 		case a.Done:
-			b.state = claimDone
+			b.state, b.tableDone = claimDone, a.TableDone
 		case a.Elsewhere:
 			b.state = claimElsewhere
 		default:
@@ -162,6 +165,14 @@ func (c *snapshotClaims) state(u *unitClaim) claimState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return u.state
+}
+
+// tableMarked says whether the claim that found u done also found its
+// table marked snapshot done.
+func (c *snapshotClaims) tableMarked(u *unitClaim) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return u.state == claimDone && u.tableDone
 }
 
 // candidates is u followed by the group's units queued after it whose

@@ -17,6 +17,7 @@ type fakeClaims struct {
 	mu       sync.Mutex
 	owners   map[string]string
 	done     map[string]bool
+	marked   map[string]bool // done, and the table marked snapshot done
 	started  map[string]bool // held by their owner and started
 	claims   int             // ClaimSnapshotUnits calls
 	released []string
@@ -24,7 +25,7 @@ type fakeClaims struct {
 }
 
 func newFakeClaims() *fakeClaims {
-	return &fakeClaims{owners: map[string]string{}, done: map[string]bool{}, started: map[string]bool{}}
+	return &fakeClaims{owners: map[string]string{}, done: map[string]bool{}, marked: map[string]bool{}, started: map[string]bool{}}
 }
 
 func (f *fakeClaims) ClaimSnapshotUnits(_ context.Context, owner string, _ time.Duration, units []bucketstore.SnapshotUnit, limit int, steal bool) ([]bucketstore.UnitClaim, error) {
@@ -37,7 +38,7 @@ func (f *fakeClaims) ClaimSnapshotUnits(_ context.Context, owner string, _ time.
 		o, held := f.owners[u.Lease]
 		switch {
 		case f.done[u.Lease]:
-			out[i].Done = true
+			out[i].Done, out[i].TableDone = true, f.marked[u.Lease]
 		case held && o != owner && (f.started[u.Lease] || !steal):
 			out[i].Elsewhere, out[i].Idle = true, !f.started[u.Lease]
 		case limit > 0:
@@ -100,6 +101,7 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 	c := newSnapshotClaims(f, "me", time.Minute, time.Minute, func(bucketstore.Lease) { acquired++ })
 	us := claimUnits(c, 20, 20_000)
 	f.done[us[3].unit.Lease] = true
+	f.done[us[4].unit.Lease], f.marked[us[4].unit.Lease] = true, true
 	f.owners[us[5].unit.Lease] = "other"
 	var states []claimState
 	for _, u := range us {
@@ -109,13 +111,17 @@ func TestClaimsBatchSmallUnits(t *testing.T) {
 		}
 		states = append(states, st)
 	}
-	// 20k rows a unit: a claim takes 1 + 16 units, so 2 claims take the
-	// 18 units neither done nor held elsewhere.
-	if f.calls() != 2 || acquired != 18 {
-		t.Fatalf("%d claim statements, %d leases acquired for 20 units; want 2 and 18", f.calls(), acquired)
+	// 20k rows a unit: a claim takes up to 1 + 16 units, so one claim
+	// takes the 17 units neither done nor held elsewhere.
+	if f.calls() != 1 || acquired != 17 {
+		t.Fatalf("%d claim statements, %d leases acquired for 20 units; want 1 and 17", f.calls(), acquired)
 	}
-	if states[3] != claimDone || states[5] != claimElsewhere || states[0] != claimHeld || states[19] != claimHeld {
+	if states[3] != claimDone || states[4] != claimDone || states[5] != claimElsewhere || states[0] != claimHeld || states[19] != claimHeld {
 		t.Fatalf("states %v", states)
+	}
+	// A done range whose table is marked needs no marking here (rangeDone).
+	if c.tableMarked(us[3]) || !c.tableMarked(us[4]) || c.tableMarked(us[0]) {
+		t.Fatalf("table marked: unit 3 %v, 4 %v, 0 %v; want false, true, false", c.tableMarked(us[3]), c.tableMarked(us[4]), c.tableMarked(us[0]))
 	}
 
 	big := newSnapshotClaims(newFakeClaims(), "me", time.Minute, time.Minute, func(bucketstore.Lease) {})

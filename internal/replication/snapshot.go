@@ -93,7 +93,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState,
 			return err
 		}
 		r.recovered(ctx, g.g.ID)
-		return r.rangeDone(ctx, g, t, key)
+		return r.rangeDone(ctx, g, t, key, false)
 	}
 	return pipeline.Unit{
 		Key:      key,
@@ -107,7 +107,7 @@ func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState,
 			case err != nil:
 				return r.claimFailed(uc.unit.Lease, err)
 			case state == claimDone:
-				return r.rangeDone(ctx, g, t, key)
+				return r.rangeDone(ctx, g, t, key, r.claims.tableMarked(uc))
 			case state != claimHeld:
 				return r.heldElsewhere(uc.unit.Lease)
 			}
@@ -205,12 +205,18 @@ func (r *Replicator) rowError(t *stages.Table, err error) {
 // (unit names the range): a source or storage blip at a table's end must
 // back off, not end the run with the range counted and its table never
 // marked.
-func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table, unit string) error {
+func (r *Replicator) rangeDone(ctx context.Context, g *group, t *table, unit string, marked bool) error {
 	t.mu.Lock()
 	t.remaining--
 	tableDone := t.remaining == 0
 	t.mu.Unlock()
-	if tableDone {
+	switch {
+	case tableDone && marked:
+		// Another process finished the table and marked it: marking it
+		// again would only cost a source connection and a statement, for
+		// every table, in every process.
+		r.progress.tableDone(t.info.QualifiedName())
+	case tableDone:
 		err := r.retry(ctx, g.g.ID, unit, "snapshot", func(ctx context.Context) error { return r.tableDone(ctx, g, t) })
 		if err != nil || ctx.Err() != nil {
 			return err

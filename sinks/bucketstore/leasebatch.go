@@ -37,6 +37,10 @@ type UnitClaim struct {
 	Idle    bool
 	Claimed bool
 	Lease   Lease
+	// TableDone: the unit's table is marked snapshot done
+	// (MarkTableSnapshotDone), so a process that finds the table's last
+	// range done elsewhere need not mark it again.
+	TableDone bool
 }
 
 // claimUnitsSQL reads the state of every unit of $1–$3 and takes the
@@ -50,8 +54,9 @@ WITH u AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS u(name, table_id, range_no, ord)
 ), st AS (
   SELECT u.name, u.ord, coalesce(r.done, false) AS done, h.started AS started_elsewhere,
-    h.name IS NOT NULL AND (h.started OR NOT $9) AS elsewhere
+    h.name IS NOT NULL AND (h.started OR NOT $9) AS elsewhere, coalesce(t.snapshot_done, false) AS table_done
   FROM u LEFT JOIN snapshot_ranges r ON r.source_table_id = u.table_id AND r.range_no = u.range_no
+  LEFT JOIN source_tables t ON t.id = u.table_id
   LEFT JOIN LATERAL (SELECT l.name, l.started FROM leases l
     WHERE l.name = u.name AND l.owner <> $4 AND l.expires_at >= now() AND ` + liveHolderSQL + `) h ON true
 ), claimed AS (
@@ -63,7 +68,7 @@ WITH u AS (
   WHERE ` + leaseFreeSQL + ` OR $9 AND NOT l.started
   RETURNING l.name, l.token, l.taken_over
 )
-SELECT st.done, st.elsewhere, coalesce(NOT st.started_elsewhere, false), c.token, coalesce(c.taken_over, false)
+SELECT st.done, st.elsewhere, coalesce(NOT st.started_elsewhere, false), c.token, coalesce(c.taken_over, false), st.table_done
 FROM st LEFT JOIN claimed c ON c.name = st.name ORDER BY st.ord`
 
 // ClaimSnapshotUnits reads the state of units (distinct leases) and claims
@@ -94,7 +99,7 @@ func (s *Store) ClaimSnapshotUnits(ctx context.Context, owner string, ttl time.D
 			}
 			uc := UnitClaim{Unit: units[i]}
 			var token *int64
-			if err := rows.Scan(&uc.Done, &uc.Elsewhere, &uc.Idle, &token, &uc.Lease.Takeover); err != nil {
+			if err := rows.Scan(&uc.Done, &uc.Elsewhere, &uc.Idle, &token, &uc.Lease.Takeover, &uc.TableDone); err != nil {
 				rows.Close()
 				return err
 			}

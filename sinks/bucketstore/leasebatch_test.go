@@ -117,6 +117,16 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	if _, ok, err := s.FencedSink(gs[0].ID, FenceOf(stolen[1].Lease)).Resume(ctx, "public.t", 5); err != nil || ok {
 		t.Fatalf("resume of an unplanned range by its holder: %v %v, want nothing stored", ok, err)
 	}
+	// The answers tell whether the table is marked snapshot done.
+	if slices.ContainsFunc(after, func(c UnitClaim) bool { return c.TableDone }) {
+		t.Fatal("a claim reported the table done before it was marked")
+	}
+	if err := s.MarkTableSnapshotDone(ctx, tbl.ID, 100); err != nil {
+		t.Fatal(err)
+	}
+	if marked := claim("proc-d", 0); !marked[1].Done || !marked[1].TableDone {
+		t.Fatalf("claim after the table was marked: %+v, want range 1 done and its table done", marked[1])
+	}
 }
 
 // claimStates names each answer's state.

@@ -88,23 +88,21 @@ func openSink(ctx context.Context, settings *sinks.Settings, env sinks.Env) (sin
 	return k, nil
 }
 
-// Writer returns a writer that takes a storage connection per batch, so
-// writers of finished runs hold nothing.
+// Writer returns a writer that takes a storage connection and a set of
+// encode buffers per batch, so writers of finished runs hold nothing.
 func (k *Sink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
-	return &sinkWriter{k: k, bufs: &writeBufs{}}, nil
+	return &sinkWriter{k: k}, nil
 }
 
-// sinkWriter is one flush worker's writer. It keeps its encode buffers
-// from batch to batch (the worker writes one batch at a time).
-type sinkWriter struct {
-	k    *Sink
-	bufs *writeBufs
-}
+// sinkWriter is one flush worker's writer.
+type sinkWriter struct{ k *Sink }
 
 // Write persists one batch durably (its transaction has committed).
 func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	wr, err := k.store.newWriter(ctx, k.group, k.fence, w.bufs)
+	bufs := k.store.spare.take()
+	defer k.store.spare.give(bufs) // after wr.Close has put the buffers back in bufs
+	wr, err := k.store.newWriter(ctx, k.group, k.fence, bufs)
 	if err != nil {
 		return err
 	}

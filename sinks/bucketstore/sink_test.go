@@ -97,6 +97,33 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	if err != nil || !ok || pos.LSN != 250 {
 		t.Fatalf("stream resume = %+v %v %v, want LSN 250", pos, ok, err)
 	}
+	// The runs' writers are gone; their grown encode buffers wait on the
+	// store's shelf for the next run's.
+	s.spare.mu.Lock()
+	shelved := len(s.spare.free)
+	grown := shelved > 0 && cap(s.spare.free[0].ops.buf) > 0
+	s.spare.mu.Unlock()
+	if shelved == 0 || shelved > 2 || !grown {
+		t.Fatalf("after two runs of 2 writers: %d buffer sets shelved (grown: %v), want 1 or 2, grown", shelved, grown)
+	}
+}
+
+// TestSpareBufsBounded checks that the shelf hands back what it was
+// given, and keeps no more than maxSpareBufs sets.
+func TestSpareBufsBounded(t *testing.T) {
+	var s spareBufs
+	first := s.take()
+	first.ids = make([]int64, 0, 64)
+	s.give(first)
+	if got := s.take(); got != first {
+		t.Fatal("take after give returned a new set, not the one given back")
+	}
+	for range maxSpareBufs + 3 {
+		s.give(&writeBufs{})
+	}
+	if len(s.free) != maxSpareBufs {
+		t.Fatalf("shelf holds %d sets, want at most %d", len(s.free), maxSpareBufs)
+	}
 }
 
 // TestSinkFromYAML opens the sink through the registry, as a YAML

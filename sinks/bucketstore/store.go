@@ -53,6 +53,8 @@ type Store struct {
 	liveMu sync.Mutex
 	live   *pgxpool.Conn
 	liveID sessionID
+	// spare keeps encode buffers from batch to batch (writer.go).
+	spare spareBufs
 }
 
 // Open connects to storage and applies pending migrations.
