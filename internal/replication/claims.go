@@ -61,8 +61,8 @@ type unitClaim struct {
 	// tableDone: when state is claimDone, the claim also found the table
 	// marked snapshot done (see rangeDone).
 	tableDone bool
-	seen      time.Time // when state was learnt
-	lease bucketstore.Lease // while claimHeld
+	seen      time.Time         // when state was learnt
+	lease     bucketstore.Lease // while claimHeld
 	// cancel ends the unit's run when its lease is lost; nil while the
 	// unit is claimed but not started.
 	cancel context.CancelCauseFunc
