@@ -360,12 +360,8 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	} else if err != nil {
 		return err
 	}
-	for _, info := range infos {
-		t, err := r.registerTable(ctx, conn, g, info)
-		if err != nil {
-			return err
-		}
-		g.tables = append(g.tables, t)
+	if g.tables, err = r.registerTables(ctx, g, infos); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	r.groups[bg.ID] = g
@@ -425,22 +421,30 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 	return nil
 }
 
-func (r *Replicator) registerTable(ctx context.Context, conn *pgx.Conn, g *group, info postgres.TableInfo) (*table, error) {
-	st, err := r.store.RegisterTable(ctx, g.g.ID, info.OID, info.Schema, info.Name, identityNames(info))
+// registerTables records the group's tables in storage, with the shape
+// the snapshot reads each in (the stream compares every relation with it;
+// a table stored before shapes were kept takes the source's current one),
+// and binds the rules to each.
+func (r *Replicator) registerTables(ctx context.Context, g *group, infos []postgres.TableInfo) ([]*table, error) {
+	regs := make([]bucketstore.TableRegistration, len(infos))
+	for i, info := range infos {
+		regs[i] = bucketstore.TableRegistration{RelationID: info.OID, Schema: info.Schema, Name: info.Name,
+			ReplicaIDColumns: identityNames(info), Shape: catalogShape(info).marshal()}
+	}
+	stored, err := r.store.RegisterTables(ctx, g.g.ID, regs)
 	if err != nil {
 		return nil, err
 	}
-	// The shape the snapshot reads the table in; the stream compares every
-	// relation with it (a table stored before shapes were kept takes the
-	// source's current one).
-	if st.Shape, err = r.store.InitShape(ctx, st.ID, catalogShape(info).marshal()); err != nil {
-		return nil, err
+	tables := make([]*table, len(infos))
+	for i, info := range infos {
+		st := stored[i]
+		spec, err := tableSpec(&st.Table, g.rules, info)
+		if err != nil {
+			return nil, err
+		}
+		tables[i] = &table{info: info, stored: st, spec: spec}
 	}
-	spec, err := tableSpec(&st.Table, g.rules, info)
-	if err != nil {
-		return nil, err
-	}
-	return &table{info: info, stored: st, spec: spec}, nil
+	return tables, nil
 }
 
 // identityNames returns the names of the table's replica identity columns.

@@ -21,24 +21,29 @@ import (
 // done and submits a unit per unfinished range; a group with nothing left
 // to snapshot goes straight to streaming.
 func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *group) error {
-	snap := r.cfg.Replication.Snapshot
+	var ids []string
+	for _, t := range g.tables {
+		if !t.stored.SnapshotDone {
+			ids = append(ids, t.stored.ID)
+		}
+	}
+	// Another process (or this one, before a restart) may have planned
+	// the tables already: their plans are read at once, not made again.
+	stored, err := r.store.StoredRanges(ctx, ids)
+	if err != nil {
+		return err
+	}
 	var units []pipeline.Unit
 	var claims []*unitClaim
 	for _, t := range g.tables {
 		if t.stored.SnapshotDone {
 			continue
 		}
-		ranges, err := postgres.SplitRanges(ctx, conn, t.info, snap.MaxRangesPerTable, int64(snap.SplitRows))
-		if err != nil {
-			return err
-		}
-		plan := make([]bucketstore.KeyRange, len(ranges))
-		for i, kr := range ranges {
-			plan[i] = bucketstore.KeyRange{Lower: kr.Lower, Upper: kr.Upper}
-		}
-		states, err := r.store.PlanRanges(ctx, t.stored.ID, plan)
-		if err != nil {
-			return err
+		states := stored[t.stored.ID]
+		if len(states) == 0 {
+			if states, err = r.planRanges(ctx, conn, t); err != nil {
+				return err
+			}
 		}
 		r.progress.track(t.info.QualifiedName(), t.info.EstimatedRows)
 		for _, st := range states {
@@ -78,6 +83,21 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 		}
 	}
 	return nil
+}
+
+// planRanges splits a table into key ranges and stores the plan; a plan
+// another process stored first wins.
+func (r *Replicator) planRanges(ctx context.Context, conn *pgx.Conn, t *table) ([]bucketstore.RangeState, error) {
+	snap := r.cfg.Replication.Snapshot
+	ranges, err := postgres.SplitRanges(ctx, conn, t.info, snap.MaxRangesPerTable, int64(snap.SplitRows))
+	if err != nil {
+		return nil, err
+	}
+	plan := make([]bucketstore.KeyRange, len(ranges))
+	for i, kr := range ranges {
+		plan[i] = bucketstore.KeyRange{Lower: kr.Lower, Upper: kr.Upper}
+	}
+	return r.store.PlanRanges(ctx, t.stored.ID, plan)
 }
 
 func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState, uc *unitClaim) pipeline.Unit {

@@ -24,10 +24,10 @@ type groupStorage interface {
 	ReportError(ctx context.Context, id int, msg string) error
 	ClearError(ctx context.Context, id int) error
 
-	RegisterTable(ctx context.Context, group int, relationID uint32, schema, name string, replicaIDColumns []string) (bucketstore.SourceTable, error)
-	InitShape(ctx context.Context, tableID string, shape []byte) ([]byte, error)
+	RegisterTables(ctx context.Context, group int, regs []bucketstore.TableRegistration) ([]bucketstore.SourceTable, error)
 	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)
 	PlanRanges(ctx context.Context, tableID string, ranges []bucketstore.KeyRange) ([]bucketstore.RangeState, error)
+	StoredRanges(ctx context.Context, tableIDs []string) (map[string][]bucketstore.RangeState, error)
 	SnapshotStarted(ctx context.Context, group int) (bool, error)
 	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
 	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error

@@ -54,16 +54,35 @@ func (s *Store) PlanRanges(ctx context.Context, tableID string, ranges []KeyRang
 	if err != nil {
 		return nil, fmt.Errorf("plan snapshot ranges of table %s: %w", tableID, err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT range_no, lower_key, upper_key, last_key, rows_done, done
-		FROM snapshot_ranges WHERE source_table_id = $1 ORDER BY range_no`, tableID)
+	plans, err := s.StoredRanges(ctx, []string{tableID})
 	if err != nil {
-		return nil, fmt.Errorf("read snapshot ranges of table %s: %w", tableID, err)
+		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (RangeState, error) {
-		var st RangeState
-		err := r.Scan(&st.No, &st.Lower, &st.Upper, &st.LastKey, &st.RowsDone, &st.Done)
-		return st, err
+	return plans[tableID], nil
+}
+
+// StoredRanges returns the stored range plans (with their progress) of
+// the tables that have one, in one statement: a process starting after
+// another planned the tables reads the plans instead of planning each
+// table again.
+func (s *Store) StoredRanges(ctx context.Context, tableIDs []string) (map[string][]RangeState, error) {
+	rows, err := s.pool.Query(ctx, `SELECT source_table_id, range_no, lower_key, upper_key, last_key, rows_done, done
+		FROM snapshot_ranges WHERE source_table_id = ANY($1) ORDER BY source_table_id, range_no`, tableIDs)
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot ranges of %d tables: %w", len(tableIDs), err)
+	}
+	plans := map[string][]RangeState{}
+	var id string
+	var st RangeState
+	_, err = pgx.ForEachRow(rows, []any{&id, &st.No, &st.Lower, &st.Upper, &st.LastKey, &st.RowsDone, &st.Done}, func() error {
+		plans[id] = append(plans[id], st)
+		st = RangeState{}
+		return nil
 	})
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot ranges of %d tables: %w", len(tableIDs), err)
+	}
+	return plans, nil
 }
 
 // MakeDurable returns once every storage commit that completed before the

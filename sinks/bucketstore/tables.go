@@ -2,8 +2,9 @@ package bucketstore
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -63,48 +64,89 @@ func (s *Store) SourceTables(ctx context.Context, group int) ([]SourceTable, err
 	return ts, nil
 }
 
-// InitShape records shape as the table's shape unless one is recorded
-// already, and returns the recorded one: a table registered by a version
-// that kept no shapes gets the source's shape at its next start.
-func (s *Store) InitShape(ctx context.Context, tableID string, shape []byte) ([]byte, error) {
-	var stored string
-	err := s.pool.QueryRow(ctx, `UPDATE source_tables SET shape = coalesce(shape, $2::jsonb) WHERE id = $1 RETURNING shape::text`,
-		tableID, string(shape)).Scan(&stored)
-	if err != nil {
-		return nil, fmt.Errorf("record the shape of table %s: %w", tableID, err)
-	}
-	return []byte(stored), nil
-}
-
 // RegisterTable returns the group's record of a source table, creating it
 // (with a new stable id) the first time the table is seen.
 func (s *Store) RegisterTable(ctx context.Context, group int, relationID uint32, schema, name string, replicaIDColumns []string) (SourceTable, error) {
-	var t SourceTable
-	err := s.pool.QueryRow(ctx, `
-		WITH ins AS (
-		  INSERT INTO source_tables (id, group_id, relation_id, schema_name, table_name, replica_id_columns)
-		  VALUES ($1, $2, $3, $4, $5, $6)
-		  ON CONFLICT (group_id, schema_name, table_name) DO NOTHING
-		  RETURNING id, relation_id, replica_id_columns, snapshot_done, estimated_rows)
-		SELECT * FROM ins
-		UNION ALL
-		SELECT id, relation_id, replica_id_columns, snapshot_done, estimated_rows FROM source_tables
-		WHERE group_id = $2 AND schema_name = $4 AND table_name = $5
-		LIMIT 1`, randomHex(12), group, relationID, schema, name, replicaIDColumns).
-		Scan(&t.ID, &t.RelationID, &t.ReplicaIDColumns, &t.SnapshotDone, &t.EstimatedRows)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// Another process registered the table at the same moment: the
-		// insert waited for it and did nothing, and the statement's
-		// snapshot, taken before, cannot see its row. A new one can.
-		err = s.pool.QueryRow(ctx, `SELECT id, relation_id, replica_id_columns, snapshot_done, estimated_rows FROM source_tables
-			WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`, group, schema, name).
-			Scan(&t.ID, &t.RelationID, &t.ReplicaIDColumns, &t.SnapshotDone, &t.EstimatedRows)
-	}
+	ts, err := s.RegisterTables(ctx, group, []TableRegistration{{RelationID: relationID, Schema: schema, Name: name, ReplicaIDColumns: replicaIDColumns}})
 	if err != nil {
-		return t, fmt.Errorf("register table %s.%s in group %d: %w", schema, name, group, err)
+		return SourceTable{}, err
 	}
-	t.GroupID, t.Schema, t.Name = group, schema, name
-	return t, nil
+	return ts[0], nil
+}
+
+// TableRegistration is one table for RegisterTables.
+type TableRegistration struct {
+	RelationID       uint32
+	Schema, Name     string
+	ReplicaIDColumns []string
+	// Shape is recorded as the table's shape unless one is already: a
+	// table registered by a version that kept no shapes gets the source's
+	// shape at its next start. Empty: none.
+	Shape []byte
+}
+
+// RegisterTables is RegisterTable for many tables at once, recording each
+// one's shape, in one transaction of three statements however many tables
+// there are: every process registers every table of the rules at its
+// start, and hundreds of tables must not cost a round trip or two each.
+// The records
+// are returned in the order of regs. Tables are inserted in name order,
+// so processes registering overlapping sets at once wait for each other
+// instead of deadlocking.
+func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegistration) ([]SourceTable, error) {
+	n := len(regs)
+	ids, rels, schemas, names := make([]string, n), make([]uint32, n), make([]string, n), make([]string, n)
+	rids, shapes := make([]string, n), make([]string, n)
+	for i, r := range regs {
+		rid, err := json.Marshal(r.ReplicaIDColumns)
+		if err != nil {
+			return nil, fmt.Errorf("register %d tables in group %d: %w", n, group, err)
+		}
+		ids[i], rels[i], schemas[i], names[i], rids[i], shapes[i] = randomHex(12), r.RelationID, r.Schema, r.Name, string(rid), string(r.Shape)
+	}
+	var out []SourceTable
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO source_tables (id, group_id, relation_id, schema_name, table_name, replica_id_columns, shape)
+			SELECT u.id, $1, u.rel, u.nsp, u.name, ARRAY(SELECT jsonb_array_elements_text(u.rid)), nullif(u.shape, '')::jsonb
+			FROM unnest($2::text[], $3::oid[], $4::text[], $5::text[], $6::jsonb[], $7::text[]) AS u(id, rel, nsp, name, rid, shape)
+			ORDER BY u.nsp, u.name
+			ON CONFLICT (group_id, schema_name, table_name) DO NOTHING`, group, ids, rels, schemas, names, rids, shapes); err != nil {
+			return err
+		}
+		// A table stored by a version that kept no shapes gets one now.
+		if _, err := tx.Exec(ctx, `
+			UPDATE source_tables t SET shape = u.shape::jsonb
+			FROM unnest($2::text[], $3::text[], $4::text[]) AS u(nsp, name, shape)
+			WHERE t.group_id = $1 AND t.schema_name = u.nsp AND t.table_name = u.name AND t.shape IS NULL AND u.shape <> ''`,
+			group, schemas, names, shapes); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+prefixed("t.", sourceTableColumns)+` FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS u(nsp, name, ord)
+			JOIN source_tables t ON t.group_id = $1 AND t.schema_name = u.nsp AND t.table_name = u.name
+			ORDER BY u.ord`, group, schemas, names)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (SourceTable, error) { return scanSourceTable(r, group) })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register %d tables in group %d: %w", n, group, err)
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("register %d tables in group %d: %d stored (a table named twice?)", n, group, len(out))
+	}
+	return out, nil
+}
+
+// prefixed qualifies every column of a comma-separated list with p.
+func prefixed(p, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }
 
 // MarkTableSnapshotDone records that a table's snapshot is complete and
