@@ -43,16 +43,16 @@ func (e apiFailure) Unwrap() error { return e.err }
 // The sync API's HTTP server bounds what a connection may cost before it
 // is a stream (issue 17): headers within apiHeaderTimeout, the body
 // within syncapi.BodyReadTimeout (the whole request, for /metrics, within
-// both), headers of at most apiMaxHeaderBytes (a JWT and an SDK's headers
-// are a few KiB; the 1 MiB default let each stalled connection hold a
-// megabyte), keep-alive connections closed after apiIdleTimeout — above
+// both), headers of at most syncapi.HTTPMaxHeaderBytes (a JWT and an
+// SDK's headers are a few KiB; the 1 MiB default let each stalled
+// connection hold a megabyte; the API itself answers a JSON 431 above
+// syncapi.MaxHeaderBytes), keep-alive connections closed after apiIdleTimeout — above
 // the 60 s idle timeout common in load balancers, so that they, not the
 // server, close an idle connection and never send a request into one
 // being closed.
 const (
-	apiHeaderTimeout  = 10 * time.Second
-	apiIdleTimeout    = 90 * time.Second
-	apiMaxHeaderBytes = 64 << 10
+	apiHeaderTimeout = 10 * time.Second
+	apiIdleTimeout   = 90 * time.Second
 )
 
 // pendingConnLimit bounds the API's connections that are not sync
@@ -117,7 +117,7 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 	guard, bound, nofile := newConnGuard(api.MaxConcurrentConnections, log)
 	a.http = &http.Server{Handler: mux, ReadHeaderTimeout: apiHeaderTimeout,
 		ReadTimeout: apiHeaderTimeout + syncapi.BodyReadTimeout, IdleTimeout: apiIdleTimeout,
-		MaxHeaderBytes: apiMaxHeaderBytes, ConnState: guard.ConnState, ConnContext: guard.ConnContext}
+		MaxHeaderBytes: syncapi.HTTPMaxHeaderBytes, ConnState: guard.ConnState, ConnContext: guard.ConnContext}
 	ln := guard.Listener(a.ln)
 	go func() {
 		if err := a.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

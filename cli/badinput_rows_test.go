@@ -47,10 +47,10 @@ func badRows() []badRow {
 	api := badGroups[3]
 	return []badRow{
 		// Configuration and sync rules: `syncpipe validate`, exit 2 with
-		// file:line:col and the key path (a YAML syntax error has a line
-		// only); what the source lacks are warnings (exit 0).
+		// file:line:col and the key path (a YAML syntax error: where the
+		// fix belongs); what the source lacks are warnings (exit 0).
 		{cfg, "malformed YAML (" + fixture("malformed.yaml") + ")", configRow("malformed.yaml", ExitUsage,
-			`^malformed\.yaml:3: YAML syntax error: \S.*`)},
+			`^malformed\.yaml:3:10: YAML syntax error: \S.*`)},
 		{cfg, "unknown key (" + fixture("unknown_key.yaml") + ")", configRow("unknown_key.yaml", ExitUsage,
 			`^unknown_key\.yaml:5:3: api\.listn: unknown key \(did you mean "listen"\?\)$`)},
 		{cfg, "wrong type (" + fixture("wrong_type.yaml") + ")", configRow("wrong_type.yaml", ExitUsage,
@@ -116,7 +116,7 @@ func badRows() []badRow {
 			c := goodClaims()
 			c["padding"] = strings.Repeat("x", 100<<10)
 			return signHS(t, c, testSecret)
-		}, http.StatusRequestHeaderFieldsTooLarge, `(?i)header fields too large`)},
+		}, http.StatusRequestHeaderFieldsTooLarge, `^PSYNC_S2001 the request.s headers are \d+ bytes, over the limit of 64 KiB`)},
 		{api, "malformed request body (`{\"buckets\": [`)", bodyRow(`{"buckets": [`, http.StatusBadRequest,
 			`^PSYNC_S2001 invalid sync request: the body is not valid JSON`)},
 		{api, "oversized request body (2 MiB)", bodyRow(`{"client_id": "`+strings.Repeat("x", 2<<20)+`"}`,
@@ -308,12 +308,12 @@ var walLevelRow = replicaRow(`^syncpipe run: group 1: the source database has wa
 		return r.uri("replica_source", replicaPassword), h.storage, []string{h.schema()}
 	})
 
-var sourcePasswordRow = replicaRow(`^syncpipe run: group 1: connect to the source: .*password authentication failed for user "badinput"`,
+var sourcePasswordRow = replicaRow(`^syncpipe run: group 1: connect to the source: .*password authentication failed for user "badinput".*: the server refused these credentials: check the user and password in source\.uri`,
 	func(h *badHarness, r *replicaServer) (string, string, []string) {
 		return r.uri("replica_source", "wrong"), h.storage, []string{h.schema()}
 	})
 
-var storagePasswordRow = replicaRow(`^syncpipe run: .*password authentication failed for user "badinput"`,
+var storagePasswordRow = replicaRow(`^syncpipe run: storage at \S+ refused the connection: .*password authentication failed for user "badinput".*: the server refused these credentials: check the user and password in storage\.uri`,
 	func(h *badHarness, r *replicaServer) (string, string, []string) {
 		return h.source, r.uri("replica_source", "wrong"), h.shared()
 	})

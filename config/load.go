@@ -14,6 +14,8 @@ import (
 	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 	yamlv3 "go.yaml.in/yaml/v3"
+
+	"github.com/syncpipe/syncpipe/internal/yamlpos"
 )
 
 // EnvPrefix starts every environment override: SYNCPIPE_<SECTION>__<KEY>,
@@ -119,28 +121,11 @@ func (l Loader) LoadBytes(name string, data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// syntaxError turns a go-yaml parse error into a positioned Error. go-yaml's
-// own line numbers are often off by one or point at the enclosing block, so
-// the line is found as the shortest prefix of the text that fails with the
-// same message: for an unclosed bracket or quote that is the line opening it.
+// syntaxError turns a go-yaml parse error into a positioned Error (see
+// yamlpos.Locate).
 func syntaxError(file string, text []byte, err error) *Error {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	if i := strings.Index(msg, ": "); strings.HasPrefix(msg, "line ") && i > 0 {
-		msg = msg[i+2:]
-	}
-	e := &Error{Location: Location{File: file}, Kind: KindSyntax, Msg: "YAML syntax error: " + msg, Err: err}
-	lines := strings.SplitAfter(string(text), "\n")
-	var prefix strings.Builder
-	for n, line := range lines {
-		prefix.WriteString(line)
-		var probe yamlv3.Node
-		perr := yamlv3.Unmarshal([]byte(prefix.String()), &probe)
-		if perr != nil && strings.HasSuffix(perr.Error(), msg) {
-			e.Line = n + 1
-			break
-		}
-	}
-	return e
+	p := yamlpos.Locate(text, err)
+	return &Error{Location: Location{File: file, Line: p.Line, Column: p.Column}, Kind: KindSyntax, Msg: "YAML syntax error: " + p.Msg, Err: err}
 }
 
 // addInterpErrors reports ${VAR} problems under the key whose value held them.

@@ -330,3 +330,21 @@ func TestErrorsSortAndUnwrap(t *testing.T) {
 		t.Error("empty Errors must be a nil error")
 	}
 }
+
+// TestSyntaxErrorPosition: a YAML syntax error names the line and column
+// where the fix belongs (go-yaml itself reports neither reliably).
+func TestSyntaxErrorPosition(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unclosed brace", "source:\n  uri: x\nstorage: {uri: \"postgres://h/db\"\nsync_rules: {path: r.yaml}\n", "t.yaml:3:10: YAML syntax error: "},
+		{"unclosed quote", "source:\n  uri: \"postgres://h/db\nstorage: {uri: y}\n", "t.yaml:2:8: YAML syntax error: "},
+		{"an apostrophe is not a quote", "api:\n  tags: [it's, here\n", "t.yaml:2:9: YAML syntax error: "},
+		{"bad indentation", "source:\n  uri: x\n   bad: y\n", "t.yaml:3:4: YAML syntax error: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := loadErrs(t, noEnv, tc.yaml)
+			if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), tc.want) {
+				t.Fatalf("got %v, want one error starting %q", errs, tc.want)
+			}
+		})
+	}
+}

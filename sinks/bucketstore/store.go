@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncpipe/syncpipe/internal/pgauth"
 )
 
 // Config says where storage lives and how to talk to it.
@@ -85,6 +87,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
+		if advice := pgauth.Advice(err, "storage.uri"); advice != "" {
+			return nil, fmt.Errorf("storage at %s refused the connection: %w: %s", redact(cfg.URI), err, advice)
+		}
 		return nil, fmt.Errorf("storage unreachable at %s: %w", redact(cfg.URI), err)
 	}
 	if err := Migrate(ctx, pool, cfg.Schema); err != nil {

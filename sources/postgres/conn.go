@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/internal/pgauth"
 )
 
 // SessionParams returns the run-time parameters under which syncpipe reads
@@ -53,6 +55,9 @@ func Connect(ctx context.Context, uri string, timeout time.Duration) (*pgx.Conn,
 	}
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
+		if advice := pgauth.Advice(err, "source.uri"); advice != "" {
+			return nil, fmt.Errorf("connect to the source: %w: %s", err, advice)
+		}
 		return nil, fmt.Errorf("connect to the source: %w", err)
 	}
 	return conn, nil

@@ -219,7 +219,12 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 	if len(tables) == 0 {
 		stmt = fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE <the sync-rules tables>", qpub)
 	}
-	if !create || len(tables) == 0 {
+	if create && len(tables) == 0 {
+		return problemf(ErrPublication,
+			"publication %s does not exist, and none of the sync rules' tables exists in the source database to create it for: create the tables (or fix their names in the rules); syncpipe creates the publication at its next start",
+			qpub)
+	}
+	if !create {
 		return problemf(ErrPublication, "publication %s does not exist in the source database: run %s", qpub, stmt)
 	}
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(idents, ", "))
@@ -233,9 +238,10 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
+			db := quoteIdentIfNeeded(conn.Config().Database)
 			return problemf(ErrPublication,
-				"publication %s does not exist and this role may not create it (%s): run %s as the owner of the tables",
-				qpub, pgErr.Message, stmt)
+				"publication %s does not exist and this role may not create it (%s): run %s as the owner of the tables, who needs CREATE on the database (GRANT CREATE ON DATABASE %s TO <owner>); or make this role own the tables and GRANT CREATE ON DATABASE %s TO %s",
+				qpub, pgErr.Message, stmt, db, db, quoteIdentIfNeeded(conn.Config().User))
 		}
 		return fmt.Errorf("preflight: %s: %w", stmt, err)
 	}

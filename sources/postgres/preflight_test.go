@@ -65,6 +65,12 @@ func TestPreflightMissingPublication(t *testing.T) {
 	if !errors.Is(err, ErrPublication) {
 		t.Error("not ErrPublication")
 	}
+	// No table of the rules exists: nothing to create it for yet.
+	none := PreflightOptions{Tables: []string{"gone"}, CreatePublication: true}
+	if err := Preflight(testCtx(t), conn, none); !strings.Contains(err.Error(),
+		"publication syncpipe does not exist, and none of the sync rules' tables exists in the source database to create it for: create the tables") {
+		t.Fatalf("with CreatePublication and no table: %v", err)
+	}
 	opts.CreatePublication = true
 	if err := Preflight(testCtx(t), conn, opts); err != nil {
 		t.Fatalf("with CreatePublication: %v", err)
@@ -180,7 +186,8 @@ func TestPreflightRoleAndPrivileges(t *testing.T) {
 		t.Errorf("role line:\n got  %s\n want %s", lines[0], wantRole)
 	}
 	if !strings.HasPrefix(lines[1], "publication syncpipe does not exist and this role may not create it (") ||
-		!strings.HasSuffix(lines[1], "): run CREATE PUBLICATION syncpipe FOR TABLE public.a as the owner of the tables") {
+		!strings.Contains(lines[1], "): run CREATE PUBLICATION syncpipe FOR TABLE public.a as the owner of the tables, who needs CREATE on the database (GRANT CREATE ON DATABASE ") ||
+		!strings.HasSuffix(lines[1], " TO "+role) {
 		t.Errorf("publication line: %s", lines[1])
 	}
 	if !errors.Is(err, ErrReplicationRole) || !errors.Is(err, ErrPublication) {

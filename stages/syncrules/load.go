@@ -2,13 +2,14 @@ package syncrules
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncpipe/syncpipe/internal/yamlpos"
 )
 
 // srcLoc maps byte offsets of a query to YAML line/column.
@@ -74,16 +75,11 @@ func (ld *loader) errAt(n *yaml.Node, bucket, query, token, format string, args 
 	ld.errs = append(ld.errs, e)
 }
 
-var yamlLineRE = regexp.MustCompile(`line (\d+)`)
-
 func (ld *loader) load(src []byte) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(src, &doc); err != nil {
-		e := &RuleError{File: ld.opts.File, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")}
-		if m := yamlLineRE.FindStringSubmatch(err.Error()); m != nil {
-			e.Line, _ = strconv.Atoi(m[1])
-		}
-		ld.errs = append(ld.errs, e)
+		p := yamlpos.Locate(src, err)
+		ld.errs = append(ld.errs, &RuleError{File: ld.opts.File, Line: p.Line, Column: p.Column, Msg: "invalid YAML: " + p.Msg})
 		return
 	}
 	if len(doc.Content) == 0 {

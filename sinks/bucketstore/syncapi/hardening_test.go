@@ -89,6 +89,21 @@ func TestSlowBodyInvalidToken(t *testing.T) {
 	t.Logf("401 after %s, connection closed after %s", answered, closed)
 }
 
+// TestOversizedHeaders: headers over MaxHeaderBytes get a 431 in the
+// API's JSON error shape, naming the limit, and the connection closes.
+func TestOversizedHeaders(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	c := dial(t, e.http.Listener.Addr().String())
+	postStream(t, c, "Token "+strings.Repeat("x", 100<<10), "", 2, "{}")
+	resp, _, _ := response(t, c, 5*time.Second)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || !resp.Close ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Fatalf("HTTP %d (%s), Connection: close %v; want a JSON 431, and close", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Close)
+	}
+}
+
 // TestSlowBodyTimesOut: an authenticated client whose body does not
 // arrive within the body deadline gets 408 and its connection closed.
 func TestSlowBodyTimesOut(t *testing.T) {

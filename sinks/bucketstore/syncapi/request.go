@@ -52,6 +52,38 @@ func withBodyDeadline(h http.Handler, d time.Duration) http.Handler {
 	})
 }
 
+// MaxHeaderBytes bounds a request's headers (a JWT and an SDK's headers
+// are a few KiB). A request with more gets a 431 in the API's JSON error
+// shape, naming the limit. The HTTP server must let such requests reach
+// the handler: its own limit (http.Server.MaxHeaderBytes) should be
+// HTTPMaxHeaderBytes, beyond which net/http answers a bare text 431 — a
+// quarter of its 1 MiB default, which let every connection hold a
+// megabyte of headers.
+const (
+	MaxHeaderBytes     = 64 << 10
+	HTTPMaxHeaderBytes = 4 * MaxHeaderBytes
+)
+
+// withHeaderLimit answers 431 to a request whose headers exceed max bytes
+// (as sent: name, ": ", value and CRLF per line, and the request line).
+func withHeaderLimit(h http.Handler, max int) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+		for k, vs := range r.Header {
+			for _, v := range vs {
+				n += len(k) + len(v) + 4
+			}
+		}
+		if n <= max {
+			h.ServeHTTP(w, r)
+			return
+		}
+		closeUnread(w, r)
+		writeError(w, &apiError{status: http.StatusRequestHeaderFieldsTooLarge, code: codeBadRequest,
+			msg: fmt.Sprintf("the request's headers are %d bytes, over the limit of %d KiB: a token is a few KiB (check what the client puts in Authorization and cookies)", n, max>>10)})
+	})
+}
+
 // closeUnread makes the connection close after this response, which is
 // sent before (all of) the request body was read, and stops reading it:
 // otherwise net/http would go on reading the body after the handler, at

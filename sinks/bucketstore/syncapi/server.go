@@ -308,13 +308,14 @@ func (s *Server) refuse() {
 }
 
 // Handler serves POST /sync/stream, GET /write-checkpoint2.json and
-// GET /healthz, with CORS for Config.CORSOrigins.
+// GET /healthz, with CORS for Config.CORSOrigins, to requests whose
+// headers fit in MaxHeaderBytes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sync/stream", s.handleStream)
 	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
-	return withBodyDeadline(withCORS(s.cfg.CORSOrigins, mux), s.cfg.BodyReadTimeout)
+	return withHeaderLimit(withBodyDeadline(withCORS(s.cfg.CORSOrigins, mux), s.cfg.BodyReadTimeout), MaxHeaderBytes)
 }
 
 // writeJSON answers a small JSON document.
