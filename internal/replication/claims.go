@@ -18,7 +18,9 @@ import (
 // up about one heartbeat of its work at most (aheadBudget), so it never
 // sits on more than a few seconds of others' work: small units are
 // claimed several at a time, a large range alone. Units
-// found done or held elsewhere are skipped later without a statement. One
+// found done or held elsewhere are skipped later without a statement (a
+// unit held elsewhere is asked about again after half a heartbeat, and
+// only by a process that holds nothing claimed ahead). One
 // statement per heartbeat renews every snapshot lease the process holds
 // (keep), and a unit that finishes its range does not release its lease:
 // a done range is never claimed again. A process that finds nothing free
@@ -181,7 +183,11 @@ func (c *snapshotClaims) tableMarked(u *unitClaim) bool {
 func (c *snapshotClaims) candidates(group int, u *unitClaim) (batch []*unitClaim, fresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.known(u) {
+	// A unit held elsewhere is asked about again only by a process with
+	// nothing of its own claimed ahead: one that has, works through that
+	// first (at most about a heartbeat of work: aheadBudget), and a
+	// statement now would only find the other process still at it.
+	if c.known(u) || u.state == claimElsewhere && c.idleRowsLocked() > 0 {
 		return []*unitClaim{u}, true
 	}
 	batch = []*unitClaim{u}
@@ -237,6 +243,11 @@ func (c *snapshotClaims) aheadBudget() int64 {
 func (c *snapshotClaims) idleRows() int64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.idleRowsLocked()
+}
+
+// idleRowsLocked is idleRows with c.mu held.
+func (c *snapshotClaims) idleRowsLocked() int64 {
 	var n int64
 	c.eachHeldLocked(func(u *unitClaim) {
 		if u.cancel == nil {

@@ -169,6 +169,23 @@ func TestClaimsElsewhereGoesStale(t *testing.T) {
 	if st, err := c.take(ctx, 1, us[0]); err != nil || st != claimHeld || f.calls() != 2 {
 		t.Fatalf("take after the other released: %v %v (%d statements)", st, err, f.calls())
 	}
+
+	// A process holding units claimed ahead does not ask about a stale
+	// unit held elsewhere: it has its own work first.
+	busy := newSnapshotClaims(newFakeClaims(), "me", time.Minute, 40*time.Millisecond, func(bucketstore.Lease) {})
+	bf := busy.store.(*fakeClaims)
+	bs := claimUnits(busy, 3, 1_000)
+	bf.owners[bs[0].unit.Lease], bf.started[bs[0].unit.Lease] = "other", true
+	if st, err := busy.take(ctx, 1, bs[0]); err != nil || st != claimElsewhere || bf.calls() != 1 {
+		t.Fatalf("first take: %v %v (%d statements)", st, err, bf.calls())
+	}
+	if busy.state(bs[1]) != claimHeld || busy.state(bs[2]) != claimHeld {
+		t.Fatal("the claim did not take the units after the one held elsewhere")
+	}
+	time.Sleep(25 * time.Millisecond) // past half the heartbeat
+	if st, err := busy.take(ctx, 1, bs[0]); err != nil || st != claimElsewhere || bf.calls() != 1 {
+		t.Fatalf("take of a stale unit held elsewhere with 2 units claimed ahead: %v %v (%d statements, want 1)", st, err, bf.calls())
+	}
 }
 
 // TestClaimsStealIdleUnit: a process that finds nothing free takes a unit
