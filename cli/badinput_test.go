@@ -157,7 +157,7 @@ func badReadme(t *testing.T, table string) {
 }
 
 // saidNormalisers replace what differs between runs: ports, database
-// names, times, positions in the WAL, process ids, slot name suffixes,
+// names, role names, times, positions in the WAL, process ids, slot name suffixes,
 // the size of the batch a storage write failed on.
 var saidNormalisers = []struct {
 	re   *regexp.Regexp
@@ -166,6 +166,7 @@ var saidNormalisers = []struct {
 	{regexp.MustCompile(`\b(127\.0\.0\.1|localhost):\d+`), "$1:<port>"},
 	{regexp.MustCompile(`\(127\.0\.0\.1\):? `), ""},
 	{regexp.MustCompile(`\b(t\d+_[a-z0-9_]+|badinput_\d+_\d+)\b`), "<db>"},
+	{regexp.MustCompile(`\bbadinput_reader_\d+\b`), "<role>"}, // a role per test process
 	{regexp.MustCompile(`\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d(:\d\d)?)?`), "<time>"},
 	{regexp.MustCompile(`\b[0-9A-F]{1,8}/[0-9A-F]{1,8}\b`), "<lsn>"},
 	{regexp.MustCompile(`\b(pid|PID)[ =]\d+`), "$1 <pid>"},
