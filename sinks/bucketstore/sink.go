@@ -100,8 +100,8 @@ type sinkWriter struct{ k *Sink }
 // Write persists one batch durably (its transaction has committed).
 func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	bufs := k.store.spare.take()
-	defer k.store.spare.give(bufs) // after wr.Close has put the buffers back in bufs
+	bufs := k.store.takeBufs()
+	defer k.store.spare.Put(bufs) // after wr.Close has put the buffers back in bufs
 	wr, err := k.store.newWriter(ctx, k.group, k.fence, bufs)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncpipe/syncpipe/internal/freelist"
 	"github.com/syncpipe/syncpipe/internal/pgauth"
 )
 
@@ -55,8 +56,8 @@ type Store struct {
 	liveMu sync.Mutex
 	live   *pgxpool.Conn
 	liveID sessionID
-	// spare keeps encode buffers from batch to batch (writer.go).
-	spare spareBufs
+	// spare keeps encode buffers from batch to batch (maxSpareBufs).
+	spare freelist.List[*writeBufs]
 }
 
 // Open connects to storage and applies pending migrations.
@@ -100,7 +101,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, schema: cfg.Schema, log: log, changeRetention: defaultChangeRetention}, nil
+	return &Store{pool: pool, schema: cfg.Schema, log: log, changeRetention: defaultChangeRetention,
+		spare: freelist.List[*writeBufs]{Max: maxSpareBufs}}, nil
 }
 
 // Close releases the store's connections.

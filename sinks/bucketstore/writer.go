@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -129,42 +128,21 @@ type writeBufs struct {
 	order            []putRef
 }
 
-// spareBufs is the store's shelf of encode buffers between batches:
-// snapshot runs are short (a unit of a few chunks opens its writers
-// afresh), and buffers grown from nothing for every unit cost more CPU in
-// append's copying and in faulting fresh pages than encoding the rows.
-// Not a sync.Pool: every other GC empties one, and the processes that
-// need the shelf most (one unit each, a small heap, GC often) would lose
-// it all the time.
-type spareBufs struct {
-	mu   sync.Mutex
-	free []*writeBufs
-}
-
-// maxSpareBufs bounds the shelf: about the writers of a few units at once
-// (workers_per_process × flush_writers); a process writing more at once
-// grows the rest.
+// maxSpareBufs bounds the store's shelf of encode buffers kept between
+// batches (Store.spare): snapshot runs are short (a unit of a few chunks
+// opens its writers afresh), and buffers grown from nothing for every unit
+// cost more CPU in append's copying and in faulting fresh pages than
+// encoding the rows. The bound is about the writers of a few units at
+// once (workers_per_process × flush_writers); a process writing more at
+// once grows the rest.
 const maxSpareBufs = 8
 
-// take returns a set of buffers off the shelf, or a new one.
-func (s *spareBufs) take() *writeBufs {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n := len(s.free); n > 0 {
-		b := s.free[n-1]
-		s.free = s.free[:n-1]
+// takeBufs returns a set of encode buffers off the shelf, or a new one.
+func (s *Store) takeBufs() *writeBufs {
+	if b, ok := s.spare.Get(); ok {
 		return b
 	}
 	return &writeBufs{}
-}
-
-// give puts b back on the shelf, or drops it when the shelf is full.
-func (s *spareBufs) give(b *writeBufs) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.free) < maxSpareBufs {
-		s.free = append(s.free, b)
-	}
 }
 
 // Close returns the writer's connection to the pool (or closes it if a

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/internal/atomicfile"
+	"github.com/syncpipe/syncpipe/internal/freelist"
 	"github.com/syncpipe/syncpipe/sinks"
 )
 
@@ -53,8 +54,8 @@ type Sink struct {
 	mu     sync.Mutex // guards files, staged and closed
 	files  map[string]*file
 	staged map[stageKey][]chunk // by the batch's position
-	free   [][]chunk            // committed chunks, for their buffers
 	closed bool
+	free   freelist.List[[]chunk] // committed chunks, for their buffers
 
 	prog progress
 }
@@ -150,7 +151,7 @@ func (s *Sink) stage(pos sinks.Position, chunks []chunk) error {
 		return errClosed
 	}
 	if old, ok := s.staged[k]; ok {
-		s.free = append(s.free, old[:0])
+		s.recycle(old)
 	}
 	s.staged[k] = chunks
 	return nil
@@ -169,24 +170,15 @@ func (s *Sink) unstage(pos sinks.Position) []chunk {
 // take returns an empty chunk list, with the buffers of a committed one
 // when there is one: in steady state writers allocate nothing.
 func (s *Sink) take() []chunk {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if n := len(s.free); n > 0 {
-		c := s.free[n-1]
-		s.free = s.free[:n-1]
-		return c
-	}
-	return nil
+	c, _ := s.free.Get()
+	return c
 }
 
 // recycle hands a chunk list's buffers back for take.
 func (s *Sink) recycle(c []chunk) {
-	if cap(c) == 0 {
-		return
+	if cap(c) > 0 {
+		s.free.Put(c[:0])
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.free = append(s.free, c[:0])
 }
 
 // stageKey identifies a batch by its position: positions of batches that
