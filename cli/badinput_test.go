@@ -158,7 +158,7 @@ func badReadme(t *testing.T, table string) {
 
 // saidNormalisers replace what differs between runs: ports, database
 // names, role names, times, positions in the WAL, process ids, slot name suffixes,
-// the size of the batch a storage write failed on.
+// the size and the number of the batch a storage write failed on.
 var saidNormalisers = []struct {
 	re   *regexp.Regexp
 	with string
@@ -172,6 +172,7 @@ var saidNormalisers = []struct {
 	{regexp.MustCompile(`\b(pid|PID)[ =]\d+`), "$1 <pid>"},
 	{regexp.MustCompile(`\b(syncpipe_\d+)_[0-9a-f]{4}\b`), "${1}_<random>"}, // slot names
 	{regexp.MustCompile(`\bwrite \d+ changes\b`), "write <n> changes"},      // a batch: the change, or a heartbeat before it
+	{regexp.MustCompile(`\bbatch \d+: write\b`), "batch <n>: write"},        // how many batches (keepalives) the stream passed first
 }
 
 func normaliseSaid(s string) string {
