@@ -76,7 +76,7 @@ func (s *Store) StoredRanges(ctx context.Context, tableIDs []string) (map[string
 	var st RangeState
 	_, err = pgx.ForEachRow(rows, []any{&id, &st.No, &st.Lower, &st.Upper, &st.LastKey, &st.RowsDone, &st.Done}, func() error {
 		plans[id] = append(plans[id], st)
-		st = RangeState{}
+		st = RangeState{} // the next row's key slices must not reuse these
 		return nil
 	})
 	if err != nil {

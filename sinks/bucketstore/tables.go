@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -89,10 +88,9 @@ type TableRegistration struct {
 // one's shape, in one transaction of three statements however many tables
 // there are: every process registers every table of the rules at its
 // start, and hundreds of tables must not cost a round trip or two each.
-// The records
-// are returned in the order of regs. Tables are inserted in name order,
-// so processes registering overlapping sets at once wait for each other
-// instead of deadlocking.
+// The records are returned in the order of regs. Tables are inserted in
+// name order, so processes registering overlapping sets at once wait for
+// each other instead of deadlocking.
 func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegistration) ([]SourceTable, error) {
 	n := len(regs)
 	ids, rels, schemas, names := make([]string, n), make([]uint32, n), make([]string, n), make([]string, n)
@@ -122,7 +120,8 @@ func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegis
 			group, schemas, names, shapes); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+prefixed("t.", sourceTableColumns)+` FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS u(nsp, name, ord)
+		// sourceTableColumns are source_tables' alone: none is a column of u.
+		rows, err := tx.Query(ctx, `SELECT `+sourceTableColumns+` FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS u(nsp, name, ord)
 			JOIN source_tables t ON t.group_id = $1 AND t.schema_name = u.nsp AND t.table_name = u.name
 			ORDER BY u.ord`, group, schemas, names)
 		if err != nil {
@@ -138,15 +137,6 @@ func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegis
 		return nil, fmt.Errorf("register %d tables in group %d: %d stored (a table named twice?)", n, group, len(out))
 	}
 	return out, nil
-}
-
-// prefixed qualifies every column of a comma-separated list with p.
-func prefixed(p, columns string) string {
-	cols := strings.Split(columns, ",")
-	for i, c := range cols {
-		cols[i] = p + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
 }
 
 // MarkTableSnapshotDone records that a table's snapshot is complete and
