@@ -205,6 +205,15 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	res.Rows = []Row{{Name: fmt.Sprintf("%d clients, %d changes/s", opt.Clients, opt.Rate),
 		Samples: []Sample{{Duration: fig.elapsed, Rows: fig.committed, Ops: fig.ops, PeakRSS: st.PeakRSS}}}}
 	res.Notes = append(res.Notes, loadReport(fig))
+	if len(st.Stages.Stages) > 0 {
+		// Where the child's time went: whether replication or the API
+		// fell behind shows in the stream's busiest stage.
+		var sb strings.Builder
+		if err := st.Stages.WriteTable(&sb); err == nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("Stage-time summary of the child (snapshot and stream, busiest stage per worker: **%s**):\n\n```\n%s```",
+				st.Stages.Busiest(), sb.String()))
+		}
+	}
 	res.Bars = append(res.Bars, loadBar(fig))
 	return res, fig, nil
 }

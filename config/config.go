@@ -71,7 +71,7 @@ type Snapshot struct {
 type Stream struct {
 	BatchMaxRows   int           `koanf:"batch_max_rows" doc:"Flush a storage batch after this many source rows (several transactions may share one batch)."`
 	BatchMaxBytes  ByteSize      `koanf:"batch_max_bytes" doc:"Flush a storage batch after this much row data (integer bytes or e.g. 16MiB)."`
-	BatchMaxWait   time.Duration `koanf:"batch_max_wait" doc:"Flush a non-empty batch after this long even if it is small."`
+	BatchMaxWait   time.Duration `koanf:"batch_max_wait" doc:"How long a batch keeps collecting transactions before it is written; 0: none, a batch is written as soon as no more changes are waiting, so batches grow only while the previous one is being written (the lowest latency)."`
 	ReceiveTimeout time.Duration `koanf:"receive_timeout" doc:"Reconnect when the source sends nothing (not even keepalives) for this long."`
 	StatusInterval time.Duration `koanf:"status_interval" doc:"Interval of standby status updates to the source; must be below receive_timeout."`
 	// SchemaCheckInterval exists because a DDL is invisible in the stream
@@ -161,7 +161,7 @@ func Default() *Config {
 			Stream: Stream{
 				BatchMaxRows:   10000,
 				BatchMaxBytes:  16 * MiB,
-				BatchMaxWait:   50 * time.Millisecond,
+				BatchMaxWait:   0,
 				ReceiveTimeout: 30 * time.Second,
 				StatusInterval: 10 * time.Second,
 

@@ -28,6 +28,14 @@ type Config struct {
 	// Tracer, if set, observes every batch of every stage. Combine several
 	// with MultiTracer.
 	Tracer StageTracer
+	// MaxInFlight, if positive, bounds the batches the source has handed
+	// out that are not yet committed: the source is not asked for the next
+	// one until an earlier one is. A source that batches whatever has
+	// arrived (a replication stream) then makes one large batch while the
+	// slowest stage works, instead of the channels filling with small ones
+	// that each wait their turn there (latency that grows with the
+	// pipeline's depth).
+	MaxInFlight int
 }
 
 // Pipeline is one run's worth of wired stages: a Source, any number of
@@ -106,6 +114,9 @@ func (p *Pipeline[P]) Run(ctx context.Context) error {
 	defer cancel(nil)
 
 	rs := &runState{pipeline: p.cfg.Name, cancel: cancel, stop: p.stop}
+	if p.cfg.MaxInFlight > 0 {
+		rs.slots = make(chan struct{}, p.cfg.MaxInFlight)
+	}
 	y := yieldContext(ctx)
 	if y != nil {
 		// The source polls rs.yield at every batch boundary, which sees a
@@ -159,6 +170,7 @@ type runState struct {
 	yield    <-chan struct{} // nil unless run by a Scheduler
 	drained  atomic.Bool     // the source stopped because of a soft stop
 	complete atomic.Bool     // the commit stage saw the end of its input, all committed
+	slots    chan struct{}   // Config.MaxInFlight: one per uncommitted batch; nil unbounded
 
 	mu  sync.Mutex
 	err error

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/syncpipe/syncpipe/pipeline"
@@ -143,5 +144,41 @@ func TestProcessWorkersGivesEachWorkerItsOwnFunc(t *testing.T) {
 	}
 	if total != batches || committed != batches {
 		t.Fatalf("processed %d, committed %d, want %d", total, committed, batches)
+	}
+}
+
+// TestMaxInFlightBoundsUncommittedBatches: with MaxInFlight 2 the source
+// is never asked for a batch while two are uncommitted, however deep the
+// channels, and everything is still committed in order.
+func TestMaxInFlightBoundsUncommittedBatches(t *testing.T) {
+	p := pipeline.New[int](pipeline.Config{Name: "bounded", Depth: 8, MaxInFlight: 2})
+	var handed, committed, worst atomic.Int64
+	n := 0
+	rows := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[int, int](func(context.Context) (pipeline.Batch[int, int], error) {
+		if n == 50 {
+			return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+		}
+		n++
+		if out := handed.Add(1) - committed.Load(); out > worst.Load() {
+			worst.Store(out)
+		}
+		return pipeline.Batch[int, int]{Items: []int{n}, Progress: n}, nil
+	}))
+	same := pipeline.Process(rows, pipeline.StageConfig{Name: "pass", Workers: 3, Ordered: true},
+		func(_ context.Context, b pipeline.Batch[int, int]) (pipeline.Batch[int, int], error) { return b, nil })
+	last := 0
+	pipeline.Commit(same, pipeline.StageConfig{Name: "commit"}, func(_ context.Context, b pipeline.Batch[int, int]) error {
+		if b.Progress != last+1 {
+			return errors.New("out of order")
+		}
+		last = b.Progress
+		committed.Add(1)
+		return nil
+	})
+	if err := p.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if last != 50 || worst.Load() > 2 {
+		t.Fatalf("committed up to %d, at most %d batches uncommitted; want 50 and at most 2", last, worst.Load())
 	}
 }

@@ -116,6 +116,19 @@ func runSource[T, P any](ctx context.Context, rs *runState, s *stage, src Source
 			return
 		default:
 		}
+		if rs.slots != nil {
+			select { // Config.MaxInFlight; a soft stop still applies here
+			case rs.slots <- struct{}{}:
+			case <-rs.stop:
+				rs.drained.Store(true)
+				return
+			case <-rs.yield:
+				rs.drained.Store(true)
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
 		b, err := invoke(ctx, s, 0, Batch[struct{}, P]{Seq: seq}, next)
 		if errors.Is(err, ErrEndOfInput) {
 			// A source that ended because it saw Draining was stopped, not
@@ -263,6 +276,9 @@ func runCommit[T, P any](ctx context.Context, rs *runState, s *stage, in <-chan 
 			if _, err := invoke(ctx, s, 0, b, commit); err != nil {
 				rs.fail(ctx, s, b.Seq, fmt.Errorf("commit: %w", err))
 				return
+			}
+			if rs.slots != nil {
+				<-rs.slots
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func (r *SinkRunner) stream(ctx context.Context) error {
 	defer closeStream()
 	rs := r.o.Config.Replication.Stream
 	r.log.Info("streaming from the replication slot", "slot", r.state.SlotName, "lsn", logrepl.LSN(pos.LSN).String())
-	lim := logrepl.BatchLimits{MaxChanges: r.pl.Stages.BatchMaxRows, MaxBytes: int(r.pl.Stages.BatchMaxBytes), MaxWait: rs.BatchMaxWait}
+	lim := streamLimits(r.pl.Stages.BatchMaxRows, int(r.pl.Stages.BatchMaxBytes), rs.BatchMaxWait)
 	reader := postgres.NewStreamReader(st, lim, postgres.StreamPosition{LSN: logrepl.LSN(pos.LSN),
 		TxnLSN: logrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges})
 	fills := &fillConns{r: r}
@@ -43,7 +43,7 @@ func (r *SinkRunner) stream(ctx context.Context) error {
 // runStream wires and runs the stream pipeline.
 func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *postgres.StreamReader, fills *fillConns) error {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "stream " + r.pl.Name, Tracer: r.o.Tracer, Depth: r.pl.Stages.ChannelDepth,
-		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}}})
+		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}}, MaxInFlight: maxInFlight(reader.Limits())})
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[postgres.StreamChange, sinks.Position](
 		func(ctx context.Context) (pipeline.Batch[postgres.StreamChange, sinks.Position], error) {
 			changes, sp, bytes, err := reader.Next(ctx)

@@ -218,3 +218,98 @@ func TestChecksumsOneQueryForManyOwnBuckets(t *testing.T) {
 		t.Errorf("%d changed buckets found cached, want %d", h, conns-1)
 	}
 }
+
+// TestCompanionsWalkEachIntervalOnce: streams whose buckets change rarely
+// ask with entries from long ago, so each checkpoint's query reaches back
+// over many change intervals. Each interval is looked through once the
+// whole of it is below the checkpoint asked, not again at every later
+// checkpoint: the buckets looked at grow with the changes, not with the
+// changes times the checkpoints (1 + 2 + … + 9 = 45 here before).
+func TestCompanionsWalkEachIntervalOnce(t *testing.T) {
+	t.Parallel()
+	s, g := openStore(t)
+	w := newWriter(t, s, g.ID)
+	todos := registerTable(t, s, g.ID, "todos")
+	readyGroup(t, s, g.ID, todos)
+	const conns = 10
+	sets := make([][]string, conns)
+	var all []string
+	for c := range sets {
+		sets[c] = []string{fmt.Sprintf(`1#by_user["u%03d",0]`, c)}
+		all = append(all, sets[c]...)
+	}
+	cp := touch(t, s, w, todos, g.ID, 10, 0, all...)
+	cache := s.NewChecksumCache(0)
+	for c := range conns {
+		askAndCheck(t, s, cache, g.ID, cp, sets[c])
+	}
+	for c := 1; c < conns; c++ {
+		// Only stream c's bucket changes, and only stream c asks: its
+		// entry is from the first checkpoint.
+		cp = touch(t, s, w, todos, g.ID, uint64(10+c), 100*c, sets[c]...)
+		askAndCheck(t, s, cache, g.ID, cp, sets[c])
+	}
+	cache.mu.Lock()
+	examined := cache.examined
+	cache.mu.Unlock()
+	if examined > conns-1 {
+		t.Errorf("companions looked at %d buckets over %d checkpoints of one changed bucket each, want at most %d", examined, conns-1, conns-1)
+	}
+	for c := range conns {
+		askAndCheck(t, s, cache, g.ID, cp, sets[c])
+	}
+}
+
+// TestChecksumsAdvance: sums of a range's ops move cached entries to the
+// range's end without a query — an entry valid at the range's start, or
+// one the change records show unchanged up to it — and the answers equal
+// a recomputation. A bucket without an entry, or a delta with a CLEAR,
+// is left to a query.
+func TestChecksumsAdvance(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	w := newWriter(t, s, g.ID)
+	todos := registerTable(t, s, g.ID, "todos")
+	readyGroup(t, s, g.ID, todos)
+	a, b, c := `1#by_user["a"]`, `1#by_user["b"]`, `1#by_user["c"]`
+	cp1 := touch(t, s, w, todos, g.ID, 10, 0, a, b, c)
+	cache := s.NewChecksumCache(0)
+	askAndCheck(t, s, cache, g.ID, cp1, []string{a, b})
+	cp2 := touch(t, s, w, todos, g.ID, 20, 100, a)
+	// The change records as streams load them, a checkpoint at a time.
+	if _, err := cache.Changes(ctx, g.ID, cp1, cp2); err != nil {
+		t.Fatal(err)
+	}
+	cp3 := touch(t, s, w, todos, g.ID, 30, 200, a, b, c)
+	delta := func(from, to int64, bucket string) BucketDelta {
+		x, y := recompute(t, s, g.ID, from, []string{bucket})[0], recompute(t, s, g.ID, to, []string{bucket})[0]
+		return BucketDelta{Bucket: bucket, Checksum: y.Checksum - x.Checksum, Count: y.Count - x.Count}
+	}
+	cache.Advance(g.ID, cp1, cp2, []BucketDelta{delta(cp1, cp2, a)})
+	before := cache.Stats()
+	askAndCheck(t, s, cache, g.ID, cp2, []string{a})
+	if st := cache.Stats(); st.Queries != before.Queries || st.Advanced != 1 {
+		t.Fatalf("a at cp2 after Advance: %+v, want no query and 1 advanced", st)
+	}
+	// b's entry is from cp1; the change records show it unchanged to cp2.
+	if _, err := cache.Changes(ctx, g.ID, cp2, cp3); err != nil {
+		t.Fatal(err)
+	}
+	cache.Advance(g.ID, cp2, cp3, []BucketDelta{delta(cp2, cp3, a), delta(cp2, cp3, b), delta(cp2, cp3, c)})
+	before = cache.Stats()
+	askAndCheck(t, s, cache, g.ID, cp3, []string{a, b})
+	if st := cache.Stats(); st.Queries != before.Queries || st.Advanced != 3 {
+		t.Fatalf("a and b at cp3 after Advance: %+v, want no query and 3 advanced in all", st)
+	}
+	// c had no entry; a CLEAR in a delta is not an increment.
+	cp4 := touch(t, s, w, todos, g.ID, 40, 300, a)
+	d := delta(cp3, cp4, a)
+	d.Clear = true
+	cache.Advance(g.ID, cp3, cp4, []BucketDelta{d})
+	before = cache.Stats()
+	askAndCheck(t, s, cache, g.ID, cp4, []string{a, c})
+	if st := cache.Stats(); st.Queries != before.Queries+1 || st.Advanced != 3 {
+		t.Fatalf("a (CLEAR) and c (no entry) at cp4: %+v, want one query and no more advanced", st)
+	}
+}

@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // maxLogIntervals bounds the change intervals a cache keeps per group.
@@ -215,4 +216,28 @@ func (c *ChecksumCache) ensureLog(ctx context.Context, group int, from, to int64
 		}
 		return nil
 	}
+}
+
+// Buckets lists every bucket the change records name in the range (a
+// superset of those that changed: an interval may reach past either end).
+// ok is false when the set is unknown or some interval does not name its
+// buckets; then any bucket may have changed.
+func (s ChangeSet) Buckets() (buckets []string, ok bool) {
+	if !s.known {
+		return nil, false
+	}
+	seen := map[string]struct{}{}
+	for _, iv := range s.ivs {
+		if iv.allBuckets {
+			return nil, false
+		}
+		for b := range iv.buckets {
+			if _, dup := seen[b]; !dup {
+				seen[b] = struct{}{}
+				buckets = append(buckets, b)
+			}
+		}
+	}
+	slices.Sort(buckets)
+	return buckets, true
 }

@@ -52,6 +52,9 @@ func NewStreamReader(st *logrepl.Stream, lim logrepl.BatchLimits, from StreamPos
 	return r
 }
 
+// Limits returns the batch limits the reader reads with.
+func (r *StreamReader) Limits() logrepl.BatchLimits { return r.lim }
+
 // Next returns the next batch of changes and the position after it, and
 // the pgoutput bytes it stands for. A batch may hold no change: it then
 // carries an idle position advance (worth committing so the slot moves).

@@ -38,9 +38,9 @@ func diffBuckets(t *testing.T, l line) []string {
 
 // TestIncrementalCheckpointSkipsUnchangedWork: after the first sync, a
 // write to one of the client's buckets yields a checkpoint_diff with only
-// that bucket, costs one checksum query summing one bucket and no
-// parameter query (the change records show the client's lookups did not
-// change). A list of another user changes only the global bucket; a new
+// that bucket, costs no parameter query (the change records show the
+// client's lookups did not change) and no checksum query (the
+// checkpoint's new ops, read once, give the bucket's checksum). A list of another user changes only the global bucket; a new
 // list of the client's changes its lookups, so that checkpoint re-reads
 // them. With change records disabled, the same write costs a parameter
 // query, which shows the counter sees the query when it runs.
@@ -70,8 +70,9 @@ func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
 			}
 			continue
 		}
-		if got != (counts{params: 0, checksums: 1, summed: 1}) {
-			t.Fatalf("one changed bucket: %+v, want no parameter query and 1 checksum query summing 1 bucket", got)
+		if got != (counts{}) || e.srv.deltas.served.Load() != 1 {
+			t.Fatalf("one changed bucket: %+v, %d streams served from a checkpoint delta; want no parameter or checksum query, 1 (the delta gives the checksum)",
+				got, e.srv.deltas.served.Load())
 		}
 
 		// Another user's list: only the global bucket changes for u1, and
@@ -82,8 +83,8 @@ func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
 		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
 			t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
 		}
-		if got := e.counts().minus(before); got != (counts{params: 0, checksums: 1, summed: 1}) {
-			t.Fatalf("another user's list: %+v, want no parameter query, 1 checksum query", got)
+		if got := e.counts().minus(before); got != (counts{}) {
+			t.Fatalf("another user's list: %+v, want no parameter and no checksum query", got)
 		}
 
 		// A new list of u1: its lookups changed, so they are re-read and
@@ -102,48 +103,60 @@ func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
 
 // TestManyStreamsOneChecksumQuery: 20 clients of different users, each
 // with its own lists, are synced; one todo changes: the one client that
-// sees it gets a diff, and the whole checkpoint costs one checksum query
-// and no parameter query. Then a list of nobody's changes the global
-// bucket: one more checksum query, and one bucket data read that the 19
-// other streams copy (sharedread.go).
+// sees it gets a diff. Then a list of nobody's changes the global bucket
+// for everybody. Each checkpoint's new ops are read once (delta.go), which
+// gives every caught-up stream its data and every changed bucket its
+// checksum: no checksum query and no parameter query at all. With change
+// records ignored there are no deltas, and the streams asking the same
+// read of the global bucket share one (sharedread.go).
 func TestManyStreamsOneChecksumQuery(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
-	const users = 20
-	var setup []stages.Change
-	for u := range users {
-		user := "u" + string(rune('a'+u))
-		setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))
-	}
-	e.commit(setup...)
-	streams := make([]*stream, users)
-	for u := range users {
-		streams[u] = e.open(token(t, "u"+string(rune('a'+u)), nil), nil)
-		streams[u].untilComplete()
-	}
-	before := e.counts()
-	cp := e.commit(e.upsert("todos", "t-uc", "l-uc", "changed"))
-	ls := streams[2].untilComplete()
-	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "l-uc")}) {
-		t.Fatalf("diff %s, want only by_list l-uc", ls[0].Raw)
-	}
-	// Every other stream has evaluated the checkpoint once a later one,
-	// which changes global for everybody, reaches it.
-	copied := e.srv.reads.copied.Load()
-	cp2 := e.commit(e.upsert("lists", "l-zz", "Z", "nobody"))
-	for u, s := range streams {
-		ls := s.untilComplete()
-		if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(cp2.OpID) {
-			t.Fatalf("stream %d completed %s, want %d", u, last, cp2.OpID)
+	for _, disabled := range []bool{false, true} {
+		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled })
+		const users = 20
+		var setup []stages.Change
+		for u := range users {
+			user := "u" + string(rune('a'+u))
+			setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))
 		}
-	}
-	if n := e.srv.reads.copied.Load() - copied; n != users-1 {
-		t.Errorf("%d streams read the new global op: %d copied another's read, want %d", users, n, users-1)
-	}
-	got := e.counts().minus(before)
-	// Two checkpoints: one changed bucket each, one query each.
-	if got != (counts{params: 0, checksums: 2, summed: 2}) {
-		t.Fatalf("%d streams over 2 checkpoints (%d, %d) with one changed bucket each: %+v, want 2 checksum queries summing 2 buckets, no parameter query",
-			users, cp.OpID, cp2.OpID, got)
+		e.commit(setup...)
+		streams := make([]*stream, users)
+		for u := range users {
+			streams[u] = e.open(token(t, "u"+string(rune('a'+u)), nil), nil)
+			streams[u].untilComplete()
+		}
+		before := e.counts()
+		cp := e.commit(e.upsert("todos", "t-uc", "l-uc", "changed"))
+		ls := streams[2].untilComplete()
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "l-uc")}) {
+			t.Fatalf("disabled=%v: diff %s, want only by_list l-uc", disabled, ls[0].Raw)
+		}
+		copied, reads, served := e.srv.reads.copied.Load(), e.srv.deltas.reads.Load(), e.srv.deltas.served.Load()
+		cp2 := e.commit(e.upsert("lists", "l-zz", "Z", "nobody"))
+		for u, s := range streams {
+			ls := s.untilComplete()
+			if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(cp2.OpID) {
+				t.Fatalf("disabled=%v: stream %d completed %s, want %d", disabled, u, last, cp2.OpID)
+			}
+		}
+		copied = e.srv.reads.copied.Load() - copied
+		reads, served = e.srv.deltas.reads.Load()-reads, e.srv.deltas.served.Load()-served
+		if disabled {
+			if copied != users-1 || reads != 0 {
+				t.Errorf("no change records: %d streams read the new global op: %d copied another's read, %d checkpoint deltas; want %d and 0",
+					users, copied, reads, users-1)
+			}
+			continue
+		}
+		// The other streams evaluate cp2 from cp or, if they never saw
+		// cp, from the checkpoint before: one delta each, at most two.
+		if reads < 1 || reads > 2 || served != users || copied != 0 {
+			t.Errorf("%d streams read the new global op: %d deltas read, %d streams served from them, %d copied another's read; want 1–2, %d, 0",
+				users, reads, served, copied, users)
+		}
+		if got := e.counts().minus(before); got != (counts{}) {
+			t.Fatalf("%d streams over 2 checkpoints (%d, %d) with one changed bucket each: %+v, want no checksum and no parameter query",
+				users, cp.OpID, cp2.OpID, got)
+		}
 	}
 }

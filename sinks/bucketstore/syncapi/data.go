@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -121,11 +122,21 @@ func (b *batch) closeLine(hasMore bool) {
 // sendData sends the ops of the pending buckets up to the target
 // checkpoint, highest priority first, with partial_checkpoint_complete
 // after each priority but the last and checkpoint_complete at the end.
-// After every batch of data lines it looks for a newer storage checkpoint:
-// if one arrived it stops and returns it (superseded); what was sent is kept in
-// the bucket positions, so nothing is sent twice.
+// After every batch of data lines it looks for a newer storage checkpoint.
+// One that arrives within supersedeAfter of the start waits for this one
+// to complete and is returned then (superseded, served next); after that,
+// a newer one stops the send at once (a long download moves to the newest
+// data), and what was sent is kept in the bucket positions, so nothing is
+// sent twice. Completing first matters under load: a stream interrupted at
+// every checkpoint never completes one, and its buckets, never whole at a
+// checkpoint, cannot be served from the shared op segments (delta.go).
 func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, superseded bool, err error) {
 	cp := c.target
+	began := time.Now()
+	// newer: a checkpoint that arrived while this one was sent, served
+	// next — after this one completes, unless sending it takes long.
+	var newer bucketstore.Checkpoint
+	haveNewer := false
 	var prios []int
 	for i := range c.sent {
 		st := &c.sent[i]
@@ -177,8 +188,13 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 			// it at every new checkpoint would read the same rows again
 			// and again (measured: 9 rows read per op sent with 1,000
 			// streams and 5 checkpoints a second).
-			if next, ok, err := c.poll(ctx, false); err != nil || ok {
-				return next, ok, err
+			if next, ok, err := c.poll(ctx, false); err != nil {
+				return next, false, err
+			} else if ok {
+				if time.Since(began) >= c.s.supersedeAfter {
+					return next, true, nil
+				}
+				newer, haveNewer = next, true
 			}
 			if reqs, err = c.advance(reqs, more); err != nil {
 				return next, false, err
@@ -193,13 +209,13 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	if c.batch.invalidated {
 		// Compaction moved ops beyond this checkpoint: complete a later one.
 		c.forceAnnounce = true
-		return next, false, nil
+		return newer, haveNewer, nil
 	}
 	if err := c.w.checkpointComplete(cp.OpID); err != nil {
 		return next, false, err
 	}
-	c.complete = true
-	return next, false, nil
+	c.complete, c.fresh = true, nil // every bucket is whole now
+	return newer, haveNewer, nil
 }
 
 // advance drops the requests a read completed and moves the one it

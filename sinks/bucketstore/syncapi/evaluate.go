@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/checksum"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // evaluate works out the client's buckets and their checksums at cp and
@@ -13,12 +15,15 @@ import (
 // list when none of the client's parameter lookups got an entry (no
 // ParameterRows query), and the checksum of every bucket no write touched
 // (nothing asked of the cache). So an incremental checkpoint costs a
-// stream only the buckets that changed, which the shared cache sums once
-// for all streams.
+// stream only the buckets that changed: their checksums come from the
+// checkpoint's shared op segments (delta.go) or, for a bucket new to the
+// stream, from the shared cache.
 func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 	// Whether the client has everything up to the previous checkpoint:
 	// then its reads for this one are small and shared (sharedread.go).
 	c.caughtUp = c.evaluated && c.complete
+	from := c.evalOpID
+	c.delta = nil
 	var changes bucketstore.ChangeSet // zero: unknown, everything changed
 	if c.evaluated && cp.OpID > c.evalOpID {
 		var err error
@@ -61,6 +66,19 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 		ask, at = append(ask, r.ID), append(at, i)
 	}
 	c.s.carried.Add(int64(len(refs) - len(ask)))
+	if len(ask) > 0 && changes.Known() {
+		// The ops since the previous checkpoint, read once for every
+		// stream (delta.go): they advance the cache, so the checksums
+		// below are hits, and sendData takes this stream's ops from them
+		// for every bucket it had whole at the previous checkpoint.
+		for i := range c.sent {
+			c.sent[i].behind = c.sent[i].pending
+		}
+		c.delta = c.s.delta(ctx, cp.GroupID, from, cp.OpID, changes)
+		if c.delta != nil {
+			ask, at = c.sumFromDelta(refs, sums, kept, sameRefs, from, ask, at)
+		}
+	}
 	if len(ask) > 0 {
 		got, err := c.s.cache.Checksums(ctx, cp.GroupID, cp.OpID, ask)
 		if err != nil {
@@ -72,4 +90,35 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 	}
 	c.refs, c.sums, c.evalOpID, c.evaluated = refs, sums, cp.OpID, true
 	return nil
+}
+
+// sumFromDelta works out, without the cache, the checksums of the asked
+// buckets the stream knew at from: its checksum there plus the sums of
+// the delta's ops after from (the cache may not know the bucket at from
+// any more: its entries age out of the change records a bucket that
+// changes rarely relies on). It returns the buckets still to ask.
+func (c *conn) sumFromDelta(refs []syncrules.BucketRef, sums []bucketstore.BucketChecksum, kept map[string]bucketstore.BucketChecksum,
+	sameRefs bool, from int64, ask []string, at []int) ([]string, []int) {
+	n := 0
+	for j, i := range at {
+		var base bucketstore.BucketChecksum
+		ok := false
+		if sameRefs {
+			base, ok = c.sums[i], true
+		} else {
+			base, ok = kept[refs[i].ID]
+		}
+		if ok {
+			var sum uint32
+			var count int64
+			if sum, count, ok = c.delta.sum(refs[i].ID, from); ok {
+				sums[i] = bucketstore.BucketChecksum{Bucket: refs[i].ID,
+					Checksum: checksum.Add(base.Checksum, sum), Count: base.Count + count}
+				continue
+			}
+		}
+		ask[n], at[n] = ask[j], i
+		n++
+	}
+	return ask[:n], at[:n]
 }

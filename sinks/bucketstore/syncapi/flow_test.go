@@ -228,9 +228,12 @@ func TestKeepalive(t *testing.T) {
 	}
 }
 
+// TestSupersededCheckpoint: a checkpoint published while a long send is
+// under way interrupts it (supersedeAfter 0 here: every send is long).
 func TestSupersededCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
+	e.srv.supersedeAfter = 0
 	var lists []stages.Change
 	for i := range 2500 {
 		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
@@ -273,6 +276,50 @@ func TestSupersededCheckpoint(t *testing.T) {
 	}
 	if n := len(ls[1].Data.Data); n != readBatchOps || !ls[1].Data.HasMore {
 		t.Fatalf("first data line has %d ops (has_more %v), want %d and more", n, ls[1].Data.HasMore, readBatchOps)
+	}
+}
+
+// TestNewerCheckpointWaitsForShortSend: a checkpoint published while a
+// short send is under way waits for it: the client completes the first
+// checkpoint, then gets the second's diff and data.
+func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todoRules, todoTables, nil)
+	var lists []stages.Change
+	for i := range 2500 {
+		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
+	}
+	first := e.commit(lists...)
+	watch := e.srv.watcher.Subscribe(t.Context())
+	var second bucketstore.Checkpoint
+	calls := 0
+	e.srv.afterDataLine = func() {
+		if calls++; calls != 1 {
+			return
+		}
+		second = e.commit(e.upsert("lists", "new", "list", "nobody"))
+		for cp := range watch {
+			if cp.OpID >= second.OpID {
+				e.srv.watcher.Latest()
+				return
+			}
+		}
+	}
+	s := e.open(token(t, "u1", nil), nil)
+	c := newClient(t)
+	ls := s.untilComplete()
+	c.apply(ls...)
+	if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(first.OpID) || slices.Contains(kinds(ls), "checkpoint_diff") {
+		t.Fatalf("lines %v completing %s, want the first checkpoint (%d) completed without a diff", kinds(ls), last, first.OpID)
+	}
+	ls = s.untilComplete()
+	c.apply(ls...)
+	if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) ||
+		ls[len(ls)-1].CheckpointComplete.LastOpID != opID(second.OpID) {
+		t.Fatalf("then lines %v, want the second checkpoint's diff, data and completion at %d", got, second.OpID)
+	}
+	if c.ops != 2501 {
+		t.Fatalf("%d ops, want 2501", c.ops)
 	}
 }
 

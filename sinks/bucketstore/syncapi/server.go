@@ -106,6 +106,11 @@ type Baseline struct {
 	ReadShape bucketstore.ReadShape
 }
 
+// supersedeAfter is Server.supersedeAfter's default: a newer checkpoint
+// waits for a send shorter than this (a caught-up stream's few ops) and
+// interrupts a longer one (a first sync).
+const supersedeAfter = time.Second
+
 // Server serves bucket storage to PowerSync clients. Create it with New;
 // its Handler is safe for concurrent use.
 type Server struct {
@@ -115,6 +120,7 @@ type Server struct {
 	cache       ChecksumSource
 	wcs         *writeCheckpoints // write checkpoint reads shared by streams
 	reads       sharedReads       // bucket data reads shared by streams
+	deltas      deltaReads        // checkpoints' new ops, read once for caught-up streams
 	checkpoints CheckpointSource  // what streams subscribe to
 	// watcher is the one New started, which Close waits for; nil when
 	// Config.Checkpoints was given.
@@ -139,6 +145,10 @@ type Server struct {
 	errorsGauge metric.Registration // syncpipe_replication_group_errors
 
 	healthc healthCache // storage health read shared by /healthz and the gauge
+
+	// supersedeAfter: how long a checkpoint's send runs before a newer
+	// checkpoint interrupts it (sendData); tests set 0.
+	supersedeAfter time.Duration
 
 	// Test hooks: called after a data line was written, and when a stream
 	// handler has released its connection slot.
@@ -209,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
-		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops}
+		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
 	if s.cache == nil {
 		cache := cfg.Store.(storeServices).NewChecksumCache(cfg.ChecksumCacheSize)
 		if cfg.Baseline.IgnoreChangeRecords {

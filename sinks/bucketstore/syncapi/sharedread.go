@@ -103,6 +103,9 @@ func (c *conn) readKey(reqs []bucketstore.BucketRequest) string {
 // small reads with streams that read the same: the first stream to ask
 // performs the read and keeps its result, the others copy it.
 func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (bool, error) {
+	if c.fillFromDelta(cp, reqs) {
+		return false, nil
+	}
 	key := c.readKey(reqs)
 	if key == "" {
 		return c.readOwn(ctx, cp, reqs)

@@ -47,6 +47,9 @@ type bucketState struct {
 	checksum uint32
 	// pending: ops up to the target checkpoint remain to be sent.
 	pending bool
+	// behind: pending when the checkpoint being sent was evaluated, so
+	// the client may lack ops below the previous one (delta.go).
+	behind bool
 }
 
 // conn is one sync stream. It runs on its handler's goroutine only.
@@ -91,6 +94,11 @@ type conn struct {
 
 	wcClient bucketstore.WriteCheckpointClient
 	caughtUp bool // completed the checkpoint before the one being sent
+	// delta: the new ops of the checkpoint being sent, shared by the
+	// caught-up streams (delta.go); fresh: the buckets the last
+	// announcement added, whose older ops the delta does not hold.
+	delta *checkpointDelta
+	fresh []string
 }
 
 func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
@@ -212,6 +220,7 @@ func onFreshStack(f func() error) error {
 // batch, the checkpoint entries, the line scratch buffer), which grow to
 // its largest burst: an idle stream keeps its bucket state only.
 func (c *conn) release() {
+	c.delta = nil
 	c.batch.release()
 	c.entries = nil
 	c.w.release()
@@ -448,11 +457,14 @@ func (c *conn) unchanged(st *bucketState, i int) bool {
 // send. It returns the buckets no longer announced.
 func (c *conn) adopt() (removed []string) {
 	sent := make([]bucketState, len(c.refs))
+	c.fresh = c.fresh[:0]
 	for i, r := range c.refs {
 		old := c.bucket(r.ID)
 		st := bucketState{name: r.ID} // new to the client: from the start
 		if old != nil {
 			st = *old
+		} else {
+			c.fresh = append(c.fresh, r.ID)
 		}
 		if !c.unchanged(old, i) {
 			st.priority, st.checksum, st.count, st.pending = r.Priority, c.sums[i].Checksum, c.sums[i].Count, true

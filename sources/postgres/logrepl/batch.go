@@ -9,10 +9,10 @@ import (
 // from one goroutine at a time; ctx bounds this call only.
 //
 // It returns when a limit of lim is reached, or once lim.MaxWait has passed
-// since the call and it holds something: transactions, or — when the stream
-// is idle — a position to acknowledge (a Batch with no Txns and a non-zero
-// EndLSN, from the server's keepalive WAL end or a syncpipe heartbeat
-// message). A transaction larger than lim.MaxChanges or lim.MaxBytes comes in
+// since the call (with lim.Eager: once nothing more is waiting) and it holds
+// something: transactions, or — when the stream is idle — a position to
+// acknowledge (a Batch with no Txns and a non-zero EndLSN, from the server's
+// keepalive WAL end or a syncpipe heartbeat message). A transaction larger than lim.MaxChanges or lim.MaxBytes comes in
 // Partial batches (see Batch.Partial). After the last batch of a transaction
 // is durable, pass Batch.EndLSN to Ack.
 //
@@ -46,7 +46,7 @@ func (s *Stream) Next(ctx context.Context, lim BatchLimits) (Batch, error) {
 			continue
 		default:
 		}
-		if expired && (len(b.Txns) > 0 || b.EndLSN > s.delivered) {
+		if (expired || lim.Eager) && (len(b.Txns) > 0 || b.EndLSN > s.delivered) {
 			return s.deliver(b), nil
 		}
 		select {

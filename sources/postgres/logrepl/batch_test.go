@@ -138,3 +138,28 @@ func TestNextDrainsThenReportsError(t *testing.T) {
 		t.Fatalf("Next on a closed stream = %v", err)
 	}
 }
+
+// TestNextEager: an eager Next returns what is waiting at once, however
+// long MaxWait is, and takes everything queued by then into one batch.
+func TestNextEager(t *testing.T) {
+	s := fakeStream(0)
+	s.entries <- txnSegs(1, 0x100, 2, 10)
+	s.entries <- txnSegs(2, 0x200, 1, 10)
+	lim := BatchLimits{MaxWait: time.Hour, Eager: true}
+	b := next(t, s, lim) // the test's deadline is 10 s: an hour's wait fails it
+	if len(b.Txns) != 2 || b.Txns[0].Xid != 1 || b.Txns[1].Xid != 2 || b.EndLSN != 0x208 {
+		t.Fatalf("batch = %+v", b)
+	}
+	// An idle position is passed on at once too.
+	s.entries <- []segment{{pos: 0x300}}
+	if b = next(t, s, lim); len(b.Txns) != 0 || b.EndLSN != 0x300 {
+		t.Fatalf("idle batch = %+v", b)
+	}
+	// A transaction still arriving is not returned: Next waits for its end.
+	s.entries <- txnSegs(3, 0x400, 30, 10)[:2]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if b, err := s.Next(ctx, lim); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next = %+v, %v; want to wait for the transaction's end", b, err)
+	}
+}

@@ -194,6 +194,12 @@ type BatchLimits struct {
 	// acknowledge) instead of waiting for a limit. With nothing to return,
 	// Next keeps waiting.
 	MaxWait time.Duration
+	// Eager makes Next return as soon as it holds complete transactions (or
+	// an idle position) and nothing more is waiting, instead of collecting
+	// until MaxWait: batches then grow only while the caller is busy with
+	// the previous one (natural batching), so a quiet stream adds no wait
+	// to its latency and a busy one still writes large batches.
+	Eager bool
 }
 
 // DefaultBatchLimits are used for zero BatchLimits fields.
