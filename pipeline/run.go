@@ -104,30 +104,22 @@ func runSource[T, P any](ctx context.Context, rs *runState, s *stage, src Source
 	defer close(out)
 	next := func(ctx context.Context, _ Batch[struct{}, P]) (Batch[T, P], error) { return src.Next(ctx) }
 	for seq := uint64(0); ; seq++ {
-		// The batch boundary: the only place a soft stop takes effect.
-		select {
-		case <-rs.stop:
-			rs.drained.Store(true)
-			return
-		case <-rs.yield:
-			rs.drained.Store(true)
-			return
-		case <-ctx.Done():
-			return
-		default:
-		}
-		if rs.slots != nil {
-			select { // Config.MaxInFlight; a soft stop still applies here
+		// The batch boundary: the only place a soft stop takes effect,
+		// also while waiting for a Config.MaxInFlight slot.
+		if rs.slots != nil && !stopRequested(rs) {
+			select {
 			case rs.slots <- struct{}{}:
 			case <-rs.stop:
-				rs.drained.Store(true)
-				return
 			case <-rs.yield:
-				rs.drained.Store(true)
-				return
 			case <-ctx.Done():
-				return
 			}
+		}
+		if stopRequested(rs) {
+			rs.drained.Store(true)
+			return
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		b, err := invoke(ctx, s, 0, Batch[struct{}, P]{Seq: seq}, next)
 		if errors.Is(err, ErrEndOfInput) {

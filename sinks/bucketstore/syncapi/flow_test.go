@@ -228,12 +228,13 @@ func TestKeepalive(t *testing.T) {
 	}
 }
 
-// TestSupersededCheckpoint: a checkpoint published while a long send is
-// under way interrupts it (supersedeAfter 0 here: every send is long).
-func TestSupersededCheckpoint(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
-	e.srv.supersedeAfter = 0
+// publishDuringFirstSync commits 2,500 lists of nobody's (the global
+// bucket: more than one data line) and arranges that, after the first
+// data line a stream sends, one more list is committed and its checkpoint
+// offered to every subscriber. It returns the first checkpoint and a
+// function returning the second once it was published.
+func publishDuringFirstSync(t *testing.T, e *env) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
+	t.Helper()
 	var lists []stages.Change
 	for i := range 2500 {
 		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
@@ -259,6 +260,16 @@ func TestSupersededCheckpoint(t *testing.T) {
 			}
 		}
 	}
+	return first, func() bucketstore.Checkpoint { return second }
+}
+
+// TestSupersededCheckpoint: a checkpoint published while a long send is
+// under way interrupts it (supersedeAfter 0 here: every send is long).
+func TestSupersededCheckpoint(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todoRules, todoTables, nil)
+	e.srv.supersedeAfter = 0
+	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
 	c := newClient(t)
@@ -267,9 +278,9 @@ func TestSupersededCheckpoint(t *testing.T) {
 	if !slices.Equal(got[:3], []string{"checkpoint", "data", "checkpoint_diff"}) || got[len(got)-1] != "checkpoint_complete" {
 		t.Fatalf("lines %v, want checkpoint, one data line, then the new checkpoint's diff", got)
 	}
-	if ls[0].Checkpoint.LastOpID != opID(first.OpID) || ls[2].CheckpointDiff.LastOpID != opID(second.OpID) ||
-		ls[len(ls)-1].CheckpointComplete.LastOpID != opID(second.OpID) {
-		t.Fatalf("checkpoints %s / %s / %s, want %d then %d", ls[0].Raw[:60], ls[2].Raw[:60], ls[len(ls)-1].Raw, first.OpID, second.OpID)
+	if ls[0].Checkpoint.LastOpID != opID(first.OpID) || ls[2].CheckpointDiff.LastOpID != opID(second().OpID) ||
+		ls[len(ls)-1].CheckpointComplete.LastOpID != opID(second().OpID) {
+		t.Fatalf("checkpoints %s / %s / %s, want %d then %d", ls[0].Raw[:60], ls[2].Raw[:60], ls[len(ls)-1].Raw, first.OpID, second().OpID)
 	}
 	if c.ops != 2501 || len(c.rows[e.b("global")]) != 2501 {
 		t.Fatalf("%d ops, %d rows; want 2501 each", c.ops, len(c.rows[e.b("global")]))
@@ -285,26 +296,7 @@ func TestSupersededCheckpoint(t *testing.T) {
 func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
-	var lists []stages.Change
-	for i := range 2500 {
-		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
-	}
-	first := e.commit(lists...)
-	watch := e.srv.watcher.Subscribe(t.Context())
-	var second bucketstore.Checkpoint
-	calls := 0
-	e.srv.afterDataLine = func() {
-		if calls++; calls != 1 {
-			return
-		}
-		second = e.commit(e.upsert("lists", "new", "list", "nobody"))
-		for cp := range watch {
-			if cp.OpID >= second.OpID {
-				e.srv.watcher.Latest()
-				return
-			}
-		}
-	}
+	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
 	ls := s.untilComplete()
@@ -315,8 +307,8 @@ func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 	ls = s.untilComplete()
 	c.apply(ls...)
 	if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) ||
-		ls[len(ls)-1].CheckpointComplete.LastOpID != opID(second.OpID) {
-		t.Fatalf("then lines %v, want the second checkpoint's diff, data and completion at %d", got, second.OpID)
+		ls[len(ls)-1].CheckpointComplete.LastOpID != opID(second().OpID) {
+		t.Fatalf("then lines %v, want the second checkpoint's diff, data and completion at %d", got, second().OpID)
 	}
 	if c.ops != 2501 {
 		t.Fatalf("%d ops, want 2501", c.ops)
