@@ -214,7 +214,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	if err := c.w.checkpointComplete(cp.OpID); err != nil {
 		return next, false, err
 	}
-	c.complete, c.fresh = true, nil // every bucket is whole now
+	c.complete = true
 	return newer, haveNewer, nil
 }
 

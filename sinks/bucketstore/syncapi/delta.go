@@ -37,23 +37,24 @@ const (
 var errSegmentFull = errors.New("op segment too large")
 
 // opSegment is every op with from < op_id ≤ to of the buckets the change
-// records name for the range, by bucket. done closes when ok and ops are
-// set; ok is false when the read failed or was too large, and streams
-// that need it read for themselves.
+// records name for the range, by bucket, with each bucket's sums. done
+// closes when ok, ops and sums are set; ok is false when the read failed
+// or was too large, and streams that need it read for themselves.
 type opSegment struct {
 	group    int
 	from, to int64
 	done     chan struct{}
 	ok       bool
 	ops      map[string][]bucketstore.OpRow // row data share one arena per segment
+	sums     map[string]bucketstore.BucketDelta
 }
 
-// checkpointDelta is the segments tiling one stream's (from, to], in op
-// id order.
+// checkpointDelta is the segments tiling one stream's range up to to, in
+// op id order.
 type checkpointDelta struct {
-	group    int
-	from, to int64
-	segs     []*opSegment
+	group int
+	to    int64
+	segs  []*opSegment
 }
 
 // deltaReads holds the recent segments. Safe for concurrent use.
@@ -97,7 +98,7 @@ func (s *Server) delta(ctx context.Context, group int, from, to int64, changes b
 			return nil
 		}
 	}
-	return &checkpointDelta{group: group, from: from, to: to, segs: segs}
+	return &checkpointDelta{group: group, to: to, segs: segs}
 }
 
 // plan returns the segments that tile (from, to] and, of them, the new
@@ -240,20 +241,27 @@ func (s *Server) readSegment(ctx context.Context, seg *opSegment, buckets []stri
 	if a, ok := s.cache.(checksumAdvancer); ok {
 		a.Advance(seg.group, seg.from, seg.to, sums)
 	}
-	seg.ops, seg.ok = ops, true
+	bySum := make(map[string]bucketstore.BucketDelta, len(ops))
+	for _, d := range sums {
+		if d.Count > 0 {
+			bySum[d.Bucket] = d
+		}
+	}
+	seg.ops, seg.sums, seg.ok = ops, bySum, true
 }
 
 // fillFromDelta encodes reqs' ops from c.delta into c.batch and reports
 // whether it could: every request must be a bucket the client had whole
-// at the delta's start — not one new to it, nor one whose sending an
-// earlier checkpoint interrupted — and the ops must fit one batch. On false the batch is empty and the caller reads storage.
+// at the delta's start (not behind: neither new to it nor left unfinished
+// by an interrupted send), and the ops must fit one batch. On false the
+// batch is empty and the caller reads storage.
 func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) bool {
 	d := c.delta
 	if d == nil || d.to != cp.OpID || d.group != cp.GroupID {
 		return false
 	}
 	for _, r := range reqs {
-		if st := c.bucket(r.Bucket); st == nil || st.behind || slices.Contains(c.fresh, r.Bucket) {
+		if st := c.bucket(r.Bucket); st == nil || st.behind {
 			return false // its ops before the delta are not all sent
 		}
 	}
@@ -288,9 +296,19 @@ func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.Bucke
 
 // sum adds up bucket's ops in the delta after op id from: what its
 // checksum and count grew by. ok is false when one of them is a CLEAR,
-// which replaces what came before it.
+// which replaces what came before it. A segment after from gives its
+// sums as read; only one that starts before from (the first) is summed
+// from its rows.
 func (d *checkpointDelta) sum(bucket string, from int64) (sum uint32, count int64, ok bool) {
 	for _, seg := range d.segs {
+		if seg.from >= from {
+			ds := seg.sums[bucket]
+			if ds.Clear {
+				return 0, 0, false
+			}
+			sum, count = checksum.Add(sum, ds.Checksum), count+ds.Count
+			continue
+		}
 		rows := seg.ops[bucket]
 		for i := range rows {
 			if rows[i].OpID <= from {

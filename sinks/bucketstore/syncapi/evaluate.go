@@ -68,8 +68,8 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 	c.s.carried.Add(int64(len(refs) - len(ask)))
 	if len(ask) > 0 && changes.Known() {
 		// The ops since the previous checkpoint, read once for every
-		// stream (delta.go): they advance the cache, so the checksums
-		// below are hits, and sendData takes this stream's ops from them
+		// stream (delta.go): they give the changed buckets' checksums
+		// (sumFromDelta), and sendData takes this stream's ops from them
 		// for every bucket it had whole at the previous checkpoint.
 		for i := range c.sent {
 			c.sent[i].behind = c.sent[i].pending

@@ -47,8 +47,9 @@ type bucketState struct {
 	checksum uint32
 	// pending: ops up to the target checkpoint remain to be sent.
 	pending bool
-	// behind: pending when the checkpoint being sent was evaluated, so
-	// the client may lack ops below the previous one (delta.go).
+	// behind: the client may lack ops below the previous checkpoint
+	// (delta.go): the bucket was pending when the checkpoint being sent
+	// was evaluated, or is new to the client.
 	behind bool
 }
 
@@ -95,10 +96,8 @@ type conn struct {
 	wcClient bucketstore.WriteCheckpointClient
 	caughtUp bool // completed the checkpoint before the one being sent
 	// delta: the new ops of the checkpoint being sent, shared by the
-	// caught-up streams (delta.go); fresh: the buckets the last
-	// announcement added, whose older ops the delta does not hold.
+	// streams (delta.go).
 	delta *checkpointDelta
-	fresh []string
 }
 
 func newConn(s *Server, id identity, req *syncRequest, w *lineWriter) *conn {
@@ -457,14 +456,11 @@ func (c *conn) unchanged(st *bucketState, i int) bool {
 // send. It returns the buckets no longer announced.
 func (c *conn) adopt() (removed []string) {
 	sent := make([]bucketState, len(c.refs))
-	c.fresh = c.fresh[:0]
 	for i, r := range c.refs {
 		old := c.bucket(r.ID)
-		st := bucketState{name: r.ID} // new to the client: from the start
+		st := bucketState{name: r.ID, behind: true} // new to the client: from the start
 		if old != nil {
 			st = *old
-		} else {
-			c.fresh = append(c.fresh, r.ID)
 		}
 		if !c.unchanged(old, i) {
 			st.priority, st.checksum, st.count, st.pending = r.Priority, c.sums[i].Checksum, c.sums[i].Count, true
