@@ -41,21 +41,25 @@ func TestUnchangedToastMergedFromStorage(t *testing.T) {
 	t.Parallel()
 	t.Run("one transaction per batch", func(t *testing.T) {
 		t.Parallel()
-		testUnchangedToast(t, 1, map[string][]string{
+		testUnchangedToast(t, "batch_max_rows: 1", map[string][]string{
 			"1": {"rev 1 body original-1", "rev 2 body original-1", "rev 2 body second-1", "rev 3 body second-1"},
 			"2": {"rev 1 body original-2", "rev 2 body second-2", "rev 3 body second-2", "rev 4 body third-2"},
 		})
 	})
 	t.Run("one batch", func(t *testing.T) {
 		t.Parallel()
-		testUnchangedToast(t, 10000, map[string][]string{
+		// Nine rows and a wait far longer than the stream needs to read
+		// them: the nine updates fill exactly one batch whatever the
+		// timing (with batch_max_wait 0 the stream would write whatever
+		// had arrived whenever the writer was free).
+		testUnchangedToast(t, "batch_max_rows: 9, batch_max_wait: 5s", map[string][]string{
 			"1": {"rev 1 body original-1", "rev 3 body second-1"},
 			"2": {"rev 1 body original-2", "rev 4 body third-2"},
 		})
 	})
 }
 
-func testUnchangedToast(t *testing.T, batchRows int, want map[string][]string) {
+func testUnchangedToast(t *testing.T, streamCfg string, want map[string][]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	source, storage := pgtest.NewDB(t), pgtest.NewDB(t)
@@ -63,8 +67,8 @@ func testUnchangedToast(t *testing.T, batchRows int, want map[string][]string) {
 	if _, err := src.Exec(ctx, toastSchema); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.LoadBytes("toast.yaml", fmt.Appendf(nil, "source: {uri: %q}\nstorage: {uri: %q}\nreplication: {stream: {batch_max_rows: %d}}\nsync_rules:\n  content: |\n%s",
-		source, storage, batchRows, indentLines(toastRules, "    ")))
+	cfg, err := config.LoadBytes("toast.yaml", fmt.Appendf(nil, "source: {uri: %q}\nstorage: {uri: %q}\nreplication: {stream: {%s}}\nsync_rules:\n  content: |\n%s",
+		source, storage, streamCfg, indentLines(toastRules, "    ")))
 	if err != nil {
 		t.Fatal(err)
 	}
