@@ -39,7 +39,7 @@ type Storage struct {
 	URI               string        `koanf:"uri" doc:"Required. postgres:// or postgresql:// URI of bucket storage; migrated on start."`
 	Schema            string        `koanf:"schema" doc:"Schema that holds syncpipe's tables."`
 	MaxConns          int           `koanf:"max_conns" doc:"Maximum connections in the storage pool."`
-	SynchronousCommit string        `koanf:"synchronous_commit" doc:"synchronous_commit for storage writes: off or on. off is safe: published checkpoints and acknowledged LSNs come from durable records."`
+	SynchronousCommit string        `koanf:"synchronous_commit" doc:"synchronous_commit for storage writes: off or on. off is safe: published checkpoints, acknowledged LSNs and done marks come from durable records, and work resumes from storage after a storage restart."`
 	ConnectTimeout    time.Duration `koanf:"connect_timeout" doc:"Timeout for establishing a storage connection."`
 }
 

@@ -160,6 +160,9 @@ func (r *Replicator) runClaimed(ctx context.Context, uc *unitClaim, run func(ctx
 // is finished (false after a yield); a range another process finished is
 // finished at once.
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState, f bucketstore.Fence) (bool, error) {
+	// The attempt's writes go through only on the storage run its
+	// progress comes from (see bucketstore.ErrStorageRestarted).
+	f.Epoch = r.store.Epoch()
 	sink := r.sink(g, f)
 	name := t.info.QualifiedName()
 	rangeNo := st.No

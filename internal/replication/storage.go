@@ -41,8 +41,7 @@ type groupStorage interface {
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter
-	CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (bucketstore.Checkpoint, bool, error)
-	MakeDurable(ctx context.Context) error
+	Epoch() uint64
 	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
 }
 

@@ -85,6 +85,9 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 	if err := r.store.CheckFence(ctx, f); err != nil {
 		return err
 	}
+	// The attempt's writes go through only on the storage run its
+	// position comes from (see bucketstore.ErrStorageRestarted).
+	f.Epoch = r.store.Epoch()
 	pos, _, err := r.store.StreamResume(ctx, g.g.ID)
 	if err != nil {
 		return err
@@ -169,13 +172,14 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// it must reach an idle stream's last position too: a source server
 	// shutting down waits for its walsenders' clients to confirm the end
 	// of its WAL. So a ticker, not the next batch, acknowledges.
+	w := r.store.NewStreamWriter(g.g.ID, s.fence)
 	var committed atomic.Uint64 // end LSN of the last committed transaction
 	ack := func(ctx context.Context) error {
 		lsn := logrepl.LSN(committed.Load())
 		if lsn <= st.Acked() {
 			return nil
 		}
-		if err := r.store.MakeDurable(ctx); err != nil {
+		if err := w.MakeDurable(ctx); err != nil {
 			return err
 		}
 		st.Ack(lsn)
@@ -184,7 +188,6 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	actx, stopAcks := context.WithCancel(ctx)
 	var acks sync.WaitGroup
 	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
-	w := r.store.NewStreamWriter(g.g.ID, s.fence)
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
@@ -199,7 +202,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		}
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
-		if _, _, err := r.store.CommitStream(ctx, g.g.ID, b.Progress.LSN); err != nil {
+		if _, _, err := w.Commit(ctx, b.Progress.LSN); err != nil {
 			return err
 		}
 		committed.Store(uint64(b.Progress.LSN))

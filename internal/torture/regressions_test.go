@@ -284,3 +284,42 @@ func TestSourceFastShutdownNotHeldByTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStorageCrashDuringSnapshotLosesNoRange: the storage server crashes
+// (an immediate shutdown) while the initial snapshot runs. With
+// storage.synchronous_commit = off (the default) the commits of the last
+// moments before a crash are gone after it, and snapshot progress was
+// such a commit: a range's last chunk and its done mark could vanish
+// while the process had counted the range done and never read it again,
+// and a range whose chunk k was lost went on with chunk k+1 on fresh
+// connections to the restarted server, skipping chunk k for good. The
+// first CI run with the restart-storage fault (seed 1796324664357714992,
+// trial 0, "immediate shutdown (a crash), down 1.29s") ended with 646
+// items missing from storage and from every client. Now a range's done
+// mark, a table's and the group's commit durably, and a write whose
+// progress was read before a restart fails with
+// bucketstore.ErrStorageRestarted, so the range resumes from what storage
+// kept.
+//
+// The trial: the full harness with the storage's WAL writer slowed to its
+// 10 s maximum (more of the snapshot is unflushed at the crash), a crash
+// while a snapshot range is being read, then the usual catch-up and
+// oracle check. Want: it passes (it failed before, losing rows).
+func TestStorageCrashDuringSnapshotLosesNoRange(t *testing.T) {
+	ctx, cancel := regressionTrial(t, 4*time.Minute)
+	defer cancel()
+	h := newHarness(ctx, t, 6, Sizes{Items: 8000, Docs: 600, Tags: 300}, harnessOptions{})
+	h.crashStorage = true
+	if _, err := h.storage.Exec(ctx, `ALTER SYSTEM SET wal_writer_delay = '10s'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.storage.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	defer h.startAll(ctx)()
+	tr := &trial{n: 0, kind: faultRestartStorage}
+	if err := h.runTrial(ctx, &verifier{same: JSONCache{}}, tr); err != nil {
+		t.Fatalf("storage crash during the snapshot (%s, during %s): %v", tr.detail, tr.phase, err)
+	}
+	t.Logf("storage crash during %s (%s): %d rows and %d ops agree with the source", tr.phase, tr.detail, tr.rows, tr.ops)
+}

@@ -69,9 +69,19 @@ type Checkpoint struct {
 // are announced with pg_notify on NotifyChannel, and are durable when
 // Commit returns, whatever the session's synchronous_commit.
 func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
+	return s.commit(ctx, group, lsn, opID, 0)
+}
+
+// commit is Commit, fenced with a storage run (Fence.Epoch; 0: any).
+func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, epoch uint64) (cp Checkpoint, published bool, err error) {
+	conn, err := s.acquire(ctx, epoch, fmt.Sprintf("commit group %d at %s", group, lsn))
+	if err != nil {
+		return Checkpoint{}, false, err
+	}
+	defer conn.Release()
 	err = retry(ctx, &s.counters.retries, func() error {
 		cp, published = Checkpoint{}, false
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			var (
 				state                     State
 				snapshotDone              bool

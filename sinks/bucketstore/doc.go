@@ -95,7 +95,15 @@
 // checkpoint waits for its WAL flush, which covers every earlier commit:
 // a storage crash can lose ops no checkpoint covers yet (the stream writes
 // them again from the last acknowledged source position), never ops a
-// client has downloaded.
+// client has downloaded. Marks a process acts on once committed (a range,
+// a table or a snapshot done, a range plan) commit with
+// synchronous_commit=on whatever the setting. A snapshot range's progress,
+// though, is an unflushed commit like its ops, so a crash can take back
+// both, while the process that read them carries on from where it was:
+// work reads Epoch, a count of the storage server runs the pool has
+// connected to, before it reads its progress, and its writes (Fence.Epoch)
+// fail with ErrStorageRestarted on a later run, so it resumes from what
+// storage holds after recovery.
 //
 // # Clearing
 //

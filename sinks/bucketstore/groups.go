@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // State is a group's lifecycle state.
@@ -63,7 +64,10 @@ const createGroupSQL = `
 // group never reuses a dropped slot's name).
 func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
 	var id int
-	err := s.pool.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2)).Scan(&id)
+	// Durable: the group's slot is created on the source under its name.
+	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2)).Scan(&id)
+	})
 	if err != nil {
 		return Group{}, fmt.Errorf("create group: %w", err)
 	}
@@ -153,12 +157,16 @@ func (s *Store) ClearError(ctx context.Context, id int) error {
 // raises no_checkpoint_before to lsn: the stream must pass the point at
 // which the last snapshot read finished before a checkpoint is consistent.
 func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error {
-	tag, err := s.pool.Exec(ctx, `
+	var tag pgconn.CommandTag
+	err := durably(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		tag, err = tx.Exec(ctx, `
 		UPDATE groups SET snapshot_done = true,
 		  no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn),
 		  updated_at = now()
 		WHERE id = $1 AND NOT EXISTS (
 		  SELECT 1 FROM source_tables WHERE group_id = $1 AND NOT snapshot_done)`, id, lsn.String())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark snapshot done for group %d: %w", id, err)
 	}

@@ -178,11 +178,14 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 // commits: a process that lost the lease (expired while it was paused,
 // then taken over) cannot commit anything after the takeover, and a
 // takeover waits for a write in flight to end, so the new holder reads
-// progress that includes it. The zero Fence checks nothing (a process
-// working alone, tests).
+// progress that includes it. Epoch, when set, is the storage run
+// (Store.Epoch) the unit read its progress from: its writes fail with
+// ErrStorageRestarted on a later run. The zero Fence checks nothing (a
+// process working alone, tests).
 type Fence struct {
 	Lease string
 	Token int64
+	Epoch uint64
 }
 
 // FenceOf returns the fence of a held lease.

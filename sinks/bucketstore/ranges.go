@@ -31,7 +31,8 @@ func (s *Store) PlanRanges(ctx context.Context, tableID string, ranges []KeyRang
 	if len(ranges) == 0 {
 		ranges = []KeyRange{{}}
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// Durable: units write their progress into the planned rows.
+	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
 		// Lock the table row so two processes planning at once agree.
 		if _, err := tx.Exec(ctx, "SELECT 1 FROM source_tables WHERE id = $1 FOR UPDATE", tableID); err != nil {
 			return err
@@ -83,24 +84,4 @@ func (s *Store) StoredRanges(ctx context.Context, tableIDs []string) (map[string
 		return nil, fmt.Errorf("read snapshot ranges of %d tables: %w", len(tableIDs), err)
 	}
 	return plans, nil
-}
-
-// MakeDurable returns once every storage commit that completed before the
-// call is on disk. Writers may run with synchronous_commit=off for speed;
-// the stream calls this before acknowledging an LSN to the source, so the
-// acknowledged position always comes from a durable record: a transaction
-// with synchronous_commit=on flushes the WAL up to its own commit record,
-// which follows every earlier commit.
-func (s *Store) MakeDurable(ctx context.Context) error {
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "SELECT pg_current_xact_id()") // a commit record to wait for
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("flush storage WAL: %w", err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncpipe/syncpipe/sinks"
 )
@@ -123,7 +124,7 @@ func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
 	if !pos.IsStream() {
 		return k.commitRange(ctx, pos)
 	}
-	_, _, err := k.store.CommitStream(ctx, k.group, pglogrepl.LSN(pos.LSN))
+	_, _, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence.Epoch)
 	return err
 }
 
@@ -167,23 +168,42 @@ var (
 	fencedCommitRangeSQL = fmt.Sprintf(commitRangeSQL, "WHERE "+fmt.Sprintf(fenceSQL, 6, 7))
 )
 
-// commitRange stores a snapshot range's progress.
+// commitRange stores a snapshot range's progress. A range's last commit
+// (pos.Done) waits for its WAL flush: the process counts the range done
+// from then on and never reads it again, so a storage crash must not take
+// the mark (or the range's rows before it) back. The commits before it may
+// be lost in a crash; the sink's epoch (Fence.Epoch) then fails the next
+// one, and the range resumes from what storage kept.
 func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 	id, err := k.tableID(ctx, pos.Table)
 	if err != nil {
 		return err
 	}
+	what := fmt.Sprintf("commit progress of %s range %d", pos.Table, pos.Range)
 	args := []any{id, pos.Range, pos.LastKey, pos.RowsDone, pos.Done}
 	q := plainCommitRangeSQL
 	if k.fence.Lease != "" {
 		q, args = fencedCommitRangeSQL, append(args, k.fence.Lease, k.fence.Token)
 	}
-	tag, err := k.store.pool.Exec(ctx, q, args...)
+	conn, err := k.store.acquire(ctx, k.fence.Epoch, what)
 	if err != nil {
-		return fmt.Errorf("commit progress of %s range %d: %w", pos.Table, pos.Range, err)
+		return err
+	}
+	defer conn.Release()
+	var tag pgconn.CommandTag
+	if pos.Done {
+		err = durably(ctx, conn, func(tx pgx.Tx) error {
+			tag, err = tx.Exec(ctx, q, args...)
+			return err
+		})
+	} else {
+		tag, err = conn.Exec(ctx, q, args...)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return k.fence.lost(fmt.Sprintf("commit progress of %s range %d", pos.Table, pos.Range))
+		return k.fence.lost(what)
 	}
 	return nil
 }

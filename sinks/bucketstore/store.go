@@ -58,6 +58,8 @@ type Store struct {
 	liveID sessionID
 	// spare keeps encode buffers from batch to batch (maxSpareBufs).
 	spare freelist.List[*writeBufs]
+	// runs counts the storage server runs seen (Epoch).
+	runs *incarnations
 }
 
 // Open connects to storage and applies pending migrations.
@@ -82,6 +84,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pcfg.ConnConfig.RuntimeParams["search_path"] = cfg.Schema
 	pcfg.ConnConfig.RuntimeParams["synchronous_commit"] = cfg.SynchronousCommit
 	pcfg.ConnConfig.RuntimeParams["application_name"] = "syncpipe"
+	runs := &incarnations{}
+	pcfg.AfterConnect = runs.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("storage pool: %w", err)
@@ -102,7 +106,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Store{pool: pool, schema: cfg.Schema, log: log, changeRetention: defaultChangeRetention,
-		spare: freelist.List[*writeBufs]{Max: maxSpareBufs}}, nil
+		spare: freelist.List[*writeBufs]{Max: maxSpareBufs}, runs: runs}, nil
 }
 
 // Close releases the store's connections.

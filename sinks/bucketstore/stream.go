@@ -189,14 +189,44 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 	return w.WriteStream(ctx, changes, p)
 }
 
-// CommitStream publishes a checkpoint of group at source position lsn
-// covering every op committed so far (Commit keeps it below any writer
-// still in flight, and refuses while a transaction or a re-snapshot is
-// half written).
-func (s *Store) CommitStream(ctx context.Context, group int, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
+// Commit publishes a checkpoint of the writer's group at source position
+// lsn covering every op committed so far (Store.Commit keeps it below any
+// writer still in flight, and refuses while a transaction or a
+// re-snapshot is half written). It fails with ErrStorageRestarted when
+// storage restarted since the writer's Fence.Epoch: the ops it would
+// cover may have been lost.
+func (sw *StreamWriter) Commit(ctx context.Context, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
+	return sw.s.commitStream(ctx, sw.group, lsn, sw.fence.Epoch)
+}
+
+// commitStream is Commit for group, fenced with epoch.
+func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, epoch uint64) (Checkpoint, bool, error) {
 	var op int64
 	if err := s.pool.QueryRow(ctx, `SELECT `+lastIssuedSQL).Scan(&op); err != nil {
 		return Checkpoint{}, false, fmt.Errorf("read op id sequence: %w", err)
 	}
-	return s.Commit(ctx, group, lsn, op)
+	return s.commit(ctx, group, lsn, op, epoch)
+}
+
+// MakeDurable returns once every storage commit that completed before the
+// call is on disk. Writers may run with synchronous_commit=off for speed;
+// the stream calls this before acknowledging an LSN to the source, so the
+// acknowledged position always comes from a durable record: a transaction
+// with synchronous_commit=on flushes the WAL up to its own commit record,
+// which follows every earlier commit — on the same server run, hence the
+// writer's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
+func (sw *StreamWriter) MakeDurable(ctx context.Context) error {
+	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "flush storage WAL")
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	err = durably(ctx, conn, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SELECT pg_current_xact_id()") // a commit record to wait for
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("flush storage WAL: %w", err)
+	}
+	return nil
 }

@@ -103,7 +103,8 @@ func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegis
 		ids[i], rels[i], schemas[i], names[i], rids[i], shapes[i] = randomHex(12), r.RelationID, r.Schema, r.Name, string(rid), string(r.Shape)
 	}
 	var out []SourceTable
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	// Durable: the process writes under these ids from now on.
+	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO source_tables (id, group_id, relation_id, schema_name, table_name, replica_id_columns, shape)
 			SELECT u.id, $1, u.rel, u.nsp, u.name, ARRAY(SELECT jsonb_array_elements_text(u.rid)), nullif(u.shape, '')::jsonb
@@ -143,10 +144,13 @@ func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegis
 // raises the group's no_checkpoint_before to lsn, the source position after
 // the table's last snapshot read.
 func (s *Store) MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error {
-	_, err := s.pool.Exec(ctx, `
+	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `
 		WITH t AS (UPDATE source_tables SET snapshot_done = true, snapshot_lsn = $2::pg_lsn WHERE id = $1 RETURNING group_id)
 		UPDATE groups g SET no_checkpoint_before = GREATEST(coalesce(g.no_checkpoint_before, '0/0'), $2::pg_lsn), updated_at = now()
 		FROM t WHERE g.id = t.group_id`, tableID, lsn.String())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("mark table %s snapshot done: %w", tableID, err)
 	}

@@ -110,9 +110,9 @@ func (s *Store) NewFencedWriter(ctx context.Context, group int, f Fence) (*Write
 // (the sink's flush workers) keeps its buffers grown instead of growing
 // (and copying) them again for every batch.
 func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBufs) (*Writer, error) {
-	conn, err := s.pool.Acquire(ctx)
+	conn, err := s.acquire(ctx, f.Epoch, fmt.Sprintf("writer for group %d", group))
 	if err != nil {
-		return nil, fmt.Errorf("writer for group %d: acquire connection: %w", group, err)
+		return nil, err
 	}
 	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home}
 	if home != nil {
