@@ -90,15 +90,21 @@ type ChangeSet struct {
 // false, every bucket and lookup counts as changed.
 func (s ChangeSet) Known() bool { return s.known }
 
-// BucketChanged reports whether bucket may have a different checksum at
-// the later checkpoint than at the earlier one.
-func (s ChangeSet) BucketChanged(bucket string) bool {
+// BucketChanged reports whether bucket, whose BucketHash is h, may have a
+// different checksum at the later checkpoint than at the earlier one. The
+// intervals' filters rule out most buckets without a map lookup.
+func (s ChangeSet) BucketChanged(bucket string, h uint64) bool {
 	if !s.known {
 		return true
 	}
 	for _, iv := range s.ivs {
-		if iv.hasBucket(bucket) {
+		if iv.allBuckets {
 			return true
+		}
+		if iv.filter.mayHave(h) {
+			if _, ok := iv.buckets[bucket]; ok {
+				return true
+			}
 		}
 	}
 	return false

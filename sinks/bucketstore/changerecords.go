@@ -105,11 +105,11 @@ func (r *changeRecord) lookup(key []byte) {
 
 const recordChangesSQL = `INSERT INTO bucket_changes (group_id, op_low, op_high, buckets, lookups) VALUES ($1, $2, $3, $4, $5)`
 
-// recordChanges inserts the transaction's change record; a write without
-// ops or parameter entries needs none.
-func (w *Writer) recordChanges(ctx context.Context, tx pgx.Tx, res *Result) error {
+// recordChanges queues the insert of the transaction's change record on
+// tail; a write without ops or parameter entries needs none.
+func (w *Writer) recordChanges(tail *pgx.Batch, res *Result) {
 	if res.Ops+res.Params == 0 || len(w.ids) == 0 {
-		return nil
+		return
 	}
 	r := &w.changed
 	// An empty array is "none"; nil is NULL, "unknown".
@@ -131,10 +131,7 @@ func (w *Writer) recordChanges(ctx context.Context, tx pgx.Tx, res *Result) erro
 		}
 	}
 	// Ids are drawn ascending and used from the first on.
-	if _, err := tx.Exec(ctx, recordChangesSQL, w.group, w.ids[0], res.MaxOpID, buckets, lookups); err != nil {
-		return fmt.Errorf("record changed buckets: %w", err)
-	}
-	return nil
+	tail.Queue(recordChangesSQL, w.group, w.ids[0], res.MaxOpID, buckets, lookups)
 }
 
 // pruneChangesSQL deletes records no longer needed and raises the group's
@@ -143,24 +140,21 @@ const pruneChangesSQL = `
 WITH gone AS (DELETE FROM bucket_changes WHERE group_id = $1 AND op_high <= $2 RETURNING 1)
 UPDATE groups SET changes_from = GREATEST(changes_from, $2) WHERE id = $1 AND EXISTS (SELECT 1 FROM gone)`
 
-// pruneChanges runs in Commit's transaction after a checkpoint at cp is
+// queuePrune queues pruning on Commit's tail when a checkpoint at cp is
 // published. Commit holds the group row lock, which writers wait for, so
 // it prunes only every changeRetention/8 op ids (per process: another
 // process pruning too is harmless), not at every checkpoint.
-func (s *Store) pruneChanges(ctx context.Context, tx pgx.Tx, group int, cp int64) error {
+func (s *Store) queuePrune(tail *pgx.Batch, group int, cp int64) {
 	horizon := cp - s.changeRetention
 	if horizon <= 0 {
-		return nil
+		return
 	}
 	if next, ok := s.pruneNext.Load(group); ok && horizon < next.(int64) {
-		return nil
+		return
 	}
-	if _, err := tx.Exec(ctx, pruneChangesSQL, group, horizon); err != nil {
-		return fmt.Errorf("prune change records below %d: %w", horizon, err)
-	}
+	tail.Queue(pruneChangesSQL, group, horizon)
 	// Should the transaction roll back, the next prune just comes later.
 	s.pruneNext.Store(group, horizon+max(s.changeRetention/8, 1))
-	return nil
 }
 
 // loadChangesSQL reads the group's completeness horizon and every record
@@ -180,6 +174,8 @@ type changeInterval struct {
 	allBuckets, allLookups bool
 	buckets                map[string]struct{}
 	lookups                map[string]struct{}
+	// filter holds buckets' names, when they are known (allBuckets false).
+	filter *bucketFilter
 	// prefetchedFor is the newest checkpoint the checksum cache summed
 	// this interval's cached buckets at (ChecksumCache.companions);
 	// guarded by the cache's mutex.
@@ -250,6 +246,12 @@ func (s *Store) loadChanges(ctx context.Context, group int, from, to int64) (*ch
 	}
 	if iv.allLookups || len(iv.lookups) > maxRecordedNames {
 		iv.allLookups, iv.lookups = true, nil
+	}
+	if !iv.allBuckets {
+		iv.filter = new(bucketFilter)
+		for b := range iv.buckets {
+			iv.filter.add(BucketHash(b))
+		}
 	}
 	return iv, nil
 }

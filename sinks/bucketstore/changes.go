@@ -72,15 +72,16 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 	start := time.Now()
 	final := collapse(changes)
 	var res Result
-	err := w.write(ctx, func(tx pgx.Tx) error {
+	tables, keys := probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	var prev map[rowKey]previous
+	head := func(b *pgx.Batch) {
+		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", streamLockClass, w.group)
+		prev = make(map[rowKey]previous, len(final))
+		b.Queue(loadPreviousSQL, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+		w.queueAllocate(b, estimateIDs(final))
+	}
+	err := w.write(ctx, head, func(tx pgx.Tx, tail *pgx.Batch) error {
 		res = Result{}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", streamLockClass, w.group); err != nil {
-			return fmt.Errorf("lock the group's stream writes: %w", err)
-		}
-		prev, err := w.loadPrevious(ctx, tx, final)
-		if err != nil {
-			return err
-		}
 		if err := w.replaceCurrent(ctx, tx, final, prev); err != nil {
 			return err
 		}
@@ -128,11 +129,11 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
 			}
 		}
-		if err := w.flushOps(ctx, tx, &res); err != nil {
+		if err := w.flushOps(ctx, tx, tail, &res); err != nil {
 			return err
 		}
 		if p != nil {
-			return recordProgress(ctx, tx, w.group, p)
+			queueProgress(tail, w.group, p)
 		}
 		return nil
 	})
@@ -191,31 +192,36 @@ func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgt
 	return tables, keys
 }
 
-// loadPrevious reads the stored state of the batch's rows (currentProbe).
-// It takes no row locks: the transaction holds the group's stream lock (see
-// streamLockClass), and no other writer changes stored rows of a streaming
-// group — snapshot writes only insert, and an insert racing ours fails on
-// the primary key and is retried.
-func (w *Writer) loadPrevious(ctx context.Context, tx pgx.Tx, final []*stages.Change) (map[rowKey]previous, error) {
-	tables, keys := probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
-	rows, err := tx.Query(ctx, loadPreviousSQL, w.group, tables, keys)
-	if err != nil {
-		return nil, fmt.Errorf("load previous row state: %w", err)
-	}
-	prev := make(map[rowKey]previous, len(final))
+// scanPrevious reads the stored state of a batch's rows (loadPreviousSQL)
+// into prev. It takes no row locks: the transaction holds the group's
+// stream lock (see streamLockClass), and no other writer changes stored
+// rows of a streaming group — snapshot writes only insert, and an insert
+// racing ours fails on the primary key and is retried.
+func scanPrevious(rows pgx.Rows, prev map[rowKey]previous) error {
 	for rows.Next() {
 		var k rowKey
 		var p previous
 		if err := rows.Scan(&p.tid, &k.table, &k.key, &p.buckets, &p.lookups, &p.data); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("load previous row state: %w", err)
+			return fmt.Errorf("load previous row state: %w", err)
 		}
 		prev[k] = p
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("load previous row state: %w", err)
+		return fmt.Errorf("load previous row state: %w", err)
 	}
-	return prev, nil
+	return nil
+}
+
+// estimateIDs guesses, before the rows' stored state is read, how many op
+// ids a stream write needs: a row's PUTs and lookups, and as many REMOVEs
+// and retractions again for what it had before (a deleted row: two). A
+// batch that needs more draws them in a second round trip.
+func estimateIDs(final []*stages.Change) int {
+	n := 0
+	for _, c := range final {
+		n += 2 * max(len(c.Puts)+len(c.Lookups), 1)
+	}
+	return n
 }
 
 // replaceCurrent deletes the stored state of rows that had one and writes

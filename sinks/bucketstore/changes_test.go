@@ -100,6 +100,57 @@ func TestReplicaIDChangeKeepsObject(t *testing.T) {
 	}
 }
 
+// TestStreamWriteDrawsMoreIDsThanEstimated checks the second allocation of
+// a stream write whose rows had more bucket memberships than its estimate
+// (estimateIDs) allows for: deleting rows that were in 150 buckets each
+// needs 300 REMOVEs, but the estimate, made before the stored state is
+// read, is 2 ids per deleted row. Every op gets a distinct id, ascending
+// in write order, and the change record spans exactly the ids used.
+func TestStreamWriteDrawsMoreIDsThanEstimated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	w := newWriter(t, s, g.ID)
+	const buckets = 150
+	var rows []stages.Change
+	for r := 1; r <= 2; r++ {
+		c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(r)}
+		for b := range buckets {
+			c.Puts = append(c.Puts, put(fmt.Sprintf(`1#b["%d"]`, b), "todos", fmt.Sprint(r), `{}`))
+		}
+		rows = append(rows, c)
+	}
+	if _, err := w.WriteChanges(ctx, rows); err != nil {
+		t.Fatal(err)
+	}
+	before := len(ops(t, s, g.ID))
+	res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Delete, Key: key(1)}, {Table: todos, Kind: stages.Delete, Key: key(2)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 2*buckets {
+		t.Fatalf("deleting 2 rows in %d buckets wrote %d ops, want %d REMOVEs", buckets, res.Ops, 2*buckets)
+	}
+	all := ops(t, s, g.ID)
+	removes := all[before:]
+	seen := map[int64]bool{}
+	for i, o := range removes {
+		if o.Op != OpRemove || seen[o.OpID] || (i > 0 && o.OpID <= removes[i-1].OpID) {
+			t.Fatalf("op %d of the delete: %+v (ids must be distinct REMOVEs)", i, o)
+		}
+		seen[o.OpID] = true
+	}
+	var low, high int64
+	if err := s.pool.QueryRow(ctx, `SELECT op_low, op_high FROM bucket_changes WHERE group_id = $1 ORDER BY op_high DESC LIMIT 1`, g.ID).
+		Scan(&low, &high); err != nil {
+		t.Fatal(err)
+	}
+	if low > removes[0].OpID || high != removes[len(removes)-1].OpID {
+		t.Fatalf("change record (%d, %d] does not span the REMOVEs' ids %d…%d", low, high, removes[0].OpID, removes[len(removes)-1].OpID)
+	}
+}
+
 // BenchmarkStreamWrite times stream batches of 5000 updates over 40000
 // stored rows, each update moving nothing (a PUT in the same bucket): the
 // common streaming case, whose current rows stay as they are.

@@ -69,107 +69,128 @@ type Checkpoint struct {
 // are announced with pg_notify on NotifyChannel, and are durable when
 // Commit returns, whatever the session's synchronous_commit.
 func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
-	return s.commit(ctx, group, lsn, opID, 0)
+	return s.commit(ctx, group, lsn, opID, 0, false)
 }
 
-// commit is Commit, fenced with a storage run (Fence.Epoch; 0: any).
-func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, epoch uint64) (cp Checkpoint, published bool, err error) {
+// commit is Commit, fenced with a storage run (Fence.Epoch; 0: any). With
+// latest set, opID is ignored and the checkpoint covers every op id issued
+// so far (lastIssuedSQL, read in the transaction).
+func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, epoch uint64, latest bool) (cp Checkpoint, published bool, err error) {
 	conn, err := s.acquire(ctx, epoch, fmt.Sprintf("commit group %d at %s", group, lsn))
 	if err != nil {
 		return Checkpoint{}, false, err
 	}
 	defer conn.Release()
-	err = retry(ctx, &s.counters.retries, func() error {
-		cp, published = Checkpoint{}, false
-		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			var (
-				state                     State
-				snapshotDone              bool
-				last, keep                int64
-				lastLSNText, noBeforeText string
-				liveLow                   *int64
-				halfWritten               bool
-			)
-			// A source transaction written in pieces, or a table being
-			// re-read, leaves storage between two consistent states.
-			err := tx.QueryRow(ctx, `
-				SELECT state, snapshot_done, coalesce(last_checkpoint, 0), coalesce(keepalive_op, 0),
-				       coalesce(last_checkpoint_lsn, '0/0')::text, coalesce(no_checkpoint_before, '0/0')::text,
-				       stream_txn_lsn IS NOT NULL OR EXISTS (SELECT 1 FROM source_tables t WHERE t.group_id = g.id AND t.resnapshot)
-				FROM groups g WHERE id = $1 FOR UPDATE`, group).
-				Scan(&state, &snapshotDone, &last, &keep, &lastLSNText, &noBeforeText, &halfWritten)
-			if err != nil {
-				return fmt.Errorf("lock group %d: %w", group, err)
-			}
-			if state == StateStop || state == StateTerminated {
-				return fmt.Errorf("group %d is %s: %w", group, state, ErrGroupStopped)
-			}
-			// Read the claims only now, after the caller's ops committed: a
-			// writer holding a lower uncommitted id claimed it before
-			// allocating, hence before our ops got their ids, so its claim
-			// is visible to this statement's snapshot.
-			if err := tx.QueryRow(ctx, liveLowSQL, group).Scan(&liveLow); err != nil {
-				return fmt.Errorf("read op reservations: %w", err)
-			}
-			lastLSN, _ := pglogrepl.ParseLSN(lastLSNText)
-			noBefore, _ := pglogrepl.ParseLSN(noBeforeText)
-			candidate := max(last, keep, opID)
-			can := snapshotDone && !halfWritten && lsn >= noBefore && lsn >= lastLSN &&
-				(liveLow == nil || candidate < *liveLow)
-			if !can {
-				_, err := tx.Exec(ctx, `UPDATE groups SET keepalive_op = GREATEST(coalesce(keepalive_op, 0), $2::bigint),
-					stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn), last_keepalive_at = now()
-					WHERE id = $1`, group, opID, lsn.String())
-				return err
-			}
-			if candidate == last && lsn == lastLSN {
-				published = false
-				cp = Checkpoint{GroupID: group, OpID: last, LSN: lsn, LSNText: lsn.String()}
-				_, err := tx.Exec(ctx, `UPDATE groups SET last_keepalive_at = now(),
-					stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn) WHERE id = $1`, group, lsn.String())
-				return err
-			}
-			// A published checkpoint is durable: clients download it at
-			// once, so a storage crash must not take back its ops (writers
-			// may commit with synchronous_commit=off). Waiting for this
-			// commit's WAL flush covers every earlier commit, and readers
-			// see the checkpoint only after the flush.
-			if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
-				return fmt.Errorf("make the checkpoint durable: %w", err)
-			}
-			_, err = tx.Exec(ctx, `
-				UPDATE groups SET last_checkpoint = $2, last_checkpoint_lsn = $3::pg_lsn, keepalive_op = NULL,
-				  stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn),
-				  state = CASE WHEN state = 'PROCESSING' THEN 'ACTIVE' ELSE state END,
-				  last_keepalive_at = now(), updated_at = now()
-				WHERE id = $1`, group, candidate, lsn.String())
-			if err != nil {
-				return fmt.Errorf("publish checkpoint: %w", err)
-			}
-			if state == StateProcessing {
-				if _, err := tx.Exec(ctx, `UPDATE groups SET state = 'STOP', updated_at = now()
-					WHERE state = 'ACTIVE' AND id <> $1`, group); err != nil {
-					return fmt.Errorf("stop previous group: %w", err)
-				}
-			}
-			cp = Checkpoint{GroupID: group, OpID: candidate, LSN: lsn, LSNText: lsn.String()}
-			payload, _ := json.Marshal(cp)
-			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.NotifyChannel(), string(payload)); err != nil {
-				return fmt.Errorf("notify checkpoint: %w", err)
-			}
-			// Claims of dead connections are ignored above; forget them.
-			if _, err := tx.Exec(ctx, dropDeadSQL, group); err != nil {
-				return fmt.Errorf("drop dead reservations: %w", err)
-			}
-			if err := s.pruneChanges(ctx, tx, group, candidate); err != nil {
-				return err
-			}
-			published = true
-			return nil
-		})
-	})
-	if err != nil {
+	var g groupCommit
+	t := batchTx{
+		head: func(b *pgx.Batch) { g = groupCommit{group: group, lsn: lsn, opID: opID}; g.queueRead(b, latest) },
+		body: func(_ pgx.Tx, tail *pgx.Batch) error { return g.decide(s, tail) },
+	}
+	if err := retry(ctx, &s.counters.retries, func() error { return t.run(ctx, conn) }); err != nil {
 		return Checkpoint{}, false, fmt.Errorf("commit group %d at %s: %w", group, lsn, err)
 	}
-	return cp, published, nil
+	return g.cp, g.published, nil
+}
+
+// groupCommit is one attempt of commit: what it read of the group, and
+// what it decided.
+type groupCommit struct {
+	group int
+	lsn   pglogrepl.LSN
+	opID  int64
+
+	state                     State
+	snapshotDone, halfWritten bool
+	last, keep                int64
+	lastLSNText, noBeforeText string
+	liveLow                   *int64
+
+	cp        Checkpoint
+	published bool
+}
+
+// queueRead queues locking and reading the group row, then the live
+// writers' claims.
+func (g *groupCommit) queueRead(b *pgx.Batch, latest bool) {
+	if latest {
+		// Read after the caller's ops committed, before the claims.
+		b.Queue(`SELECT ` + lastIssuedSQL).QueryRow(func(r pgx.Row) error {
+			if err := r.Scan(&g.opID); err != nil {
+				return fmt.Errorf("read op id sequence: %w", err)
+			}
+			return nil
+		})
+	}
+	// A source transaction written in pieces, or a table being re-read,
+	// leaves storage between two consistent states (halfWritten).
+	b.Queue(`
+		SELECT state, snapshot_done, coalesce(last_checkpoint, 0), coalesce(keepalive_op, 0),
+		       coalesce(last_checkpoint_lsn, '0/0')::text, coalesce(no_checkpoint_before, '0/0')::text,
+		       stream_txn_lsn IS NOT NULL OR EXISTS (SELECT 1 FROM source_tables t WHERE t.group_id = g.id AND t.resnapshot)
+		FROM groups g WHERE id = $1 FOR UPDATE`, g.group).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&g.state, &g.snapshotDone, &g.last, &g.keep, &g.lastLSNText, &g.noBeforeText, &g.halfWritten); err != nil {
+			return fmt.Errorf("lock group %d: %w", g.group, err)
+		}
+		return nil
+	})
+	// Read the claims only now, after the caller's ops committed: a writer
+	// holding a lower uncommitted id claimed it before allocating, hence
+	// before our ops got their ids, so its claim is visible to this
+	// statement's snapshot.
+	b.Queue(liveLowSQL, g.group).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&g.liveLow); err != nil {
+			return fmt.Errorf("read op reservations: %w", err)
+		}
+		return nil
+	})
+}
+
+// decide queues on tail what the read state calls for: parking the op id
+// in keepalive_op, a keepalive, or publishing a checkpoint.
+func (g *groupCommit) decide(s *Store, tail *pgx.Batch) error {
+	if g.state == StateStop || g.state == StateTerminated {
+		return fmt.Errorf("group %d is %s: %w", g.group, g.state, ErrGroupStopped)
+	}
+	lastLSN, _ := pglogrepl.ParseLSN(g.lastLSNText)
+	noBefore, _ := pglogrepl.ParseLSN(g.noBeforeText)
+	candidate := max(g.last, g.keep, g.opID)
+	can := g.snapshotDone && !g.halfWritten && g.lsn >= noBefore && g.lsn >= lastLSN &&
+		(g.liveLow == nil || candidate < *g.liveLow)
+	lsn := g.lsn.String()
+	if !can {
+		tail.Queue(`UPDATE groups SET keepalive_op = GREATEST(coalesce(keepalive_op, 0), $2::bigint),
+			stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn), last_keepalive_at = now()
+			WHERE id = $1`, g.group, g.opID, lsn)
+		return nil
+	}
+	if candidate == g.last && g.lsn == lastLSN {
+		g.cp = Checkpoint{GroupID: g.group, OpID: g.last, LSN: g.lsn, LSNText: lsn}
+		tail.Queue(`UPDATE groups SET last_keepalive_at = now(),
+			stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn) WHERE id = $1`, g.group, lsn)
+		return nil
+	}
+	// A published checkpoint is durable: clients download it at once, so
+	// a storage crash must not take back its ops (writers may commit with
+	// synchronous_commit=off). Waiting for this commit's WAL flush covers
+	// every earlier commit, and readers see the checkpoint only after the
+	// flush.
+	tail.Queue("SET LOCAL synchronous_commit = on")
+	tail.Queue(`
+		UPDATE groups SET last_checkpoint = $2, last_checkpoint_lsn = $3::pg_lsn, keepalive_op = NULL,
+		  stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $3::pg_lsn),
+		  state = CASE WHEN state = 'PROCESSING' THEN 'ACTIVE' ELSE state END,
+		  last_keepalive_at = now(), updated_at = now()
+		WHERE id = $1`, g.group, candidate, lsn)
+	if g.state == StateProcessing {
+		// The first checkpoint of a new group stops the one it replaces.
+		tail.Queue(`UPDATE groups SET state = 'STOP', updated_at = now() WHERE state = 'ACTIVE' AND id <> $1`, g.group)
+	}
+	g.cp = Checkpoint{GroupID: g.group, OpID: candidate, LSN: g.lsn, LSNText: lsn}
+	payload, _ := json.Marshal(g.cp)
+	tail.Queue("SELECT pg_notify($1, $2)", s.NotifyChannel(), string(payload))
+	// Claims of dead connections are ignored above; forget them.
+	tail.Queue(dropDeadSQL, g.group)
+	s.queuePrune(tail, g.group, candidate)
+	g.published = true
+	return nil
 }

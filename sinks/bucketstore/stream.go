@@ -92,50 +92,38 @@ func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p Str
 	}
 }
 
-// recordProgress writes p in tx. It runs last in its transaction, so the
-// group row is locked only for the commit (Commit locks it too).
-func recordProgress(ctx context.Context, tx pgx.Tx, group int, p *StreamProgress) error {
+// queueProgress queues writing p on tail, the statements that run last in
+// their transaction, so the group row is locked only for the commit
+// (Commit locks it too).
+func queueProgress(tail *pgx.Batch, group int, p *StreamProgress) {
 	for _, u := range p.Tables {
-		if err := recordTable(ctx, tx, group, u); err != nil {
-			return err
-		}
+		queueTable(tail, group, u)
 	}
 	var txn *string
 	if p.TxnLSN != 0 {
 		s := p.TxnLSN.String()
 		txn = &s
 	}
-	_, err := tx.Exec(ctx, `UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn),
+	tail.Queue(`UPDATE groups SET stream_lsn = GREATEST(coalesce(stream_lsn, '0/0'), $2::pg_lsn),
 		stream_txn_lsn = $3::pg_lsn, stream_txn_changes = $4 WHERE id = $1`,
 		group, p.LSN.String(), txn, p.TxnChanges)
-	if err != nil {
-		return fmt.Errorf("record stream position: %w", err)
-	}
-	return nil
 }
 
-func recordTable(ctx context.Context, tx pgx.Tx, group int, u TableUpdate) error {
+func queueTable(tail *pgx.Batch, group int, u TableUpdate) {
 	if u.Shape != nil {
-		if _, err := tx.Exec(ctx, `UPDATE source_tables SET shape = $2::jsonb, replica_id_columns = $3 WHERE id = $1`,
-			u.ID, string(u.Shape), u.ReplicaIDColumns); err != nil {
-			return fmt.Errorf("record the shape of table %s: %w", u.ID, err)
-		}
+		tail.Queue(`UPDATE source_tables SET shape = $2::jsonb, replica_id_columns = $3 WHERE id = $1`,
+			u.ID, string(u.Shape), u.ReplicaIDColumns)
 	}
 	r := u.Resnapshot
 	if r == nil {
-		return nil
+		return
 	}
-	if _, err := tx.Exec(ctx, `UPDATE source_tables SET resnapshot = $2, resnapshot_key = $3, resnapshot_rows = $4 WHERE id = $1`,
-		u.ID, !r.Done, r.LastKey, r.Rows); err != nil {
-		return fmt.Errorf("record the re-snapshot of table %s: %w", u.ID, err)
-	}
+	tail.Queue(`UPDATE source_tables SET resnapshot = $2, resnapshot_key = $3, resnapshot_rows = $4 WHERE id = $1`,
+		u.ID, !r.Done, r.LastKey, r.Rows)
 	if r.Done {
-		if _, err := tx.Exec(ctx, `UPDATE groups SET no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn)
-			WHERE id = $1`, group, r.DoneLSN.String()); err != nil {
-			return fmt.Errorf("record the end of the re-snapshot of table %s: %w", u.ID, err)
-		}
+		tail.Queue(`UPDATE groups SET no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn)
+			WHERE id = $1`, group, r.DoneLSN.String())
 	}
-	return nil
 }
 
 // StreamResume returns the stream position storage holds for group (ok is
@@ -201,11 +189,7 @@ func (sw *StreamWriter) Commit(ctx context.Context, lsn pglogrepl.LSN) (Checkpoi
 
 // commitStream is Commit for group, fenced with epoch.
 func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, epoch uint64) (Checkpoint, bool, error) {
-	var op int64
-	if err := s.pool.QueryRow(ctx, `SELECT `+lastIssuedSQL).Scan(&op); err != nil {
-		return Checkpoint{}, false, fmt.Errorf("read op id sequence: %w", err)
-	}
-	return s.commit(ctx, group, lsn, op, epoch)
+	return s.commit(ctx, group, lsn, 0, epoch, true)
 }
 
 // MakeDurable returns once every storage commit that completed before the

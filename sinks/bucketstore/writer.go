@@ -163,10 +163,12 @@ func (w *Writer) Close() {
 	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
 }
 
-// write runs f in a transaction bracketed by an op id reservation (see
-// doc.go, "The checkpoint invariant"), retrying serialization failures and
-// deadlocks. f must be safe to run again from scratch.
-func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
+// write runs a write transaction (batchTx: head queues statements sent
+// with BEGIN, body may queue statements on tail) bracketed by an op id
+// reservation (see doc.go, "The checkpoint invariant"), retrying
+// serialization failures and deadlocks. head and body must be safe to run
+// again from scratch.
+func (w *Writer) write(ctx context.Context, head func(b *pgx.Batch), body func(tx pgx.Tx, tail *pgx.Batch) error) error {
 	if w.conn == nil {
 		return errors.New("bucketstore: write on a closed writer")
 	}
@@ -175,20 +177,18 @@ func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
 		w.broken = true
 		return fmt.Errorf("reserve op ids: %w", err)
 	}
-	err := retry(ctx, &w.s.counters.retries, func() error {
-		return pgx.BeginFunc(ctx, w.conn, func(tx pgx.Tx) error {
-			if err := f(tx); err != nil {
+	t := batchTx{
+		head: head,
+		body: func(tx pgx.Tx, tail *pgx.Batch) error {
+			if err := body(tx, tail); err != nil {
 				return err
 			}
-			if err := w.release(ctx, tx, claim); err != nil {
-				return err
-			}
-			if w.beforeCommit != nil {
-				w.beforeCommit()
-			}
+			w.queueRelease(tail, claim)
 			return nil
-		})
-	})
+		},
+		beforeCommit: w.beforeCommit,
+	}
+	err := retry(ctx, &w.s.counters.retries, func() error { return t.run(ctx, w.conn) })
 	if err != nil {
 		// The claim must not outlive the failed write, or it would hold
 		// checkpoints back until this connection dies.
@@ -201,22 +201,20 @@ func (w *Writer) write(ctx context.Context, f func(tx pgx.Tx) error) error {
 	return err
 }
 
-// release drops the write's op id claim in its transaction, checking the
-// writer's fence: the last statement before the commit, so that its share
-// lock on the lease is held for the shortest time.
-func (w *Writer) release(ctx context.Context, tx pgx.Tx, claim int64) error {
+// queueRelease queues dropping the write's op id claim in its transaction,
+// checking the writer's fence: the last statement before the commit, so
+// that its share lock on the lease is held for the shortest time.
+func (w *Writer) queueRelease(tail *pgx.Batch, claim int64) {
 	if w.fence.Lease == "" {
-		_, err := tx.Exec(ctx, releaseSQL, claim)
-		return err
+		tail.Queue(releaseSQL, claim)
+		return
 	}
-	tag, err := tx.Exec(ctx, fencedReleaseSQL, claim, w.fence.Lease, w.fence.Token)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return w.fence.lost("write")
-	}
-	return nil
+	tail.Queue(fencedReleaseSQL, claim, w.fence.Lease, w.fence.Token).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() == 0 {
+			return w.fence.lost("write")
+		}
+		return nil
+	})
 }
 
 // WriteSnapshot persists snapshot rows (Upserts). A row that storage
@@ -228,7 +226,8 @@ func (w *Writer) release(ctx context.Context, tx pgx.Tx, claim int64) error {
 func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Result, error) {
 	start := time.Now()
 	var res Result
-	err := w.write(ctx, func(tx pgx.Tx) error {
+	savepoint := func(b *pgx.Batch) { b.Queue("SAVEPOINT snapshot_rows") } // see insertSnapshotRows
+	err := w.write(ctx, savepoint, func(tx pgx.Tx, tail *pgx.Batch) error {
 		res = Result{}
 		fresh, err := w.insertSnapshotRows(ctx, tx, changes)
 		if err != nil {
@@ -246,6 +245,7 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 				res.Skipped++
 			}
 		}
+		w.ids = w.ids[:0]
 		if err := w.allocate(ctx, tx, need); err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Re
 				next++
 			}
 		}
-		return w.flushOps(ctx, tx, &res)
+		return w.flushOps(ctx, tx, tail, &res)
 	})
 	if err != nil {
 		return Result{}, fmt.Errorf("write snapshot batch (%d rows) for group %d: %w", len(changes), w.group, err)
@@ -296,7 +296,8 @@ type putRef struct {
 	change, put int32
 }
 
-// insertSnapshotRows writes current_data rows. It returns nil when every
+// insertSnapshotRows writes current_data rows after the savepoint
+// snapshot_rows (which the write's head set). It returns nil when every
 // row was new, or a per-change "was new" mask after a conflict.
 func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []stages.Change) ([]bool, error) {
 	w.cur.reset()
@@ -304,9 +305,6 @@ func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []st
 		w.encodeCurrent(&changes[i])
 	}
 	w.cur.finish()
-	if _, err := tx.Exec(ctx, "SAVEPOINT snapshot_rows"); err != nil {
-		return nil, err
-	}
 	_, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyCurrentSQL)
 	if err == nil {
 		return nil, nil
@@ -356,22 +354,40 @@ type rowKey struct {
 	key   [16]byte
 }
 
-// allocate draws n op ids, ascending, from the global sequence, in blocks
-// of opIDBlock.
-func (w *Writer) allocate(ctx context.Context, tx pgx.Tx, n int) error {
+// queueAllocate queues drawing op ids for at least n ops on b, when the
+// batch's needs are only estimated before its first statement runs: more
+// are drawn by allocate if they fall short, and ids drawn but not used are
+// gaps.
+func (w *Writer) queueAllocate(b *pgx.Batch, n int) {
 	w.ids = w.ids[:0]
-	if n == 0 {
-		return nil
+	if n <= 0 {
+		return
 	}
 	blocks := (n + opIDBlock - 1) / opIDBlock
-	if err := tx.QueryRow(ctx, allocateSQL, blocks).Scan(&w.blocks); err != nil {
-		return fmt.Errorf("allocate %d op ids: %w", n, err)
+	b.Queue(allocateSQL, blocks).QueryRow(func(r pgx.Row) error { return w.takeBlocks(r, blocks) })
+}
+
+// allocate makes sure w.ids holds at least n op ids, drawing the missing
+// ones from the global sequence in blocks of opIDBlock: ids stay
+// ascending, as each draw is above every earlier one.
+func (w *Writer) allocate(ctx context.Context, tx pgx.Tx, n int) error {
+	if len(w.ids) >= n {
+		return nil
+	}
+	blocks := (n - len(w.ids) + opIDBlock - 1) / opIDBlock
+	return w.takeBlocks(tx.QueryRow(ctx, allocateSQL, blocks), blocks)
+}
+
+// takeBlocks appends to w.ids every id of the blocks allocateSQL drew.
+func (w *Writer) takeBlocks(r pgx.Row, blocks int) error {
+	if err := r.Scan(&w.blocks); err != nil {
+		return fmt.Errorf("allocate %d op id blocks: %w", blocks, err)
 	}
 	if len(w.blocks) != blocks {
 		return fmt.Errorf("allocate op ids: got %d blocks, want %d", len(w.blocks), blocks)
 	}
 	for _, v := range w.blocks {
-		for id := v; id < v+opIDBlock && len(w.ids) < n; id++ {
+		for id := v; id < v+opIDBlock; id++ {
 			w.ids = append(w.ids, id)
 		}
 	}
@@ -453,9 +469,9 @@ func (w *Writer) encodeParam(c *stages.Change, lookup, params []byte, id int64, 
 	res.MaxOpID = max(res.MaxOpID, id)
 }
 
-// flushOps COPYs the encoded ops and parameter entries and records what
-// they changed.
-func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, res *Result) error {
+// flushOps COPYs the encoded ops and parameter entries and queues the
+// record of what they changed on tail.
+func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, tail *pgx.Batch, res *Result) error {
 	if res.Ops > 0 {
 		w.ops.finish()
 		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.ops.reader(), copyOpsSQL); err != nil {
@@ -468,7 +484,8 @@ func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, res *Result) error {
 			return fmt.Errorf("copy parameter entries: %w", err)
 		}
 	}
-	return w.recordChanges(ctx, tx, res)
+	w.recordChanges(tail, res)
+	return nil
 }
 
 func isUniqueViolation(err error) bool {

@@ -164,10 +164,21 @@ func TestGzipLines(t *testing.T) {
 	for i := range 40 {
 		c := &cs[i%2]
 		line := fmt.Sprintf(`{"token_expires_in":%d}`+"\n", i)
-		if i%7 == 3 { // more than one 64 KB deflate block
+		switch i % 7 {
+		case 3: // more than one 64 KB deflate block
 			line = `{"data":"` + strings.Repeat(fmt.Sprintf("row %d of stream %d, ", i, i%2), 3000) + "\"}\n"
+		case 5: // just over the stored size: deflated
+			line = `{"data":"` + strings.Repeat("x", storedBelow) + "\"}\n"
 		}
+		before := c.sent.Len()
 		c.send(t, []byte(line), false)
+		size := len(line) + 10 // a stored block and the sync marker
+		if before == 0 {
+			size += len(gzipHeader)
+		}
+		if stored := c.sent.Len()-before == size; stored != (len(line) < storedBelow) {
+			t.Fatalf("line %d of %d bytes took %d bytes: stored %v, want stored below %d", i, len(line), c.sent.Len()-before, stored, storedBelow)
+		}
 		got, err := c.decode()
 		if !errors.Is(err, io.ErrUnexpectedEOF) || !bytes.Equal(got, c.want) {
 			t.Fatalf("line %d: decoded %d bytes (%v), want the %d sent so far and an unfinished stream", i, len(got), err, len(c.want))

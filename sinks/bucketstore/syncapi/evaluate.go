@@ -31,7 +31,7 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 			return fmt.Errorf("changes up to checkpoint %d: %w", cp.OpID, err)
 		}
 	}
-	refs, sameRefs := c.refs, c.evaluated && changes.Known()
+	refs, hashes, sameRefs := c.refs, c.hashes, c.evaluated && changes.Known()
 	if sameRefs && len(c.keys) > 0 {
 		sameRefs = !changes.LookupsChanged(c.keys)
 	}
@@ -39,6 +39,10 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 		var err error
 		if refs, err = c.resolveBuckets(ctx, cp); err != nil {
 			return err
+		}
+		hashes = make([]uint64, len(refs))
+		for i := range refs {
+			hashes[i] = bucketstore.BucketHash(refs[i].ID)
 		}
 	}
 	// Checksums the client already has, by bucket, when the list changed.
@@ -53,7 +57,7 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 	var ask []string
 	var at []int
 	for i, r := range refs {
-		if changes.Known() && !changes.BucketChanged(r.ID) {
+		if changes.Known() && !changes.BucketChanged(r.ID, hashes[i]) {
 			if sameRefs {
 				sums[i] = c.sums[i]
 				continue
@@ -66,6 +70,9 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 		ask, at = append(ask, r.ID), append(at, i)
 	}
 	c.s.carried.Add(int64(len(refs) - len(ask)))
+	if !sameRefs || len(ask) > 0 {
+		c.stale = true
+	}
 	if len(ask) > 0 && changes.Known() {
 		// The ops since the previous checkpoint, read once for every
 		// stream (delta.go): they give the changed buckets' checksums
@@ -88,7 +95,7 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 			sums[i] = got[j]
 		}
 	}
-	c.refs, c.sums, c.evalOpID, c.evaluated = refs, sums, cp.OpID, true
+	c.refs, c.hashes, c.sums, c.evalOpID, c.evaluated = refs, hashes, sums, cp.OpID, true
 	return nil
 }
 

@@ -74,6 +74,7 @@ type conn struct {
 	evaluated bool
 	evalOpID  int64
 	refs      []syncrules.BucketRef
+	hashes    []uint64 // bucketstore.BucketHash of each of refs
 	sums      []bucketstore.BucketChecksum
 
 	// What the client was told: the target checkpoint (the last one
@@ -88,6 +89,11 @@ type conn struct {
 	sent          []bucketState
 	byName        []int32
 	writeCP       int64
+	// stale: the evaluation since the last announcement changed the bucket
+	// list or recomputed a checksum, so it may differ from sent. Without
+	// it the client was told everything as evaluated: a checkpoint that
+	// changed nothing of the client's costs no comparison per bucket.
+	stale bool
 
 	batch   batch
 	entries []bucketEntry
@@ -418,6 +424,7 @@ func (c *conn) announceFirst(cp bucketstore.Checkpoint, wc int64) error {
 		entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
 	}
 	c.index()
+	c.stale = false
 	c.req.buckets = nil // only the first checkpoint resumes from them
 	c.entries = entries
 	return c.w.checkpoint(false, cp.OpID, wc, entries, nil)
@@ -427,12 +434,14 @@ func (c *conn) announceFirst(cp bucketstore.Checkpoint, wc int64) error {
 // checkpoint changed for the client, and reports whether it did.
 func (c *conn) announceDiff(cp bucketstore.Checkpoint, wc int64) (bool, error) {
 	entries := c.entries[:0]
-	for i, r := range c.refs {
-		if !c.unchanged(c.bucket(r.ID), i) {
-			entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+	if c.stale {
+		for i, r := range c.refs {
+			if !c.unchanged(c.told(i, r.ID), i) {
+				entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+			}
 		}
 	}
-	c.entries = entries
+	c.entries, c.stale = entries, false
 	// Bucket ids are unique: as many, all unchanged, is the same set.
 	sameSet := len(entries) == 0 && len(c.refs) == len(c.sent)
 	if sameSet && wc == c.writeCP && !c.forceAnnounce {
@@ -457,7 +466,7 @@ func (c *conn) unchanged(st *bucketState, i int) bool {
 func (c *conn) adopt() (removed []string) {
 	sent := make([]bucketState, len(c.refs))
 	for i, r := range c.refs {
-		old := c.bucket(r.ID)
+		old := c.told(i, r.ID)
 		st := bucketState{name: r.ID, behind: true} // new to the client: from the start
 		if old != nil {
 			st = *old
@@ -485,6 +494,17 @@ func (c *conn) index() {
 		c.byName[i] = int32(i)
 	}
 	slices.SortFunc(c.byName, func(a, b int32) int { return strings.Compare(c.sent[a].name, c.sent[b].name) })
+}
+
+// told is bucket(name) for the bucket at index i of the evaluation. The
+// evaluated list mostly keeps the announced order, so c.sent[i] is tried
+// first: with a thousand streams of fifty buckets, binary searches by
+// name were a seventh of the process's CPU.
+func (c *conn) told(i int, name string) *bucketState {
+	if i < len(c.sent) && c.sent[i].name == name {
+		return &c.sent[i]
+	}
+	return c.bucket(name)
 }
 
 // bucket returns what the client was told about a bucket, nil if it was
