@@ -126,6 +126,38 @@ func (e *crashEnv) kill(cmd *exec.Cmd) {
 	e.restarts++
 }
 
+// awaitCrashPoint returns at a random point of a running snapshot. One
+// crash in four lands during start-up (slot creation, range planning, the
+// first chunks); the others land once the child has committed one to four
+// more chunks than before it started, and a little later still, so a crash
+// finds chunks half-written by the flush writers. Tying the point to the
+// snapshot's progress rather than to the clock keeps every crash inside the
+// snapshot however fast the machine copies rows.
+func (e *crashEnv) awaitCrashPoint(ctx context.Context, rng *rand.Rand) {
+	e.t.Helper()
+	if rng.IntN(4) == 0 {
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // the crash point, not synchronisation
+		return
+	}
+	target := e.snapshotRows(ctx) + int64(1+rng.IntN(4))*crashChunkRows
+	for e.snapshotRows(ctx) < target && !e.snapshotDone(ctx) {
+		select {
+		case <-ctx.Done():
+			e.t.Fatalf("waiting for %d snapshot rows: %v", target, ctx.Err())
+		case <-time.After(5 * time.Millisecond): // polling the progress table; nothing notifies on it
+		}
+	}
+	time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond) // the crash point within the next chunks
+}
+
+// snapshotRows is how many rows the snapshot has committed as done.
+func (e *crashEnv) snapshotRows(ctx context.Context) int64 {
+	var n int64
+	// Before the child has planned the snapshot the table does not exist yet.
+	_ = e.storage.QueryRow(ctx, "SELECT coalesce(sum(rows_done), 0) FROM syncpipe.snapshot_ranges").Scan(&n)
+	return n
+}
+
 func (e *crashEnv) snapshotDone(ctx context.Context) bool {
 	var done bool
 	err := e.storage.QueryRow(ctx, "SELECT coalesce(bool_or(snapshot_done), false) FROM syncpipe.groups").Scan(&done)
@@ -194,13 +226,13 @@ func TestCrashDuringSnapshotAndStreaming(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	e := newCrashEnv(t, todos.Size{Lists: 40, Todos: 30000, Seed: 9})
+	e := newCrashEnv(t, todos.Size{Lists: 40, Todos: 60000, Seed: 9})
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 
 	snapshotKills := 0
 	for snapshotKills < 10 {
 		cmd := e.start()
-		time.Sleep(time.Duration(150+rng.IntN(600)) * time.Millisecond) // the crash point, not synchronisation
+		e.awaitCrashPoint(ctx, rng)
 		e.kill(cmd)
 		if e.snapshotDone(ctx) {
 			break
