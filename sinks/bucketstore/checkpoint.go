@@ -69,25 +69,33 @@ type Checkpoint struct {
 // are announced with pg_notify on NotifyChannel, and are durable when
 // Commit returns, whatever the session's synchronous_commit.
 func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
-	return s.commit(ctx, group, lsn, opID, 0, false)
+	return s.commit(ctx, group, lsn, opID, Fence{}, false)
 }
 
-// commit is Commit, fenced with a storage run (Fence.Epoch; 0: any). With
-// latest set, opID is ignored and the checkpoint covers every op id issued
-// so far (lastIssuedSQL, read in the transaction).
-func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, epoch uint64, latest bool) (cp Checkpoint, published bool, err error) {
-	conn, err := s.acquire(ctx, epoch, fmt.Sprintf("commit group %d at %s", group, lsn))
+// commit is Commit, fenced with f: a storage run (Fence.Epoch; 0: any)
+// and a lease (Fence.Lease; "": none). With latest set, opID is ignored
+// and the checkpoint covers every op id issued so far (lastIssuedSQL,
+// read in the transaction).
+func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, f Fence, latest bool) (cp Checkpoint, published bool, err error) {
+	what := fmt.Sprintf("commit group %d at %s", group, lsn)
+	conn, err := s.acquire(ctx, f.Epoch, what)
 	if err != nil {
 		return Checkpoint{}, false, err
 	}
 	defer conn.Release()
 	var g groupCommit
 	t := batchTx{
-		head: func(b *pgx.Batch) { g = groupCommit{group: group, lsn: lsn, opID: opID}; g.queueRead(b, latest) },
+		head: func(b *pgx.Batch) {
+			g = groupCommit{group: group, lsn: lsn, opID: opID, fence: f}
+			g.queueRead(b, latest)
+		},
 		body: func(_ pgx.Tx, tail *pgx.Batch) error { return g.decide(s, tail) },
 	}
 	if err := retry(ctx, &s.counters.retries, func() error { return t.run(ctx, conn) }); err != nil {
-		return Checkpoint{}, false, fmt.Errorf("commit group %d at %s: %w", group, lsn, err)
+		return Checkpoint{}, false, fmt.Errorf("%s: %w", what, err)
+	}
+	if !g.held {
+		return Checkpoint{}, false, f.lost(what)
 	}
 	return g.cp, g.published, nil
 }
@@ -98,6 +106,10 @@ type groupCommit struct {
 	group int
 	lsn   pglogrepl.LSN
 	opID  int64
+	fence Fence
+
+	// held: the fence's lease is held (share-locked until the commit).
+	held bool
 
 	state                     State
 	snapshotDone, halfWritten bool
@@ -143,11 +155,30 @@ func (g *groupCommit) queueRead(b *pgx.Batch, latest bool) {
 		}
 		return nil
 	})
+	g.held = g.fence.Lease == ""
+	if g.held {
+		return
+	}
+	// A stream position recorded here is one the process may then confirm
+	// to the source. Once another process took the stream over and read
+	// the position to resume from, a commit of the old holder must not move
+	// it on: the slot would be confirmed past where the new holder starts
+	// (logrepl.ErrSlotAhead). The share lock makes a takeover wait for this
+	// commit, so the new holder reads what it recorded.
+	b.Queue(`SELECT `+fmt.Sprintf(fenceSQL, 1, 2), g.fence.Lease, g.fence.Token).QueryRow(func(r pgx.Row) error {
+		if err := r.Scan(&g.held); err != nil {
+			return fmt.Errorf("check lease %s: %w", g.fence.Lease, err)
+		}
+		return nil
+	})
 }
 
 // decide queues on tail what the read state calls for: parking the op id
 // in keepalive_op, a keepalive, or publishing a checkpoint.
 func (g *groupCommit) decide(s *Store, tail *pgx.Batch) error {
+	if !g.held {
+		return nil // commit reports the lost lease; the transaction changes nothing
+	}
 	if g.state == StateStop || g.state == StateTerminated {
 		return fmt.Errorf("group %d is %s: %w", g.group, g.state, ErrGroupStopped)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
@@ -157,6 +159,58 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	}
 	if _, err := wa.WriteSnapshot(ctx, row(4)); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a write with the first token after the lease was re-taken: %v", err)
+	}
+}
+
+// TestStreamCommitFencedAtTakeover: once another process took a stream's
+// lease over and read the position to resume from, a commit of the old
+// holder records no later position. (It did: the old holder then
+// confirmed that position to the source, past where the new holder
+// started, and the slot refused the new holder's stream as ahead of
+// storage. Found by the torture harness restarting storage.)
+func TestStreamCommitFencedAtTakeover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	a, ok, err := s.AcquireLease(ctx, "stream", "proc-a", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	wa := s.NewStreamWriter(g.ID, FenceOf(a))
+	if _, _, err := wa.Commit(ctx, 100); err != nil {
+		t.Fatalf("commit under a held lease: %v", err)
+	}
+	if err := s.RenewLease(ctx, a, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the lease to expire", func() bool {
+		var expired bool
+		err := s.pool.QueryRow(ctx, "SELECT expires_at < now() FROM leases WHERE name = 'stream'").Scan(&expired)
+		return err == nil && expired
+	})
+	b, ok, err := s.AcquireLease(ctx, "stream", "proc-b", time.Hour)
+	if err != nil || !ok {
+		t.Fatalf("take-over: %v %v", ok, err)
+	}
+	if _, _, err := wa.Commit(ctx, 200); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the old holder's commit after the takeover: %v, want ErrLeaseLost", err)
+	}
+	resume := func() pglogrepl.LSN {
+		t.Helper()
+		p, _, err := s.StreamResume(ctx, g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.LSN
+	}
+	if got := resume(); got != 100 {
+		t.Fatalf("stream position %s after the fenced-out commit, want 0/64", got)
+	}
+	if _, _, err := s.NewStreamWriter(g.ID, FenceOf(b)).Commit(ctx, 200); err != nil {
+		t.Fatalf("the new holder's commit: %v", err)
+	}
+	if got := resume(); got != 200 {
+		t.Fatalf("stream position %s after the new holder's commit, want 0/C8", got)
 	}
 }
 

@@ -124,7 +124,7 @@ func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
 	if !pos.IsStream() {
 		return k.commitRange(ctx, pos)
 	}
-	_, _, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence.Epoch)
+	_, _, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
 	return err
 }
 

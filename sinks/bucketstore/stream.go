@@ -182,14 +182,17 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 // writer still in flight, and refuses while a transaction or a
 // re-snapshot is half written). It fails with ErrStorageRestarted when
 // storage restarted since the writer's Fence.Epoch: the ops it would
-// cover may have been lost.
+// cover may have been lost; and with ErrLeaseLost, recording nothing, once
+// another process holds the writer's lease: the new holder resumes from
+// the position it read on taking over, so the slot must not be confirmed
+// past it.
 func (sw *StreamWriter) Commit(ctx context.Context, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
-	return sw.s.commitStream(ctx, sw.group, lsn, sw.fence.Epoch)
+	return sw.s.commitStream(ctx, sw.group, lsn, sw.fence)
 }
 
-// commitStream is Commit for group, fenced with epoch.
-func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, epoch uint64) (Checkpoint, bool, error) {
-	return s.commit(ctx, group, lsn, 0, epoch, true)
+// commitStream is Commit for group, fenced with f.
+func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, f Fence) (Checkpoint, bool, error) {
+	return s.commit(ctx, group, lsn, 0, f, true)
 }
 
 // MakeDurable returns once every storage commit that completed before the
