@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
@@ -44,6 +46,7 @@ type stack struct {
 	src             *pgx.Conn
 	store           *bucketstore.Store
 	endpoint        string
+	metrics         *sdkmetric.ManualReader // the sync API's
 }
 
 func startStack(t *testing.T, ctx context.Context, size todos.Size) *stack {
@@ -85,8 +88,10 @@ sync_rules:
 		t.Fatal(err)
 	}
 	t.Cleanup(srcPool.Close)
+	s.metrics = sdkmetric.NewManualReader()
 	api, err := syncapi.New(ctx, syncapi.Config{
-		Store: s.store,
+		Store:         s.store,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.metrics)),
 		Auth: config.Auth{
 			Audience:     []string{testAudience},
 			HS256Secrets: []string{testSecret},
@@ -116,6 +121,31 @@ sync_rules:
 	})
 	s.endpoint = "http://" + ln.Addr().String()
 	return s
+}
+
+// sentBytes returns the sync API's syncpipe_sync_sent_bytes by
+// "content type, content encoding".
+func (s *stack) sentBytes(t *testing.T, ctx context.Context) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := s.metrics.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if m.Name != "syncpipe_sync_sent_bytes" || !ok {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				ct, _ := p.Attributes.Value("content_type")
+				ce, _ := p.Attributes.Value("content_encoding")
+				out[ct.AsString()+", "+ce.AsString()] += p.Value
+			}
+		}
+	}
+	return out
 }
 
 // waitCheckpoint blocks until storage published a checkpoint at or beyond
@@ -259,7 +289,9 @@ func TestRealClient(t *testing.T) {
 	defer cancel()
 	s := startStack(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 1})
 
-	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute))
+	// The SDK asks for BSON; its fetch is told to ask for zstd too, as a
+	// browser's does (Node's asks for gzip and deflate only).
+	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--accept-encoding", "zstd, gzip")
 	ev := c.expect("first_sync", 3*time.Minute)
 	wantLists, wantTodos := s.count(t, ctx, "SELECT count(*) FROM lists"), s.count(t, ctx, "SELECT count(*) FROM todos")
 	if ev.Lists == nil || ev.Todos == nil || *ev.Lists != wantLists || *ev.Todos != wantTodos {
@@ -322,6 +354,11 @@ func TestRealClient(t *testing.T) {
 
 	sameTodos(t, c.todos(), s.sourceTodos(t, ctx))
 	c.exit()
+	sent := s.sentBytes(t, ctx)
+	if len(sent) != 1 || sent["application/vnd.powersync.bson-stream, zstd"] == 0 {
+		t.Fatalf("bytes sent by content type and coding: %v, want BSON + zstd only", sent)
+	}
+	t.Logf("sent to the client: %v bytes", sent)
 
 	// A token signed with another secret: the SDK gets 401, no data.
 	bad, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "user1", "iat": time.Now().Unix(),

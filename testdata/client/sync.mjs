@@ -22,7 +22,11 @@
 //   {"cmd":"exit"}                             disconnect, close, exit 0 (also on EOF)
 //
 // Usage: node sync.mjs --endpoint URL --token JWT [--lists N --todos M]
-// (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN). With --lists/--todos the first
+// [--accept-encoding CODINGS] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
+// --accept-encoding replaces the Accept-Encoding that Node's fetch sends
+// ("gzip, deflate") on the SDK's requests, e.g. "zstd, gzip" as browsers
+// send it; Node's fetch decodes zstd responses itself. The SDK is not
+// changed: it takes the fetch through its remoteOptions. With --lists/--todos the first
 // sync counts are checked here too. Every SDK log line goes to stderr;
 // any SDK log at warn level or above (the Rust client reports checksum
 // validation failures as "Checksums didn't match, failed for: ..." at warn)
@@ -49,6 +53,7 @@ const { values: args } = parseArgs({
     lists: { type: 'string' },
     todos: { type: 'string' },
     'first-sync-timeout-ms': { type: 'string', default: '120000' },
+    'accept-encoding': { type: 'string' },
     driver: { type: 'string', default: process.env.SYNCPIPE_CLIENT_DRIVER ?? 'node:sqlite' }
   }
 });
@@ -110,9 +115,20 @@ async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'syncpipe-client-'));
   process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
 
+  const acceptEncoding = args['accept-encoding'];
+  const remoteOptions = acceptEncoding
+    ? {
+        customFetch: (resource, init = {}) => {
+          const headers = new Headers(init.headers);
+          headers.set('accept-encoding', acceptEncoding);
+          return fetch(resource, { ...init, headers });
+        }
+      }
+    : undefined;
   const db = new PowerSyncDatabase({
     schema,
     database: { dbFilename: 'client.db', dbLocation: dir, implementation: { type: args.driver } },
+    remoteOptions,
     logger
   });
   await db.init();

@@ -36,6 +36,30 @@ type dataLine struct {
 	end       int // offset in batch.buf just past the line's newline
 }
 
+// lineFormat is how a stream encodes its data lines and their op data.
+type lineFormat uint8
+
+const (
+	// jsonRaw: NDJSON, op data as a JSON string (raw_data: what the SDKs
+	// ask for).
+	jsonRaw lineFormat = iota
+	// jsonNested: NDJSON, op data as a nested object (legacy clients).
+	jsonNested
+	// bsonLines: BSON documents, op data as a JSON string.
+	bsonLines
+)
+
+// format is the stream's lineFormat.
+func (c *conn) format() lineFormat {
+	switch {
+	case c.w.bson:
+		return bsonLines
+	case c.req.rawData:
+		return jsonRaw
+	}
+	return jsonNested
+}
+
 // batch is the encoded data lines of one storage read: ops are encoded
 // straight into buf as they are read (no per-op values), so the read's
 // connection is released before anything is written to the client.
@@ -43,7 +67,10 @@ type batch struct {
 	buf   []byte
 	lines []dataLine
 	open  bool // the last line's ops array is not closed yet
-	ops   int
+	// doc, inner and arr are where the open BSON line's document, its
+	// "data" document and their ops array start in buf.
+	doc, inner, arr int
+	ops             int
 	// invalidated: an op compacted beyond the checkpoint was read, so the
 	// checkpoint cannot be completed (PowerSync's target_op rule).
 	invalidated bool
@@ -67,35 +94,38 @@ func (b *batch) reset() {
 // next burst grows new ones to its own size.
 func (b *batch) release() { *b = batch{} }
 
-// add encodes one op, opening a line for its bucket if needed (after is
-// the bucket's position before this read). It returns false, leaving the
-// batch unchanged, when the op would take a non-empty batch beyond
-// maxBatchBytes.
-func (b *batch) add(row *bucketstore.OpRow, after int64, raw bool) bool {
+// add encodes one op in format f, opening a line for its bucket if
+// needed (after is the bucket's position before this read). It returns
+// false, leaving the batch unchanged, when the op would take a non-empty
+// batch beyond maxBatchBytes.
+func (b *batch) add(row *bucketstore.OpRow, after int64, f lineFormat) bool {
 	bufLen, nLines, open := len(b.buf), len(b.lines), b.open
+	doc, inner, arr := b.doc, b.inner, b.arr
 	var last dataLine
 	if nLines > 0 {
 		last = b.lines[nLines-1]
 	}
 	if b.open && b.lines[len(b.lines)-1].bucket != row.Bucket {
-		b.closeLine(false) // the read moved on: that bucket is complete
+		b.closeLine(false, f) // the read moved on: that bucket is complete
 	}
 	if !b.open {
 		b.lines = append(b.lines, dataLine{bucket: row.Bucket, after: after})
 		b.open = true
-		b.buf = append(b.buf, `{"data":{"bucket":`...)
-		b.buf = appendJSONString(b.buf, row.Bucket)
-		b.buf = append(b.buf, `,"after":`...)
-		b.buf = appendOpID(b.buf, after)
-		b.buf = append(b.buf, `,"data":[`...)
+		b.openLine(row.Bucket, after, f)
 	}
 	l := &b.lines[len(b.lines)-1]
-	if l.ops > 0 {
-		b.buf = append(b.buf, ',')
+	switch f {
+	case bsonLines:
+		b.buf = appendBSONOp(b.buf, l.ops, row)
+	default:
+		if l.ops > 0 {
+			b.buf = append(b.buf, ',')
+		}
+		b.buf = appendOp(b.buf, row, f == jsonRaw)
 	}
-	b.buf = appendOp(b.buf, row, raw)
 	if b.ops > 0 && len(b.buf) > maxBatchBytes {
 		b.buf, b.lines, b.open = b.buf[:bufLen], b.lines[:nLines], open
+		b.doc, b.inner, b.arr = doc, inner, arr
 		if nLines > 0 {
 			b.lines[nLines-1] = last
 		}
@@ -107,14 +137,38 @@ func (b *batch) add(row *bucketstore.OpRow, after int64, raw bool) bool {
 	return true
 }
 
+// openLine starts the data line of bucket, up to its ops.
+func (b *batch) openLine(bucket string, after int64, f lineFormat) {
+	if f == bsonLines {
+		b.buf, b.doc = bsonOpen(b.buf)
+		b.buf, b.inner = bsonOpenDoc(b.buf, bsonDocument, "data")
+		b.buf = bsonStringElem(b.buf, "bucket", bucket)
+		b.buf = bsonOpID(b.buf, "after", after)
+		b.buf, b.arr = bsonOpenDoc(b.buf, bsonArray, "data")
+		return
+	}
+	b.buf = append(b.buf, `{"data":{"bucket":`...)
+	b.buf = appendJSONString(b.buf, bucket)
+	b.buf = append(b.buf, `,"after":`...)
+	b.buf = appendOpID(b.buf, after)
+	b.buf = append(b.buf, `,"data":[`...)
+}
+
 // closeLine ends the open line.
-func (b *batch) closeLine(hasMore bool) {
+func (b *batch) closeLine(hasMore bool, f lineFormat) {
 	l := &b.lines[len(b.lines)-1]
-	b.buf = append(b.buf, `],"next_after":`...)
-	b.buf = appendOpID(b.buf, l.nextAfter)
-	b.buf = append(b.buf, `,"has_more":`...)
-	b.buf = strconv.AppendBool(b.buf, hasMore)
-	b.buf = append(b.buf, "}}\n"...)
+	if f == bsonLines {
+		b.buf = bsonClose(b.buf, b.arr)
+		b.buf = bsonOpID(b.buf, "next_after", l.nextAfter)
+		b.buf = bsonBoolElem(b.buf, "has_more", hasMore)
+		b.buf = bsonClose(bsonClose(b.buf, b.inner), b.doc)
+	} else {
+		b.buf = append(b.buf, `],"next_after":`...)
+		b.buf = appendOpID(b.buf, l.nextAfter)
+		b.buf = append(b.buf, `,"has_more":`...)
+		b.buf = strconv.AppendBool(b.buf, hasMore)
+		b.buf = append(b.buf, "}}\n"...)
+	}
 	l.end = len(b.buf)
 	b.open = false
 }
@@ -262,7 +316,7 @@ func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bu
 	defer span.End()
 	c.batch.reset()
 	idx := 0
-	raw := c.req.rawData
+	f := c.format()
 	more, err = c.s.store.ReadBucketDataShape(ctx, c.s.cfg.Baseline.ReadShape, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {
 		for idx < len(reqs) && reqs[idx].Bucket != row.Bucket {
 			idx++
@@ -273,7 +327,7 @@ func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bu
 		if row.TargetOp > cp.OpID {
 			c.batch.invalidated = true
 		}
-		if !c.batch.add(row, reqs[idx].After, raw) {
+		if !c.batch.add(row, reqs[idx].After, f) {
 			return errBatchFull
 		}
 		return nil
@@ -287,7 +341,7 @@ func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bu
 		return false, err
 	}
 	if c.batch.open {
-		c.batch.closeLine(more)
+		c.batch.closeLine(more, f)
 	}
 	span.SetAttributes(attrOps.Int(c.batch.ops), attrBytes.Int(len(c.batch.buf)), attrMore.Bool(more))
 	return more, nil

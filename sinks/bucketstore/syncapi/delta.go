@@ -267,7 +267,7 @@ func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.Bucke
 	}
 	invalidated := c.batch.invalidated
 	c.batch.reset()
-	raw := c.req.rawData
+	f := c.format()
 	for _, r := range reqs {
 		for _, seg := range d.segs {
 			rows := seg.ops[r.Bucket]
@@ -279,7 +279,7 @@ func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.Bucke
 				if row.TargetOp > cp.OpID {
 					c.batch.invalidated = true
 				}
-				if !c.batch.add(row, r.After, raw) {
+				if !c.batch.add(row, r.After, f) {
 					c.batch.reset()
 					c.batch.invalidated = invalidated
 					return false
@@ -288,7 +288,7 @@ func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.Bucke
 		}
 	}
 	if c.batch.open {
-		c.batch.closeLine(false)
+		c.batch.closeLine(false, f)
 	}
 	c.s.deltas.served.Add(1)
 	return true

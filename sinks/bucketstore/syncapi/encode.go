@@ -25,21 +25,31 @@ import (
 // forever.
 const writeTimeout = time.Minute
 
-// lineWriter writes NDJSON lines to a streaming response, optionally
-// gzip-compressed, flushing after every line so the client sees each one
-// as soon as it is produced.
+// lineWriter writes a sync stream's lines — NDJSON, or BSON documents —
+// to the response, compressed with the negotiated coding, flushing after
+// every line so the client sees each one as soon as it is produced.
 type lineWriter struct {
 	w       io.Writer
-	gz      *gzipStream // nil: identity
+	bson    bool       // BSON documents (bsonType), else NDJSON lines
+	comp    compressor // nil: identity
 	rc      *http.ResponseController
 	timeout time.Duration // Config.WriteTimeout
 	buf     []byte        // scratch for control lines
-	// bytes counts uncompressed bytes written.
-	bytes int64
+	// bytes counts uncompressed bytes written, wire the bytes sent.
+	bytes, wire int64
+	// sent counts bytes sent by content type and coding (may be nil).
+	sent func(n int64)
 
 	mu       sync.Mutex // guards done against abort
 	done     bool       // the handler has returned: w must not be touched
 	aborting atomic.Bool
+}
+
+// compressor compresses a stream a line at a time: encode writes p's
+// compressed form to out, everything a decoder needs to hand p on (last:
+// and the end of the stream).
+type compressor interface {
+	encode(out *bytes.Buffer, p []byte, last bool) error
 }
 
 // errAborted is returned by writes after abort; errClientWrite wraps
@@ -49,46 +59,52 @@ var (
 	errClientWrite = errors.New("write to client")
 )
 
-// startStream sends the response headers of a sync stream and returns the
-// writer for its lines, each written within timeout.
+// startStream sends the response headers of a sync stream — its media
+// type and coding negotiated from the request's Accept and
+// Accept-Encoding — and returns the writer for its lines, each written
+// within timeout.
 func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
 	h := w.Header()
-	h.Set("Content-Type", "application/x-ndjson")
+	ctype := negotiateType(r.Header.Values("Accept"))
+	h.Set("Content-Type", ctype)
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Cache-Control", "no-store")
-	h.Add("Vary", "Accept-Encoding")
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: timeout}
-	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
-		h.Set("Content-Encoding", "gzip")
-		lw.gz = &gzipStream{}
+	h.Add("Vary", "Accept, Accept-Encoding")
+	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, bson: ctype == bsonType}
+	switch negotiateCoding(r.Header.Values("Accept-Encoding")) {
+	case codingZstd:
+		h.Set("Content-Encoding", codingZstd)
+		lw.comp = zstdStream{}
+	case codingGzip:
+		h.Set("Content-Encoding", codingGzip)
+		lw.comp = &gzipStream{}
 	}
 	w.WriteHeader(http.StatusOK)
 	_ = lw.rc.Flush() // headers now: the client knows the stream is open
 	return lw
 }
 
-// acceptsGzip reports whether Accept-Encoding values allow gzip (q > 0).
-func acceptsGzip(values []string) bool {
-	for _, v := range values {
-		for part := range strings.SplitSeq(v, ",") {
-			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-			if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
-				continue
-			}
-			q, hasQ := strings.CutPrefix(strings.ReplaceAll(params, " ", ""), "q=")
-			if !hasQ {
-				return true
-			}
-			if f, err := strconv.ParseFloat(q, 64); err == nil && f > 0 {
-				return true
-			}
-		}
+// contentType and contentEncoding are the stream's negotiated headers.
+func (lw *lineWriter) contentType() string {
+	if lw.bson {
+		return bsonType
 	}
-	return false
+	return ndjsonType
 }
 
-// writeLine writes one complete line (ending in '\n') and flushes it
-// through the compressor and the connection.
+func (lw *lineWriter) contentEncoding() string {
+	switch lw.comp.(type) {
+	case zstdStream:
+		return codingZstd
+	case *gzipStream:
+		return codingGzip
+	}
+	return codingIdentity
+}
+
+// writeLine writes one complete line (an NDJSON line ending in '\n', or a
+// BSON document) and flushes it through the compressor and the
+// connection.
 func (lw *lineWriter) writeLine(line []byte) error {
 	// Not every ResponseWriter supports deadlines; then none applies.
 	_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
@@ -108,18 +124,21 @@ func (lw *lineWriter) writeLine(line []byte) error {
 // write sends p, compressed when the stream is (last: the end of the
 // compressed stream).
 func (lw *lineWriter) write(p []byte, last bool) error {
-	if lw.gz == nil {
-		if _, err := lw.w.Write(p); err != nil {
-			return fmt.Errorf("%w: %w", errClientWrite, err)
+	out := p
+	if lw.comp != nil {
+		buf := getCompressed()
+		defer putCompressed(buf)
+		if err := lw.comp.encode(buf, p, last); err != nil {
+			return fmt.Errorf("compress line: %w", err)
 		}
-		return nil
+		out = buf.Bytes()
 	}
-	out := getCompressed()
-	defer putCompressed(out)
-	if err := lw.gz.encode(out, p, last); err != nil {
-		return fmt.Errorf("compress line: %w", err)
+	n, err := lw.w.Write(out)
+	lw.wire += int64(n)
+	if lw.sent != nil && n > 0 {
+		lw.sent(int64(n))
 	}
-	if _, err := lw.w.Write(out.Bytes()); err != nil {
+	if err != nil {
 		return fmt.Errorf("%w: %w", errClientWrite, err)
 	}
 	return nil
@@ -149,7 +168,7 @@ func (lw *lineWriter) finish() {
 
 // close ends the compressed stream, if any (its trailer), best effort.
 func (lw *lineWriter) close() {
-	if lw.gz != nil && !lw.aborting.Load() {
+	if lw.comp != nil && !lw.aborting.Load() {
 		_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
 		_ = lw.write(nil, true)
 		_ = lw.rc.Flush()
@@ -276,26 +295,47 @@ func putCompressed(b *bytes.Buffer) {
 // line starts a control line in the scratch buffer.
 func (lw *lineWriter) line() []byte { return lw.buf[:0] }
 
-// send writes a control line built on lw.line().
+// send writes a control line built on lw.line(): an NDJSON line gets its
+// newline here.
 func (lw *lineWriter) send(b []byte) error {
-	b = append(b, '\n')
+	if !lw.bson {
+		b = append(b, '\n')
+	}
 	lw.buf = b
 	return lw.writeLine(b)
 }
 
 func (lw *lineWriter) tokenExpiresIn(seconds int64) error {
+	if lw.bson {
+		b, doc := bsonOpen(lw.line())
+		b = bsonInt32Elem(b, "token_expires_in", int32(min(max(seconds, -1<<31), 1<<31-1)))
+		return lw.send(bsonClose(b, doc))
+	}
 	b := append(lw.line(), `{"token_expires_in":`...)
 	b = strconv.AppendInt(b, seconds, 10)
 	return lw.send(append(b, '}'))
 }
 
 func (lw *lineWriter) checkpointComplete(lastOpID int64) error {
+	if lw.bson {
+		b, doc := bsonOpen(lw.line())
+		b, in := bsonOpenDoc(b, bsonDocument, "checkpoint_complete")
+		b = bsonOpID(b, "last_op_id", lastOpID)
+		return lw.send(bsonClose(bsonClose(b, in), doc))
+	}
 	b := append(lw.line(), `{"checkpoint_complete":{"last_op_id":`...)
 	b = appendOpID(b, lastOpID)
 	return lw.send(append(b, "}}"...))
 }
 
 func (lw *lineWriter) partialCheckpointComplete(lastOpID int64, priority int) error {
+	if lw.bson {
+		b, doc := bsonOpen(lw.line())
+		b, in := bsonOpenDoc(b, bsonDocument, "partial_checkpoint_complete")
+		b = bsonOpID(b, "last_op_id", lastOpID)
+		b = bsonInt32Elem(b, "priority", int32(priority))
+		return lw.send(bsonClose(bsonClose(b, in), doc))
+	}
 	b := append(lw.line(), `{"partial_checkpoint_complete":{"last_op_id":`...)
 	b = appendOpID(b, lastOpID)
 	b = append(b, `,"priority":`...)
@@ -305,6 +345,14 @@ func (lw *lineWriter) partialCheckpointComplete(lastOpID int64, priority int) er
 
 // streamError is an error line: the stream ends after it.
 func (lw *lineWriter) streamError(code, msg string) error {
+	if lw.bson {
+		b, doc := bsonOpen(lw.line())
+		b, in := bsonOpenDoc(b, bsonDocument, "error")
+		b = bsonStringElem(b, "code", code)
+		b = bsonStringElem(b, "message", msg)
+		b = bsonStringElem(b, "description", msg)
+		return lw.send(bsonClose(bsonClose(b, in), doc))
+	}
 	b := append(lw.line(), `{"error":{"code":`...)
 	b = appendJSONString(b, code)
 	b = append(b, `,"message":`...)
@@ -325,6 +373,9 @@ type bucketEntry struct {
 // checkpoint writes a full checkpoint line (diff == false) or a
 // checkpoint_diff line. writeCheckpoint ≤ 0 is omitted.
 func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string) error {
+	if lw.bson {
+		return lw.send(appendBSONCheckpoint(lw.line(), diff, lastOpID, writeCheckpoint, buckets, removed))
+	}
 	b := lw.line()
 	if diff {
 		b = append(b, `{"checkpoint_diff":{"last_op_id":`...)

@@ -49,12 +49,29 @@ func TestAppendOpAllocations(t *testing.T) {
 	}
 }
 
-func TestAcceptsGzip(t *testing.T) {
+func TestNegotiateCoding(t *testing.T) {
 	t.Parallel()
-	for h, want := range map[string]bool{"": false, "gzip": true, "deflate, gzip;q=0.5": true, "GZIP": true,
-		"gzip;q=0": false, "gzip; q=0.0": false, "br": false, "x-gzip": false} {
-		if got := acceptsGzip([]string{h}); got != want {
-			t.Errorf("%q: %v, want %v", h, got, want)
+	for h, want := range map[string]string{"": "identity", "gzip": "gzip", "deflate, gzip;q=0.5": "gzip", "GZIP": "gzip",
+		"gzip;q=0": "identity", "gzip; q=0.0": "identity", "br": "identity", "x-gzip": "identity",
+		"zstd": "zstd", "gzip, zstd": "zstd", "zstd;q=0.5, gzip": "gzip", "zstd, gzip;q=1.0": "zstd",
+		"*": "zstd", "*;q=0.3, gzip;q=0.2": "zstd", "identity, gzip;q=0.5": "identity", "gzip;q=bad": "identity",
+		"identity;q=0, *;q=0": "identity", "zstd;q=0, *": "gzip", "gzip;foo=bar;q=0.7": "gzip"} {
+		if got := negotiateCoding([]string{h}); got != want {
+			t.Errorf("Accept-Encoding %q: %s, want %s", h, got, want)
+		}
+	}
+}
+
+func TestNegotiateType(t *testing.T) {
+	t.Parallel()
+	sdk := "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8"
+	for h, want := range map[string]string{"": ndjsonType, sdk: bsonType, "application/x-ndjson": ndjsonType,
+		"application/vnd.powersync.bson-stream": bsonType, "*/*": ndjsonType,
+		"application/vnd.powersync.bson-stream;q=0.5, application/x-ndjson": ndjsonType,
+		"application/vnd.powersync.bson-stream, */*;q=0.1":                  bsonType, "text/html": ndjsonType,
+		"APPLICATION/VND.POWERSYNC.BSON-STREAM": bsonType} {
+		if got := negotiateType([]string{h}); got != want {
+			t.Errorf("Accept %q: %s, want %s", h, got, want)
 		}
 	}
 }
@@ -67,7 +84,7 @@ func TestBatchByteLimit(t *testing.T) {
 	added := 0
 	for i := range 10 {
 		row.OpID = int64(i + 1)
-		if !b.add(row, 0, true) {
+		if !b.add(row, 0, jsonRaw) {
 			break
 		}
 		added++
@@ -75,7 +92,7 @@ func TestBatchByteLimit(t *testing.T) {
 	if added != 2 || b.ops != 2 || len(b.buf) > maxBatchBytes {
 		t.Fatalf("added %d ops (%d bytes), want 2 within %d", added, len(b.buf), maxBatchBytes)
 	}
-	b.closeLine(true)
+	b.closeLine(true, jsonRaw)
 	var l struct {
 		Data struct {
 			NextAfter string `json:"next_after"`
@@ -89,7 +106,7 @@ func TestBatchByteLimit(t *testing.T) {
 	// A single op larger than the limit still goes, alone.
 	b.reset()
 	row.Data = []byte(`"` + strings.Repeat("y", maxBatchBytes) + `"`)
-	if !b.add(row, 0, true) || b.add(row, 0, true) {
+	if !b.add(row, 0, jsonRaw) || b.add(row, 0, jsonRaw) {
 		t.Fatal("an oversized op must go alone")
 	}
 }
@@ -104,10 +121,10 @@ func TestSharedBatchReadOnly(t *testing.T) {
 	b := batch{buf: shared, lines: []dataLine{{bucket: "b1", end: len(shared)}}, shared: true}
 	b.reset()
 	row := &bucketstore.OpRow{Bucket: "b2", OpID: 9, Op: bucketstore.OpPut, ObjectType: "t", ObjectID: "i", Data: []byte(`"x"`)}
-	if !b.add(row, 0, true) {
+	if !b.add(row, 0, jsonRaw) {
 		t.Fatal("add to an empty batch failed")
 	}
-	b.closeLine(false)
+	b.closeLine(false, jsonRaw)
 	if !bytes.Equal(shared, orig) || b.shared {
 		t.Fatalf("shared bytes now %q (shared %v), want %q untouched", shared, b.shared, orig)
 	}
@@ -196,4 +213,26 @@ func TestGzipLines(t *testing.T) {
 	if got, err := empty.decode(); err != nil || len(got) != 0 {
 		t.Fatalf("empty stream: %q, %v", got, err)
 	}
+}
+
+// FuzzNegotiate: any Accept and Accept-Encoding give one of the known
+// media types and codings, and a coding the client gave a weight of 0
+// is never chosen over identity.
+func FuzzNegotiate(f *testing.F) {
+	for _, s := range []string{"", "gzip", "zstd;q=0.5, gzip;q=0.4", "*;q=0", "gzip;q=", ";;,,q=1", "application/*;q=0.9",
+		"application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		if ct := negotiateType([]string{h}); ct != ndjsonType && ct != bsonType {
+			t.Fatalf("Accept %q: %q", h, ct)
+		}
+		c := negotiateCoding([]string{h})
+		if c != codingIdentity && c != codingGzip && c != codingZstd {
+			t.Fatalf("Accept-Encoding %q: %q", h, c)
+		}
+		if c != codingIdentity && parseQValues([]string{h}).weight(c, 0, "*") == 0 {
+			t.Fatalf("Accept-Encoding %q: chose %s, which it refuses", h, c)
+		}
+	})
 }

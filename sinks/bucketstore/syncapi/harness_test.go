@@ -3,9 +3,10 @@ package syncapi
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
-	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
+	"github.com/klauspost/compress/zstd"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
@@ -339,6 +343,13 @@ func (e *env) request(ctx context.Context, tok string, body any, header http.Hea
 // open starts a stream for body (raw_data true unless body sets it).
 func (e *env) open(tok string, body map[string]any) *stream {
 	e.t.Helper()
+	return e.openWith(tok, body, nil, ndjsonType)
+}
+
+// openWith is open with request headers, expecting the response's
+// Content-Type to be ctype.
+func (e *env) openWith(tok string, body map[string]any, header http.Header, ctype string) *stream {
+	e.t.Helper()
 	if body == nil {
 		body = map[string]any{}
 	}
@@ -346,28 +357,55 @@ func (e *env) open(tok string, body map[string]any) *stream {
 		body["raw_data"] = true
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	resp := e.request(ctx, tok, body, nil, nil)
+	resp := e.request(ctx, tok, body, header, nil)
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(resp.Body)
 		cancel()
 		e.t.Fatalf("sync stream: HTTP %d: %s", resp.StatusCode, msg)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/x-ndjson" {
-		e.t.Errorf("Content-Type %q", ct)
+	if ct := resp.Header.Get("Content-Type"); ct != ctype {
+		e.t.Errorf("Content-Type %q, want %q", ct, ctype)
 	}
-	s := readStream(e.t, resp, resp.Body, cancel)
+	var r io.Reader = resp.Body
+	switch ce := resp.Header.Get("Content-Encoding"); ce {
+	case "":
+	case "zstd":
+		d, err := zstd.NewReader(resp.Body)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Cleanup(d.Close)
+		r = d
+	case "gzip":
+		if !resp.Uncompressed { // the client asked for it itself
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			r = zr
+		}
+	default:
+		e.t.Fatalf("Content-Encoding %q", ce)
+	}
+	s := readStream(e.t, resp, r, cancel)
 	e.t.Cleanup(s.close)
 	return s
 }
 
+// readStream parses body's lines on a goroutine: NDJSON, or BSON
+// documents when resp says so (each turned into its relaxed extended
+// JSON, so both parse into line alike).
 func readStream(t testing.TB, resp *http.Response, body io.Reader, cancel context.CancelFunc) *stream {
 	s := &stream{t: t, resp: resp, lines: make(chan line, 1024), cancel: cancel, done: make(chan struct{})}
+	next := nextNDJSON(bufio.NewReader(body))
+	if resp.Header.Get("Content-Type") == bsonType {
+		next = nextBSON(t, bufio.NewReader(body))
+	}
 	go func() {
 		defer close(s.done)
 		defer close(s.lines)
-		r := bufio.NewReader(body)
 		for {
-			b, err := r.ReadBytes('\n')
+			b, err := next()
 			if err != nil && len(b) > 0 {
 				return // cut off mid-line: the connection broke
 			}
@@ -387,6 +425,37 @@ func readStream(t testing.TB, resp *http.Response, body io.Reader, cancel contex
 		}
 	}()
 	return s
+}
+
+func nextNDJSON(r *bufio.Reader) func() ([]byte, error) {
+	return func() ([]byte, error) { return r.ReadBytes('\n') }
+}
+
+// nextBSON reads the next BSON document, as the SDKs split a BSON
+// stream (by its length prefix), and returns it as JSON.
+func nextBSON(t testing.TB, r *bufio.Reader) func() ([]byte, error) {
+	return func() ([]byte, error) {
+		var n [4]byte
+		if _, err := io.ReadFull(r, n[:]); err != nil {
+			return n[:0], err
+		}
+		size := int(binary.LittleEndian.Uint32(n[:]))
+		if size < 5 || size > 64<<20 {
+			t.Errorf("BSON document of %d bytes", size)
+			return n[:], io.ErrUnexpectedEOF
+		}
+		doc := make([]byte, size)
+		copy(doc, n[:])
+		if _, err := io.ReadFull(r, doc[4:]); err != nil {
+			return doc, io.ErrUnexpectedEOF
+		}
+		js, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+		if err != nil {
+			t.Errorf("BSON document %x: %v", doc, err)
+			return doc, err
+		}
+		return js, nil
+	}
 }
 
 // next returns the next line; ok is false at the end of the stream.

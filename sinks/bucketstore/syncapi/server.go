@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -142,6 +143,7 @@ type Server struct {
 
 	connections metric.Int64UpDownCounter
 	opsSynced   metric.Int64Counter
+	bytesSent   metric.Int64Counter
 	errorsGauge metric.Registration // syncpipe_replication_group_errors
 
 	healthc healthCache // storage health read shared by /healthz and the gauge
@@ -215,8 +217,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
+	sent, err := meter.Int64Counter("syncpipe_sync_sent_bytes",
+		metric.WithDescription("Bytes of sync stream responses written to clients, as sent (compressed), by content type and content encoding."),
+		metric.WithUnit("By"))
+	if err != nil {
+		return nil, fmt.Errorf("syncapi: create metric: %w", err)
+	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Server{cfg: cfg, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
+	s := &Server{bytesSent: sent, cfg: cfg, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
@@ -440,6 +448,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	}
 	markStreaming(r.Context()) // bounded by the slots above, not the ConnGuard
 	lw := startStream(w, r, s.cfg.WriteTimeout)
+	sentAttrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("content_type", lw.contentType()),
+		attribute.String("content_encoding", lw.contentEncoding())))
+	lw.sent = func(n int64) { s.bytesSent.Add(s.ctx, n, sentAttrs) }
 	ctx, cancel := context.WithCancel(r.Context())
 	// Close ends the stream, even one blocked writing to a stalled client.
 	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })

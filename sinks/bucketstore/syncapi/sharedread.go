@@ -87,7 +87,7 @@ func (c *conn) readKey(reqs []bucketstore.BucketRequest) string {
 		return ""
 	}
 	b := make([]byte, 0, 64)
-	b = strconv.AppendBool(b, c.req.rawData)
+	b = strconv.AppendInt(b, int64(c.format()), 10)
 	b = append(b, '|')
 	b = strconv.AppendInt(b, int64(c.s.cfg.Baseline.ReadShape), 10)
 	for _, r := range reqs {
