@@ -177,6 +177,14 @@ func TestReloadOnSIGHUP(t *testing.T) {
 			t.Errorf("%s never completed a checkpoint of group 2", cl.name)
 		}
 	}
+	// The clients' connections alternate between what the SDKs ask for
+	// (BSON, zstd) and NDJSON with gzip: the API counts bytes of both.
+	ss := scrape(ctx, e.api)
+	for _, enc := range [][2]string{{"application/vnd.powersync.bson-stream", "zstd"}, {"application/x-ndjson", "gzip"}} {
+		if n, _ := sample(ss, "syncpipe_sync_sent_bytes_total", "content_type", enc[0], "content_encoding", enc[1]); n <= 0 {
+			t.Errorf("/metrics: %v bytes sent as %s with %s, want > 0", n, enc[0], enc[1])
+		}
+	}
 	if aw.seen(1) < 2 || aw.seen(2) < 2 {
 		t.Errorf("alice completed %d checkpoints of group 1 and %d of group 2; want changes validated in both", aw.seen(1), aw.seen(2))
 	}

@@ -4,19 +4,28 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // syncClient is a minimal PowerSync protocol client for tests that watch
 // what clients see while syncpipe goes through failures: it keeps its
 // buckets across checkpoints and reconnects (resuming with the op ids it
 // has), verifies every bucket's checksum at each checkpoint_complete and
-// hands the complete state to observe.
+// hands the complete state to observe. Its connections alternate between
+// what the SDKs ask for — BSON documents, here zstd-compressed — and
+// NDJSON with gzip, so both encodings of the real binary are followed
+// across reconnects and resumes.
 type syncClient struct {
 	url, token string
 	// observe gets every complete checkpoint: its op id and the rows of
@@ -28,6 +37,7 @@ type syncClient struct {
 	target  map[string]int32 // the checkpoint's bucket checksums
 	errs    []error
 	seen    int // complete checkpoints
+	conns   int // connections made
 }
 
 type clientBucket struct {
@@ -74,6 +84,8 @@ func (c *syncClient) once(ctx context.Context) error {
 	for name, b := range c.buckets {
 		have = append(have, map[string]string{"name": name, "after": b.after})
 	}
+	c.conns++
+	asSDK := c.conns%2 == 1
 	c.mu.Unlock()
 	body, _ := json.Marshal(map[string]any{"buckets": have, "raw_data": true, "include_checksum": true, "client_id": "test"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
@@ -82,6 +94,10 @@ func (c *syncClient) once(ctx context.Context) error {
 	}
 	req.Header.Set("Authorization", "Token "+c.token)
 	req.Header.Set("Content-Type", "application/json")
+	if asSDK {
+		req.Header.Set("Accept", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8")
+		req.Header.Set("Accept-Encoding", "zstd, gzip")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -90,17 +106,88 @@ func (c *syncClient) once(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("sync stream: %s", resp.Status)
 	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		if err := c.line(sc.Bytes()); err != nil {
-			c.mu.Lock()
-			c.errs = append(c.errs, err)
-			c.mu.Unlock()
+	next, done, err := c.reader(resp, asSDK)
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	defer done()
+	for {
+		b, err := next()
+		if errors.Is(err, errBadLine) {
+			c.fail(err)
+			return err
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err // the connection went: retried
+		}
+		if err := c.line(b); err != nil {
+			c.fail(err)
 			return err
 		}
 	}
-	return sc.Err()
+}
+
+// fail records a protocol error.
+func (c *syncClient) fail(err error) {
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+}
+
+// errBadLine marks a line the client could not read: a protocol error.
+var errBadLine = errors.New("bad sync line")
+
+// reader returns the reader of resp's lines as JSON and what to call once
+// done, checking that the server answered in what was asked for.
+func (c *syncClient) reader(resp *http.Response, asSDK bool) (next func() ([]byte, error), done func(), err error) {
+	ct, ce := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")
+	if !asSDK {
+		if ct != "application/x-ndjson" || !resp.Uncompressed {
+			return nil, nil, fmt.Errorf("NDJSON request with gzip: got %s, uncompressed by the client %v", ct, resp.Uncompressed)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		return func() ([]byte, error) {
+			if sc.Scan() {
+				return sc.Bytes(), nil
+			}
+			if err := sc.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}, func() {}, nil
+	}
+	if ct != "application/vnd.powersync.bson-stream" || ce != "zstd" {
+		return nil, nil, fmt.Errorf("the SDK's request: got %s with %q, want BSON with zstd", ct, ce)
+	}
+	d, err := zstd.NewReader(resp.Body, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, nil, err
+	}
+	r := bufio.NewReader(d)
+	return func() ([]byte, error) {
+		var n [4]byte
+		if _, err := io.ReadFull(r, n[:]); err != nil {
+			return nil, err
+		}
+		size := int(binary.LittleEndian.Uint32(n[:]))
+		if size < 5 || size > 64<<20 {
+			return nil, fmt.Errorf("%w: BSON document of %d bytes", errBadLine, size)
+		}
+		doc := append(n[:], make([]byte, size-4)...)
+		if _, err := io.ReadFull(r, doc[4:]); err != nil {
+			return nil, err
+		}
+		js, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadLine, err)
+		}
+		return js, nil
+	}, d.Close, nil
 }
 
 type wireBucket struct {
