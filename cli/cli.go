@@ -65,6 +65,7 @@ func commands() []command {
 		{"run", "replicate the source into bucket storage and serve the sync API", runRun},
 		{"validate", "check a configuration file (and its sync rules) without connecting anywhere", runValidate},
 		{"status", "show replication groups, per-table snapshot progress, lag and slot health", runStatus},
+		{"compact", "compact bucket storage online (superseded ops to MOVE, leading runs to CLEAR; checksums unchanged)", runCompact},
 		{"token", "mint a development JWT signed with the configured HS256 secret", runToken},
 		{"demo", "start a throwaway Postgres with sample todo lists and run syncpipe on it", runDemo},
 	}

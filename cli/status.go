@@ -113,6 +113,7 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 	if err := writeUnits(ctx, stdout, store); err != nil {
 		return err
 	}
+	writeCompactions(stdout, groups)
 	fmt.Fprintln(stdout)
 	writeErrors(stdout, groups, now)
 	tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
@@ -134,6 +135,22 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%d\t%s\n", p.Group, p.Table, p.RangesDone, p.Ranges, p.RowsDone, p.Estimated, pct)
 	}
 	return tw.Flush()
+}
+
+// writeCompactions gives each group's last compaction (syncpipe compact).
+func writeCompactions(w io.Writer, groups []bucketstore.Group) {
+	for _, g := range groups {
+		c := g.Compaction
+		if c.At.IsZero() {
+			continue
+		}
+		scope := "every bucket"
+		if c.Partial {
+			scope = "some buckets"
+		}
+		fmt.Fprintf(w, "group %d last compacted %s (%s, %s): %s\n", g.ID, c.At.UTC().Format("2006-01-02 15:04:05Z"),
+			scope, c.Duration.Round(time.Millisecond), describeCompaction(c.CompactStats))
+	}
 }
 
 // writeUnits reports the work units of all processes (leases in

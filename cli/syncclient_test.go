@@ -262,6 +262,10 @@ func (c *syncClient) line(b []byte) error {
 				bk.rows[key] = op.Data
 			case "REMOVE":
 				delete(bk.rows, key)
+			case "MOVE": // compacted: only its checksum counts
+			case "CLEAR": // compacted: it replaces everything before it
+				clear(bk.rows)
+				bk.sum = op.Checksum
 			default:
 				return fmt.Errorf("op %s in bucket %s: unexpected %q", op.OpID, l.Data.Bucket, op.Op)
 			}

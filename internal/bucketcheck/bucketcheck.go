@@ -28,7 +28,7 @@ func Stored(ctx context.Context, pool *pgxpool.Pool, schema string) (State, erro
 
 // StoredGroup is Stored for the ops of one group (0: all groups).
 func StoredGroup(ctx context.Context, pool *pgxpool.Pool, schema string, group int) (State, error) {
-	rows, err := pool.Query(ctx, `SELECT bucket_name, op, object_type, object_id, checksum, coalesce(data, '')
+	rows, err := pool.Query(ctx, `SELECT bucket_name, op, coalesce(object_type, ''), coalesce(object_id, ''), checksum, coalesce(data, '')
 		FROM `+pgx.Identifier{schema, "bucket_data"}.Sanitize()+` WHERE $1 = 0 OR group_id = $1 ORDER BY op_id`, group)
 	if err != nil {
 		return nil, err
@@ -53,6 +53,8 @@ func StoredGroup(ctx context.Context, pool *pgxpool.Pool, schema string, group i
 			st[bucket][typ+"/"+id] = data
 		case 2: // REMOVE
 			delete(st[bucket], typ+"/"+id)
+		case 4: // CLEAR: what came before is gone (compaction; a MOVE changes nothing)
+			clear(st[bucket])
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -41,6 +42,8 @@ type Group struct {
 	// before the group streamed; TxnLSN set while a large source
 	// transaction is written in pieces.
 	Stream StreamProgress
+	// Compaction is the group's last completed compaction (zero: none).
+	Compaction CompactRun
 }
 
 // ErrNoGroup is returned when a group does not exist.
@@ -76,16 +79,22 @@ func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Grou
 
 const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
 	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at,
-	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes`
+	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes, compaction`
 
 func scanGroup(row pgx.Row) (Group, error) {
 	var g Group
 	var lcl, ncb string
 	var errAt *time.Time
+	var compaction []byte
 	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
-		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges)
+		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges, &compaction)
 	if err != nil {
 		return g, err
+	}
+	if compaction != nil {
+		if err := json.Unmarshal(compaction, &g.Compaction); err != nil {
+			return g, fmt.Errorf("group %d: stored compaction: %w", g.ID, err)
+		}
 	}
 	if errAt != nil {
 		g.LastErrorAt = *errAt

@@ -214,6 +214,10 @@ ALTER TABLE leases ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
 	`
 ALTER TABLE leases ADD COLUMN started boolean NOT NULL DEFAULT true;
 `,
+	// 9: the group's last compaction (compact.go), for status.
+	`
+ALTER TABLE groups ADD COLUMN compaction jsonb;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

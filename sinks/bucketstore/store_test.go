@@ -72,7 +72,7 @@ type op struct {
 
 func ops(t testing.TB, s *Store, group int) []op {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT bucket_name, op_id, op, object_id, checksum, data
+	rows, err := s.pool.Query(context.Background(), `SELECT bucket_name, op_id, op, coalesce(object_id, ''), checksum, data
 		FROM bucket_data WHERE group_id = $1 ORDER BY op_id`, group)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// runOnce runs a one-shot syncpipe command (compact, status) as a child
+// process and returns its combined output.
+func (e *streamEnv) runOnce(ctx context.Context, args ...string) string {
+	e.t.Helper()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join(append(args, "--config", e.config), "\x1f"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("syncpipe %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestCompactWhileSyncing runs `syncpipe compact` against a running
+// `syncpipe run` while the source keeps changing and a client follows the
+// stream: the client sees no checksum failure, a client that syncs after
+// compaction holds the source, storage keeps one op per live row and
+// bucket plus a CLEAR, and status shows the run.
+func TestCompactWhileSyncing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 5, Todos: 200, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.todos(ctx, 1)
+	e.start()
+	e.waitCaughtUp(ctx)
+	early := &switchWatch{}
+	c1 := newSyncClient(e.api, e.token("alice"), early.observe)
+	cctx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	go c1.run(cctx)
+	e.waitFor(ctx, "the first client's first checkpoint", func() bool { return c1.complete() > 0 })
+
+	// Every todo updated 30 times, then compaction while the updates go on.
+	// (Caught up every few rounds: the stream writes only a row's last
+	// change of a batch, and every round should leave ops.)
+	for round := range 30 {
+		e.exec(ctx, fmt.Sprintf(`UPDATE todos SET description = 'round %d ' || id`, round))
+		if round%3 == 2 {
+			e.waitCaughtUp(ctx)
+		}
+	}
+	e.waitCaughtUp(ctx)
+	churnDone := make(chan struct{})
+	go func() {
+		defer close(churnDone)
+		for round := 0; ctx.Err() == nil && round < 20; round++ {
+			e.exec(ctx, fmt.Sprintf(`UPDATE todos SET completed = NOT completed, description = 'during %d ' || id
+				WHERE id IN (SELECT id FROM todos ORDER BY random() LIMIT 20)`, round))
+		}
+	}()
+	out := e.runOnce(ctx, "compact", "--batch-ops", "500")
+	t.Logf("compact while changing: %s", strings.TrimSpace(out))
+	if !strings.Contains(out, "group 1: ") || !strings.Contains(out, "ops moved") {
+		t.Fatalf("compact printed %q", out)
+	}
+	<-churnDone
+	e.waitCaughtUp(ctx)
+	// A last update of every todo: each row's latest op is then in one run
+	// at the end of its bucket, and everything before it compacts away.
+	e.exec(ctx, `UPDATE todos SET description = 'final ' || id`)
+	e.waitCaughtUp(ctx)
+	out = e.runOnce(ctx, "compact")
+	t.Logf("compact when quiet: %s", strings.TrimSpace(out))
+	e.converge(ctx, time.Minute, want)
+
+	// Every bucket holds one PUT per live row and at most one CLEAR.
+	current := want()
+	rows, err := e.storage.Query(ctx, `SELECT bucket_name, count(*) FILTER (WHERE op = 1), count(*) FILTER (WHERE op <> 1),
+		count(*) FILTER (WHERE op = 4) FROM syncpipe.bucket_data WHERE group_id = 1 GROUP BY bucket_name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var bucket string
+		var puts, others, clears int
+		if err := rows.Scan(&bucket, &puts, &others, &clears); err != nil {
+			t.Fatal(err)
+		}
+		if others > 1 || clears > 1 || puts != len(current[bucket]) {
+			t.Errorf("bucket %s after compaction: %d PUTs and %d other ops (%d CLEARs), want %d PUTs and at most one CLEAR",
+				bucket, puts, others, clears, len(current[bucket]))
+		}
+	}
+	rows.Close()
+
+	late := &switchWatch{}
+	c2 := newSyncClient(e.api, e.token("alice"), late.observe)
+	go c2.run(cctx)
+	e.waitFor(ctx, "a client syncing after compaction to hold the source", late.holds(current))
+	e.waitFor(ctx, "the client syncing throughout to hold it too", early.holds(current))
+	for name, c := range map[string]*syncClient{"throughout": c1, "after": c2} {
+		if f := c.failures(); len(f) > 0 {
+			t.Errorf("the client syncing %s saw protocol errors: %v", name, f)
+		}
+	}
+	status := e.runOnce(ctx, "status")
+	if !strings.Contains(status, "group 1 last compacted") {
+		t.Errorf("status shows no compaction:\n%s", status)
+	}
+	e.alive()
+}

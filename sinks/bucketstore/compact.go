@@ -1,0 +1,323 @@
+package bucketstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Compaction rewrites a group's published ops so that storage, and what a
+// new client downloads, stop growing with every update of a row, without
+// changing any bucket's checksum (see doc.go for the op kinds):
+//
+//   - MOVE: an op of a row that a later op of the same bucket supersedes
+//     (same object type, id and source row) keeps its op id and checksum
+//     and loses its data. Its target_op is the row's latest op: a client
+//     that has read the MOVE holds the row again only once it has read
+//     that op, so a checkpoint below it cannot be completed from these ops
+//     (the sync API withholds its checkpoint_complete and goes on to a
+//     later one, as PowerSync does).
+//   - CLEAR: a bucket's leading run of REMOVE, MOVE and CLEAR ops becomes
+//     one CLEAR at the run's last op id carrying their summed checksum. A
+//     client that reads it drops what it holds of the bucket and takes the
+//     CLEAR's checksum as the bucket's sum so far.
+//
+// Only ops at or below the group's last published checkpoint are touched:
+// replication writes above it meanwhile, and each transaction here is
+// small (CompactOptions.BatchOps), so neither writers nor readers wait on
+// compaction for long. A reader that reads a bucket while it is compacted
+// sees each batch before or after one transaction, which the rules above
+// keep consistent: checksums never change, and a CLEAR replaces exactly
+// what it sums.
+
+// CompactOptions bound one compaction of a group.
+type CompactOptions struct {
+	// Buckets limits it to these buckets; empty: every bucket.
+	Buckets []string
+	// BatchOps is how many ops one statement reads or one transaction
+	// rewrites (default 10000).
+	BatchOps int
+	// MaxRows bounds the rows remembered per bucket while looking for
+	// superseded ops (default 1,000,000, about 100 MB at most): ops of
+	// rows beyond it are left as they are, never compacted wrongly.
+	MaxRows int
+	// Progress, when set, is called after each bucket.
+	Progress func(bucket string, st CompactStats)
+}
+
+func (o CompactOptions) withDefaults() CompactOptions {
+	if o.BatchOps <= 0 {
+		o.BatchOps = 10000
+	}
+	if o.MaxRows <= 0 {
+		o.MaxRows = 1_000_000
+	}
+	return o
+}
+
+// CompactRun is a completed compaction of a group as storage records it
+// (Group.Compaction).
+type CompactRun struct {
+	At       time.Time     `json:"at"`
+	Duration time.Duration `json:"duration_ns"`
+	// Partial: only some buckets were compacted (CompactOptions.Buckets).
+	Partial bool `json:"partial,omitempty"`
+	CompactStats
+}
+
+// CompactStats is what a compaction did.
+type CompactStats struct {
+	// UpTo is the checkpoint op id the compaction went up to.
+	UpTo int64 `json:"up_to"`
+	// Buckets counts the buckets looked at.
+	Buckets int64 `json:"buckets"`
+	// Moved counts ops turned into MOVEs, Cleared the ops merged into
+	// CLEARs and deleted, Clears the CLEAR ops written.
+	Moved   int64 `json:"moved"`
+	Cleared int64 `json:"cleared"`
+	Clears  int64 `json:"clears"`
+}
+
+func (st *CompactStats) add(o CompactStats) {
+	st.Buckets += o.Buckets
+	st.Moved += o.Moved
+	st.Cleared += o.Cleared
+	st.Clears += o.Clears
+}
+
+// Compact compacts group's ops up to its last published checkpoint, bucket
+// by bucket in name order, and records the run in the group
+// (Group.Compaction) when it completes. Cancelling ctx stops it between
+// transactions; everything done so far stays valid.
+func (s *Store) Compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
+	began := time.Now()
+	st, err := s.compact(ctx, group, o)
+	if err != nil || st.UpTo == 0 {
+		return st, err
+	}
+	run, err := json.Marshal(CompactRun{At: began.UTC(), Duration: time.Since(began), Partial: len(o.Buckets) > 0, CompactStats: st})
+	if err != nil {
+		return st, fmt.Errorf("record compaction of group %d: %w", group, err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE groups SET compaction = $2 WHERE id = $1`, group, run); err != nil {
+		return st, fmt.Errorf("record compaction of group %d: %w", group, err)
+	}
+	return st, nil
+}
+
+func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
+	o = o.withDefaults()
+	g, err := s.Group(ctx, group)
+	if err != nil {
+		return CompactStats{}, fmt.Errorf("compact group %d: %w", group, err)
+	}
+	st := CompactStats{UpTo: g.LastCheckpoint}
+	if st.UpTo <= 0 {
+		return st, nil // nothing published yet
+	}
+	buckets := slices.Clone(o.Buckets)
+	slices.Sort(buckets)
+	after, listed := "", len(buckets) > 0
+	for {
+		if !listed {
+			if buckets, err = s.bucketsAfter(ctx, group, after, 100); err != nil {
+				return st, err
+			}
+		}
+		for _, b := range buckets {
+			bs, err := s.compactBucket(ctx, group, b, st.UpTo, o)
+			st.add(bs)
+			if err != nil {
+				return st, fmt.Errorf("compact bucket %q of group %d: %w", b, group, err)
+			}
+			if o.Progress != nil {
+				o.Progress(b, bs)
+			}
+		}
+		if listed || len(buckets) < 100 {
+			return st, nil
+		}
+		after = buckets[len(buckets)-1]
+	}
+}
+
+// bucketsAfter lists up to n bucket names of group after after, by a skip
+// scan of the primary key (one index probe per bucket, however many ops
+// each holds).
+func (s *Store) bucketsAfter(ctx context.Context, group int, after string, n int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `
+WITH RECURSIVE b(name) AS (
+  (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > $2 ORDER BY bucket_name LIMIT 1)
+  UNION ALL
+  SELECT (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > b.name ORDER BY bucket_name LIMIT 1)
+  FROM b WHERE b.name IS NOT NULL
+)
+SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`, group, after, n)
+	if err != nil {
+		return nil, fmt.Errorf("list buckets of group %d: %w", group, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list buckets of group %d: %w", group, err)
+	}
+	return names, nil
+}
+
+// compactBucket runs both passes on one bucket.
+func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (CompactStats, error) {
+	st := CompactStats{Buckets: 1}
+	moved, err := s.moveSuperseded(ctx, group, bucket, upTo, o)
+	st.Moved = moved
+	if err != nil {
+		return st, err
+	}
+	for {
+		merged, more, err := s.clearLeading(ctx, group, bucket, upTo, o.BatchOps)
+		if err != nil {
+			return st, err
+		}
+		if merged > 0 {
+			st.Cleared += merged
+			st.Clears++
+		}
+		if !more {
+			return st, nil
+		}
+	}
+}
+
+// rowKeySQL identifies an op's row within its bucket as a client keys it:
+// object type, object id and the source row (the subkey).
+const rowKeySQL = `coalesce(object_type, '') || chr(31) || coalesce(object_id, '') || chr(31) ||
+  coalesce(source_table, '') || chr(31) || coalesce(source_key::text, '')`
+
+// moveSuperseded is the MOVE pass: it reads the bucket's ops from upTo
+// down, remembering each row's latest op, and turns every older PUT or
+// REMOVE of a remembered row into a MOVE whose target is that latest op.
+// It stops at a CLEAR: nothing before one is left to compact.
+func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (int64, error) {
+	latest := map[string]int64{}
+	var moved int64
+	before := upTo + 1
+	for {
+		rows, err := s.pool.Query(ctx, `SELECT op_id, op, `+rowKeySQL+` FROM bucket_data
+			WHERE group_id = $1 AND bucket_name = $2 AND op_id < $3 ORDER BY op_id DESC LIMIT $4`,
+			group, bucket, before, o.BatchOps)
+		if err != nil {
+			return moved, fmt.Errorf("read ops: %w", err)
+		}
+		var ids, targets []int64
+		n, cleared := 0, false
+		for rows.Next() {
+			var id int64
+			var op int16
+			var key string
+			if err := rows.Scan(&id, &op, &key); err != nil {
+				rows.Close()
+				return moved, fmt.Errorf("read ops: %w", err)
+			}
+			n++
+			before = id
+			if op == OpClear {
+				cleared = true
+				break
+			}
+			if op != OpPut && op != OpRemove {
+				continue
+			}
+			if t, ok := latest[key]; ok {
+				ids, targets = append(ids, id), append(targets, t)
+			} else if len(latest) < o.MaxRows {
+				latest[key] = id
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return moved, fmt.Errorf("read ops: %w", err)
+		}
+		if len(ids) > 0 {
+			tag, err := s.pool.Exec(ctx, `UPDATE bucket_data d SET op = 3, data = NULL, target_op = m.target
+				FROM unnest($3::bigint[], $4::bigint[]) AS m(id, target)
+				WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = m.id AND d.op IN (1, 2)`,
+				group, bucket, ids, targets)
+			if err != nil {
+				return moved, fmt.Errorf("move %d superseded ops: %w", len(ids), err)
+			}
+			moved += tag.RowsAffected()
+		}
+		if cleared || n < o.BatchOps {
+			return moved, ctx.Err()
+		}
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+	}
+}
+
+// clearLeading is one step of the CLEAR pass: in one transaction it reads
+// up to batch of the bucket's first ops and merges their leading run of
+// REMOVE, MOVE and CLEAR ops into a CLEAR at the run's last op id. more:
+// the run went on to the end of what was read, so the next step merges
+// this CLEAR with what follows.
+func (s *Store) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged int64, more bool, err error) {
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT op_id, op, checksum, coalesce(target_op, 0) FROM bucket_data
+			WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3 ORDER BY op_id LIMIT $4 FOR UPDATE`,
+			group, bucket, upTo, batch)
+		if err != nil {
+			return fmt.Errorf("read leading ops: %w", err)
+		}
+		var ids []int64
+		var sum uint32
+		var target int64
+		n, stopped := 0, false
+		for rows.Next() {
+			var id, cs, t int64
+			var op int16
+			if err := rows.Scan(&id, &op, &cs, &t); err != nil {
+				rows.Close()
+				return fmt.Errorf("read leading ops: %w", err)
+			}
+			n++
+			if op == OpPut || stopped {
+				stopped = true
+				continue
+			}
+			ids = append(ids, id)
+			sum += uint32(cs)
+			target = max(target, t)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("read leading ops: %w", err)
+		}
+		more = !stopped && n == batch && len(ids) > 1
+		if len(ids) < 2 {
+			return nil // nothing to merge
+		}
+		last := ids[len(ids)-1]
+		if _, err := tx.Exec(ctx, `DELETE FROM bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id = ANY($3)`,
+			group, bucket, ids[:len(ids)-1]); err != nil {
+			return fmt.Errorf("delete %d merged ops: %w", len(ids)-1, err)
+		}
+		var t *int64
+		if target > last {
+			t = &target
+		}
+		if _, err := tx.Exec(ctx, `UPDATE bucket_data SET op = 4, checksum = $4, data = NULL, target_op = $5,
+			object_type = NULL, object_id = NULL, source_table = NULL, source_key = NULL
+			WHERE group_id = $1 AND bucket_name = $2 AND op_id = $3`, group, bucket, last, int64(sum), t); err != nil {
+			return fmt.Errorf("write CLEAR: %w", err)
+		}
+		merged = int64(len(ids) - 1)
+		return nil
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return merged, more, nil
+}

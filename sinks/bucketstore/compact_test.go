@@ -1,0 +1,195 @@
+package bucketstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// syncedBucket is one bucket as a client holds it: rows by
+// "type/id/subkey" and the checksum of the ops it applied.
+type syncedBucket struct {
+	after int64
+	sum   uint32
+	rows  map[string]string
+	ops   int
+}
+
+// download reads b's ops after b.after up to checkpoint cp, at most
+// limit per read (all when pages is 0, else that many reads), applying
+// them as a PowerSync client does.
+func (b *syncedBucket) download(t *testing.T, s *Store, group int, bucket string, cp int64, limit, pages int) {
+	t.Helper()
+	if b.rows == nil {
+		b.rows = map[string]string{}
+	}
+	for n := 0; pages == 0 || n < pages; n++ {
+		more, err := s.ReadBucketData(context.Background(), group, cp, []BucketRequest{{Bucket: bucket, After: b.after}}, limit,
+			func(r *OpRow) error {
+				k := r.ObjectType + "/" + r.ObjectID + "/" + r.Subkey
+				switch r.Op {
+				case OpPut:
+					b.rows[k] = string(r.Data)
+					b.sum += r.Checksum
+				case OpRemove:
+					delete(b.rows, k)
+					b.sum += r.Checksum
+				case OpMove:
+					b.sum += r.Checksum
+				case OpClear:
+					clear(b.rows)
+					b.sum = r.Checksum
+				}
+				b.after = r.OpID
+				b.ops++
+				return nil
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// TestCompactKeepsChecksums: rows updated many times, some moved to
+// another bucket and some deleted, compact to one op per row plus a
+// CLEAR; the bucket checksums (fresh and cached) do not change; a client
+// that synced before compaction, one that syncs after and one whose
+// download compaction interrupted all end up holding the same rows with
+// the stored checksum.
+func TestCompactKeepsChecksums(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	w := newWriter(t, s, g.ID)
+	const rows, updates = 40, 25
+	bk, other := "1#b[]", "1#c[]"
+	var lsn pglogrepl.LSN
+	commit := func(cs []stages.Change) int64 {
+		t.Helper()
+		res, err := w.WriteChanges(ctx, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lsn++
+		cp, ok, err := s.Commit(ctx, g.ID, lsn, res.MaxOpID)
+		if err != nil || !ok {
+			t.Fatalf("commit: %v (published %v)", err, ok)
+		}
+		return cp.OpID
+	}
+	var cp int64
+	for u := range updates {
+		var cs []stages.Change
+		for i := range rows {
+			b := bk
+			if i%10 == 0 && u >= updates-5 {
+				b = other // moved away late: REMOVE in bk
+			}
+			c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
+				Puts: []stages.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d}`, u))}}
+			if i%7 == 3 && u == updates-1 {
+				c = stages.Change{Table: todos, Kind: stages.Delete, Key: key(i)}
+			}
+			cs = append(cs, c)
+		}
+		cp = commit(cs)
+	}
+	before := len(ops(t, s, g.ID))
+	// early synced at cp; partial has read a third of bk at cp.
+	var early, partial syncedBucket
+	early.download(t, s, g.ID, bk, cp, 100, 0)
+	partial.download(t, s, g.ID, bk, cp, before/6, 1)
+	cache := s.NewChecksumCache(100)
+	sums, err := cache.Checksums(ctx, g.ID, cp, []string{bk, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if early.sum != sums[0].Checksum {
+		t.Fatalf("before compaction: the client's sum %d, storage's %d", early.sum, sums[0].Checksum)
+	}
+
+	st, err := s.Compact(ctx, g.ID, CompactOptions{BatchOps: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compacted %d ops: %+v", before, st)
+	after := ops(t, s, g.ID)
+	perBucket := map[string]int{}
+	clears := 0
+	for _, o := range after {
+		perBucket[o.Bucket]++
+		if o.Op == OpClear {
+			clears++
+		}
+	}
+	live := map[string]int{}
+	for k := range early.rows {
+		live[k]++
+	}
+	if perBucket[bk] > len(early.rows)+1 || clears == 0 || st.Moved == 0 || st.Cleared == 0 || st.UpTo != cp {
+		t.Fatalf("after compaction bucket %s holds %d ops (%d rows live), %d CLEARs; stats %+v", bk, perBucket[bk], len(early.rows), clears, st)
+	}
+	for _, fresh := range []*ChecksumCache{cache, s.NewChecksumCache(100)} {
+		got, err := fresh.Checksums(ctx, g.ID, cp, []string{bk, other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if got[i].Checksum != sums[i].Checksum {
+				t.Fatalf("bucket %s checksum %d after compaction, %d before", got[i].Bucket, got[i].Checksum, sums[i].Checksum)
+			}
+		}
+	}
+	var late syncedBucket
+	late.download(t, s, g.ID, bk, cp, 7, 0)
+	partial.download(t, s, g.ID, bk, cp, 7, 0)
+	for name, c := range map[string]*syncedBucket{"late": &late, "interrupted": &partial} {
+		if c.sum != sums[0].Checksum || !maps.Equal(c.rows, early.rows) {
+			t.Fatalf("%s client: sum %d (want %d), %d rows (want %d)", name, c.sum, sums[0].Checksum, len(c.rows), len(early.rows))
+		}
+	}
+	if late.ops > len(early.rows)+1 {
+		t.Fatalf("a fresh client downloaded %d ops for %d rows", late.ops, len(early.rows))
+	}
+
+	// More updates after compaction: the early client catches up from its
+	// position, and a second compaction changes no checksum either.
+	var cs []stages.Change
+	for i := range 5 {
+		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i*7 + 1),
+			Puts: []stages.Put{put(bk, "todos", fmt.Sprint(i*7+1), `{"v":"again"}`)}})
+	}
+	cp2 := commit(cs)
+	want, err := s.NewChecksumCache(10).Checksums(ctx, g.ID, cp2, []string{bk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Compact(ctx, g.ID, CompactOptions{Buckets: []string{bk}}); err != nil {
+		t.Fatal(err)
+	}
+	early.download(t, s, g.ID, bk, cp2, 100, 0)
+	late = syncedBucket{}
+	late.download(t, s, g.ID, bk, cp2, 100, 0)
+	if early.sum != want[0].Checksum || late.sum != want[0].Checksum || !maps.Equal(early.rows, late.rows) {
+		t.Fatalf("after a second compaction: sums %d and %d, want %d; rows equal %v", early.sum, late.sum, want[0].Checksum, maps.Equal(early.rows, late.rows))
+	}
+	got, err := s.Group(ctx, g.ID)
+	if err != nil || got.Compaction.UpTo != cp2 || !got.Compaction.Partial || got.Compaction.At.IsZero() {
+		t.Fatalf("recorded compaction %+v (%v), want up to %d, partial", got.Compaction, err, cp2)
+	}
+}
