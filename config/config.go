@@ -55,7 +55,15 @@ type Replication struct {
 	Snapshot          Snapshot      `koanf:"snapshot" doc:"Initial snapshot tuning."`
 	Stream            Stream        `koanf:"stream" doc:"Logical replication stream tuning."`
 	Lease             Lease         `koanf:"lease" doc:"Work unit leases shared between processes."`
+	Compaction        Compaction    `koanf:"compaction" doc:"Background compaction of bucket storage (as syncpipe compact does)."`
 	StorageTimeout    time.Duration `koanf:"storage_timeout" doc:"Longest a single storage write or commit may take before the work unit fails and is retried."`
+}
+
+// Compaction schedules background compaction: one replication process at
+// a time (a lease) compacts every serving group.
+type Compaction struct {
+	Interval time.Duration `koanf:"interval" doc:"Time between background compactions of every serving group (superseded ops to MOVE, leading runs to CLEAR; checksums unchanged); 0 turns it off."`
+	BatchOps int           `koanf:"batch_ops" doc:"Ops one compaction transaction reads or rewrites: the bound on what it holds locked."`
 }
 
 // Snapshot tunes the chunked, parallel initial copy.
@@ -168,6 +176,7 @@ func Default() *Config {
 				SchemaCheckInterval: 10 * time.Second,
 			},
 			Lease:          Lease{Duration: 30 * time.Second, Heartbeat: 10 * time.Second},
+			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000},
 			StorageTimeout: 5 * time.Minute,
 		},
 		API: API{

@@ -243,6 +243,8 @@ func (v *validator) replication() {
 			fmtDuration(l.Duration), fmtDuration(l.Heartbeat))
 	}
 	v.positive("replication.storage_timeout", r.StorageTimeout)
+	v.nonNegative("replication.compaction.interval", r.Compaction.Interval)
+	v.atLeast("replication.compaction.batch_ops", r.Compaction.BatchOps, 1)
 }
 
 func (v *validator) api() {

@@ -251,6 +251,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if r.opts.Reload != nil {
 		r.background(r.reloads)
 	}
+	if r.cfg.Replication.Compaction.Interval > 0 {
+		r.background(r.compactions)
+	}
 	if err := r.sched.Run(ctx); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -21,6 +21,7 @@ type groupStorage interface {
 	SetState(ctx context.Context, id int, state bucketstore.State) error
 	ReplaceGroup(ctx context.Context, old bucketstore.Group, slotPrefix string) (g bucketstore.Group, created bool, err error)
 	Terminate(ctx context.Context, group int, opts bucketstore.ClearOptions) (bucketstore.ClearStats, error)
+	Compact(ctx context.Context, group int, o bucketstore.CompactOptions) (bucketstore.CompactStats, error)
 	ReportError(ctx context.Context, id int, msg string) error
 	ClearError(ctx context.Context, id int) error
 

@@ -1,0 +1,86 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+)
+
+// compactionLease is the lease of the background compaction: one process
+// of all that replicate compacts at a time, so that they do not repeat
+// each other's work (compaction would stay correct if they did: every
+// rewrite checks the op kind it replaces, under row locks).
+const compactionLease = "compact/all"
+
+// compactionMetrics count what background compaction did.
+type compactionMetrics struct {
+	ops  metric.Int64Counter // by kind: moved, cleared
+	runs metric.Int64Counter
+}
+
+func newCompactionMetrics(m metric.Meter) compactionMetrics {
+	ops, _ := m.Int64Counter("syncpipe_compaction_ops_total",
+		metric.WithDescription("Ops background compaction rewrote: kind moved (superseded ops turned into MOVEs) or cleared (ops merged into CLEARs and deleted)."))
+	runs, _ := m.Int64Counter("syncpipe_compaction_runs_total",
+		metric.WithDescription("Background compactions of a group that completed."))
+	return compactionMetrics{ops: ops, runs: runs}
+}
+
+// compactions compacts every serving group once per
+// replication.compaction.interval until ctx ends, under compactionLease.
+// A failed run is logged and tried again at the next interval: compaction
+// only saves space, and what a run did stays valid.
+func (r *Replicator) compactions(ctx context.Context) {
+	cm := newCompactionMetrics(r.metrics.meter)
+	t := time.NewTicker(r.cfg.Replication.Compaction.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := r.leased(compactionLease, func(ctx context.Context, _ bucketstore.Fence) error {
+			return r.compactAll(ctx, cm)
+		})(ctx)
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case errors.Is(err, pipeline.ErrDeferred):
+			r.log.Debug("background compaction runs in another process", "err", err)
+		default:
+			r.log.Warn("background compaction failed; trying again at the next interval", "err", err)
+		}
+	}
+}
+
+// compactAll compacts the serving groups one after the other.
+func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error {
+	groups, err := r.store.Groups(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if g.State != bucketstore.StateActive && g.State != bucketstore.StateProcessing {
+			continue
+		}
+		began := time.Now()
+		st, err := r.store.Compact(ctx, g.ID, bucketstore.CompactOptions{BatchOps: r.cfg.Replication.Compaction.BatchOps,
+			Progress: func(_ string, st bucketstore.CompactStats) {
+				cm.ops.Add(ctx, st.Moved, metric.WithAttributes(attribute.String("kind", "moved")))
+				cm.ops.Add(ctx, st.Cleared, metric.WithAttributes(attribute.String("kind", "cleared")))
+			}})
+		if err != nil {
+			return err
+		}
+		cm.runs.Add(ctx, 1)
+		r.log.Info("compacted bucket storage", "group", g.ID, "up_to_op", st.UpTo, "buckets", st.Buckets,
+			"moved", st.Moved, "cleared", st.Cleared, "elapsed", time.Since(began).Round(time.Millisecond))
+	}
+	return nil
+}
