@@ -120,8 +120,9 @@ func NewReplay(group int) *Replay {
 
 // Advance replays the ops in (r.Checkpoint, checkpoint] and returns the
 // number replayed, PUT checksum mismatches and duplicates among them.
-// Storage must hold only PUT and REMOVE ops (syncpipe does not compact
-// yet): a MOVE or CLEAR is an error, since the oracle does not model them.
+// Storage must hold only PUT and REMOVE ops (the harness turns background
+// compaction off): a MOVE or CLEAR is an error, since the oracle does not
+// model them.
 func (r *Replay) Advance(ctx context.Context, pool *pgxpool.Pool, checkpoint int64) (n int64, bad []string, dups []Dup, err error) {
 	if checkpoint <= r.Checkpoint {
 		return 0, nil, nil, nil

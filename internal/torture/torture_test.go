@@ -206,6 +206,8 @@ replication:
   workers_per_process: %d
   storage_timeout: 15s
   lease: {duration: %s, heartbeat: 1s}
+  # Off: the oracle replays each op once, as PUT or REMOVE (oracle.go).
+  compaction: {interval: 0s}
   snapshot: {chunk_rows: 1000, split_rows: %d, max_ranges_per_table: 3}
   stream: {batch_max_rows: 2000, batch_max_wait: 20ms, schema_check_interval: 1s, receive_timeout: 5s, status_interval: 1s}
 api:
