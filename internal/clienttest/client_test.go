@@ -353,10 +353,40 @@ func TestRealClient(t *testing.T) {
 	waitTodos("delete list")
 
 	sameTodos(t, c.todos(), s.sourceTodos(t, ctx))
+
+	// Compaction under the synced client: every todo updated a few times
+	// (superseded PUTs become MOVEs, leading runs a CLEAR), then changed
+	// again. The client keeps validating its checksums, and a fresh client
+	// downloads the compacted buckets and validates them too.
+	for i := range 3 {
+		s.exec(t, ctx, fmt.Sprintf(`UPDATE todos SET description = 'pass %d ' || id`, i))
+	}
+	waitN("passes", `SELECT count(*) FROM todos WHERE description LIKE 'pass 2 %'`, s.count(t, ctx, "SELECT count(*) FROM todos"))
+	groups, err := s.store.Groups(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.store.Compact(ctx, groups[len(groups)-1].ID, bucketstore.CompactOptions{BatchOps: 100})
+	if err != nil || st.Moved == 0 || st.Cleared == 0 {
+		t.Fatalf("compaction: %+v, %v; want MOVEs and CLEARs", st, err)
+	}
+	t.Logf("compacted under the client: %+v", st)
+	s.exec(t, ctx, `UPDATE todos SET description = 'after compaction ' || id WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 10)`)
+	waitN("after compaction", `SELECT count(*) FROM todos WHERE description LIKE 'after compaction %'`, 10)
+	sameTodos(t, c.todos(), s.sourceTodos(t, ctx))
+	fresh := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute))
+	ev = fresh.expect("first_sync", 3*time.Minute)
+	if ev.Todos == nil || *ev.Todos != s.count(t, ctx, "SELECT count(*) FROM todos") {
+		t.Fatalf("first sync after compaction: %s", ev.raw)
+	}
+	sameTodos(t, fresh.todos(), s.sourceTodos(t, ctx))
+	fresh.exit()
 	c.exit()
 	sent := s.sentBytes(t, ctx)
-	if len(sent) != 1 || sent["application/vnd.powersync.bson-stream, zstd"] == 0 {
-		t.Fatalf("bytes sent by content type and coding: %v, want BSON + zstd only", sent)
+	// The first client asked for zstd, the fresh one with Node's default
+	// Accept-Encoding (gzip, deflate).
+	if len(sent) != 2 || sent["application/vnd.powersync.bson-stream, zstd"] == 0 || sent["application/vnd.powersync.bson-stream, gzip"] == 0 {
+		t.Fatalf("bytes sent by content type and coding: %v, want BSON with zstd and with gzip only", sent)
 	}
 	t.Logf("sent to the client: %v bytes", sent)
 
