@@ -87,7 +87,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		Params: fmt.Sprintf("P4: first sync of a client entitled to every bucket (global + by_list per list), todos %s × lists %v, "+
 			"median of %d runs; data replicated by syncpipe (snapshot + stream to the first checkpoint), then VACUUM ANALYZE (the state "+
 			"autovacuum reaches) and one untimed warm-up drain; %s, checksums computed by every drain (cache of one "+
-			"entry), Go client over loopback HTTP, NDJSON raw_data, no compression; storage cluster shared_buffers %s; baseline: the OR-chain query "+
+			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for); storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
 			sizes(opt.Todos), opt.Lists, opt.Runs, drainServerKind(opt.Harness), drainSharedBuffers, opt.BaselineTimeout)}
 	newDB := opt.NewDatabase
@@ -307,15 +307,28 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	}
 	// One untimed drain loads the data into shared buffers, so that the
 	// first measured run is not the only one reading from the OS.
-	if _, err := servers[0].drainOnce(ctx, 0); err != nil {
+	if _, err := servers[0].drainOnce(ctx, 0, wireNDJSON); err != nil {
 		return nil, fmt.Errorf("warm-up drain: %w", err)
 	}
 	var notes []string
 	var firstCP = map[string][]time.Duration{}
 	baseline := drainRowName(d.todos, d.lists, drainShapes[1].name)
 	cutOff := false
+	// The LATERAL shape is drained in both wire formats; the OR-chain
+	// baseline in NDJSON only.
+	variants := []struct {
+		name   string
+		server int
+		wire   drainWire
+	}{
+		{drainRowName(d.todos, d.lists, drainShapes[0].name), 0, wireNDJSON},
+		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), 0, wireBSONZstd},
+		{drainRowName(d.todos, d.lists, drainShapes[1].name), 1, wireNDJSON},
+	}
+	wireBytes := map[string][]int64{}
 	for run := range opt.Runs {
-		for i, sh := range drainShapes {
+		for _, v := range variants {
+			sh := drainShapes[v.server]
 			timeout := time.Duration(0)
 			if sh.shape != bucketstore.ReadLateral {
 				if cutOff {
@@ -323,8 +336,8 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 				}
 				timeout = opt.BaselineTimeout
 			}
-			st, err := servers[i].drainOnce(ctx, timeout)
-			name := drainRowName(d.todos, d.lists, sh.name)
+			st, err := servers[v.server].drainOnce(ctx, timeout, v.wire)
+			name := v.name
 			if errors.Is(err, errDrainTimeout) {
 				// The ops received in the time it ran: the rate of a drain's
 				// cheapest part, since later batches reread more.
@@ -345,14 +358,25 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			}
 			rows.add(name, "", Sample{Duration: st.total, Rows: st.ops, Ops: st.ops, Bytes: st.bytes})
 			firstCP[name] = append(firstCP[name], st.checkpoint)
-			logf(opt.Log, "run %d: %s: %s, %.0f ops/s, %.1f MiB/s (checkpoint line after %s)", run+1, name,
+			wireBytes[name] = append(wireBytes[name], st.wire)
+			logf(opt.Log, "run %d: %s: %s, %.0f ops/s, %.1f MiB/s, %.1f MiB on the wire (checkpoint line after %s)", run+1, name,
 				st.total.Round(time.Millisecond), float64(st.ops)/st.total.Seconds(), float64(st.bytes)/(1<<20)/st.total.Seconds(),
-				st.checkpoint.Round(time.Millisecond))
+				float64(st.wire)/(1<<20), st.checkpoint.Round(time.Millisecond))
 		}
+	}
+	if a, b := wireBytes[variants[0].name], wireBytes[variants[1].name]; len(a) > 0 && len(b) > 0 {
+		slices.Sort(a)
+		slices.Sort(b)
+		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as NDJSON without compression, %.1f MiB as BSON with zstd (%.0f%%); "+
+			"the BSON+zstd row's MiB/s counts the BSON bytes before compression.", variants[0].name,
+			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2])))
 	}
 	// The baseline row is known only now (a cut-off one has its own name).
 	if r := rows.byName[drainRowName(d.todos, d.lists, drainShapes[0].name)]; r != nil {
 		r.Baseline = baseline
+	}
+	if r := rows.byName[variants[1].name]; r != nil {
+		r.Baseline = variants[0].name
 	}
 	for _, sh := range drainShapes {
 		name := drainRowName(d.todos, d.lists, sh.name)

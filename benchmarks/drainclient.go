@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/klauspost/compress/zstd"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -37,7 +40,34 @@ var errDrainTimeout = errors.New("drain cut off")
 type drainStats struct {
 	total      time.Duration // request sent → checkpoint_complete read
 	checkpoint time.Duration // request sent → checkpoint line read
-	ops, bytes int64
+	ops, bytes int64         // bytes: of the lines, uncompressed
+	wire       int64         // bytes as received (compressed)
+}
+
+// drainWire is what a drain asks the server for: the response's media
+// type and coding.
+type drainWire struct {
+	name, accept, encoding string
+}
+
+// The drain's wire formats: NDJSON without compression (what the P4 bar
+// is measured on), and what the PowerSync SDKs ask for, BSON, with zstd
+// (as a browser's fetch asks for it).
+var (
+	wireNDJSON   = drainWire{"NDJSON", "application/x-ndjson", "identity"}
+	wireBSONZstd = drainWire{"BSON+zstd", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8", "zstd"}
+)
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
 }
 
 // drainServer is a sync API over one data set's storage: in-process, or
@@ -100,14 +130,14 @@ func (ds *drainServer) close() int64 {
 
 // drainOnce drains every bucket with one new client. timeout > 0 cuts the
 // drain off (errDrainTimeout, with the partial stats).
-func (ds *drainServer) drainOnce(ctx context.Context, timeout time.Duration) (drainStats, error) {
+func (ds *drainServer) drainOnce(ctx context.Context, timeout time.Duration, wire drainWire) (drainStats, error) {
 	dctx := ctx
 	if timeout > 0 {
 		var stop context.CancelFunc
 		dctx, stop = context.WithTimeout(ctx, timeout)
 		defer stop()
 	}
-	st, err := drain(dctx, ds.url, ds.token, false)
+	st, err := drain(dctx, ds.url, ds.token, false, wire)
 	if err != nil && dctx.Err() != nil && ctx.Err() == nil {
 		return st, errDrainTimeout
 	}
@@ -118,7 +148,7 @@ func (ds *drainServer) drainOnce(ctx context.Context, timeout time.Duration) (dr
 // checkpoint watcher, parsed rules and pooled connections are then ready,
 // as on a server that has been running, and no data is read.
 func (ds *drainServer) warm(ctx context.Context) error {
-	_, err := drain(ctx, ds.url, ds.token, true)
+	_, err := drain(ctx, ds.url, ds.token, true, wireNDJSON)
 	return err
 }
 
@@ -141,17 +171,17 @@ func drainToken() (string, error) {
 // two cores as the server) stays small; the checkpoint line is decoded
 // for the op count the drain must reach. With checkpointOnly it returns
 // after the checkpoint line.
-func drain(ctx context.Context, url, token string, checkpointOnly bool) (drainStats, error) {
+func drain(ctx context.Context, url, token string, checkpointOnly bool, wire drainWire) (drainStats, error) {
 	var st drainStats
-	body := `{"buckets":[],"include_checksum":true,"raw_data":true,"client_id":"drain-bench"}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(body))
+	reqBody := `{"buckets":[],"include_checksum":true,"raw_data":true,"client_id":"drain-bench"}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(reqBody))
 	if err != nil {
 		return st, fmt.Errorf("build sync request: %w", err)
 	}
 	req.Header.Set("Authorization", "Token "+token)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8")
-	req.Header.Set("Accept-Encoding", "identity")
+	req.Header.Set("Accept", wire.accept)
+	req.Header.Set("Accept-Encoding", wire.encoding)
 	start := time.Now()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -162,7 +192,22 @@ func drain(ctx context.Context, url, token string, checkpointOnly bool) (drainSt
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return st, fmt.Errorf("sync request: HTTP %d: %s", resp.StatusCode, msg)
 	}
-	r := bufio.NewReaderSize(resp.Body, 1<<20)
+	var body io.Reader = countingReader{resp.Body, &st.wire}
+	if ct, ce := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding"); ct != strings.Split(wire.accept, ";")[0] || ce != strings.TrimPrefix(wire.encoding, "identity") {
+		return st, fmt.Errorf("sync stream: asked for %s with %s, got %s with %q", wire.accept, wire.encoding, ct, ce)
+	}
+	if wire.encoding == "zstd" {
+		d, err := zstd.NewReader(body, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return st, fmt.Errorf("zstd stream: %w", err)
+		}
+		defer d.Close()
+		body = d
+	}
+	if wire == wireBSONZstd {
+		return drainBSON(bufio.NewReaderSize(body, 1<<20), st, start, checkpointOnly)
+	}
+	r := bufio.NewReaderSize(body, 1<<20)
 	var long []byte // a line longer than the reader's buffer
 	opStart := []byte(`{"op_id":`)
 	want := int64(-1)
@@ -195,6 +240,65 @@ func drain(ctx context.Context, url, token string, checkpointOnly bool) (drainSt
 			return st, nil
 		case bytes.HasPrefix(line, []byte(`{"error":`)):
 			return st, fmt.Errorf("sync stream error: %s", bytes.TrimSpace(line))
+		}
+	}
+}
+
+// drainBSON is drain's reading of a BSON stream: documents split by their
+// length prefix, each told apart by its first key; a data line's ops are
+// the length of its ops array.
+func drainBSON(r *bufio.Reader, st drainStats, start time.Time, checkpointOnly bool) (drainStats, error) {
+	want := int64(-1)
+	var doc []byte
+	for {
+		var n [4]byte
+		_, err := io.ReadFull(r, n[:])
+		st.total = time.Since(start)
+		if err != nil {
+			return st, fmt.Errorf("read sync stream after %d ops: %w", st.ops, err)
+		}
+		size := int(binary.LittleEndian.Uint32(n[:]))
+		if size < 5 || size > 64<<20 {
+			return st, fmt.Errorf("sync stream: BSON document of %d bytes", size)
+		}
+		doc = append(append(doc[:0], n[:]...), make([]byte, size-4)...)
+		if _, err := io.ReadFull(r, doc[4:]); err != nil {
+			return st, fmt.Errorf("read sync stream after %d ops: %w", st.ops, err)
+		}
+		st.bytes += int64(size)
+		st.total = time.Since(start)
+		raw := bson.Raw(doc)
+		first, err := raw.IndexErr(0)
+		if err != nil {
+			return st, fmt.Errorf("sync stream: BSON document: %w", err)
+		}
+		switch first.Key() {
+		case "data":
+			ops, err := raw.LookupErr("data", "data")
+			if err != nil {
+				return st, fmt.Errorf("sync stream: data line: %w", err)
+			}
+			vals, err := ops.Array().Values()
+			if err != nil {
+				return st, fmt.Errorf("sync stream: data line: %w", err)
+			}
+			st.ops += int64(len(vals))
+		case "checkpoint":
+			st.checkpoint = st.total
+			js, err := bson.MarshalExtJSON(raw, false, false)
+			if err != nil {
+				return st, fmt.Errorf("sync stream: checkpoint line: %w", err)
+			}
+			if want, err = checkpointOps(js); err != nil || checkpointOnly {
+				return st, err
+			}
+		case "checkpoint_complete":
+			if want >= 0 && st.ops != want {
+				return st, fmt.Errorf("checkpoint complete after %d ops; the checkpoint counted %d", st.ops, want)
+			}
+			return st, nil
+		case "error":
+			return st, fmt.Errorf("sync stream error: %s", raw)
 		}
 	}
 }
