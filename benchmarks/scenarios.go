@@ -52,6 +52,7 @@ var registry = []Scenario{
 	{Name: "drain", Spec: "P4", Describe: "a new client draining every bucket through POST /sync/stream", Run: runDrainScenario},
 	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
 	{Name: "load", Spec: "Load", Describe: "1,000 sync connections while 5k changes/s stream in: commit → checkpoint_complete, RSS, memory per idle connection", Run: runLoadScenario},
+	{Name: "compaction", Spec: "P8", Describe: "a bucket of rows updated many times: storage size and a new client's drain before and after compaction", Run: runCompactionScenario},
 	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
 }
 
@@ -172,6 +173,17 @@ func runDrainScenario(ctx context.Context, p Params) (Result, error) {
 		opt.Lists = []int{p.Lists}
 	}
 	return RunDrain(ctx, opt)
+}
+
+// runCompactionScenario runs P8: 1,000 todos × 1,000 updates at full
+// scale; -rows sets the todos.
+func runCompactionScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := CompactionOptions{Rows: pick(p.Rows, 200, 1000, p.Scale), Updates: pick(0, 50, 1000, p.Scale),
+		Runs: pick(p.Runs, 3, 3, p.Scale), Log: p.Log}
+	return RunCompaction(ctx, opt)
 }
 
 // runChecksumsScenario runs P5 with its scale preset; -rows sets the
