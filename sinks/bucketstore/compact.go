@@ -26,7 +26,11 @@ import (
 //     client that reads it drops what it holds of the bucket and takes the
 //     CLEAR's checksum as the bucket's sum so far.
 //
-// Only ops at or below the group's last published checkpoint are touched:
+// A client downloading an older checkpoint while ops are rewritten cannot
+// complete it consistently (a CLEAR may have taken ops it had not read
+// yet); the group's compaction floor (CompactFloor) tells the sync API,
+// which then completes a later checkpoint instead. Only ops at or below the group's last published
+// checkpoint are touched:
 // replication writes above it meanwhile, and each transaction here is
 // small (CompactOptions.BatchOps), so neither writers nor readers wait on
 // compaction for long. A reader that reads a bucket while it is compacted
@@ -119,6 +123,15 @@ func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (Compa
 	if st.UpTo <= 0 {
 		return st, nil // nothing published yet
 	}
+	// The floor commits before any op is rewritten, so that a reader that
+	// read a rewrite and then reads the floor sees it (CompactFloor): a
+	// client downloading a checkpoint below it does not complete that
+	// checkpoint but a later one. (A CLEAR deletes ops a client at an
+	// older checkpoint may not have read yet and sits beyond that
+	// checkpoint: its reads alone cannot tell.)
+	if _, err := s.pool.Exec(ctx, `UPDATE groups SET compact_floor = GREATEST(compact_floor, $2) WHERE id = $1`, group, st.UpTo); err != nil {
+		return st, fmt.Errorf("compact group %d: set the floor: %w", group, err)
+	}
 	buckets := slices.Clone(o.Buckets)
 	slices.Sort(buckets)
 	after, listed := "", len(buckets) > 0
@@ -143,6 +156,19 @@ func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (Compa
 		}
 		after = buckets[len(buckets)-1]
 	}
+}
+
+// CompactFloor returns the checkpoint op id up to which compaction may
+// have rewritten group's ops (0: never compacted). It is set before any
+// op is rewritten: a client that read ops of a checkpoint below it, in a
+// statement before this one, may have read a rewrite (see compact.go's
+// doc comment).
+func (s *Store) CompactFloor(ctx context.Context, group int) (int64, error) {
+	var floor int64
+	if err := s.pool.QueryRow(ctx, `SELECT compact_floor FROM groups WHERE id = $1`, group).Scan(&floor); err != nil {
+		return 0, fmt.Errorf("read the compaction floor of group %d: %w", group, err)
+	}
+	return floor, nil
 }
 
 // bucketsAfter lists up to n bucket names of group after after, by a skip

@@ -92,8 +92,13 @@ func TestCompactKeepsChecksums(t *testing.T) {
 		}
 		return cp.OpID
 	}
-	var cp int64
+	var cp, cpMid int64
+	var stale syncedBucket // reads a little of an old checkpoint before compaction, the rest after
 	for u := range updates {
+		if u == updates/2 {
+			cpMid = cp
+			stale.download(t, s, g.ID, bk, cpMid, 50, 1)
+		}
 		var cs []stages.Change
 		for i := range rows {
 			b := bk
@@ -154,6 +159,16 @@ func TestCompactKeepsChecksums(t *testing.T) {
 				t.Fatalf("bucket %s checksum %d after compaction, %d before", got[i].Bucket, got[i].Checksum, sums[i].Checksum)
 			}
 		}
+	}
+	// A client that read part of an older checkpoint before compaction
+	// and the rest after cannot complete it: CLEARs took ops it had not
+	// read, beyond its checkpoint. The floor, read after its reads, says so.
+	stale.download(t, s, g.ID, bk, cpMid, 50, 0)
+	if floor, err := s.CompactFloor(ctx, g.ID); err != nil || floor <= cpMid || floor != st.UpTo {
+		t.Fatalf("compaction floor %d (%v), want %d, above the stale client's checkpoint %d", floor, err, st.UpTo, cpMid)
+	}
+	if stale.sum == sums[0].Checksum && maps.Equal(stale.rows, early.rows) {
+		t.Log("the stale client happened to read nothing compaction took")
 	}
 	var late syncedBucket
 	late.download(t, s, g.ID, bk, cp, 7, 0)

@@ -214,9 +214,12 @@ ALTER TABLE leases ADD COLUMN taken_over boolean NOT NULL DEFAULT false;
 	`
 ALTER TABLE leases ADD COLUMN started boolean NOT NULL DEFAULT true;
 `,
-	// 9: the group's last compaction (compact.go), for status.
+	// 9: the group's last compaction (compact.go), for status, and its
+	// floor: the checkpoint op id compaction may have rewritten ops up to,
+	// which every bucket data read returns as the least target of its
+	// ops (read.go).
 	`
-ALTER TABLE groups ADD COLUMN compaction jsonb;
+ALTER TABLE groups ADD COLUMN compaction jsonb, ADD COLUMN compact_floor bigint NOT NULL DEFAULT 0;
 `,
 }
 

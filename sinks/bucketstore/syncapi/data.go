@@ -203,6 +203,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	}
 	slices.Sort(prios)
 	c.batch.invalidated = false
+	c.readStorage = false
 	for i, prio := range prios {
 		var reqs []bucketstore.BucketRequest
 		for _, st := range c.sent {
@@ -254,7 +255,10 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 				return next, false, err
 			}
 		}
-		if i < len(prios)-1 {
+		if err := c.checkCompaction(ctx, cp); err != nil {
+			return next, false, err
+		}
+		if i < len(prios)-1 && !c.batch.invalidated {
 			if err := c.w.partialCheckpointComplete(cp.OpID, prio); err != nil {
 				return next, false, err
 			}
@@ -270,6 +274,31 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	}
 	c.complete = true
 	return newer, haveNewer, nil
+}
+
+// checkpointCompacted tells whether compaction may have rewritten ops of
+// checkpoint cp that this stream read from storage: its floor (the last
+// checkpoint it started from) is above cp. A CLEAR can then have taken
+// ops the client had not read yet, and it sits beyond cp, so the reads
+// cannot show it; cp is not completed, and a later checkpoint is.
+//
+// The floor is read after the data (a later statement): compaction sets
+// it before it rewrites anything, so a read that saw a rewrite is
+// followed by a floor read that sees the floor. Streams served from the
+// shared op segments only (delta.go) read nothing compaction touched and
+// ask nothing.
+func (c *conn) checkCompaction(ctx context.Context, cp bucketstore.Checkpoint) error {
+	if !c.readStorage || c.batch.invalidated {
+		return nil
+	}
+	floor, err := c.s.store.CompactFloor(ctx, cp.GroupID)
+	if err != nil {
+		return err
+	}
+	if floor > cp.OpID {
+		c.batch.invalidated = true
+	}
+	return nil
 }
 
 // advance drops the requests a read completed and moves the one it
@@ -305,6 +334,7 @@ func (c *conn) done(reqs []bucketstore.BucketRequest) {
 // readOwn reads the next ops of reqs up to cp into c.batch, holding a
 // data fetch slot for the duration of the query only.
 func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bucketstore.BucketRequest) (more bool, err error) {
+	c.readStorage = true
 	select {
 	case c.s.fetchSem <- struct{}{}:
 	case <-ctx.Done():

@@ -205,6 +205,9 @@ func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lo
 	return out, nil
 }
 
+// CompactFloor: the fake store is never compacted.
+func (f *fakeStore) CompactFloor(context.Context, int) (int64, error) { return 0, nil }
+
 func (f *fakeStore) ReadBucketDataShape(_ context.Context, _ bucketstore.ReadShape, _ int, checkpoint int64,
 	reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (bool, error) {
 	f.mu.Lock()

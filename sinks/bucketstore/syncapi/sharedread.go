@@ -135,6 +135,7 @@ func (c *conn) readBatch(ctx context.Context, cp bucketstore.Checkpoint, reqs []
 	if !r.ok {
 		return c.readOwn(ctx, cp, reqs)
 	}
+	c.readStorage = true // another stream's storage read
 	// Sent from the shared result itself: a copy per stream would make
 	// every caught-up stream hold the same bytes while it writes them.
 	c.batch.reset()

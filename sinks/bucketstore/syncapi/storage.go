@@ -49,6 +49,9 @@ type BucketReader interface {
 	// shape matters only to the benchmarks (Config.Baseline).
 	ReadBucketDataShape(ctx context.Context, shape bucketstore.ReadShape, group int, checkpoint int64,
 		reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (more bool, err error)
+	// CompactFloor is the checkpoint op id compaction may have rewritten
+	// the group's ops up to (bucketstore.Store.CompactFloor).
+	CompactFloor(ctx context.Context, group int) (int64, error)
 }
 
 // WriteCheckpointStore keeps write checkpoints: GET /write-checkpoint2.json

@@ -65,6 +65,10 @@ type conn struct {
 	keepalive *time.Ticker
 	expiry    *time.Timer
 
+	// readStorage: the checkpoint being sent read ops from storage (not
+	// only from the shared op segments), which compaction may rewrite.
+	readStorage bool
+
 	// The group served and this request's evaluation of its rules.
 	group int
 	plan  *syncrules.RequestPlan

@@ -1,0 +1,63 @@
+package syncapi
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// TestCompactionDuringDownload: a client half-way through its first
+// checkpoint when compaction merges the rest of that checkpoint's ops into
+// a CLEAR beyond it (every row updated twice since) reads nothing more
+// for that checkpoint — and must not complete it: the stream completes
+// the newest checkpoint instead, and the client's checksums and counts
+// match it.
+func TestCompactionDuringDownload(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todoRules, todoTables, nil)
+	upsertAll := func(name string) []stages.Change {
+		var cs []stages.Change
+		for i := range 2500 {
+			cs = append(cs, e.upsert("lists", fmt.Sprintf("l%04d", i), name, "nobody"))
+		}
+		return cs
+	}
+	first := e.commit(upsertAll("first")...)
+	watch := e.srv.watcher.Subscribe(t.Context())
+	var last bucketstore.Checkpoint
+	var compacted bucketstore.CompactStats
+	calls := 0
+	e.srv.afterDataLine = func() {
+		if calls++; calls != 1 {
+			return
+		}
+		e.commit(upsertAll("second")...)
+		last = e.commit(upsertAll("third")...)
+		for cp := range watch {
+			if cp.OpID >= last.OpID {
+				e.srv.watcher.Latest()
+				break
+			}
+		}
+		var err error
+		if compacted, err = e.store.Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
+	s := e.open(token(t, "u1", nil), nil)
+	ls := s.untilComplete()
+	c := newClient(t)
+	c.apply(ls...) // verifies checksums and counts at the complete
+	done := ls[len(ls)-1].CheckpointComplete
+	if done == nil || done.LastOpID != opID(last.OpID) {
+		t.Fatalf("completed %v, want the newest checkpoint %d (the first was %d); lines %v", done, last.OpID, first.OpID, kinds(ls))
+	}
+	if compacted.Cleared == 0 || compacted.UpTo != last.OpID {
+		t.Fatalf("compaction %+v, want CLEARs up to %d", compacted, last.OpID)
+	}
+	if got := len(c.rows[e.b("global")]); got != 2500 {
+		t.Fatalf("client holds %d lists, want 2500", got)
+	}
+}
