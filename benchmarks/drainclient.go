@@ -205,7 +205,9 @@ func drain(ctx context.Context, url, token string, checkpointOnly bool, wire dra
 		body = d
 	}
 	if wire == wireBSONZstd {
-		return drainBSON(bufio.NewReaderSize(body, 1<<20), st, start, checkpointOnly)
+		res, err := drainBSON(bufio.NewReaderSize(body, 1<<20), st, start, checkpointOnly)
+		res.wire = st.wire // counted into st while drainBSON read
+		return res, err
 	}
 	r := bufio.NewReaderSize(body, 1<<20)
 	var long []byte // a line longer than the reader's buffer
