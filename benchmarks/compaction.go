@@ -148,17 +148,9 @@ func activeGroup(ctx context.Context, store *bucketstore.Store) (int, error) {
 // rounds in one batch would be one op).
 func prepareUpdated(ctx context.Context, newDB func(context.Context, string) (string, error), opt CompactionOptions) (*drainData, error) {
 	name := fmt.Sprintf("compaction_%d_%d", opt.Rows, opt.Updates)
-	srcURI, err := newDB(ctx, name+"_src")
+	srcURI, storeURI, src, err := sourceAndStorage(ctx, newDB, name)
 	if err != nil {
-		return nil, fmt.Errorf("create source database: %w", err)
-	}
-	storeURI, err := newDB(ctx, name+"_store")
-	if err != nil {
-		return nil, fmt.Errorf("create storage database: %w", err)
-	}
-	src, err := pgx.Connect(ctx, srcURI)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the source: %w", err)
+		return nil, err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
 	if _, err := todos.Load(ctx, src, todos.Size{Lists: 1, Todos: opt.Rows, Seed: 8}); err != nil {

@@ -150,17 +150,9 @@ type drainData struct {
 // replicates it into a new storage database until a checkpoint covers it.
 func prepareDrain(ctx context.Context, newDB func(context.Context, string) (string, error), n, lists int, log io.Writer) (*drainData, error) {
 	name := fmt.Sprintf("drain_%d_%d", n, lists)
-	srcURI, err := newDB(ctx, name+"_src")
+	srcURI, storeURI, src, err := sourceAndStorage(ctx, newDB, name)
 	if err != nil {
-		return nil, fmt.Errorf("create source database: %w", err)
-	}
-	storeURI, err := newDB(ctx, name+"_store")
-	if err != nil {
-		return nil, fmt.Errorf("create storage database: %w", err)
-	}
-	src, err := pgx.Connect(ctx, srcURI)
-	if err != nil {
-		return nil, fmt.Errorf("connect to the source: %w", err)
+		return nil, err
 	}
 	defer src.Close(context.WithoutCancel(ctx))
 	logf(log, "drain %s todos / %d lists: loading and replicating…", size(n), lists)
@@ -208,6 +200,21 @@ sync_rules:
 		return nil, fmt.Errorf("vacuum storage: %w", err)
 	}
 	return &drainData{todos: n, lists: lists, store: store, storeURI: storeURI, ops: int64(n + lists)}, nil
+}
+
+// sourceAndStorage creates the source and storage databases of a data
+// set named name and connects to the source (the caller closes it).
+func sourceAndStorage(ctx context.Context, newDB func(context.Context, string) (string, error), name string) (srcURI, storeURI string, src *pgx.Conn, err error) {
+	if srcURI, err = newDB(ctx, name+"_src"); err != nil {
+		return "", "", nil, fmt.Errorf("create source database: %w", err)
+	}
+	if storeURI, err = newDB(ctx, name+"_store"); err != nil {
+		return "", "", nil, fmt.Errorf("create storage database: %w", err)
+	}
+	if src, err = pgx.Connect(ctx, srcURI); err != nil {
+		return "", "", nil, fmt.Errorf("connect to the source: %w", err)
+	}
+	return srcURI, storeURI, src, nil
 }
 
 // replicateUntil runs replication until the active group has published a

@@ -35,8 +35,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2,
-		ConnectTimeout: cfg.Storage.ConnectTimeout})
+	store, err := openToolStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -46,7 +45,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	for _, g := range groups {
-		if g.State != bucketstore.StateActive && g.State != bucketstore.StateProcessing {
+		if !g.Serving() {
 			continue
 		}
 		began := time.Now()

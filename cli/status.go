@@ -49,8 +49,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2,
-		ConnectTimeout: cfg.Storage.ConnectTimeout})
+	store, err := openToolStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -135,6 +134,13 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%d\t%d\t%s\n", p.Group, p.Table, p.RangesDone, p.Ranges, p.RowsDone, p.Estimated, pct)
 	}
 	return tw.Flush()
+}
+
+// openToolStore opens bucket storage for a one-shot command (status,
+// compact): two connections are all it needs.
+func openToolStore(ctx context.Context, cfg *config.Config) (*bucketstore.Store, error) {
+	return bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2,
+		ConnectTimeout: cfg.Storage.ConnectTimeout})
 }
 
 // writeCompactions gives each group's last compaction (syncpipe compact).

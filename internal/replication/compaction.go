@@ -66,7 +66,7 @@ func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error
 		return err
 	}
 	for _, g := range groups {
-		if g.State != bucketstore.StateActive && g.State != bucketstore.StateProcessing {
+		if !g.Serving() {
 			continue
 		}
 		began := time.Now()

@@ -46,6 +46,10 @@ type Group struct {
 	Compaction CompactRun
 }
 
+// Serving reports whether the group is ACTIVE or PROCESSING: it streams,
+// and its storage is read or about to be.
+func (g Group) Serving() bool { return g.State == StateActive || g.State == StateProcessing }
+
 // ErrNoGroup is returned when a group does not exist.
 var ErrNoGroup = errors.New("no such replication group")
 
@@ -263,7 +267,7 @@ func (s *Store) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Gr
 	}
 	var out []Group
 	for _, g := range groups {
-		if g.State == StateActive || g.State == StateProcessing {
+		if g.Serving() {
 			out = append(out, g)
 		}
 	}

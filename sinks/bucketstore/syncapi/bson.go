@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
@@ -69,14 +68,7 @@ func bsonOpenDoc(b []byte, t byte, key string) ([]byte, int) {
 // bsonStr appends a string value: length (with the NUL), bytes, NUL.
 // Invalid UTF-8 becomes U+FFFD, as in the NDJSON lines.
 func bsonStr[S string | []byte](b []byte, s S) []byte {
-	var valid bool
-	switch v := any(s).(type) {
-	case string:
-		valid = utf8.ValidString(v)
-	case []byte:
-		valid = utf8.Valid(v)
-	}
-	if !valid {
+	if !validUTF8(s) {
 		return bsonStr(b, strings.ToValidUTF8(string(s), "\uFFFD"))
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(s)+1))

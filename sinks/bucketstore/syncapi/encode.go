@@ -474,17 +474,21 @@ func appendOpID(b []byte, id int64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// validUTF8 reports whether s is valid UTF-8, without converting it.
+func validUTF8[S string | []byte](s S) bool {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.ValidString(v)
+	case []byte:
+		return utf8.Valid(v)
+	}
+	return false
+}
+
 // appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
 // U+FFFD, as with encoding/json; HTML characters are not escaped.
 func appendJSONString[S string | []byte](b []byte, s S) []byte {
-	var valid bool
-	switch v := any(s).(type) {
-	case string:
-		valid = utf8.ValidString(v)
-	case []byte:
-		valid = utf8.Valid(v)
-	}
-	if !valid {
+	if !validUTF8(s) {
 		return appendJSONString(b, strings.ToValidUTF8(string(s), "\uFFFD"))
 	}
 	b = append(b, '"')

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
 const (
@@ -114,7 +112,7 @@ func (s *Server) readHealth(ctx context.Context) healthState {
 	}
 	var st healthState
 	for _, g := range gs {
-		if g.LastError == "" || g.State != bucketstore.StateActive && g.State != bucketstore.StateProcessing {
+		if g.LastError == "" || !g.Serving() {
 			continue
 		}
 		st.errors = append(st.errors, groupError{Group: g.ID, State: string(g.State), Error: g.LastError, Since: g.LastErrorAt.UTC()})
