@@ -75,6 +75,7 @@ type ChildOptions struct {
 // Child is a running `syncpipe run` process.
 type Child struct {
 	cmd     *exec.Cmd
+	config  string // the config file's path
 	started time.Time
 
 	mu      sync.Mutex
@@ -135,7 +136,7 @@ func StartChild(ctx context.Context, opt ChildOptions) (*Child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start syncpipe: %w", err)
 	}
-	c := &Child{cmd: cmd, seen: map[string]time.Time{}, changed: make(chan struct{}),
+	c := &Child{cmd: cmd, config: f.Name(), seen: map[string]time.Time{}, changed: make(chan struct{}),
 		logDone: make(chan struct{}), exited: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -194,6 +195,13 @@ func procStatusBytes(path, key string) int64 {
 func (c *Child) RSS() int64 {
 	return procStatusBytes(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid), "VmRSS:")
 }
+
+// Binary is the child's executable.
+func (c *Child) Binary() string { return c.cmd.Path }
+
+// ConfigPath is the child's config file, for other syncpipe commands
+// (compact, status) to run against the same source and storage.
+func (c *Child) ConfigPath() string { return c.config }
 
 // Started is when the process was started: scenarios time from it.
 func (c *Child) Started() time.Time { return c.started }

@@ -29,8 +29,11 @@ type LoadOptions struct {
 	// single-row updates of random todos.
 	Rate, TxnRows int
 	For           time.Duration
-	Log           io.Writer
-	Harness       *Harness
+	// Replication is the child's replication section in YAML flow style
+	// ("": {workers_per_process: 2}).
+	Replication string
+	Log         io.Writer
+	Harness     *Harness
 }
 
 // LoadPreset returns the options for a scale: "full" is the SPEC load
@@ -100,45 +103,16 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 			"source and storage on two clusters (fsync on), storage synchronous_commit=off. Latency: per client and transaction, commit returned → the client's checkpoint_complete bringing it",
 			opt.Clients, opt.ListsPerUser, opt.TodosPerList, opt.Rate, opt.TxnRows, opt.For)}
 	var fig loadFigures
-	if opt.Harness == nil {
-		return res, fig, fmt.Errorf("load scenario: no syncpipe harness")
-	}
-	cluster, src, err := startCluster(ctx, "app")
+	e, err := startLoadEnv(ctx, opt)
 	if err != nil {
 		return res, fig, err
 	}
-	defer cluster.Stop()
-	defer src.Close(context.WithoutCancel(ctx))
-	settings, _ := statementSettings()
-	storage, err := pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: settings})
-	if err != nil {
-		return res, fig, err
-	}
-	defer storage.Stop()
-	if err := storage.CreateDatabase(ctx, "storage"); err != nil {
-		return res, fig, err
-	}
-	users, owners, err := loadData(ctx, src, opt)
-	if err != nil {
-		return res, fig, err
-	}
+	defer e.close(ctx)
 	fig.clients, fig.buckets = opt.Clients, opt.ListsPerUser
-
-	child, url, err := startLoadChild(ctx, opt, cluster.URI("app"), storage.URI("storage"))
-	if err != nil {
-		return res, fig, err
-	}
-	defer func() {
-		if child != nil {
-			_, _ = child.Stop()
-		}
-	}()
-	if _, err := child.WaitFor(ctx, "snapshot done"); err != nil {
-		return res, fig, err
-	}
+	child, url, src, storage := e.child, e.url, e.src, e.storage
 	fig.rssBefore = lowestRSS(child)
 
-	lc := newLoadClients(users)
+	lc := newLoadClients(e.users)
 	cctx, stopClients := context.WithCancel(ctx)
 	var clients sync.WaitGroup
 	defer func() { stopClients(); clients.Wait() }()
@@ -156,7 +130,7 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	logf(opt.Log, "load: %d clients synced in %s; RSS %d MiB before, %d MiB with them idle",
 		opt.Clients, fig.firstSync.Round(time.Millisecond), fig.rssBefore>>20, fig.rssIdle>>20)
 
-	stmts, err := openLoadStatements(ctx, storage, settings != nil)
+	stmts, err := openLoadStatements(ctx, storage, e.statements)
 	if err != nil {
 		return res, fig, err
 	}
@@ -172,12 +146,12 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	if err != nil {
 		return res, fig, err
 	}
-	cpu0 := sampleLoadCPU(child, cluster, storage)
-	committed, err := loadChanges(ctx, src, opt, owners, &fig)
+	cpu0 := sampleLoadCPU(child, e.cluster, storage)
+	committed, err := loadChanges(ctx, src, opt, e.owners, &fig, 1)
 	if err != nil {
 		return res, fig, err
 	}
-	fig.cpu = sampleLoadCPU(child, cluster, storage).since(cpu0)
+	fig.cpu = sampleLoadCPU(child, e.cluster, storage).since(cpu0)
 	s1, x1, err := storageCounts(ctx, stmts, storage)
 	if err != nil {
 		return res, fig, err
@@ -196,7 +170,7 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	fig.errors = lc.failed.Load()
 	fig.errorText = lc.errs
 	st, err := child.Stop()
-	child = nil
+	e.child = nil
 	if err != nil {
 		return res, fig, err
 	}
@@ -216,6 +190,65 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	}
 	res.Bars = append(res.Bars, loadBar(fig))
 	return res, fig, nil
+}
+
+// loadEnv is what a load run stands on: the source and storage clusters
+// (storage with pg_stat_statements when the server has it), the data and a
+// `syncpipe run --role all` child past its snapshot, serving the API at url.
+type loadEnv struct {
+	cluster, storage *pgcluster.Cluster
+	src              *pgx.Conn
+	statements       bool // pg_stat_statements is preloaded in storage
+	users            []string
+	owners           map[string]string // todo id → its owner
+	child            *Child
+	url              string
+}
+
+func startLoadEnv(ctx context.Context, opt LoadOptions) (e *loadEnv, err error) {
+	if opt.Harness == nil {
+		return nil, fmt.Errorf("load scenario: no syncpipe harness")
+	}
+	e = &loadEnv{}
+	defer func() {
+		if err != nil {
+			e.close(ctx)
+		}
+	}()
+	if e.cluster, e.src, err = startCluster(ctx, "app"); err != nil {
+		return e, err
+	}
+	settings, _ := statementSettings()
+	e.statements = settings != nil
+	if e.storage, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: settings}); err != nil {
+		return e, err
+	}
+	if err := e.storage.CreateDatabase(ctx, "storage"); err != nil {
+		return e, err
+	}
+	if e.users, e.owners, err = loadData(ctx, e.src, opt); err != nil {
+		return e, err
+	}
+	if e.child, e.url, err = startLoadChild(ctx, opt, e.cluster.URI("app"), e.storage.URI("storage")); err != nil {
+		return e, err
+	}
+	_, err = e.child.WaitFor(ctx, "snapshot done")
+	return e, err
+}
+
+// close stops what is still running.
+func (e *loadEnv) close(ctx context.Context) {
+	if e.child != nil {
+		_, _ = e.child.Stop()
+	}
+	if e.src != nil {
+		e.src.Close(context.WithoutCancel(ctx))
+	}
+	for _, c := range []*pgcluster.Cluster{e.storage, e.cluster} {
+		if c != nil {
+			_ = c.Stop()
+		}
+	}
 }
 
 // loadData creates the scenario's source tables: per user ListsPerUser
@@ -265,27 +298,28 @@ func startLoadChild(ctx context.Context, opt LoadOptions, source, storage string
 	if err != nil {
 		return nil, "", err
 	}
+	replication := cmp.Or(opt.Replication, "{workers_per_process: 2}")
 	cfg := fmt.Sprintf(`source: {uri: %q, slot_prefix: bench_load_}
 storage: {uri: %q, max_conns: 32, synchronous_commit: "off"}
 sync_rules:
   content: |
 %s
-replication: {workers_per_process: 2}
+replication: %s
 api:
   listen: "127.0.0.1:%d"
   auth: {audience: [%q], hs256_secrets: [%q], max_lifetime: 24h}
   max_concurrent_connections: %d
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
-`, source, storage, indent(loadRules, "    "), port, p5Audience, p5Secret, opt.Clients+100)
+`, source, storage, indent(loadRules, "    "), replication, port, p5Audience, p5Secret, opt.Clients+100)
 	return startListening(ctx, opt.Harness.childOptions(cfg, "all"), port)
 }
 
 // loadChanges commits opt.Rate changes/s for opt.For, each transaction
-// setting its todos' seq to its own number, and returns each seq's commit
-// time. A transaction that takes longer than its share of a second delays
+// setting its todos' seq to its own number (from firstSeq on), and returns
+// each seq's commit time. A transaction that takes longer than its share of a second delays
 // the next one: the achieved rate is reported.
-func loadChanges(ctx context.Context, src *pgx.Conn, opt LoadOptions, owners map[string]string, fig *loadFigures) (map[int64]time.Time, error) {
+func loadChanges(ctx context.Context, src *pgx.Conn, opt LoadOptions, owners map[string]string, fig *loadFigures, firstSeq int64) (map[int64]time.Time, error) {
 	ids := make([]string, 0, len(owners))
 	for id := range owners {
 		ids = append(ids, id)
@@ -299,7 +333,7 @@ func loadChanges(ctx context.Context, src *pgx.Conn, opt LoadOptions, owners map
 	start := time.Now()
 	batch := make([]string, min(opt.TxnRows, len(ids)))
 	picked := map[int]bool{}
-	for seq := int64(1); time.Since(start) < opt.For; seq++ {
+	for seq := firstSeq; time.Since(start) < opt.For; seq++ {
 		// Distinct todos: each change of a transaction is one row.
 		clear(picked)
 		for i := range batch {

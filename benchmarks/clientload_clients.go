@@ -200,6 +200,17 @@ func (c *loadClient) holds(want map[string]int64) bool {
 	return true
 }
 
+// forgetArrivals drops the arrivals and op counts recorded so far: a
+// scenario that measures in phases computes each phase's figures from its
+// own.
+func (lc *loadClients) forgetArrivals() {
+	for _, c := range lc.list {
+		c.mu.Lock()
+		c.arrivals, c.ops = c.arrivals[:0], 0
+		c.mu.Unlock()
+	}
+}
+
 // loadLatencies are the load's latencies, one per (client, transaction)
 // arrival: commit → checkpoint_complete, split at the checkpoint's
 // publication in storage (where it was seen).

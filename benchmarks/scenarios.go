@@ -53,6 +53,7 @@ var registry = []Scenario{
 	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
 	{Name: "load", Spec: "Load", Describe: "1,000 sync connections while 5k changes/s stream in: commit → checkpoint_complete, RSS, memory per idle connection", Run: runLoadScenario},
 	{Name: "compaction", Spec: "P8", Describe: "a bucket of rows updated many times: storage size and a new client's drain before and after compaction", Run: runCompactionScenario},
+	{Name: "compaction-load", Spec: "P8", Describe: "compaction running while 2,000 changes/s stream in and 20 clients sync: replication lag with and without it, checksum failures", Run: runCompactionLoadScenario},
 	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
 }
 
@@ -184,6 +185,23 @@ func runCompactionScenario(ctx context.Context, p Params) (Result, error) {
 	opt := CompactionOptions{Rows: pick(p.Rows, 200, 1000, p.Scale), Updates: pick(0, 50, 1000, p.Scale),
 		Runs: pick(p.Runs, 3, 3, p.Scale), Log: p.Log}
 	return RunCompaction(ctx, opt)
+}
+
+// runCompactionLoadScenario runs P8's concurrent half with its scale
+// preset (CompactionLoadPreset); -for sets a phase's length.
+func runCompactionLoadScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := CompactionLoadPreset(p.Scale)
+	if p.For > 0 {
+		opt.Load.For = p.For
+	}
+	if p.Runs > 0 {
+		opt.Phases = 2 * p.Runs
+	}
+	opt.Load.Log, opt.Load.Harness = p.Log, p.Harness
+	return RunCompactionLoad(ctx, opt)
 }
 
 // runChecksumsScenario runs P5 with its scale preset; -rows sets the
