@@ -74,7 +74,11 @@ const drainSharedBuffers = "1GB"
 // one by_list bucket per list) reads the NDJSON stream until
 // checkpoint_complete. The baseline, measured in the same run on
 // the same data through the same endpoint, is the OR-chain query shape
-// the LATERAL read replaced.
+// the LATERAL read replaced. The LATERAL shape is drained as NDJSON and
+// as BSON with zstd, and for each drain the server's CPU is measured — the
+// sync API child's and the storage cluster's (see drain_cpu.go) — so the
+// report shows what the SDKs' encoding costs the server, not only how
+// much smaller it is on the wire.
 func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 	if len(opt.Todos) == 0 {
 		opt.Todos = specDrainTodos
@@ -87,7 +91,9 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		Params: fmt.Sprintf("P4: first sync of a client entitled to every bucket (global + by_list per list), todos %s × lists %v, "+
 			"median of %d runs; data replicated by syncpipe (snapshot + stream to the first checkpoint), then VACUUM ANALYZE (the state "+
 			"autovacuum reaches) and one untimed warm-up drain; %s, checksums computed by every drain (cache of one "+
-			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for); storage cluster shared_buffers %s; baseline: the OR-chain query "+
+			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for); "+
+			"server CPU per drain: the sync API child's and the storage cluster's processes', from the request until both are idle; "+
+			"storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
 			sizes(opt.Todos), opt.Lists, opt.Runs, drainServerKind(opt.Harness), drainSharedBuffers, opt.BaselineTimeout)}
 	newDB := opt.NewDatabase
@@ -108,6 +114,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		}
 	}
 	var rows rowSet
+	var cpuRows []drainCPURow
 	medians := map[[2]int]time.Duration{} // (todos, lists) → LATERAL median
 	for _, lists := range opt.Lists {
 		for _, n := range opt.Todos {
@@ -115,7 +122,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 			if err != nil {
 				return res, err
 			}
-			notes, err := measureDrain(ctx, d, opt, &rows, &res.PeakRSS)
+			notes, err := measureDrain(ctx, d, opt, &rows, &cpuRows, &res.PeakRSS)
 			d.store.Close()
 			if err != nil {
 				return res, err
@@ -127,6 +134,9 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		}
 	}
 	res.Rows = rows.list()
+	if note := drainCPUNote(cpuRows, opt.Runs); note != "" {
+		res.Notes = append([]string{note}, res.Notes...)
+	}
 	res.Bars = drainBars(opt, medians)
 	for _, b := range res.Bars {
 		met := "met"
@@ -190,6 +200,13 @@ sync_rules:
 	if err := dropSlots(ctx, src); err != nil {
 		store.Close()
 		return nil, err
+	}
+	// The source is not read again, but autovacuum would visit its freshly
+	// loaded tables within a minute — in the same cluster as storage, during
+	// the drains, whose storage CPU would then include it.
+	if _, err := src.Exec(ctx, "VACUUM (ANALYZE)"); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("vacuum the source: %w", err)
 	}
 	// Right after the snapshot every row still needs its hint bits set and
 	// the planner has no statistics; autovacuum settles both within a
@@ -293,9 +310,15 @@ func dropSlots(ctx context.Context, src *pgx.Conn) error {
 }
 
 // measureDrain runs the drains of one data set, shapes interleaved within
-// each run so that both see the same machine noise. It returns notes on
-// baseline drains that were cut off.
-func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *rowSet, peakRSS *int64) ([]string, error) {
+// each run so that both see the same machine noise, and measures the
+// server's CPU of each (the LATERAL drains' go to cpuRows as well). It
+// returns notes on the wire formats and on baseline drains that were cut
+// off.
+func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *rowSet, cpuRows *[]drainCPURow, peakRSS *int64) ([]string, error) {
+	pm, err := storagePostmaster(ctx, d.store)
+	if err != nil {
+		return nil, err
+	}
 	servers := make([]*drainServer, len(drainShapes))
 	for i, sh := range drainShapes {
 		var h *Harness
@@ -333,6 +356,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		{drainRowName(d.todos, d.lists, drainShapes[1].name), 1, wireNDJSON},
 	}
 	wireBytes := map[string][]int64{}
+	cpuRuns := map[string][]drainCPURun{}
 	for run := range opt.Runs {
 		for _, v := range variants {
 			sh := drainShapes[v.server]
@@ -343,14 +367,20 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 				}
 				timeout = opt.BaselineTimeout
 			}
+			m := servers[v.server].meter(pm)
+			m.settle(ctx)
+			cpu0 := m.sample()
 			st, err := servers[v.server].drainOnce(ctx, timeout, v.wire)
+			m.settle(ctx)
+			cpu := m.sample().sub(cpu0)
 			name := v.name
 			if errors.Is(err, errDrainTimeout) {
 				// The ops received in the time it ran: the rate of a drain's
 				// cheapest part, since later batches reread more.
 				cutOff = true
 				baseline = name + " (cut off)"
-				rows.add(baseline, "", Sample{Duration: st.total, Rows: st.ops, Ops: st.ops, Bytes: st.bytes})
+				rows.add(baseline, "", Sample{Duration: st.total, Rows: st.ops, Ops: st.ops, Bytes: st.bytes,
+					SyncpipeCPU: cpu.syncpipe, PostgresCPU: cpu.storage})
 				notes = append(notes, fmt.Sprintf("%s: cut off after %s with %d of %d ops; its row is the rate of the drain's cheapest "+
 					"part (every later batch rereads more), so the LATERAL row's ratio to it understates the difference. Later "+
 					"OR-chain runs of this data set were skipped.", name, st.total.Round(time.Second), st.ops, d.ops))
@@ -363,20 +393,32 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			if st.ops != d.ops {
 				return nil, fmt.Errorf("drain %s: received %d ops, the data set has %d", name, st.ops, d.ops)
 			}
-			rows.add(name, "", Sample{Duration: st.total, Rows: st.ops, Ops: st.ops, Bytes: st.bytes})
+			rows.add(name, "", Sample{Duration: st.total, Rows: st.ops, Ops: st.ops, Bytes: st.bytes,
+				SyncpipeCPU: cpu.syncpipe, PostgresCPU: cpu.storage})
 			firstCP[name] = append(firstCP[name], st.checkpoint)
 			wireBytes[name] = append(wireBytes[name], st.wire)
-			logf(opt.Log, "run %d: %s: %s, %.0f ops/s, %.1f MiB/s, %.1f MiB on the wire (checkpoint line after %s)", run+1, name,
-				st.total.Round(time.Millisecond), float64(st.ops)/st.total.Seconds(), float64(st.bytes)/(1<<20)/st.total.Seconds(),
-				float64(st.wire)/(1<<20), st.checkpoint.Round(time.Millisecond))
+			cpuRuns[name] = append(cpuRuns[name], drainCPURun{cpu: cpu, wire: st.wire, ops: st.ops})
+			logf(opt.Log, "run %d: %s: %s, %.0f ops/s, %.1f MiB/s, %.1f MiB on the wire (checkpoint line after %s); server CPU %s syncpipe, %s storage",
+				run+1, name, st.total.Round(time.Millisecond), float64(st.ops)/st.total.Seconds(), float64(st.bytes)/(1<<20)/st.total.Seconds(),
+				float64(st.wire)/(1<<20), st.checkpoint.Round(time.Millisecond), cpuText(cpu.syncpipe, m.child > 0), cpuText(cpu.storage, m.postmaster > 0))
 		}
 	}
+	childServed := servers[0].child != nil
 	if a, b := wireBytes[variants[0].name], wireBytes[variants[1].name]; len(a) > 0 && len(b) > 0 {
 		slices.Sort(a)
 		slices.Sort(b)
+		ca, cb := medianCPU(cpuRuns[variants[0].name]), medianCPU(cpuRuns[variants[1].name])
 		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as NDJSON without compression, %.1f MiB as BSON with zstd (%.0f%%); "+
-			"the BSON+zstd row's MiB/s counts the BSON bytes before compression.", variants[0].name,
-			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2])))
+			"the BSON+zstd row's MiB/s counts the BSON bytes before compression. Server CPU (median; syncpipe / storage): "+
+			"%s / %s as NDJSON, %s / %s as BSON with zstd.", variants[0].name,
+			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2]),
+			cpuText(ca.syncpipe, childServed), cpuText(ca.storage, pm > 0), cpuText(cb.syncpipe, childServed), cpuText(cb.storage, pm > 0)))
+	}
+	for _, v := range variants[:2] {
+		if runs := cpuRuns[v.name]; len(runs) > 0 && (childServed || pm > 0) {
+			*cpuRows = append(*cpuRows, drainCPURow{dataSet: drainDataSet(d.todos, d.lists), wire: v.wire.label(), runs: runs,
+				childServed: childServed, storageMeasured: pm > 0})
+		}
 	}
 	// The baseline row is known only now (a cut-off one has its own name).
 	if r := rows.byName[drainRowName(d.todos, d.lists, drainShapes[0].name)]; r != nil {
@@ -404,7 +446,11 @@ func drainServerKind(h *Harness) string {
 }
 
 func drainRowName(todos, lists int, shape string) string {
-	return fmt.Sprintf("%s todos / %d lists, %s", size(todos), lists, shape)
+	return drainDataSet(todos, lists) + ", " + shape
+}
+
+func drainDataSet(todos, lists int) string {
+	return fmt.Sprintf("%s todos / %d lists", size(todos), lists)
 }
 
 // drainBars decides P4's bars from the LATERAL medians: 1M/1k within 12 s,

@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +15,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // TestDrainSmoke runs the P4 drain at a tiny scale (one run each of two
 // data sets) and checks what the client received: every op of every
 // bucket, for both query shapes (LATERAL from a `syncpipe run --role api`
-// child, OR-chain in-process), a bar line for the tenfold step and the
-// child's peak RSS. No timing is asserted: CI machines vary.
+// child, OR-chain in-process), a bar line for the tenfold step, the
+// child's peak RSS and the server's CPU of the NDJSON and BSON+zstd drains
+// (the child's and the storage cluster's; none for the in-process server,
+// whose process is the client's too). No timing is asserted: CI machines
+// vary.
 func TestDrainSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and builds syncpipe")
@@ -55,6 +59,19 @@ func TestDrainSmoke(t *testing.T) {
 		if strings.HasSuffix(r.Name, "BSON+zstd") && !strings.HasSuffix(r.Baseline, "LATERAL") {
 			t.Errorf("row %q: baseline %q, want the NDJSON drain", r.Name, r.Baseline)
 		}
+		for _, s := range r.Samples {
+			lateral := strings.Contains(r.Name, "LATERAL")
+			if lateral && s.SyncpipeCPU <= 0 {
+				t.Errorf("row %q: no CPU of the sync API child: %+v", r.Name, s)
+			}
+			if !lateral && s.SyncpipeCPU != 0 {
+				t.Errorf("row %q: the in-process server's CPU is the client's too, yet reported: %+v", r.Name, s)
+			}
+			// A server named by the environment may be on another machine.
+			if os.Getenv(pgtest.EnvURL) == "" && s.PostgresCPU <= 0 {
+				t.Errorf("row %q: no CPU of the storage cluster: %+v", r.Name, s)
+			}
+		}
 	}
 	if len(res.Bars) != 1 || res.Bars[0].ID != "P4" || !strings.Contains(res.Bars[0].Value, "200 → 2k todos") {
 		t.Errorf("bars %+v", res.Bars)
@@ -66,5 +83,11 @@ func TestDrainSmoke(t *testing.T) {
 	res.WriteMarkdown(&md)
 	if !strings.Contains(md.String(), "of 2k todos / 20 lists, OR-chain") || !strings.Contains(md.String(), "as BSON with zstd") {
 		t.Errorf("report lacks the baseline ratio:\n%s", md.String())
+	}
+	for _, want := range []string{"| 2k todos / 20 lists | NDJSON + identity |", "| 2k todos / 20 lists | BSON + zstd |",
+		"server CPU s (syncpipe / storage)", "Server CPU (median; syncpipe / storage)"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
 	}
 }

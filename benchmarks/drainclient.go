@@ -58,6 +58,14 @@ var (
 	wireBSONZstd = drainWire{"BSON+zstd", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8", "zstd"}
 )
 
+// label names the wire format in the server-CPU table.
+func (w drainWire) label() string {
+	if w.encoding == "zstd" {
+		return "BSON + zstd"
+	}
+	return "NDJSON + identity"
+}
+
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
@@ -126,6 +134,16 @@ func (ds *drainServer) close() int64 {
 	ds.srv.Close()
 	_ = ds.http.Close()
 	return 0
+}
+
+// meter samples the CPU of this server's processes: the child's, if it
+// is one, and the storage cluster's (postmaster; 0 = not measured).
+func (ds *drainServer) meter(postmaster int) drainMeter {
+	m := drainMeter{postmaster: postmaster}
+	if ds.child != nil {
+		m.child = ds.child.Pid()
+	}
+	return m
 }
 
 // drainOnce drains every bucket with one new client. timeout > 0 cuts the
