@@ -63,6 +63,21 @@ func describeCompaction(st bucketstore.CompactStats) string {
 	if st.UpTo == 0 {
 		return "nothing to compact (no checkpoint published yet)"
 	}
-	return fmt.Sprintf("%d buckets up to op %d: %d ops moved, %d merged into CLEARs (%d written)",
-		st.Buckets, st.UpTo, st.Moved, st.Cleared, st.Clears)
+	return fmt.Sprintf("%d buckets up to op %d: %d ops moved, %d merged into CLEARs (%d written), %s reclaimed",
+		st.Buckets, st.UpTo, st.Moved, st.Cleared, st.Clears, formatBytes(st.Reclaimed))
+}
+
+// formatBytes gives n bytes in binary units with one decimal ("12.3
+// MiB"), bytes below 1 KiB as they are ("512 B").
+func formatBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 && n > -1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/1024, 0
+	for (v >= 1024 || v <= -1024) && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, units[i])
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,11 @@ func TestCompactWhileSyncing(t *testing.T) {
 	if !strings.Contains(out, "group 1: ") || !strings.Contains(out, "ops moved") {
 		t.Fatalf("compact printed %q", out)
 	}
+	// 30 updates of 200 todos leave thousands of superseded ops, so a
+	// nonzero amount, in KiB at least.
+	if m := reclaimedRE.FindStringSubmatch(out); m == nil || m[1] == "0" || m[2] == "B" {
+		t.Fatalf("compact printed no bytes reclaimed: %q", out)
+	}
 	<-churnDone
 	e.waitCaughtUp(ctx)
 	// A last update of every todo: each row's latest op is then in one run
@@ -114,15 +120,28 @@ func TestCompactWhileSyncing(t *testing.T) {
 		}
 	}
 	status := e.runOnce(ctx, "status")
-	if !strings.Contains(status, "group 1 last compacted") {
-		t.Errorf("status shows no compaction:\n%s", status)
+	if !strings.Contains(status, "group 1 last compacted") || !reclaimedRE.MatchString(status) {
+		t.Errorf("status shows no compaction, or not the bytes it reclaimed:\n%s", status)
 	}
 	e.alive()
 }
 
+// reclaimedRE finds the bytes a compaction reclaimed as compact and status
+// print them (describeCompaction): the amount and its unit.
+var reclaimedRE = regexp.MustCompile(`, ([0-9.]+) (B|[KMGTPE]iB) reclaimed`)
+
+// TestFormatBytes: the units compact and status print bytes in.
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12_900_000: "12.3 MiB", 5 << 30: "5.0 GiB", 3 << 60: "3.0 EiB"} {
+		if got := formatBytes(n); got != want {
+			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
 // TestBackgroundCompaction: with replication.compaction.interval set, a
-// running syncpipe compacts by itself — counted on /metrics and recorded
-// for status — while a client following the stream validates every
+// running syncpipe compacts by itself — counted on /metrics (ops and bytes
+// reclaimed), recorded for status — while a client following the stream validates every
 // checkpoint.
 func TestBackgroundCompaction(t *testing.T) {
 	if testing.Short() {
@@ -150,9 +169,17 @@ func TestBackgroundCompaction(t *testing.T) {
 		e.waitCaughtUp(ctx)
 	}
 	e.waitFor(ctx, "background compaction on /metrics", func() bool {
-		moved, _ := sample(scrape(ctx, addr), "syncpipe_compaction_ops_total", "kind", "moved")
-		cleared, _ := sample(scrape(ctx, addr), "syncpipe_compaction_ops_total", "kind", "cleared")
-		return moved > 0 && cleared > 0
+		ss := scrape(ctx, addr)
+		moved, _ := sample(ss, "syncpipe_compaction_ops_total", "kind", "moved")
+		cleared, _ := sample(ss, "syncpipe_compaction_ops_total", "kind", "cleared")
+		reclaimed, _ := sample(ss, "syncpipe_compaction_reclaimed_bytes_total")
+		return moved > 0 && cleared > 0 && reclaimed > 0
+	})
+	// Read from storage on scrape and cached for storageGaugeCache: the
+	// group's data has been there since the snapshot.
+	e.waitFor(ctx, "the group's storage bytes on /metrics", func() bool {
+		n, _ := sample(scrape(ctx, addr), "syncpipe_storage_bytes", "group", "1")
+		return n > 0
 	})
 	e.converge(ctx, time.Minute, want)
 	e.waitFor(ctx, "the client to hold the source", w.holds(want()))

@@ -94,6 +94,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := registerSlotGauges(tel.MeterProvider, store, cfg, log); err != nil {
 		return err
 	}
+	if err := registerStorageGauge(tel.MeterProvider, store, log); err != nil {
+		return err
+	}
 	log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
 
 	if *role == "all" || *role == "api" {

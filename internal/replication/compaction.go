@@ -20,8 +20,9 @@ const compactionLease = "compact/all"
 
 // compactionMetrics count what background compaction did.
 type compactionMetrics struct {
-	ops  metric.Int64Counter // by kind: moved, cleared
-	runs metric.Int64Counter
+	ops       metric.Int64Counter // by kind: moved, cleared
+	runs      metric.Int64Counter
+	reclaimed metric.Int64Counter // bytes (CompactStats.Reclaimed)
 }
 
 func newCompactionMetrics(m metric.Meter) compactionMetrics {
@@ -29,7 +30,11 @@ func newCompactionMetrics(m metric.Meter) compactionMetrics {
 		metric.WithDescription("Ops background compaction rewrote: kind moved (superseded ops turned into MOVEs) or cleared (ops merged into CLEARs and deleted)."))
 	runs, _ := m.Int64Counter("syncpipe_compaction_runs_total",
 		metric.WithDescription("Background compactions of a group that completed."))
-	return compactionMetrics{ops: ops, runs: runs}
+	// Named without _total: the Prometheus exporter appends it after the
+	// unit's _bytes.
+	reclaimed, _ := m.Int64Counter("syncpipe_compaction_reclaimed_bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of bucket_data rows background compaction dropped (deleted ops, data of ops turned into MOVEs): logical bytes, which PostgreSQL reuses once autovacuum has processed the table."))
+	return compactionMetrics{ops: ops, runs: runs, reclaimed: reclaimed}
 }
 
 // compactions compacts every serving group once per
@@ -74,13 +79,14 @@ func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error
 			Progress: func(_ string, st bucketstore.CompactStats) {
 				cm.ops.Add(ctx, st.Moved, metric.WithAttributes(attribute.String("kind", "moved")))
 				cm.ops.Add(ctx, st.Cleared, metric.WithAttributes(attribute.String("kind", "cleared")))
+				cm.reclaimed.Add(ctx, st.Reclaimed)
 			}})
 		if err != nil {
 			return err
 		}
 		cm.runs.Add(ctx, 1)
 		r.log.Info("compacted bucket storage", "group", g.ID, "up_to_op", st.UpTo, "buckets", st.Buckets,
-			"moved", st.Moved, "cleared", st.Cleared, "elapsed", time.Since(began).Round(time.Millisecond))
+			"moved", st.Moved, "cleared", st.Cleared, "reclaimed_bytes", st.Reclaimed, "elapsed", time.Since(began).Round(time.Millisecond))
 	}
 	return nil
 }

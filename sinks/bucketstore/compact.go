@@ -84,6 +84,13 @@ type CompactStats struct {
 	Moved   int64 `json:"moved"`
 	Cleared int64 `json:"cleared"`
 	Clears  int64 `json:"clears"`
+	// Reclaimed is the bytes of ops compaction dropped, measured as
+	// pg_column_size of whole bucket_data rows: the rows it deleted, and
+	// for each row it rewrote (into a MOVE or a CLEAR) its old size less
+	// its new one (a rewrite that does not shrink a row counts 0). These
+	// are logical bytes: the space returns to PostgreSQL once (auto)vacuum
+	// has processed bucket_data.
+	Reclaimed int64 `json:"reclaimed_bytes"`
 }
 
 func (st *CompactStats) add(o CompactStats) {
@@ -91,6 +98,7 @@ func (st *CompactStats) add(o CompactStats) {
 	st.Moved += o.Moved
 	st.Cleared += o.Cleared
 	st.Clears += o.Clears
+	st.Reclaimed += o.Reclaimed
 }
 
 // Compact compacts group's ops up to its last published checkpoint, bucket
@@ -197,7 +205,7 @@ SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`, group, after, n)
 func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (CompactStats, error) {
 	st := CompactStats{Buckets: 1}
 	moved, err := s.moveSuperseded(ctx, group, bucket, upTo, o)
-	st.Moved = moved
+	st.Moved, st.Reclaimed = moved.ops, moved.bytes
 	if err != nil {
 		return st, err
 	}
@@ -206,9 +214,10 @@ func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upT
 		if err != nil {
 			return st, err
 		}
-		if merged > 0 {
-			st.Cleared += merged
+		if merged.ops > 0 {
+			st.Cleared += merged.ops
 			st.Clears++
+			st.Reclaimed += merged.bytes
 		}
 		if !more {
 			return st, nil
@@ -221,13 +230,40 @@ func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upT
 const rowKeySQL = `coalesce(object_type, '') || chr(31) || coalesce(object_id, '') || chr(31) ||
   coalesce(source_table, '') || chr(31) || coalesce(source_key::text, '')`
 
+// rewritten counts the ops one compaction step rewrote or deleted and the
+// row bytes that dropped (CompactStats.Reclaimed).
+type rewritten struct {
+	ops, bytes int64
+}
+
+// moveSQL turns the listed PUT and REMOVE ops ($3, with their targets
+// $4) into MOVEs and returns how many it turned and the row bytes that
+// dropped, in one statement. RETURNING has no OLD before PostgreSQL 18: the
+// CTE locks each row and reads its size before the UPDATE rewrites it
+// (under that lock, so the size is of the version rewritten), and
+// RETURNING reads the size after.
+const moveSQL = `
+WITH old AS (
+  SELECT d.op_id, m.target, pg_column_size(d.*) AS size
+  FROM unnest($3::bigint[], $4::bigint[]) AS m(id, target)
+  JOIN bucket_data d ON d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = m.id
+  WHERE d.op IN (1, 2)
+  FOR UPDATE OF d
+), moved AS (
+  UPDATE bucket_data d SET op = 3, data = NULL, target_op = old.target
+  FROM old
+  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = old.op_id
+  RETURNING greatest(old.size - pg_column_size(d.*), 0) AS freed
+)
+SELECT count(*), coalesce(sum(freed), 0)::bigint FROM moved`
+
 // moveSuperseded is the MOVE pass: it reads the bucket's ops from upTo
 // down, remembering each row's latest op, and turns every older PUT or
 // REMOVE of a remembered row into a MOVE whose target is that latest op.
 // It stops at a CLEAR: nothing before one is left to compact.
-func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (int64, error) {
+func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (rewritten, error) {
 	latest := map[string]int64{}
-	var moved int64
+	var moved rewritten
 	before := upTo + 1
 	for {
 		rows, err := s.pool.Query(ctx, `SELECT op_id, op, `+rowKeySQL+` FROM bucket_data
@@ -266,14 +302,12 @@ func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, up
 			return moved, fmt.Errorf("read ops: %w", err)
 		}
 		if len(ids) > 0 {
-			tag, err := s.pool.Exec(ctx, `UPDATE bucket_data d SET op = 3, data = NULL, target_op = m.target
-				FROM unnest($3::bigint[], $4::bigint[]) AS m(id, target)
-				WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = m.id AND d.op IN (1, 2)`,
-				group, bucket, ids, targets)
-			if err != nil {
+			var step rewritten
+			if err := s.pool.QueryRow(ctx, moveSQL, group, bucket, ids, targets).Scan(&step.ops, &step.bytes); err != nil {
 				return moved, fmt.Errorf("move %d superseded ops: %w", len(ids), err)
 			}
-			moved += tag.RowsAffected()
+			moved.ops += step.ops
+			moved.bytes += step.bytes
 		}
 		if cleared || n < o.BatchOps {
 			return moved, ctx.Err()
@@ -289,7 +323,7 @@ func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, up
 // REMOVE, MOVE and CLEAR ops into a CLEAR at the run's last op id. more:
 // the run went on to the end of what was read, so the next step merges
 // this CLEAR with what follows.
-func (s *Store) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged int64, more bool, err error) {
+func (s *Store) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged rewritten, more bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT op_id, op, checksum, coalesce(target_op, 0) FROM bucket_data
 			WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3 ORDER BY op_id LIMIT $4 FOR UPDATE`,
@@ -326,24 +360,47 @@ func (s *Store) clearLeading(ctx context.Context, group int, bucket string, upTo
 			return nil // nothing to merge
 		}
 		last := ids[len(ids)-1]
-		if _, err := tx.Exec(ctx, `DELETE FROM bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id = ANY($3)`,
-			group, bucket, ids[:len(ids)-1]); err != nil {
+		var deleted, shrunk int64
+		if err := tx.QueryRow(ctx, deleteMergedSQL, group, bucket, ids[:len(ids)-1]).Scan(&deleted); err != nil {
 			return fmt.Errorf("delete %d merged ops: %w", len(ids)-1, err)
 		}
 		var t *int64
 		if target > last {
 			t = &target
 		}
-		if _, err := tx.Exec(ctx, `UPDATE bucket_data SET op = 4, checksum = $4, data = NULL, target_op = $5,
-			object_type = NULL, object_id = NULL, source_table = NULL, source_key = NULL
-			WHERE group_id = $1 AND bucket_name = $2 AND op_id = $3`, group, bucket, last, int64(sum), t); err != nil {
+		if err := tx.QueryRow(ctx, writeClearSQL, group, bucket, last, int64(sum), t).Scan(&shrunk); err != nil {
 			return fmt.Errorf("write CLEAR: %w", err)
 		}
-		merged = int64(len(ids) - 1)
+		merged = rewritten{ops: int64(len(ids) - 1), bytes: deleted + shrunk}
 		return nil
 	})
 	if err != nil {
-		return 0, false, err
+		return rewritten{}, false, err
 	}
 	return merged, more, nil
 }
+
+// deleteMergedSQL deletes the ops a CLEAR replaces and returns the row
+// bytes they took.
+const deleteMergedSQL = `
+WITH gone AS (
+  DELETE FROM bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id = ANY($3)
+  RETURNING pg_column_size(bucket_data.*) AS size
+)
+SELECT coalesce(sum(size), 0)::bigint FROM gone`
+
+// writeClearSQL rewrites a run's last op into its CLEAR and returns the
+// row bytes that dropped: the row is locked since the run was read, so
+// the CTE reads the version the UPDATE rewrites (see moveSQL).
+const writeClearSQL = `
+WITH old AS (
+  SELECT pg_column_size(d.*) AS size FROM bucket_data d
+  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = $3
+), cleared AS (
+  UPDATE bucket_data d SET op = 4, checksum = $4, data = NULL, target_op = $5,
+    object_type = NULL, object_id = NULL, source_table = NULL, source_key = NULL
+  FROM old
+  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = $3
+  RETURNING greatest(old.size - pg_column_size(d.*), 0) AS freed
+)
+SELECT coalesce(sum(freed), 0)::bigint FROM cleared`
