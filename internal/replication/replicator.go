@@ -385,6 +385,12 @@ func (r *Replicator) hasActive(ctx context.Context) bool {
 	return false
 }
 
+// slotCreateWait bounds how long a process waits for the group's slot that
+// another process is creating (the source makes a new logical slot wait
+// for the transactions running then); past it, the start fails and is
+// retried.
+const slotCreateWait = 5 * time.Minute
+
 // ensureSlot creates the group's slot unless it exists. A slot that is
 // gone after the snapshot finished cannot be recreated without losing
 // changes: that is reported for a new group to be started.
@@ -398,7 +404,12 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 		conn.Close(cctx)
 		cancel()
 	}()
-	slot, err := logrepl.LookupSlot(ctx, conn, g.g.SlotName)
+	// A slot another process is creating is listed before it is ready;
+	// reading the snapshot before its consistent point would lose the
+	// changes committed in between (neither read nor streamed).
+	wctx, cancel := context.WithTimeout(ctx, slotCreateWait)
+	defer cancel()
+	slot, err := logrepl.AwaitSlot(wctx, conn, g.g.SlotName)
 	if err == nil {
 		if slot.WALStatus == "lost" {
 			return fmt.Errorf("replication slot %s was invalidated (wal_status=lost, see max_slot_wal_keep_size): %w", g.g.SlotName, logrepl.ErrSlotLost)

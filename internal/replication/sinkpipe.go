@@ -217,7 +217,9 @@ func (r *SinkRunner) ensureVersion(ctx context.Context, rules string) error {
 	if ok && st.Fingerprint == fp && r.renew {
 		r.log.Warn("the pipeline's slot cannot continue its stream: starting a new version, which snapshots afresh", "slot", st.SlotName)
 	} else if ok && st.Fingerprint == fp {
-		slot, err := logrepl.LookupSlot(ctx, repl, st.SlotName)
+		wctx, cancel := context.WithTimeout(ctx, slotCreateWait)
+		slot, err := logrepl.AwaitSlot(wctx, repl, st.SlotName)
+		cancel()
 		if err == nil && slot.WALStatus != "lost" {
 			r.state = st
 			return nil

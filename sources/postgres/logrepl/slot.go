@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -52,6 +53,36 @@ type Slot struct {
 	CurrentDatabase string
 }
 
+// Ready reports whether the slot has its consistent point. A logical slot
+// is listed from the moment a session starts creating it, with no
+// confirmed_flush_lsn, until it has found the point (after the
+// transactions running then have ended). Changes committed before that
+// point are never streamed from it, so a snapshot read for the slot must
+// not start before it is ready: rows such a read misses would be lost.
+func (s Slot) Ready() bool { return s.Type != "logical" || s.ConfirmedFlushLSN != 0 }
+
+// slotPoll is how often AwaitSlot looks again at a slot being created.
+const slotPoll = 100 * time.Millisecond
+
+// AwaitSlot looks up the slot name and, while another session is still
+// creating it, waits until it is ready (Slot.Ready). A slot whose creator
+// failed is gone: ErrSlotMissing, and the caller may create it. ctx bounds
+// the wait.
+func AwaitSlot(ctx context.Context, conn *pgconn.PgConn, name string) (Slot, error) {
+	for {
+		s, err := LookupSlot(ctx, conn, name)
+		if err != nil || s.Ready() {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return s, fmt.Errorf("wait for replication slot %s, which pid %d is still creating (it waits for the transactions running on the source to end): %w",
+				name, s.ActivePID, ctx.Err())
+		case <-time.After(slotPoll):
+		}
+	}
+}
+
 // usable checks that s can serve a pgoutput stream from this database.
 func (s Slot) usable() error {
 	switch {
@@ -89,7 +120,8 @@ func ValidateSlotName(name string) error {
 // consistent point: changes committed after it will be streamed. If the slot
 // already exists (the resume path) that is not an error: its
 // confirmed_flush_lsn is returned instead, after checking it is a usable
-// pgoutput slot of this database that is not lost. Call it before the
+// pgoutput slot of this database that is not lost; one that another
+// session is still creating is waited for (AwaitSlot). Call it before the
 // snapshot so no change between snapshot and stream is missed.
 func CreateSlot(ctx context.Context, conn *pgconn.PgConn, name string) (LSN, error) {
 	if err := ValidateSlotName(name); err != nil {
@@ -101,7 +133,9 @@ func CreateSlot(ctx context.Context, conn *pgconn.PgConn, name string) (LSN, err
 	rows, err := simpleQuery(ctx, conn, "CREATE_REPLICATION_SLOT "+name+" LOGICAL "+OutputPlugin+" NOEXPORT_SNAPSHOT")
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42710" { // duplicate_object
-		s, err := LookupSlot(ctx, conn, name)
+		// Another session created it, or is still creating it: the
+		// position it starts from is only known once it is ready.
+		s, err := AwaitSlot(ctx, conn, name)
 		if err != nil {
 			return 0, err
 		}
