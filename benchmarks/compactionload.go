@@ -104,6 +104,7 @@ func runCompactionLoad(ctx context.Context, opt CompactionLoadOptions) (Result, 
 	var phases []compactionPhase
 	seq := int64(1)
 	for i := range opt.Phases {
+		logf(lo.Log, "compaction-load: phase %d of %d, compaction %v: %d backlog rounds…", i+1, opt.Phases, i%2 == 1, opt.Backlog)
 		ph, err := runCompactionPhase(ctx, e, lc, opt, i%2 == 1, seq)
 		if err != nil {
 			return res, phases, err
@@ -147,7 +148,6 @@ func startCheckers(e *loadEnv) ([]*torture.Client, error) {
 // measures the phase's latencies.
 func runCompactionPhase(ctx context.Context, e *loadEnv, lc *loadClients, opt CompactionLoadOptions, compacting bool, firstSeq int64) (compactionPhase, error) {
 	ph := compactionPhase{compacting: compacting}
-	logf(opt.Load.Log, "compaction-load: phase %d, compaction %v: %d backlog rounds…", firstSeq, compacting, opt.Backlog)
 	for r := range opt.Backlog {
 		if _, err := e.src.Exec(ctx, `UPDATE todos SET description = 'round ' || $1::int || ' of ' || id`, r); err != nil {
 			return ph, fmt.Errorf("backlog round %d: %w", r, err)
