@@ -86,16 +86,17 @@ func statementSettings() (map[string]string, string) {
 	bindir, err := pgcluster.BinDir()
 	if err == nil {
 		if _, err = os.Stat(filepath.Join(filepath.Dir(bindir), "lib", "pg_stat_statements.so")); err == nil {
-			return map[string]string{
-					"shared_preload_libraries":          "'pg_stat_statements'",
-					"pg_stat_statements.track":          "top",
-					"pg_stat_statements.track_utility":  "on",
-					"pg_stat_statements.max":            "10000",
-					"pg_stat_statements.track_planning": "off",
-					"pg_stat_statements.save":           "off",
-				}, "Statements: pg_stat_statements, preloaded in this scenario's cluster (track = top, utility statements tracked), counts every statement executed in the configuration's storage database up to the end of the timed span — COPYs, BEGIN/COMMIT, reads, fenced writes. " +
-					"Lease statements are each batch claim of snapshot units (1 statement that reads the state of up to 32 queued units and takes up to 9 of them), each single claim's transaction (a stream's: BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 4 statements, taken or not), renewals and releases (UPDATE leases: a process renews all its snapshot leases in one statement per heartbeat; a finished range keeps its lease until it runs out), the lease session's opening read of pg_stat_activity and its SET lock_timeout, and any read of the unit counts (none here: no metrics listener). " +
-					"Not counted: the fence check in every unit write (a sub-select of the write on leases, FOR SHARE, not a statement of its own), and the empty `-- ping` each single claim and renewal first sends on the lease session — a round trip but no statement (the share with the pings is given below). Execution time: pg_stat_statements total_exec_time, the claims' BEGIN and COMMIT pro rata."
+			settings := map[string]string{
+				"shared_preload_libraries":          "'pg_stat_statements'",
+				"pg_stat_statements.track":          "top",
+				"pg_stat_statements.track_utility":  "on",
+				"pg_stat_statements.max":            "10000",
+				"pg_stat_statements.track_planning": "off",
+				"pg_stat_statements.save":           "off",
+			}
+			return settings, "Statements: pg_stat_statements, preloaded in this scenario's cluster (track = top, utility statements tracked), counts every statement executed in the configuration's storage database up to the end of the timed span — COPYs, BEGIN/COMMIT, reads, fenced writes. " +
+				"Lease statements are each batch claim of snapshot units (1 statement that reads the state of up to 32 queued units and takes up to 9 of them), each single claim's transaction (a stream's: BEGIN, SET LOCAL lock_timeout, the INSERT … ON CONFLICT into leases, COMMIT or ROLLBACK: 4 statements, taken or not), renewals and releases (UPDATE leases: a process renews all its snapshot leases in one statement per heartbeat; a finished range keeps its lease until it runs out), the lease session's opening read of pg_stat_activity and its SET lock_timeout, and any read of the unit counts (none here: no metrics listener). " +
+				"Not counted: the fence check in every unit write (a sub-select of the write on leases, FOR SHARE, not a statement of its own), and the empty `-- ping` each single claim and renewal first sends on the lease session — a round trip but no statement (the share with the pings is given below). Execution time: pg_stat_statements total_exec_time, the claims' BEGIN and COMMIT pro rata."
 		}
 	}
 	return nil, fmt.Sprintf("Statements were not counted: the server has no pg_stat_statements library (%v).", err)
@@ -113,15 +114,6 @@ func openStatements(ctx context.Context, uri string) (*pgx.Conn, error) {
 		return nil, fmt.Errorf("create pg_stat_statements: %w", err)
 	}
 	return conn, nil
-}
-
-// storageStatements reads the statement counts of database db so far.
-func storageStatements(ctx context.Context, conn *pgx.Conn, db string) (*StatementCounts, error) {
-	stmts, err := readStatements(ctx, conn, db)
-	if err != nil {
-		return nil, err
-	}
-	return countStatements(stmts), nil
 }
 
 // readStatements reads the pg_stat_statements entries of database db.

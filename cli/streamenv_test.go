@@ -280,16 +280,6 @@ func (e *streamEnv) waitFor(ctx context.Context, what string, cond func() bool) 
 	}
 }
 
-// stored is what storage holds, replayed op by op (checksums checked).
-func (e *streamEnv) stored(ctx context.Context) bucketcheck.State {
-	e.t.Helper()
-	st, err := bucketcheck.Stored(ctx, e.storage, "syncpipe")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return st
-}
-
 // converge waits until storage holds want() (computed from the source
 // each time), failing with the last difference after timeout or when the
 // child exits.

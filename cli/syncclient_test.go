@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
@@ -304,8 +303,3 @@ func countRows(rows map[string]map[string]string, def string) int {
 	return n
 }
 
-// opID parses a decimal op id (0 when empty).
-func opID(s string) int64 {
-	n, _ := strconv.ParseInt(s, 10, 64)
-	return n
-}

@@ -185,18 +185,6 @@ func (p *proc) problem() error {
 	return nil
 }
 
-// logged reports whether a kept log line contains sub.
-func (p *proc) logged(sub string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.lines {
-		if strings.Contains(l, sub) {
-			return true
-		}
-	}
-	return false
-}
-
 // mark is the position of the next log line, for since.
 func (p *proc) mark() int {
 	p.mu.Lock()
