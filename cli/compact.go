@@ -19,11 +19,15 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	path := configFlag(fs)
 	buckets := fs.String("buckets", "", "comma-separated bucket names to compact, as clients see them (default: every bucket)")
 	batch := fs.Int("batch-ops", 10000, "ops read or rewritten per storage transaction")
+	busy := fs.Float64("max-busy", 0, "share of the time compaction works, above 0 up to 1: it pauses between transactions to leave storage's CPU to replication and reads (1: full speed; default: replication.compaction.max_busy)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *batch <= 0 {
 		return usagef("--batch-ops must be positive, not %d", *batch)
+	}
+	if !(*busy >= 0 && *busy <= 1) {
+		return usagef("--max-busy must be above 0 and at most 1, not %g", *busy)
 	}
 	var names []string
 	for b := range strings.SplitSeq(*buckets, ",") {
@@ -34,6 +38,9 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	cfg, err := loadConfig(*path, stderr)
 	if err != nil {
 		return err
+	}
+	if *busy == 0 {
+		*busy = cfg.Replication.Compaction.MaxBusy
 	}
 	store, err := openToolStore(ctx, cfg)
 	if err != nil {
@@ -49,7 +56,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			continue
 		}
 		began := time.Now()
-		st, err := store.Compact(ctx, g.ID, bucketstore.CompactOptions{Buckets: names, BatchOps: *batch})
+		st, err := store.Compact(ctx, g.ID, bucketstore.CompactOptions{Buckets: names, BatchOps: *batch, MaxBusy: *busy})
 		if err != nil {
 			return fmt.Errorf("compact group %d: %w", g.ID, err)
 		}

@@ -69,7 +69,7 @@ func TestCompactWhileSyncing(t *testing.T) {
 				WHERE id IN (SELECT id FROM todos ORDER BY random() LIMIT 20)`, round))
 		}
 	}()
-	out := e.runOnce(ctx, "compact", "--batch-ops", "500")
+	out := e.runOnce(ctx, "compact", "--batch-ops", "500", "--max-busy", "0.5")
 	t.Logf("compact while changing: %s", strings.TrimSpace(out))
 	if !strings.Contains(out, "group 1: ") || !strings.Contains(out, "ops moved") {
 		t.Fatalf("compact printed %q", out)

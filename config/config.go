@@ -64,6 +64,7 @@ type Replication struct {
 type Compaction struct {
 	Interval time.Duration `koanf:"interval" doc:"Time between background compactions of every serving group (superseded ops to MOVE, leading runs to CLEAR; checksums unchanged); 0 turns it off."`
 	BatchOps int           `koanf:"batch_ops" doc:"Ops one compaction transaction reads or rewrites: the bound on what it holds locked."`
+	MaxBusy  float64       `koanf:"max_busy" doc:"Share of the time compaction works, above 0 up to 1: between transactions it pauses so that it is busy at most this share, leaving storage's CPU to replication and reads (1: full speed; syncpipe compact --max-busy overrides it)."`
 }
 
 // Snapshot tunes the chunked, parallel initial copy.
@@ -176,7 +177,7 @@ func Default() *Config {
 				SchemaCheckInterval: 10 * time.Second,
 			},
 			Lease:          Lease{Duration: 30 * time.Second, Heartbeat: 10 * time.Second},
-			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000},
+			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000, MaxBusy: 0.25},
 			StorageTimeout: 5 * time.Minute,
 		},
 		API: API{

@@ -245,6 +245,9 @@ func (v *validator) replication() {
 	v.positive("replication.storage_timeout", r.StorageTimeout)
 	v.nonNegative("replication.compaction.interval", r.Compaction.Interval)
 	v.atLeast("replication.compaction.batch_ops", r.Compaction.BatchOps, 1)
+	if mb := r.Compaction.MaxBusy; !(mb > 0 && mb <= 1) {
+		v.add(KindRange, "replication.compaction.max_busy", "must be above 0 and at most 1 (got %g)", mb)
+	}
 }
 
 func (v *validator) api() {

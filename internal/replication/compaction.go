@@ -76,6 +76,7 @@ func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error
 		}
 		began := time.Now()
 		st, err := r.store.Compact(ctx, g.ID, bucketstore.CompactOptions{BatchOps: r.cfg.Replication.Compaction.BatchOps,
+			MaxBusy: r.cfg.Replication.Compaction.MaxBusy,
 			Progress: func(_ string, st bucketstore.CompactStats) {
 				cm.ops.Add(ctx, st.Moved, metric.WithAttributes(attribute.String("kind", "moved")))
 				cm.ops.Add(ctx, st.Cleared, metric.WithAttributes(attribute.String("kind", "cleared")))

@@ -49,8 +49,15 @@ type CompactOptions struct {
 	// superseded ops (default 1,000,000, about 100 MB at most): ops of
 	// rows beyond it are left as they are, never compacted wrongly.
 	MaxRows int
+	// MaxBusy is the share of the time compaction works, in (0, 1]:
+	// between transactions it pauses so that it is busy at most this
+	// share, leaving storage's CPU to replication and reads. 0 or 1:
+	// full speed.
+	MaxBusy float64
 	// Progress, when set, is called after each bucket.
 	Progress func(bucket string, st CompactStats)
+
+	pace *pacer
 }
 
 func (o CompactOptions) withDefaults() CompactOptions {
@@ -123,6 +130,7 @@ func (s *Store) Compact(ctx context.Context, group int, o CompactOptions) (Compa
 
 func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
 	o = o.withDefaults()
+	o.pace = newPacer(o.MaxBusy)
 	g, err := s.Group(ctx, group)
 	if err != nil {
 		return CompactStats{}, fmt.Errorf("compact group %d: %w", group, err)
@@ -219,6 +227,9 @@ func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upT
 			st.Clears++
 			st.Reclaimed += merged.bytes
 		}
+		if err := o.pace.rest(ctx); err != nil {
+			return st, err
+		}
 		if !more {
 			return st, nil
 		}
@@ -310,9 +321,9 @@ func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, up
 			moved.bytes += step.bytes
 		}
 		if cleared || n < o.BatchOps {
-			return moved, ctx.Err()
+			return moved, o.pace.rest(ctx)
 		}
-		if err := ctx.Err(); err != nil {
+		if err := o.pace.rest(ctx); err != nil {
 			return moved, err
 		}
 	}
