@@ -302,4 +302,3 @@ func countRows(rows map[string]map[string]string, def string) int {
 	}
 	return n
 }
-
