@@ -177,7 +177,7 @@ func Default() *Config {
 				SchemaCheckInterval: 10 * time.Second,
 			},
 			Lease:          Lease{Duration: 30 * time.Second, Heartbeat: 10 * time.Second},
-			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000, MaxBusy: 0.25},
+			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000, MaxBusy: 0.2},
 			StorageTimeout: 5 * time.Minute,
 		},
 		API: API{
