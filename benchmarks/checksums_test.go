@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -12,18 +11,9 @@ import (
 // change records a checkpoint costs at most one checksum query per changed
 // bucket, and the child's peak RSS is reported. No timing is asserted.
 func TestChecksumsSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a PostgreSQL cluster; skipped in -short mode")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h := smokeHarness(t, 5*time.Minute)
 	opt := ChecksumsOptions{GlobalRows: 2000, RowBytes: 200, Clients: 5, ListsPerUser: 20, TodosPerList: 1,
-		Ticks: 3, Warmup: 1, TodosPerTick: 1, Harness: &Harness{Syncpipe: bin, Dir: dir}}
+		Ticks: 3, Warmup: 1, TodosPerTick: 1, Harness: h}
 	res, figs, err := runChecksums(ctx, opt)
 	if err != nil {
 		t.Fatal(err)

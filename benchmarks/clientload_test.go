@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -14,18 +13,9 @@ import (
 // checkpoint the watch saw, and the report and bar must be rendered. No
 // timing is asserted.
 func TestLoadSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two PostgreSQL clusters; skipped in -short mode")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h := smokeHarness(t, 5*time.Minute)
 	opt := LoadOptions{Clients: 12, ListsPerUser: 5, TodosPerList: 2, Rate: 400, TxnRows: 20, For: 4 * time.Second,
-		Harness: &Harness{Syncpipe: bin, Dir: dir}}
+		Harness: h}
 	res, fig, err := runLoad(ctx, opt)
 	if err != nil {
 		t.Fatal(err)

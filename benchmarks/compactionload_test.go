@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +13,9 @@ import (
 // checking client may see a checksum failure, and every phase must have
 // latencies and its clients holding the source. No timing is asserted.
 func TestCompactionLoadSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts two PostgreSQL clusters; skipped in -short mode")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h := smokeHarness(t, 5*time.Minute)
 	opt := CompactionLoadOptions{Load: LoadOptions{Clients: 4, ListsPerUser: 5, TodosPerList: 2, Rate: 200, TxnRows: 10, For: 4 * time.Second,
-		Harness: &Harness{Syncpipe: bin, Dir: dir}}, Backlog: 10, Phases: 2}
+		Harness: h}, Backlog: 10, Phases: 2}
 	res, phases, err := runCompactionLoad(ctx, opt)
 	if err != nil {
 		t.Fatal(err)

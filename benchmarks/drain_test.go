@@ -21,20 +21,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // whose process is the client's too). No timing is asserted: CI machines
 // vary.
 func TestDrainSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and builds syncpipe")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h := smokeHarness(t, 3*time.Minute)
 	var log strings.Builder
 	res, err := RunDrain(ctx, DrainOptions{Todos: []int{200, 2000}, Lists: []int{20}, Runs: 1, Log: &log,
 		NewDatabase: func(context.Context, string) (string, error) { return pgtest.NewDB(t), nil },
-		Harness:     &Harness{Syncpipe: bin, Dir: dir}})
+		Harness:     h})
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, log.String())
 	}

@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -15,23 +14,14 @@ import (
 // pieces), the lag measurement. It asserts what storage holds and what the
 // report contains, never a timing.
 func TestStreamingSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and builds syncpipe")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, h := smokeHarness(t, 5*time.Minute)
 	// 25k updates in one transaction: three pieces at the default 10000
 	// rows per storage write.
 	const todosN, updates, large = 25_000, 2000, 25_000
 	var log strings.Builder
 	opt := StreamingOptions{Todos: todosN, Lists: 20, Updates: updates, TxnRows: 1000, Runs: 1,
 		SteadyRate: 1000, SteadyFor: 2 * time.Second, SteadyTxnRows: 100, LargeUpdates: large,
-		Topologies: []string{OneCluster, TwoClusters}, Log: &log, Harness: &Harness{Syncpipe: bin, Dir: dir}}
+		Topologies: []string{OneCluster, TwoClusters}, Log: &log, Harness: h}
 	res, targets, err := runStreaming(ctx, opt)
 	if err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, log.String())
