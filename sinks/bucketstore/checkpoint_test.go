@@ -35,14 +35,7 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, g := openStore(t)
-	todos := registerTable(t, s, g.ID, "todos")
-	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
-		t.Fatal(err)
-	}
+	s, g, todos := streamingStore(t)
 	const writers, iterations = 4, 1000
 	var lsn atomic.Uint64
 	var next atomic.Int64

@@ -69,7 +69,8 @@ func (b *syncedBucket) download(t *testing.T, s *Store, group int, bucket string
 func TestCompactKeepsChecksums(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, g, todos, w := streamingStore(t)
+	s, g, todos := streamingStore(t)
+	w := newWriter(t, s, g.ID)
 	const rows, updates = 40, 25
 	bk, other := "1#b[]", "1#c[]"
 	var lsn pglogrepl.LSN
@@ -232,7 +233,8 @@ func rowBytes(t *testing.T, s *Store, group int) int64 {
 func TestCompactReclaimed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, g, todos, w := streamingStore(t)
+	s, g, todos := streamingStore(t)
+	w := newWriter(t, s, g.ID)
 	const rows, updates = 30, 8
 	var lsn pglogrepl.LSN
 	for u := range updates {
@@ -281,20 +283,4 @@ func TestCompactReclaimed(t *testing.T) {
 	if again.Reclaimed != 0 || again.Moved != 0 || again.Cleared != 0 || rowBytes(t, s, g.ID) != after {
 		t.Fatalf("compacting compacted data: %+v, rows %d bytes (were %d)", again, rowBytes(t, s, g.ID), after)
 	}
-}
-
-// streamingStore is a group past its snapshot with a "todos" table and a
-// writer: what the stream writes into and compaction compacts.
-func streamingStore(t *testing.T) (*Store, Group, *stages.Table, *Writer) {
-	t.Helper()
-	ctx := context.Background()
-	s, g := openStore(t)
-	todos := registerTable(t, s, g.ID, "todos")
-	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
-		t.Fatal(err)
-	}
-	return s, g, todos, newWriter(t, s, g.ID)
 }

@@ -412,3 +412,19 @@ func TestOpIDBlocks(t *testing.T) {
 		t.Fatalf("last issued id %d, want in [%d, %d)", last, max, max+opIDBlock)
 	}
 }
+
+// streamingStore is a group past its snapshot with a "todos" table: what
+// the stream writes into and compaction compacts.
+func streamingStore(t *testing.T) (*Store, Group, *stages.Table) {
+	t.Helper()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+		t.Fatal(err)
+	}
+	return s, g, todos
+}
