@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -62,18 +61,12 @@ func registerSlotGauges(mp metric.MeterProvider, store slotLister, cfg *config.C
 	if err != nil {
 		return fmt.Errorf("metric syncpipe_slot_wal_status: %w", err)
 	}
-	var mu sync.Mutex
-	var last map[string]postgres.SlotStatus
-	var at time.Time
+	slots := &scrapeCache[map[string]postgres.SlotStatus]{ttl: slotGaugeCache, timeout: slotGaugeTimeout,
+		read: func(ctx context.Context) (map[string]postgres.SlotStatus, error) {
+			return readSlots(ctx, store, cfg, log), nil
+		}}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(at) > slotGaugeCache {
-			rctx, cancel := context.WithTimeout(ctx, slotGaugeTimeout)
-			last = readSlots(rctx, store, cfg, log)
-			cancel()
-			at = time.Now()
-		}
+		last, _ := slots.get(ctx) // readSlots logs what it cannot read and leaves it out
 		for slot, s := range last {
 			attrs := metric.WithAttributes(attribute.String("slot", slot))
 			o.ObserveInt64(lag, s.LagBytes, attrs)

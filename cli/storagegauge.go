@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -39,15 +38,10 @@ func registerStorageGauge(mp metric.MeterProvider, store groupSizer, log *slog.L
 	if err != nil {
 		return fmt.Errorf("metric syncpipe_storage_bytes: %w", err)
 	}
-	var mu sync.Mutex
-	var last map[int]int64
-	var at time.Time
+	sizes := &scrapeCache[map[int]int64]{ttl: storageGaugeCache, timeout: storageGaugeTimeout,
+		read: func(ctx context.Context) (map[int]int64, error) { return readGroupBytes(ctx, store, log), nil }}
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(at) > storageGaugeCache {
-			last, at = readGroupBytes(ctx, store, log), time.Now()
-		}
+		last, _ := sizes.get(ctx) // readGroupBytes logs a failure and reports nothing
 		for g, n := range last {
 			o.ObserveInt64(size, n, metric.WithAttributes(attribute.String("group", strconv.Itoa(g))))
 		}
@@ -56,13 +50,11 @@ func registerStorageGauge(mp metric.MeterProvider, store groupSizer, log *slog.L
 	return err
 }
 
-// readGroupBytes reads the bytes per group within storageGaugeTimeout;
-// on failure it logs and returns nothing. (A failure is cached like a
-// read: a storage too slow to answer is not asked again at every scrape.)
+// readGroupBytes reads the bytes per group; on failure it logs and
+// returns nothing. (A failure is kept like a read: a storage too slow to
+// answer is not asked again at every scrape.)
 func readGroupBytes(ctx context.Context, store groupSizer, log *slog.Logger) map[int]int64 {
-	rctx, cancel := context.WithTimeout(ctx, storageGaugeTimeout)
-	defer cancel()
-	sizes, err := store.GroupBytes(rctx)
+	sizes, err := store.GroupBytes(ctx)
 	if err != nil {
 		log.Warn("storage metrics: cannot read the bytes each group takes", "err", err)
 		return nil

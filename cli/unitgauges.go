@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -48,20 +47,11 @@ func registerUnitGauges(mp metric.MeterProvider, store unitCounter) error {
 		}
 		gauges[i] = g
 	}
-	var mu sync.Mutex
-	var last bucketstore.UnitCounts
-	var at time.Time
+	counts := &scrapeCache[bucketstore.UnitCounts]{ttl: unitGaugeCache, timeout: unitGaugeTimeout, read: store.UnitCounts}
 	_, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(at) > unitGaugeCache {
-			rctx, cancel := context.WithTimeout(ctx, unitGaugeTimeout)
-			c, err := store.UnitCounts(rctx)
-			cancel()
-			if err != nil {
-				return nil
-			}
-			last, at = c, time.Now()
+		last, ok := counts.get(ctx)
+		if !ok {
+			return nil
 		}
 		for i, v := range []int64{last.TotalStreams, last.ActiveStreams, last.PendingSnapshots, last.ActiveSnapshots} {
 			o.ObserveInt64(gauges[i], v)
