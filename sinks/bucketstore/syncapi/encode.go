@@ -29,10 +29,9 @@ const writeTimeout = time.Minute
 // to the response, compressed with the negotiated coding, flushing after
 // every line so the client sees each one as soon as it is produced.
 type lineWriter struct {
-	w       io.Writer
-	bson    bool       // BSON documents (bsonType), else NDJSON lines
-	comp    compressor // nil: identity
-	rc      *http.ResponseController
+	out     streamOut
+	bson    bool          // BSON documents (bsonType), else NDJSON lines
+	comp    compressor    // nil: identity
 	timeout time.Duration // Config.WriteTimeout
 	buf     []byte        // scratch for control lines
 	// bytes counts uncompressed bytes written, wire the bytes sent.
@@ -41,7 +40,7 @@ type lineWriter struct {
 	sent func(n int64)
 
 	mu       sync.Mutex // guards done against abort
-	done     bool       // the handler has returned: w must not be touched
+	done     bool       // the stream has ended: out must not be touched
 	aborting atomic.Bool
 }
 
@@ -59,18 +58,18 @@ var (
 	errClientWrite = errors.New("write to client")
 )
 
-// startStream sends the response headers of a sync stream — its media
+// newLineWriter sets the response headers of a sync stream — its media
 // type and coding negotiated from the request's Accept and
-// Accept-Encoding — and returns the writer for its lines, each written
-// within timeout.
-func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
+// Accept-Encoding — and returns the writer for its lines, each to be
+// written within timeout, once it has an output (open).
+func newLineWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
 	h := w.Header()
 	ctype := negotiateType(r.Header.Values("Accept"))
 	h.Set("Content-Type", ctype)
 	h.Set("X-Accel-Buffering", "no")
 	h.Set("Cache-Control", "no-store")
 	h.Add("Vary", "Accept, Accept-Encoding")
-	lw := &lineWriter{w: w, rc: http.NewResponseController(w), timeout: timeout, bson: ctype == bsonType}
+	lw := &lineWriter{timeout: timeout, bson: ctype == bsonType}
 	switch negotiateCoding(r.Header.Values("Accept-Encoding")) {
 	case codingZstd:
 		h.Set("Content-Encoding", codingZstd)
@@ -79,8 +78,17 @@ func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) 
 		h.Set("Content-Encoding", codingGzip)
 		lw.comp = &gzipStream{}
 	}
+	return lw
+}
+
+// startStream sends the response headers through net/http and returns
+// the writer for the stream's lines (the path where the connection
+// cannot be taken over, see takeOver).
+func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
+	lw := newLineWriter(w, r, timeout)
+	lw.out = httpOut{w: w, rc: http.NewResponseController(w)}
 	w.WriteHeader(http.StatusOK)
-	_ = lw.rc.Flush() // headers now: the client knows the stream is open
+	_ = lw.out.Flush() // headers now: the client knows the stream is open
 	return lw
 }
 
@@ -107,7 +115,7 @@ func (lw *lineWriter) contentEncoding() string {
 // connection.
 func (lw *lineWriter) writeLine(line []byte) error {
 	// Not every ResponseWriter supports deadlines; then none applies.
-	_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
+	_ = lw.out.SetWriteDeadline(time.Now().Add(lw.timeout))
 	if lw.aborting.Load() { // checked after setting the deadline: see abort
 		return errAborted
 	}
@@ -115,7 +123,7 @@ func (lw *lineWriter) writeLine(line []byte) error {
 		return err
 	}
 	lw.bytes += int64(len(line))
-	if err := lw.rc.Flush(); err != nil {
+	if err := lw.out.Flush(); err != nil {
 		return fmt.Errorf("%w: flush: %w", errClientWrite, err)
 	}
 	return nil
@@ -133,7 +141,7 @@ func (lw *lineWriter) write(p []byte, last bool) error {
 		}
 		out = buf.Bytes()
 	}
-	n, err := lw.w.Write(out)
+	n, err := lw.out.Write(out)
 	lw.wire += int64(n)
 	if lw.sent != nil && n > 0 {
 		lw.sent(int64(n))
@@ -156,23 +164,27 @@ func (lw *lineWriter) abort() {
 	lw.aborting.Store(true)
 	// After the flag: a writeLine that missed it set its deadline before,
 	// so this one wins.
-	_ = lw.rc.SetWriteDeadline(time.Now())
+	_ = lw.out.SetWriteDeadline(time.Now())
 }
 
-// finish marks the handler as returning: abort no longer touches w.
+// finish marks the stream as ended: abort no longer touches out.
 func (lw *lineWriter) finish() {
 	lw.mu.Lock()
 	lw.done = true
 	lw.mu.Unlock()
 }
 
-// close ends the compressed stream, if any (its trailer), best effort.
+// close ends the body, best effort: the compressed stream's trailer, if
+// any, and a taken-over stream's last chunk.
 func (lw *lineWriter) close() {
-	if lw.comp != nil && !lw.aborting.Load() {
-		_ = lw.rc.SetWriteDeadline(time.Now().Add(lw.timeout))
-		_ = lw.write(nil, true)
-		_ = lw.rc.Flush()
+	if lw.aborting.Load() {
+		return
 	}
+	_ = lw.out.SetWriteDeadline(time.Now().Add(lw.timeout))
+	if lw.comp != nil {
+		_ = lw.write(nil, true)
+	}
+	_ = lw.out.end()
 }
 
 // release drops the scratch buffer when a large line grew it: an idle

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -437,9 +438,9 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: "the sync API is shutting down"})
 		return
 	}
-	defer s.streams.Done()
 	if n := s.active.Add(1); n > int64(s.cfg.MaxConcurrentConnections) {
 		s.active.Add(-1)
+		s.streams.Done()
 		w.Header().Set("Retry-After", retryAfter)
 		writeError(w, &apiError{status: http.StatusTooManyRequests, code: codeTooManyConns,
 			msg: fmt.Sprintf("maximum concurrent sync connections (%d, api.max_concurrent_connections) reached; retry in %s s",
@@ -447,25 +448,64 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	markStreaming(r.Context()) // bounded by the slots above, not the ConnGuard
-	lw := startStream(w, r, s.cfg.WriteTimeout)
+	lw := newLineWriter(w, r, s.cfg.WriteTimeout)
+	raw, ctx, cancel, taken, err := takeOver(w, r)
+	switch {
+	case taken && err != nil: // the client is gone already; takeOver closed the connection
+		s.log.Debug("sync stream not started: client unreachable", "err", err)
+		s.release()
+		return
+	case taken:
+		lw.out = raw
+		// The stream goes on without net/http's goroutine: its stack, and
+		// everything it holds of the request, are freed.
+		go s.serveStream(ctx, cancel, newConn(s, id, req, lw), raw)
+		return
+	}
+	lw = startStream(w, r, s.cfg.WriteTimeout)
+	ctx, cancel = context.WithCancel(r.Context())
+	s.serveStream(ctx, cancel, newConn(s, id, req, lw), nil)
+}
+
+// serveStream runs a sync stream until it ends, and then closes it:
+// raw, when the connection was taken over, is closed.
+func (s *Server) serveStream(ctx context.Context, cancel context.CancelFunc, c *conn, raw *rawOut) {
+	lw := c.w
 	sentAttrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("content_type", lw.contentType()),
 		attribute.String("content_encoding", lw.contentEncoding())))
 	lw.sent = func(n int64) { s.bytesSent.Add(s.ctx, n, sentAttrs) }
-	ctx, cancel := context.WithCancel(r.Context())
 	// Close ends the stream, even one blocked writing to a stalled client.
 	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })
 	s.connections.Add(ctx, 1)
+	defer s.connections.Add(context.WithoutCancel(ctx), -1)
 	defer func() {
 		stop()
-		lw.finish()
 		cancel()
-		s.connections.Add(context.WithoutCancel(ctx), -1)
-		s.active.Add(-1)
-		if s.streamDone != nil {
-			s.streamDone()
+		lw.finish()
+		if raw != nil {
+			_ = raw.conn.Close()
 		}
+		s.release()
 	}()
-	newConn(s, id, req, lw).run(ctx)
+	if raw != nil {
+		// Off net/http's goroutine, a panic would end the process: report
+		// it and close the stream, as net/http does for a handler.
+		defer func() {
+			if p := recover(); p != nil && p != http.ErrAbortHandler {
+				s.log.Error("sync stream panicked", "panic", p, "stack", string(debug.Stack()))
+			}
+		}()
+	}
+	c.run(ctx)
+}
+
+// release gives back a stream's slot and its share of the shutdown wait.
+func (s *Server) release() {
+	s.active.Add(-1)
+	s.streams.Done()
+	if s.streamDone != nil {
+		s.streamDone()
+	}
 }
 
 // rulesFor returns the parsed sync rules of a group.
