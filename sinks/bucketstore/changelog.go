@@ -52,11 +52,11 @@ func (c *ChecksumCache) oldestStale(group int, checkpoint int64, buckets []strin
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, b := range buckets {
-		el := c.nearest(bucketKey{group, b}, checkpoint)
-		if el == nil {
+		e := c.nearest(bucketKey{group, b}, checkpoint)
+		if e == nil {
 			continue
 		}
-		if u := el.Value.(*cacheEntry).until; u < checkpoint && (!ok || u < from) {
+		if u := e.until; u < checkpoint && (!ok || u < from) {
 			from, ok = u, true
 		}
 	}

@@ -1,12 +1,9 @@
 package bucketstore
 
 import (
-	"cmp"
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -53,9 +50,14 @@ type ChecksumCache struct {
 	// noChanges: ignore change records (DisableChangeRecords).
 	noChanges bool
 
-	mu       sync.Mutex
-	lru      *list.List                    // of *cacheEntry, most recent first
-	byBucket map[bucketKey][]*list.Element // each bucket's entries, ascending by checkpoint
+	mu  sync.Mutex
+	lru lruList // every entry, most recently used first
+	// byBucket holds, per group, each bucket's newest entry; its older
+	// entries hang from it (cacheEntry.older), descending by checkpoint.
+	// A map per group, keyed by the name alone, has smaller slots (24
+	// bytes, not 32) than one keyed by bucketKey and, measured, about 20
+	// bytes less per bucket; a process serves a group or two.
+	byBucket map[int]map[string]*cacheEntry
 	inflight map[cacheKey]*flight
 	logs     map[int]*changeLog // per group
 
@@ -66,23 +68,83 @@ type ChecksumCache struct {
 	beforeFetch func()
 }
 
+// bucketKey names a bucket of a sync rules group.
 type bucketKey struct {
 	group  int
 	bucket string
 }
 
+// cacheKey names a bucket's entry at a checkpoint (and a fetch of it).
 type cacheKey struct {
 	bucketKey
 	cp int64
 }
 
 // cacheEntry is a bucket's checksum and op count at every checkpoint in
-// [key.cp, until].
+// [cp, until], and its links in the cache's two lists: the LRU and its
+// bucket's chain.
+//
+// The lists are intrusive, one allocation (96 bytes) per entry, because
+// the cache holds every sync connection's buckets: 50,000 and more at
+// 1,000 connections of 50 buckets each. A container/list Element, the
+// entry behind its interface, and a map slot and a slice per bucket cost
+// 193–233 bytes per cached bucket; this costs 130–148
+// (TestChecksumCacheBytesPerBucket; the range is the maps' growth). A
+// library LRU (hashicorp/golang-lru) holds one value per key, without the
+// per-bucket chain ordered by checkpoint that nearest walks.
 type cacheEntry struct {
-	key   cacheKey
-	until int64
-	sum   uint32
-	count int64
+	bucketKey // the byBucket key, to unlink the entry when it is evicted
+	cp, until int64
+	count     int64
+	sum       uint32
+
+	prev, next   *cacheEntry // in the LRU ring (lruList)
+	older, newer *cacheEntry // the bucket's entries at the next lower and higher checkpoints
+}
+
+// lruList is a ring of entries through their prev and next links, most
+// recently used first, around a sentinel (root) so that no link is nil
+// (as in container/list). Call init before use; c.mu guards it.
+type lruList struct {
+	root cacheEntry
+	n    int
+}
+
+// init makes l the empty ring.
+func (l *lruList) init() { l.root.prev, l.root.next, l.n = &l.root, &l.root, 0 }
+
+// len is the number of entries in l.
+func (l *lruList) len() int { return l.n }
+
+// back returns the least recently used entry, or nil when l is empty.
+func (l *lruList) back() *cacheEntry {
+	if l.n == 0 {
+		return nil
+	}
+	return l.root.prev
+}
+
+// pushFront adds e, not in l, as the most recently used entry.
+func (l *lruList) pushFront(e *cacheEntry) {
+	e.prev, e.next = &l.root, l.root.next
+	e.prev.next, e.next.prev = e, e
+	l.n++
+}
+
+// remove takes e, in l, out of l.
+func (l *lruList) remove(e *cacheEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil // an evicted entry holds no neighbour alive
+	l.n--
+}
+
+// moveToFront makes e, in l, the most recently used entry.
+func (l *lruList) moveToFront(e *cacheEntry) {
+	if l.root.next == e {
+		return
+	}
+	l.remove(e)
+	l.pushFront(e)
 }
 
 // flight is one bucket's fetch in progress; done closes when res or err is
@@ -117,14 +179,17 @@ func awaitOther(ctx context.Context, done <-chan struct{}, err *error) (retry bo
 }
 
 // NewChecksumCache returns a cache holding at most size (bucket,
-// checkpoint) entries (default 100000 when size ≤ 0). An entry is about
-// 150 bytes plus the bucket name.
+// checkpoint) entries (default 100000 when size ≤ 0). A bucket's first
+// entry is about 140 bytes, each further one 96; the bucket name is the
+// caller's string, not a copy.
 func (s *Store) NewChecksumCache(size int) *ChecksumCache {
 	if size <= 0 {
 		size = 100000
 	}
-	return &ChecksumCache{s: s, size: size, lru: list.New(), byBucket: map[bucketKey][]*list.Element{},
+	c := &ChecksumCache{s: s, size: size, byBucket: map[int]map[string]*cacheEntry{},
 		inflight: map[cacheKey]*flight{}, logs: map[int]*changeLog{}}
+	c.lru.init()
+	return c
 }
 
 // DisableChangeRecords makes the cache ignore change records: every bucket
@@ -163,7 +228,7 @@ type ChecksumStats struct {
 // Stats returns the cache's counters.
 func (c *ChecksumCache) Stats() ChecksumStats {
 	c.mu.Lock()
-	n := c.lru.Len()
+	n := c.lru.len()
 	c.mu.Unlock()
 	return ChecksumStats{Queries: c.queries.Load(), Hits: c.hits.Load(), Carried: c.carried.Load(),
 		Misses: c.misses.Load(), Shared: c.shared.Load(), OpsSummed: c.opsSummed.Load(),
@@ -181,20 +246,24 @@ type fetch struct {
 
 // nearest returns bk's entry with the greatest checkpoint ≤ cp, or nil.
 // c.mu must be held.
-func (c *ChecksumCache) nearest(bk bucketKey, cp int64) *list.Element {
-	els := c.byBucket[bk]
-	j, found := slices.BinarySearchFunc(els, cp, entryCmp)
-	if found {
-		return els[j]
-	}
-	if j == 0 {
-		return nil
-	}
-	return els[j-1]
+func (c *ChecksumCache) nearest(bk bucketKey, cp int64) *cacheEntry {
+	e, _ := c.position(bk, cp)
+	return e
 }
 
-func entryCmp(el *list.Element, cp int64) int {
-	return cmp.Compare(el.Value.(*cacheEntry).key.cp, cp)
+// position returns where an entry of bk at cp belongs in bk's chain: at
+// is the entry with the greatest checkpoint ≤ cp (nil if none), newer the
+// one above it (nil if at is, or would be, the newest). The walk starts
+// at the newest entry because callers ask at the latest checkpoint, or
+// store an entry for it, nearly always: then it ends there, where a
+// binary search over a slice per bucket cost a slice per bucket. c.mu
+// must be held.
+func (c *ChecksumCache) position(bk bucketKey, cp int64) (at, newer *cacheEntry) {
+	at = c.newest(bk)
+	for at != nil && at.cp > cp {
+		newer, at = at, at.older
+	}
+	return at, newer
 }
 
 // Checksums returns the checksum and op count of each bucket of group at
@@ -229,12 +298,10 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 		for _, i := range pending {
 			k := cacheKey{bucketKey{group, buckets[i]}, checkpoint}
 			out[i].Bucket = buckets[i]
-			el := c.nearest(k.bucketKey, checkpoint)
-			var e *cacheEntry
-			if el != nil {
-				e = el.Value.(*cacheEntry)
+			e := c.nearest(k.bucketKey, checkpoint)
+			if e != nil {
 				if e.until >= checkpoint {
-					c.lru.MoveToFront(el)
+					c.lru.moveToFront(e)
 					out[i].Checksum, out[i].Count = e.sum, e.count
 					c.hits.Add(1)
 					continue
@@ -247,7 +314,7 @@ func (c *ChecksumCache) Checksums(ctx context.Context, group int, checkpoint int
 			}
 			if e != nil && !c.noChanges && c.unchanged(group, buckets[i], e.until, checkpoint) {
 				e.until = checkpoint
-				c.lru.MoveToFront(el)
+				c.lru.moveToFront(e)
 				out[i].Checksum, out[i].Count = e.sum, e.count
 				c.carried.Add(1)
 				continue
@@ -340,11 +407,10 @@ func (c *ChecksumCache) companions(group int, checkpoint int64, fetches []fetch)
 			if _, ok := c.inflight[k]; ok {
 				continue
 			}
-			el := c.nearest(k.bucketKey, checkpoint)
-			if el == nil {
+			e := c.nearest(k.bucketKey, checkpoint)
+			if e == nil {
 				continue
 			}
-			e := el.Value.(*cacheEntry)
 			if e.until >= checkpoint || e.until >= iv.to || e.until < l.ivs[0].from {
 				// Valid already, changed before its entry, or from before
 				// the log (its own caller sums it).
@@ -446,30 +512,82 @@ func (c *ChecksumCache) fetch(ctx context.Context, group int, checkpoint int64, 
 }
 
 // store caches one entry, valid at k.cp, and evicts the least recently
-// used ones beyond the size. c.mu must be held.
+// used ones beyond the size. An entry already cached at k.cp is kept as
+// it is (only marked used). c.mu must be held.
 func (c *ChecksumCache) store(k cacheKey, sum uint32, count int64) {
-	els := c.byBucket[k.bucketKey]
-	j, found := slices.BinarySearchFunc(els, k.cp, entryCmp)
-	if found {
-		c.lru.MoveToFront(els[j])
+	at, newer := c.position(k.bucketKey, k.cp)
+	if at != nil && at.cp == k.cp {
+		c.lru.moveToFront(at)
 		return
 	}
-	el := c.lru.PushFront(&cacheEntry{key: k, until: k.cp, sum: sum, count: count})
-	c.byBucket[k.bucketKey] = slices.Insert(els, j, el)
-	for c.lru.Len() > c.size {
-		old := c.lru.Back()
-		c.lru.Remove(old)
-		e := old.Value.(*cacheEntry)
-		els := c.byBucket[e.key.bucketKey]
-		if j, found := slices.BinarySearchFunc(els, e.key.cp, entryCmp); found {
-			els = slices.Delete(els, j, j+1)
-		}
-		if len(els) == 0 {
-			delete(c.byBucket, e.key.bucketKey)
-		} else {
-			c.byBucket[e.key.bucketKey] = els
-		}
+	// The key keeps the caller's bucket name, not a copy: the cache's
+	// callers hold their names anyway.
+	e := &cacheEntry{bucketKey: k.bucketKey, cp: k.cp, until: k.cp, sum: sum, count: count}
+	c.link(e, at, newer)
+	c.lru.pushFront(e)
+	for c.lru.len() > c.size {
+		old := c.lru.back()
+		c.lru.remove(old)
+		c.unlink(old)
 	}
+}
+
+// newest returns bk's entry at the highest checkpoint, or nil. c.mu must
+// be held.
+func (c *ChecksumCache) newest(bk bucketKey) *cacheEntry {
+	return c.byBucket[bk.group][bk.bucket]
+}
+
+// setNewest makes e the head of its bucket's chain. c.mu must be held.
+func (c *ChecksumCache) setNewest(e *cacheEntry) {
+	m := c.byBucket[e.group]
+	if m == nil {
+		m = map[string]*cacheEntry{}
+		c.byBucket[e.group] = m
+	}
+	m[e.bucket] = e
+}
+
+// forget drops bk, whose last entry is gone, and its group's map with its
+// last bucket. c.mu must be held.
+func (c *ChecksumCache) forget(bk bucketKey) {
+	m := c.byBucket[bk.group]
+	delete(m, bk.bucket)
+	if len(m) == 0 {
+		delete(c.byBucket, bk.group)
+	}
+}
+
+// link puts e into its bucket's chain between at (older, or nil) and
+// newer (or nil: e is the newest), as position returned them. c.mu must
+// be held.
+func (c *ChecksumCache) link(e, at, newer *cacheEntry) {
+	e.older, e.newer = at, newer
+	if at != nil {
+		at.newer = e
+	}
+	if newer != nil {
+		newer.older = e
+	} else {
+		c.setNewest(e)
+	}
+}
+
+// unlink takes e out of its bucket's chain, and the bucket out of
+// byBucket with its last entry. c.mu must be held.
+func (c *ChecksumCache) unlink(e *cacheEntry) {
+	if e.older != nil {
+		e.older.newer = e.newer
+	}
+	switch {
+	case e.newer != nil:
+		e.newer.older = e.older
+	case e.older != nil:
+		c.setNewest(e.older)
+	default:
+		c.forget(e.bucketKey)
+	}
+	e.older, e.newer = nil, nil
 }
 
 // BucketDelta is what a bucket's ops in a range of op ids add up to: the
@@ -502,11 +620,10 @@ func (c *ChecksumCache) Advance(group int, from, to int64, deltas []BucketDelta)
 			continue
 		}
 		bk := bucketKey{group, d.Bucket}
-		el := c.nearest(bk, from)
-		if el == nil {
+		e := c.nearest(bk, from)
+		if e == nil {
 			continue
 		}
-		e := el.Value.(*cacheEntry)
 		if e.until < from && (c.noChanges || !c.unchanged(group, d.Bucket, e.until, from)) {
 			continue // not known to hold at from
 		}

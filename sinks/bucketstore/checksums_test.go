@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -367,5 +368,104 @@ func TestChecksumsWaiterSurvivesFetcherCancel(t *testing.T) {
 	}
 	if q := cache.Stats().Queries; q != 2 {
 		t.Fatalf("%d queries, want 2 (A's failed one, B's)", q)
+	}
+}
+
+// TestChecksumCacheLRUModel checks the cache's intrusive lists against a
+// plain model (a slice, most recently used first) under random stores and
+// hits, for several checkpoints per bucket and two groups: the same
+// nearest entries, the same evictions, and chains that hold exactly the
+// cached entries, descending by checkpoint. It needs no database.
+func TestChecksumCacheLRUModel(t *testing.T) {
+	type modelEntry struct {
+		k   cacheKey
+		sum uint32
+	}
+	for _, size := range []int{1, 5, 40} {
+		c := (&Store{}).NewChecksumCache(size)
+		var model []modelEntry
+		nearest := func(bk bucketKey, cp int64) int {
+			best := -1
+			for i, m := range model {
+				if m.k.bucketKey == bk && m.k.cp <= cp && (best < 0 || m.k.cp > model[best].k.cp) {
+					best = i
+				}
+			}
+			return best
+		}
+		touch := func(i int) { model = append(append([]modelEntry{model[i]}, model[:i]...), model[i+1:]...) }
+		rng := rand.New(rand.NewPCG(uint64(size), 9))
+		for step := range 5000 {
+			bk := bucketKey{1 + rng.IntN(2), bucketName(rng.IntN(6))}
+			cp := int64(1 + rng.IntN(12))
+			c.mu.Lock()
+			if rng.IntN(2) == 0 { // a hit, as Checksums has it
+				got, want := c.nearest(bk, cp), nearest(bk, cp)
+				switch {
+				case want < 0 && got != nil:
+					t.Fatalf("size %d, step %d: nearest(%v, %d) = entry at %d, want none", size, step, bk, cp, got.cp)
+				case want >= 0 && (got == nil || got.cp != model[want].k.cp || got.sum != model[want].sum):
+					t.Fatalf("size %d, step %d: nearest(%v, %d) = %+v, want %+v", size, step, bk, cp, got, model[want])
+				case want >= 0:
+					c.lru.moveToFront(got)
+					touch(want)
+				}
+			} else {
+				sum := uint32(step)
+				c.store(cacheKey{bk, cp}, sum, int64(step))
+				if i := slices.IndexFunc(model, func(m modelEntry) bool { return m.k == cacheKey{bk, cp} }); i >= 0 {
+					touch(i)
+				} else {
+					model = append([]modelEntry{{cacheKey{bk, cp}, sum}}, model...)
+					model = model[:min(len(model), size)]
+				}
+			}
+			want := make([]cacheKey, len(model))
+			for i, m := range model {
+				want[i] = m.k
+			}
+			checkLists(t, c, want)
+			c.mu.Unlock()
+		}
+	}
+}
+
+// checkLists fails t unless c's LRU holds exactly the keys of want, in
+// that order, and its bucket chains hold the same entries, linked both
+// ways and descending by checkpoint. c.mu must be held.
+func checkLists(t *testing.T, c *ChecksumCache, want []cacheKey) {
+	t.Helper()
+	var lru []cacheKey
+	for e := c.lru.root.next; e != &c.lru.root; e = e.next {
+		if e.next.prev != e {
+			t.Fatalf("LRU link broken at %v@%d", e.bucketKey, e.cp)
+		}
+		lru = append(lru, cacheKey{e.bucketKey, e.cp})
+	}
+	if !slices.Equal(lru, want) || c.lru.len() != len(want) {
+		t.Fatalf("LRU %v (len %d), want %v", lru, c.lru.len(), want)
+	}
+	chained := 0
+	for group, m := range c.byBucket {
+		if len(m) == 0 {
+			t.Fatalf("group %d has an empty map", group)
+		}
+		for bucket, e := range m {
+			if e.newer != nil {
+				t.Fatalf("%s's head at %d has a newer entry", bucket, e.cp)
+			}
+			for ; e != nil; e = e.older {
+				if e.bucketKey != (bucketKey{group, bucket}) || e.prev == nil {
+					t.Fatalf("%s's chain holds %v@%d (in the LRU: %v)", bucket, e.bucketKey, e.cp, e.prev != nil)
+				}
+				if o := e.older; o != nil && (o.cp >= e.cp || o.newer != e) {
+					t.Fatalf("%s's chain: %d then %d", bucket, e.cp, o.cp)
+				}
+				chained++
+			}
+		}
+	}
+	if chained != len(lru) {
+		t.Fatalf("%d entries chained, %d in the LRU", chained, len(lru))
 	}
 }
