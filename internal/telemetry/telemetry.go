@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -77,7 +78,12 @@ func Setup(ctx context.Context, opts Options) (*Telemetry, error) {
 	}
 	res := resource.NewSchemaless(semconv.ServiceName(opts.ServiceName))
 	t := &Telemetry{Registry: prometheus.NewRegistry()}
-	t.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_gc_heap_live_bytes (the heap the last GC found live) besides
+	// the defaults: unlike the heap in use, it leaves out garbage not yet
+	// collected, so memory per connection or per cached bucket can be
+	// read from it.
+	goMetrics := collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})
+	t.Registry.MustRegister(collectors.NewGoCollector(goMetrics), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	exp, err := otelprom.New(
 		otelprom.WithRegisterer(t.Registry),

@@ -38,7 +38,7 @@ func TestMetricsServedInPrometheusFormat(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{"syncpipe_rows_replicated_total 7", "syncpipe_replication_lag_seconds 0.25", "go_goroutines"} {
+	for _, want := range []string{"syncpipe_rows_replicated_total 7", "syncpipe_replication_lag_seconds 0.25", "go_goroutines", "go_gc_heap_live_bytes", "go_memstats_stack_inuse_bytes", "go_gc_duration_seconds_count"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
