@@ -470,33 +470,45 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 // serveStream runs a sync stream until it ends, and then closes it:
 // raw, when the connection was taken over, is closed.
 func (s *Server) serveStream(ctx context.Context, cancel context.CancelFunc, c *conn, raw *rawOut) {
-	lw := c.w
+	defer s.openStream(ctx, cancel, c.w, raw)()
+	if raw != nil {
+		// Off net/http's goroutine, a panic would end the process: report
+		// it and close the stream, as net/http does for a handler.
+		defer s.recoverStream()
+	}
+	c.run(ctx)
+}
+
+// openStream counts an open stream and has it ended when the server
+// closes; the returned function closes it. It is not inlined, nor is
+// recoverStream: their frames stay off the stack the stream waits on
+// for as long as it is open (see conn.run).
+//
+//go:noinline
+func (s *Server) openStream(ctx context.Context, cancel context.CancelFunc, lw *lineWriter, raw *rawOut) (closeStream func()) {
 	sentAttrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("content_type", lw.contentType()),
 		attribute.String("content_encoding", lw.contentEncoding())))
 	lw.sent = func(n int64) { s.bytesSent.Add(s.ctx, n, sentAttrs) }
 	// Close ends the stream, even one blocked writing to a stalled client.
 	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })
 	s.connections.Add(ctx, 1)
-	defer s.connections.Add(context.WithoutCancel(ctx), -1)
-	defer func() {
+	return func() {
 		stop()
 		cancel()
 		lw.finish()
 		if raw != nil {
 			_ = raw.conn.Close()
 		}
+		s.connections.Add(context.WithoutCancel(ctx), -1)
 		s.release()
-	}()
-	if raw != nil {
-		// Off net/http's goroutine, a panic would end the process: report
-		// it and close the stream, as net/http does for a handler.
-		defer func() {
-			if p := recover(); p != nil && p != http.ErrAbortHandler {
-				s.log.Error("sync stream panicked", "panic", p, "stack", string(debug.Stack()))
-			}
-		}()
 	}
-	c.run(ctx)
+}
+
+//go:noinline
+func (s *Server) recoverStream() {
+	if p := recover(); p != nil && p != http.ErrAbortHandler {
+		s.log.Error("sync stream panicked", "panic", p, "stack", string(debug.Stack()))
+	}
 }
 
 // release gives back a stream's slot and its share of the shutdown wait.
