@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -129,6 +130,7 @@ type Server struct {
 	watcher *bucketstore.CheckpointWatcher
 	log     *slog.Logger
 	tracer  trace.Tracer
+	traced  bool // tracer records spans (not a no-op provider's)
 
 	ctx    context.Context // canceled by Close: ends every stream
 	cancel context.CancelFunc
@@ -229,6 +231,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
+	_, untraced := cfg.TracerProvider.(noop.TracerProvider)
+	s.traced = !untraced
 	if s.cache == nil {
 		cache := cfg.Store.(storeServices).NewChecksumCache(cfg.ChecksumCacheSize)
 		if cfg.Baseline.IgnoreChangeRecords {

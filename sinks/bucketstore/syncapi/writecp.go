@@ -103,6 +103,31 @@ func (w *writeCheckpoints) get(ctx context.Context, c bucketstore.WriteCheckpoin
 	}
 }
 
+// peek is get without waiting: ok is false unless the read at lsn is
+// done, succeeded and included the client. Most streams reach a
+// checkpoint after its read: they then need no goroutine to wait for it.
+func (w *writeCheckpoints) peek(c bucketstore.WriteCheckpointClient, lsn pglogrepl.LSN) (n int64, due, ok bool) {
+	w.mu.Lock()
+	r := w.rounds[lsn]
+	w.mu.Unlock()
+	if r == nil {
+		return 0, false, false
+	}
+	select {
+	case <-r.done:
+	default:
+		return 0, false, false
+	}
+	if r.err != nil {
+		return 0, false, false
+	}
+	if _, in := r.included[c]; !in {
+		return 0, false, false
+	}
+	n, due = r.res[c]
+	return n, due, true
+}
+
 // start registers a new round at lsn over the registered clients. w.mu
 // must be held.
 func (w *writeCheckpoints) start(lsn pglogrepl.LSN) *wcRound {
