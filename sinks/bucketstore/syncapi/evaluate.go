@@ -129,3 +129,40 @@ func (c *conn) sumFromDelta(refs []syncrules.BucketRef, sums []bucketstore.Bucke
 	}
 	return ask[:n], at[:n]
 }
+
+// unaffected reports whether cp changes nothing for a client that has
+// everything the stream announced: none of its buckets or parameter
+// lookups changed since the checkpoint it evaluated last (the shared
+// change records) and no newer write checkpoint is due (the shared read).
+// The stream then takes cp as evaluated and goes on waiting, without the
+// goroutine, evaluation and allocations of preparing it — what prepare
+// would do, and send nothing. Every stream wakes for every checkpoint:
+// under the load scenario (1,000 streams, 50 checkpoints/s) about nine
+// wake-ups in ten change nothing for the stream. Anything uncertain, and
+// any error (prepare reports it), answers false.
+//
+//go:noinline
+func (c *conn) unaffected(ctx context.Context, cp bucketstore.Checkpoint) bool {
+	if !c.evaluated || !c.announced || !c.complete || c.stale || c.forceAnnounce ||
+		cp.GroupID != c.group || cp.OpID < c.evalOpID || len(c.refs) != len(c.sent) {
+		return false
+	}
+	if cp.OpID > c.evalOpID {
+		changes, err := c.s.cache.Changes(ctx, cp.GroupID, c.evalOpID, cp.OpID)
+		if err != nil || !changes.Known() || len(c.keys) > 0 && changes.LookupsChanged(c.keys) {
+			return false
+		}
+		for i, r := range c.refs {
+			if changes.BucketChanged(r.ID, c.hashes[i]) {
+				return false
+			}
+		}
+	}
+	wc, due, err := c.s.wcs.get(ctx, c.wcClient, cp.LSN)
+	if err != nil || due && wc != c.writeCP {
+		return false
+	}
+	c.s.carried.Add(int64(len(c.refs)))
+	c.evalOpID, c.caughtUp = cp.OpID, true
+	return true
+}

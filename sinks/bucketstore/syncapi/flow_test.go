@@ -472,3 +472,35 @@ bucket_definitions:
 		t.Fatalf("buckets %v rows %v, want %s with a and %s with b", c.target, c.rows, team, picked)
 	}
 }
+
+// TestUnaffectedCheckpointsSendNothing: checkpoints that touch none of a
+// stream's buckets send it nothing (the stream takes them as evaluated
+// without preparing them, conn.unaffected), and its next change after
+// them arrives as a diff of that bucket alone whose checksum is the one a
+// new stream evaluates from scratch.
+func TestUnaffectedCheckpointsSendNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, todoRules, todoTables, nil)
+	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u2"))
+	tok := token(t, "u1", nil)
+	s := e.open(tok, map[string]any{})
+	s.untilComplete()
+	for i := range 5 {
+		e.commit(e.upsert("todos", fmt.Sprintf("t%d", i), "b", "theirs"))
+	}
+	cp := e.commit(e.upsert("todos", "mine", "a", "mine"))
+	ls := s.untilComplete()
+	if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
+		t.Fatalf("lines %v, want one diff, its data and the completion", got)
+	}
+	d := ls[0].CheckpointDiff
+	if d.LastOpID != opID(cp.OpID) || len(d.Updated) != 1 || !strings.HasSuffix(d.Updated[0].Bucket, `by_list["a"]`) || len(d.Removed) != 0 {
+		t.Fatalf("diff %s, want by_list[\"a\"] alone at %d", ls[0].Raw, cp.OpID)
+	}
+	fresh := e.open(tok, map[string]any{}).untilComplete()
+	for _, b := range fresh[0].Checkpoint.Buckets {
+		if b.Bucket == d.Updated[0].Bucket && (b.Checksum != d.Updated[0].Checksum || b.Count != d.Updated[0].Count) {
+			t.Fatalf("diff says %+v, a new stream %+v", d.Updated[0], b)
+		}
+	}
+}

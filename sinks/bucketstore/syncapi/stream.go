@@ -188,6 +188,9 @@ func (c *conn) loop(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			if c.unaffected(ctx, cp) {
+				continue
+			}
 			next = cp
 		}
 		var err error
