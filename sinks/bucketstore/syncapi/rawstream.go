@@ -99,15 +99,15 @@ func takeOver(w http.ResponseWriter, r *http.Request) (out *rawOut, ctx context.
 	if !r.ProtoAtLeast(1, 1) || r.ProtoMajor != 1 {
 		return nil, nil, nil, false, nil
 	}
-	conn, brw, err := http.NewResponseController(w).Hijack()
+	// The buffers net/http hands over with the connection are dropped:
+	// nothing was written to them yet, and the stream reads nothing more.
+	conn, _, err := http.NewResponseController(w).Hijack()
 	if errors.Is(err, http.ErrNotSupported) {
 		return nil, nil, nil, false, nil
 	}
 	if err != nil {
 		return nil, nil, nil, false, fmt.Errorf("take over the connection: %w", err)
 	}
-	brw.Reader.Reset(nil) // the stream reads nothing more: let the buffers go
-	brw.Writer.Reset(nil)
 	// net/http's deadlines (withBodyDeadline's read deadline) stay set on
 	// a connection it hands over.
 	_ = conn.SetDeadline(time.Time{})
