@@ -203,7 +203,7 @@ func WriteSummary(dir, scale string, results []Result) error {
 		switch {
 		case sb.id == "P6" && peak > 0:
 			found = append(found, Bar{Value: "peak " + strings.Join(peakOf, ", "), Met: peak < RSSBar,
-				Note: fmt.Sprintf("measured in %d of 5 scenarios", len(peakOf))})
+				Note: fmt.Sprintf("measured in %d of %d scenarios", len(peakOf), len(counted))})
 		case len(found) == 0:
 			fmt.Fprintf(&b, "| %s | %s | %s | — | not measured | %s |\n", sb.id, sb.measure, sb.bar, link)
 			continue
