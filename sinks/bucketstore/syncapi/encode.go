@@ -81,15 +81,21 @@ func newLineWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration
 	return lw
 }
 
-// startStream sends the response headers through net/http and returns
-// the writer for the stream's lines (the path where the connection
-// cannot be taken over, see takeOver).
+// startStream sets the response headers and sends them through
+// net/http, and returns the writer for the stream's lines (the path where
+// the connection cannot be taken over, see takeOver).
 func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
 	lw := newLineWriter(w, r, timeout)
+	lw.answerHTTP(w)
+	return lw
+}
+
+// answerHTTP makes w the stream's output and sends the response head
+// (the headers newLineWriter set).
+func (lw *lineWriter) answerHTTP(w http.ResponseWriter) {
 	lw.out = httpOut{w: w, rc: http.NewResponseController(w)}
 	w.WriteHeader(http.StatusOK)
 	_ = lw.out.Flush() // headers now: the client knows the stream is open
-	return lw
 }
 
 // contentType and contentEncoding are the stream's negotiated headers.

@@ -67,8 +67,8 @@ func TestStreamTakesOverTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp10.StatusCode != http.StatusOK || len(resp10.TransferEncoding) != 0 {
-		t.Fatalf("HTTP/1.0: %d, transfer encoding %v", resp10.StatusCode, resp10.TransferEncoding)
+	if resp10.StatusCode != http.StatusOK || len(resp10.TransferEncoding) != 0 || len(resp10.Header.Values("Vary")) != 1 {
+		t.Fatalf("HTTP/1.0: %d, transfer encoding %v, Vary %q: want 200, none, one Vary", resp10.StatusCode, resp10.TransferEncoding, resp10.Header.Values("Vary"))
 	}
 	readToComplete(t, bufio.NewReader(resp10.Body))
 }

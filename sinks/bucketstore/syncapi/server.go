@@ -466,7 +466,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 		go s.serveStream(ctx, cancel, newConn(s, id, req, lw), raw)
 		return
 	}
-	lw = startStream(w, r, s.cfg.WriteTimeout)
+	lw.answerHTTP(w)
 	ctx, cancel = context.WithCancel(r.Context())
 	s.serveStream(ctx, cancel, newConn(s, id, req, lw), nil)
 }
