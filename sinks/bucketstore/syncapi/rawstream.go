@@ -52,7 +52,8 @@ func (o httpOut) end() error                         { return o.rc.Flush() }
 // the connection closes when the stream ends (clients reconnect to
 // resume anyway).
 type rawOut struct {
-	conn net.Conn
+	conn net.Conn  // for deadlines and the close
+	wire net.Conn  // for the writes: conn unwrapped (see innerConn)
 	size [20]byte  // a chunk's size line
 	vec  [3][]byte // size line, data, CRLF
 }
@@ -69,7 +70,7 @@ func (o *rawOut) Write(p []byte) (int, error) {
 	line = append(line, crlf...)
 	o.vec = [3][]byte{line, p, crlf}
 	bufs := net.Buffers(o.vec[:])
-	if _, err := bufs.WriteTo(o.conn); err != nil {
+	if _, err := bufs.WriteTo(o.wire); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -85,7 +86,7 @@ var lastChunk = []byte("0\r\n\r\n")
 
 // end sends the last chunk (within the write deadline set).
 func (o *rawOut) end() error {
-	_, err := o.conn.Write(lastChunk)
+	_, err := o.wire.Write(lastChunk)
 	return err
 }
 
@@ -126,7 +127,7 @@ func takeOver(w http.ResponseWriter, r *http.Request) (out *rawOut, ctx context.
 	}
 	ctx, cancel = context.WithCancel(context.WithoutCancel(r.Context()))
 	go readAhead(conn, cancel)
-	return &rawOut{conn: conn}, ctx, cancel, true, nil
+	return &rawOut{conn: conn, wire: innerConn(conn)}, ctx, cancel, true, nil
 }
 
 // headWriteTimeout bounds sending a taken-over stream's response head.
