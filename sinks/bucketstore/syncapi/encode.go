@@ -81,15 +81,6 @@ func newLineWriter(w http.ResponseWriter, r *http.Request, timeout time.Duration
 	return lw
 }
 
-// startStream sets the response headers and sends them through
-// net/http, and returns the writer for the stream's lines (the path where
-// the connection cannot be taken over, see takeOver).
-func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
-	lw := newLineWriter(w, r, timeout)
-	lw.answerHTTP(w)
-	return lw
-}
-
 // answerHTTP makes w the stream's output and sends the response head
 // (the headers newLineWriter set).
 func (lw *lineWriter) answerHTTP(w http.ResponseWriter) {

@@ -7,11 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
+
+// startStream answers r through net/http (as the server does where the
+// connection cannot be taken over) and returns the stream's line writer.
+func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) *lineWriter {
+	lw := newLineWriter(w, r, timeout)
+	lw.answerHTTP(w)
+	return lw
+}
 
 func TestAppendJSONString(t *testing.T) {
 	t.Parallel()

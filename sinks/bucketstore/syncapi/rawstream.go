@@ -3,7 +3,6 @@ package syncapi
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -94,20 +93,21 @@ func (o *rawOut) end() error {
 // writes the response head there: status 200, the headers set on w, and
 // chunked coding. It returns the connection's writer and a context
 // derived from r's values that ends when the client goes away (a
-// goroutine reads ahead on the connection until it fails). ok is false
-// where the connection cannot be taken over; then nothing was written.
-func takeOver(w http.ResponseWriter, r *http.Request) (out *rawOut, ctx context.Context, cancel context.CancelFunc, ok bool, err error) {
+// goroutine reads ahead on the connection until it fails). out is nil
+// where the connection cannot be taken over (nothing was written: answer
+// through net/http), and err is set when it was taken but the head could
+// not be sent (the connection is closed).
+func takeOver(w http.ResponseWriter, r *http.Request) (out *rawOut, ctx context.Context, cancel context.CancelFunc, err error) {
 	if !r.ProtoAtLeast(1, 1) || r.ProtoMajor != 1 {
-		return nil, nil, nil, false, nil
+		return nil, nil, nil, nil
 	}
 	// The buffers net/http hands over with the connection are dropped:
 	// nothing was written to them yet, and the stream reads nothing more.
+	// Hijack fails before it takes anything (not supported, or the
+	// response started): then net/http answers.
 	conn, _, err := http.NewResponseController(w).Hijack()
-	if errors.Is(err, http.ErrNotSupported) {
-		return nil, nil, nil, false, nil
-	}
 	if err != nil {
-		return nil, nil, nil, false, fmt.Errorf("take over the connection: %w", err)
+		return nil, nil, nil, nil
 	}
 	// net/http's deadlines (withBodyDeadline's read deadline) stay set on
 	// a connection it hands over.
@@ -123,11 +123,11 @@ func takeOver(w http.ResponseWriter, r *http.Request) (out *rawOut, ctx context.
 	_ = conn.SetWriteDeadline(time.Now().Add(headWriteTimeout))
 	if _, err := conn.Write(head.Bytes()); err != nil {
 		_ = conn.Close()
-		return nil, nil, nil, true, fmt.Errorf("%w: response head: %w", errClientWrite, err)
+		return nil, nil, nil, fmt.Errorf("%w: response head: %w", errClientWrite, err)
 	}
 	ctx, cancel = context.WithCancel(context.WithoutCancel(r.Context()))
 	go readAhead(conn, cancel)
-	return &rawOut{conn: conn, wire: innerConn(conn)}, ctx, cancel, true, nil
+	return &rawOut{conn: conn, wire: innerConn(conn)}, ctx, cancel, nil
 }
 
 // headWriteTimeout bounds sending a taken-over stream's response head.

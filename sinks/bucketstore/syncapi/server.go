@@ -453,13 +453,13 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) {
 	}
 	markStreaming(r.Context()) // bounded by the slots above, not the ConnGuard
 	lw := newLineWriter(w, r, s.cfg.WriteTimeout)
-	raw, ctx, cancel, taken, err := takeOver(w, r)
+	raw, ctx, cancel, err := takeOver(w, r)
 	switch {
-	case taken && err != nil: // the client is gone already; takeOver closed the connection
+	case err != nil: // the client is gone already; takeOver closed the connection
 		s.log.Debug("sync stream not started: client unreachable", "err", err)
 		s.release()
 		return
-	case taken:
+	case raw != nil:
 		lw.out = raw
 		// The stream goes on without net/http's goroutine: its stack, and
 		// everything it holds of the request, are freed.
