@@ -220,13 +220,13 @@ func (c *conn) serve(ctx context.Context, cp bucketstore.Checkpoint) (next bucke
 
 // onFreshStack runs f on a new goroutine and waits for it. The work of a
 // checkpoint (storage queries, rules evaluation, encoding) grows a
-// goroutine's stack to 16 KB and more, and the runtime only shrinks a
-// stack whose in-use part is below a quarter of it: the stream's own
-// goroutine, which waits at a depth of some 4 KB under net/http's
-// frames, would keep 16 KB for as long as the client stays connected.
-// A goroutine that ends gives its stack back. A panic in f is raised
-// again on the caller's goroutine, with f's stack, so net/http's recovery
-// sees it as before.
+// goroutine's stack to 16 KB and more, and the runtime shrinks a stack
+// only at a GC, by half, and only while its in-use part is below a
+// quarter of it: the stream's own goroutine would hold the grown stack
+// well into its idle wait. A goroutine that ends gives its stack back. A
+// panic in f is raised again on the caller's goroutine, with f's stack,
+// so the stream's recovery (net/http's, or recoverStream) sees it as
+// before.
 func onFreshStack(f func() error) error {
 	type result struct {
 		err      error
