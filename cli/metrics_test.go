@@ -164,6 +164,10 @@ func TestReplicationMetrics(t *testing.T) {
 	if n, _ := sample(ss, "syncpipe_replication_failing_units"); n != 0 {
 		t.Errorf("/metrics: %v failing units, want 0", n)
 	}
+	// The live heap (what memory per connection is read from) besides the
+	// Go runtime's defaults.
+	live, ok := sample(ss, "go_gc_heap_live_bytes")
+	check(fmt.Sprintf("go_gc_heap_live_bytes %v (reported %v), want > 0", live, ok), ok && live > 0)
 	if t.Failed() {
 		return
 	}
