@@ -197,8 +197,12 @@ func streamRounds(ctx context.Context, cfg *config.Config, store *bucketstore.St
 				return fmt.Errorf("update round %d: %w", round, err)
 			}
 		}
+		// The insert position, not pg_current_wal_lsn (the write position):
+		// with synchronous_commit off a commit returns before its record is
+		// written, and a heartbeat's checkpoint between the two would end
+		// the wait before the round is replicated.
 		var text string
-		if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&text); err != nil {
+		if err := src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&text); err != nil {
 			return fmt.Errorf("read the source WAL position: %w", err)
 		}
 		target, err := pglogrepl.ParseLSN(text)

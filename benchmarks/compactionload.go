@@ -205,8 +205,8 @@ func runCompactionPhase(ctx context.Context, e *loadEnv, lc *loadClients, checke
 // source's current WAL position and every checking client has completed
 // it: a phase must not measure the lag of a backlog still streaming.
 func caughtUp(ctx context.Context, e *loadEnv, checkers []*torture.Client) error {
-	var lsn string
-	if err := e.src.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+	var lsn string // the insert position: see streamRounds
+	if err := e.src.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
 		return fmt.Errorf("read the source position: %w", err)
 	}
 	conn, err := pgx.Connect(ctx, e.storage.URI("storage"))

@@ -169,8 +169,8 @@ func prepareDrain(ctx context.Context, newDB func(context.Context, string) (stri
 	if _, err := todos.Load(ctx, src, todos.Size{Lists: lists, Todos: n, Seed: 42}); err != nil {
 		return nil, err
 	}
-	var lsnText string
-	if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsnText); err != nil {
+	var lsnText string // the insert position: see streamRounds
+	if err := src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsnText); err != nil {
 		return nil, fmt.Errorf("read the source WAL position: %w", err)
 	}
 	target, err := pglogrepl.ParseLSN(lsnText)
