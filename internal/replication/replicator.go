@@ -133,6 +133,9 @@ type Replicator struct {
 
 	errs    *errorState
 	metrics *replMetrics
+	// sourceReached is set once a source connection worked: from then on
+	// a lost one is retried at start-up too (atStart).
+	sourceReached atomic.Bool
 
 	// runCtx and bg are Run's context and its background goroutines
 	// (background).
@@ -222,7 +225,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
+	var groups []bucketstore.Group
+	err = r.atStart(ctx, "read the replication groups", func(ctx context.Context) (err error) {
+		groups, err = r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -241,11 +248,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer r.metrics.observe(r.errs)()
 	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {
-		if err := r.startGroup(ctx, g); err != nil {
+		if err := r.atStart(ctx, fmt.Sprintf("start group %d", g.ID), func(ctx context.Context) error { return r.startGroup(ctx, g) }); err != nil {
 			return fmt.Errorf("group %d: %w", g.ID, err)
 		}
 	}
-	if err := r.submitRetirements(ctx); err != nil {
+	if err := r.atStart(ctx, "find groups to retire", r.submitRetirements); err != nil {
 		return err
 	}
 	if r.opts.Reload != nil {
@@ -327,8 +334,18 @@ func (r *Replicator) background(f func(ctx context.Context)) {
 	r.bg.Go(func() { f(r.runCtx) })
 }
 
+// connectSource opens a connection to the source. Until one has worked,
+// a failure is the process's first contact (errUnreached).
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
-	return postgres.Connect(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
+	conn, err := postgres.Connect(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
+	if err != nil {
+		if !r.sourceReached.Load() {
+			return nil, unreachedError{err}
+		}
+		return nil, err
+	}
+	r.sourceReached.Store(true)
+	return conn, nil
 }
 
 // startGroup prepares a group and submits its work units.

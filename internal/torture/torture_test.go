@@ -748,9 +748,11 @@ func (h *harness) runTrial(ctx context.Context, v *verifier, tr *trial) error {
 	case tr.n == 0:
 		tr.scenario = "initial snapshot"
 		tr.reread = "*"
-		// Into the snapshot: a range being read. The processes are past
-		// their start then, where a lost connection ends `syncpipe run`
-		// by design (README: a problem run finds at start-up ends it).
+		// Into the snapshot: a range being read. The processes have
+		// reached both servers then: a server that cannot be reached at
+		// all when `syncpipe run` starts ends it by design (README: a
+		// problem run finds at start-up ends it), one lost later in the
+		// start-up is retried (TestStorageLostDuringStartIsRetried).
 		err := h.waitFor("a snapshot range being read", 30*time.Second, func() (bool, error) {
 			var n int
 			err := h.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.snapshot_ranges WHERE rows_done > 0`).Scan(&n)
