@@ -448,7 +448,13 @@ func storageReadOnlyRow(t *testing.T, h *badHarness) badCheck {
 		}
 		for _, q := range []string{
 			"ALTER DATABASE " + pgx.Identifier{db}.Sanitize() + " SET default_transaction_read_only = on",
-			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+			// New sessions are read-only; the process's open ones end —
+			// except its lease session: a lease names its holder's session
+			// and is free once that session is gone (leases.go), so ending
+			// it made the stream lose its lease first, and which of the
+			// two errors the process said first depended on timing.
+			`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+				AND pid NOT IN (SELECT pid FROM syncpipe.leases WHERE pid IS NOT NULL)`,
 		} {
 			if _, err := st.Exec(ctx, q); err != nil {
 				t.Fatalf("%s: %v", q, err)
