@@ -141,3 +141,29 @@ sync_rules:
 		t.Fatalf("exit %d, stderr %q: want an error at %s:8", code, stderr, path)
 	}
 }
+
+// TestValidateRejectsStreamsForNow: the rules engine compiles Sync Streams,
+// but the sync API does not serve subscriptions yet, so `validate` (and
+// `run`, which loads the rules the same way) refuse a streams: section with
+// its line rather than replicate what no client could subscribe to.
+func TestValidateRejectsStreamsForNow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	err := os.WriteFile(path, []byte(`source: {uri: "postgres://u@127.0.0.1:5432/app"}
+storage: {uri: "postgres://u@127.0.0.1:5432/st"}
+sync_rules:
+  content: |
+    config: {edition: 3}
+    streams:
+      my_lists:
+        auto_subscribe: true
+        query: SELECT * FROM lists WHERE owner_id = auth.user_id()
+`), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI(t, "validate", "--offline", "--config", path)
+	if code != ExitUsage || !strings.Contains(stderr, path+":6:") || !strings.Contains(stderr, "Sync Streams (streams:) are not served by this version yet") {
+		t.Fatalf("exit %d, stderr %q: want the streams section refused at %s:6", code, stderr, path)
+	}
+}

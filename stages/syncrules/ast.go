@@ -52,13 +52,20 @@ type castNode struct {
 	toPos int
 }
 
-func (n *litNode) position() int    { return n.pos }
-func (n *refNode) position() int    { return n.pos }
-func (n *callNode) position() int   { return n.pos }
-func (n *unaryNode) position() int  { return n.pos }
-func (n *binaryNode) position() int { return n.start }
-func (n *isNullNode) position() int { return n.pos }
-func (n *castNode) position() int   { return n.pos }
+// subqueryNode is `(SELECT …)` in a Sync Streams query.
+type subqueryNode struct {
+	pos  int
+	stmt *selectStmt
+}
+
+func (n *litNode) position() int      { return n.pos }
+func (n *subqueryNode) position() int { return n.pos }
+func (n *refNode) position() int      { return n.pos }
+func (n *callNode) position() int     { return n.pos }
+func (n *unaryNode) position() int    { return n.pos }
+func (n *binaryNode) position() int   { return n.start }
+func (n *isNullNode) position() int   { return n.pos }
+func (n *castNode) position() int     { return n.pos }
 
 // selectCol is one item of the SELECT list.
 type selectCol struct {

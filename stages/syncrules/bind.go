@@ -14,6 +14,7 @@ type BoundTable struct {
 	columns  []string
 	data     []*boundData
 	params   []*boundParam
+	lookups  []*boundLookup // Sync Streams lookups (streams_eval.go)
 	maxSlots int
 	maxOut   int
 }
@@ -80,6 +81,7 @@ func (r *Rules) Bind(table string, columns []string) (*BoundTable, error) {
 			}
 		}
 	}
+	r.bindStreams(bt, t, b, columns)
 	return bt, nil
 }
 
@@ -142,7 +144,7 @@ func (t *BoundTable) Table() TableName { return t.table }
 func (t *BoundTable) HasData() bool { return len(t.data) > 0 }
 
 // HasParameters reports whether rows of this table feed parameter queries.
-func (t *BoundTable) HasParameters() bool { return len(t.params) > 0 }
+func (t *BoundTable) HasParameters() bool { return len(t.params) > 0 || len(t.lookups) > 0 }
 
 // NewEvaluator returns a per-goroutine evaluator with its own scratch
 // space; reuse it for every row to avoid allocations.

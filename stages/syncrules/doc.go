@@ -1,4 +1,5 @@
-// Package syncrules compiles PowerSync edition-1 sync rules and evaluates
+// Package syncrules compiles PowerSync sync rules (edition-1
+// bucket_definitions, and edition-3 Sync Streams in part) and evaluates
 // source rows and sync requests against them, bit for bit as PowerSync
 // does (SPEC §3), so unmodified PowerSync clients accept the buckets and
 // checksums syncpipe serves.
@@ -67,6 +68,17 @@
 // storage at the checkpoint, passing each stored parameter-rows value to
 // Lookup.Buckets. MergeBuckets de-duplicates the result.
 //
+// # Sync Streams
+//
+// A file with config: {edition: 3} holds streams: instead (streams.go):
+// each stream query compiles to a bucket (shared with other streams whose
+// row side is the same) and, for a subquery, a lookup; rows and parameter
+// rows go through the same Evaluator calls, and Rules.Request serves the
+// request's StreamsRequest (defaults, subscriptions with their parameters
+// and priority override). The supported forms so far are listed in
+// streams.go; the rest is rejected at load time. Edition 2, PowerSync's
+// alpha of streams with other bucket ids, is not supported.
+//
 // # The reference
 //
 // PowerSync's published compiler, @powersync/service-sync-rules (the
@@ -108,6 +120,9 @@
 //   - A row that one data query puts into the same bucket twice (OR
 //     branches, a repeated array element) is written once; PowerSync
 //     writes two identical PUTs.
+//   - Streams: an unknown key inside a stream is accepted, as PowerSync's
+//     schema does; an edition-1 file with streams is rejected at each
+//     stream's query (PowerSync also warns at the streams section).
 //   - upper and lower use Unicode full case mapping (golang.org/x/text),
 //     which JavaScript's toUpperCase and toLowerCase also use; Unicode
 //     versions may differ for characters added since.

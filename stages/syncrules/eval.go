@@ -284,5 +284,6 @@ func (e *Evaluator) EvaluateParameterRow(row []Value, out []LookupEntry, buf []b
 			out = append(out, LookupEntry{Key: buf[ks:len(buf):len(buf)], Rows: rows})
 		}
 	}
+	out, buf = e.evalLookups(row, out, buf)
 	return out, buf, errors.Join(errs...)
 }

@@ -91,24 +91,35 @@ func (ld *loader) load(src []byte) {
 		ld.errAt(root, "", "", "", "sync rules must be a YAML mapping")
 		return
 	}
-	var buckets *yaml.Node
+	var buckets, streams *yaml.Node
+	edition := 1
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "bucket_definitions":
 			buckets = v
 		case "config":
-			ld.config(v)
+			edition = ld.config(v)
 		case "streams":
-			ld.errAt(k, "", "", k.Value, "sync streams are not supported; use edition 1 bucket_definitions")
+			streams = v
+			ld.rules.streamsAt = k.Line
 		case "event_definitions":
 			ld.errAt(k, "", "", k.Value, "event_definitions are not supported")
 		default:
 			ld.errAt(k, "", "", k.Value, "unknown key %q", k.Value)
 		}
 	}
+	if edition >= 3 {
+		ld.edition3(root, buckets, streams)
+		return
+	}
+	if streams != nil {
+		ld.streamsNeedEdition(streams)
+	}
 	if buckets == nil {
-		ld.errAt(root, "", "", "", "bucket_definitions is required")
+		if streams == nil {
+			ld.errAt(root, "", "", "", "bucket_definitions is required")
+		}
 		return
 	}
 	if buckets.Kind != yaml.MappingNode {
@@ -127,21 +138,66 @@ func (ld *loader) load(src []byte) {
 	}
 }
 
-func (ld *loader) config(v *yaml.Node) {
+// config reads the config section and returns the edition: 1 (bucket
+// definitions) or 3 (Sync Streams).
+func (ld *loader) config(v *yaml.Node) int {
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, "", "", "config", "config must be a mapping")
-		return
+		return 1
 	}
+	edition := 1
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], v.Content[i+1]
 		switch k.Value {
 		case "edition":
-			if n, err := strconv.Atoi(val.Value); err != nil || n != 1 {
-				ld.errAt(val, "", "", val.Value, "only edition 1 (bucket_definitions) is supported")
+			n, err := strconv.Atoi(val.Value)
+			switch {
+			case err == nil && (n == 1 || n == 3):
+				edition = n
+			case err == nil && n == 2:
+				ld.errAt(val, "", "", val.Value, "edition 2 (the alpha of Sync Streams, with its own bucket ids) is not supported: use edition 3 for streams or 1 for bucket_definitions")
+			default:
+				ld.errAt(val, "", "", val.Value, "edition must be 1 (bucket_definitions) or 3 (streams)")
 			}
 		default:
 			ld.errAt(k, "", "", k.Value, "config option %q is not supported", k.Value)
 		}
+	}
+	return edition
+}
+
+// edition3 loads an edition-3 file: streams only.
+func (ld *loader) edition3(root, buckets, streams *yaml.Node) {
+	if buckets != nil {
+		ld.errAt(buckets, "", "", "bucket_definitions", "'bucket_definitions' are not supported by the new compiler. "+
+			"Consider using https://powersync-community.github.io/bucket-definitions-to-sync-streams/ to translate them to streams.")
+	}
+	if streams == nil {
+		ld.errAt(root, "", "", "", "'streams' are required.")
+		return
+	}
+	ld.loadStreams(streams)
+}
+
+// streamsNeedEdition reports streams in a file of an edition before 2, at
+// each stream's query as PowerSync does.
+func (ld *loader) streamsNeedEdition(streams *yaml.Node) {
+	const msg = "Sync streams require edition 2 or later: add `config: {edition: 3}` to the file"
+	if streams.Kind != yaml.MappingNode {
+		ld.errAt(streams, "", "", "streams", msg)
+		return
+	}
+	for i := 0; i+1 < len(streams.Content); i += 2 {
+		k, v := streams.Content[i], streams.Content[i+1]
+		at := v
+		if v.Kind == yaml.MappingNode {
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if v.Content[j].Value == "query" {
+					at = v.Content[j+1]
+				}
+			}
+		}
+		ld.errAt(at, k.Value, "query", "", msg)
 	}
 }
 

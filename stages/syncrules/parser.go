@@ -13,6 +13,10 @@ type parser struct {
 	i     int
 	depth int
 	cases []caseUse
+	// subqueries allows `x IN (SELECT …)` (Sync Streams); bucket
+	// definitions reject subqueries.
+	subqueries bool
+	nested     int // subqueries being parsed
 }
 
 // caseUse is an unquoted identifier written with upper-case letters, which
@@ -36,12 +40,18 @@ func (p *parser) noteCase(t token, alias bool) {
 const maxDepth = 200
 
 // parseSelect parses one SELECT statement.
-func parseSelect(src string) (*selectStmt, *sqlError) {
+func parseSelect(src string) (*selectStmt, *sqlError) { return parseWith(src, false) }
+
+// parseStreamSelect parses a Sync Streams query, which may hold
+// subqueries.
+func parseStreamSelect(src string) (*selectStmt, *sqlError) { return parseWith(src, true) }
+
+func parseWith(src string, subqueries bool) (*selectStmt, *sqlError) {
 	toks, err := lex(src)
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{toks: toks}
+	p := &parser{toks: toks, subqueries: subqueries}
 	s, perr := p.selectStmt()
 	if s != nil {
 		s.cases = p.cases
@@ -153,6 +163,9 @@ func (p *parser) selectStmt() (*selectStmt, *sqlError) {
 			return nil, err
 		}
 		s.where = w
+	}
+	if p.nested > 0 && p.peek().is(")") {
+		return s, nil // the end of a subquery: the caller takes the ")"
 	}
 	semi := p.peek().is(";")
 	if semi {
@@ -407,7 +420,10 @@ func (p *parser) prefix() (node, *sqlError) {
 		switch t.text {
 		case "(":
 			if p.peek().is("select") {
-				return nil, errAt(p.peek(), "subqueries are not supported")
+				if !p.subqueries {
+					return nil, errAt(p.peek(), "subqueries are not supported")
+				}
+				return p.subquery(t)
 			}
 			e, err := p.expr(0)
 			if err != nil {
@@ -552,4 +568,19 @@ func (p *parser) refOrCall(t token) (node, *sqlError) {
 		r.schema, r.table = parts[0], parts[1]
 	}
 	return r, nil
+}
+
+// subquery parses `(SELECT …)` after its "(" (open).
+func (p *parser) subquery(open token) (node, *sqlError) {
+	p.nested++
+	s, err := p.selectStmt()
+	p.nested--
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.expect(")"); err != nil {
+		return nil, err
+	}
+	s.cases = nil
+	return &subqueryNode{pos: open.pos, stmt: s}, nil
 }

@@ -127,6 +127,9 @@ type definition struct {
 	funcs         []*funcParamQuery
 	tables        []*tableParamQuery
 	data          []*dataQuery
+	// stream: a Sync Streams bucket (streams.go), compiled from a stream
+	// query's row side.
+	stream bool
 }
 
 func outputName(col selectCol) (string, bool) {
@@ -144,6 +147,11 @@ func compileDataQuery(def *definition, q *dataQuery, defaultSchema string) []*sq
 	if perr != nil {
 		return []*sqlError{perr}
 	}
+	return compileDataStmt(def, q, s, defaultSchema)
+}
+
+// compileDataStmt compiles the parsed data query s of def into q.
+func compileDataStmt(def *definition, q *dataQuery, s *selectStmt, defaultSchema string) []*sqlError {
 	if s.from == nil {
 		return []*sqlError{{pos: s.pos, token: "SELECT", msg: "data queries must select FROM a table"}}
 	}
@@ -214,7 +222,7 @@ func compileDataQuery(def *definition, q *dataQuery, defaultSchema string) []*sq
 			hasID = true
 		}
 	}
-	if !hasID {
+	if !hasID && !def.stream { // a stream's rows without one get id ""
 		c.errorf(s.pos, "SELECT", `query must return an "id" column`)
 	}
 	q.refs = c.refs

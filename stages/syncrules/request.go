@@ -13,6 +13,37 @@ type Request struct {
 	UserID     string // JWT sub: request.user_id(), token_parameters.user_id
 	Claims     []byte // JWT payload as JSON: request.jwt(); its "parameters" object feeds token_parameters
 	Parameters []byte // client parameters as JSON: request.parameters(), user_parameters
+	// Streams is the request's `streams` object (Sync Streams); nil when
+	// the client sent none: default streams included, no subscriptions.
+	Streams *StreamsRequest
+}
+
+// StreamsRequest is what a client asks of Sync Streams: whether streams
+// marked auto_subscribe apply, and its explicit subscriptions.
+type StreamsRequest struct {
+	IncludeDefaults bool
+	Subscriptions   []StreamSubscription
+}
+
+// StreamSubscription is one explicit subscription; its index in
+// StreamsRequest.Subscriptions identifies it (PowerSync's opaque id).
+type StreamSubscription struct {
+	Stream string
+	// Parameters is the subscription's parameters as a JSON object
+	// (subscription.parameter(…)); empty means {}.
+	Parameters []byte
+	// OverridePriority replaces the stream's priority for the buckets
+	// this subscription reaches; -1 keeps it.
+	OverridePriority int
+}
+
+// StreamError is a problem evaluating one subscription of a stream for a
+// request: PowerSync reports it in the checkpoint's streams[].errors and
+// serves the other subscriptions.
+type StreamError struct {
+	Stream       string
+	Subscription int // index in StreamsRequest.Subscriptions; -1: the default subscription
+	Message      string
 }
 
 // reqState is a request prepared for evaluation.
@@ -22,6 +53,7 @@ type reqState struct {
 	rawParams   string // request.parameters(), likewise
 	tokenParams map[string]Value
 	userParams  map[string]Value
+	claims      map[string]Value // the JWT payload's top-level values (auth.parameter)
 	params      jval
 }
 
@@ -30,7 +62,7 @@ type reqState struct {
 // JSONBig re-serialization as request.jwt() and request.parameters() see
 // it: integral numbers written with ".0", integer-like keys first.
 func newReqState(r Request) (*reqState, error) {
-	s := &reqState{userID: r.UserID, tokenParams: map[string]Value{}, userParams: map[string]Value{}}
+	s := &reqState{userID: r.UserID, tokenParams: map[string]Value{}, userParams: map[string]Value{}, claims: map[string]Value{}}
 	rawClaims, rawParams := strings.TrimSpace(string(r.Claims)), strings.TrimSpace(string(r.Parameters))
 	if rawClaims == "" {
 		rawClaims = "{}"
@@ -43,6 +75,7 @@ func newReqState(r Request) (*reqState, error) {
 		return nil, fmt.Errorf("request claims must be a JSON object: %w", orSyntax(err))
 	}
 	s.rawClaims = string(appendJSONBig(nil, &claims, true))
+	fillParams(s.claims, &claims)
 	if i := claims.index("parameters"); i >= 0 && claims.vals[i].k == jObj {
 		fillParams(s.tokenParams, &claims.vals[i])
 	}
@@ -170,12 +203,16 @@ type Lookup struct {
 	Definition string
 	q          *tableParamQuery
 	req        *reqState
+	stream     *streamUse // a Sync Streams lookup (streams_eval.go)
 }
 
 // RequestPlan is the evaluation of all bucket definitions for one request.
 type RequestPlan struct {
 	Static  []BucketRef // buckets known without storage
 	Lookups []Lookup    // parameter lookups to resolve in storage
+	// StreamErrors are the subscriptions that could not be evaluated
+	// (their buckets are missing; the request goes on).
+	StreamErrors []StreamError
 }
 
 // Request evaluates the parameter queries for a sync request. Static
@@ -212,6 +249,7 @@ func (r *Rules) Request(req Request) (*RequestPlan, error) {
 			}
 		}
 	}
+	r.requestStreams(plan, st, req.Streams)
 	return plan, nil
 }
 
@@ -421,6 +459,9 @@ func expandArray(v Value) []Value {
 // request-side values must be valid parameters, else the row gives no
 // bucket.
 func (l *Lookup) Buckets(rows []byte, dst []BucketRef) ([]BucketRef, error) {
+	if l.stream != nil {
+		return l.streamBuckets(rows, dst)
+	}
 	if l.q == nil {
 		return dst, errors.New("lookup was not produced by Rules.Request")
 	}

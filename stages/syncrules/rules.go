@@ -31,7 +31,17 @@ type Rules struct {
 	opts     Options
 	defs     []*definition
 	warnings RuleErrors
+	// streams and lookups are the Sync Streams (streams.go), in the order
+	// PowerSync considers them.
+	streams    []*stream
+	streamDefs []*definition // their buckets, each once
+	lookups    []*streamLookup
+	streamsAt  int // line of the streams: key, 0 if none
 }
+
+// StreamsLine returns the line of the file's streams: section (Sync
+// Streams), or 0 if it has none.
+func (r *Rules) StreamsLine() int { return r.streamsAt }
 
 // Parse compiles PowerSync edition-1 sync rules (YAML with
 // bucket_definitions). Every query is parsed and compiled once here, so

@@ -174,11 +174,16 @@ func TestParameterQueryErrors(t *testing.T) {
 
 func TestDocumentErrors(t *testing.T) {
 	cases := map[string]string{
-		"bucket_definitions: [1]":                              "must be a mapping",
-		"nope: 1\nbucket_definitions: {}":                      `unknown key "nope"`,
-		"streams: {}\nbucket_definitions: {}":                  "sync streams are not supported",
-		"config: {edition: 2}\nbucket_definitions: {}":         "only edition 1",
-		"config: {edition: 1, foo: 1}\nbucket_definitions: {}": `config option "foo"`,
+		"bucket_definitions: [1]":                                                                            "must be a mapping",
+		"nope: 1\nbucket_definitions: {}":                                                                    `unknown key "nope"`,
+		"streams: {s: {query: SELECT * FROM t}}\nbucket_definitions: {}":                                     "Sync streams require edition 2 or later",
+		"config: {edition: 3}\nbucket_definitions: {}":                                                       "'bucket_definitions' are not supported",
+		"config: {edition: 3}\nstreams: {s: {queries: [SELECT * FROM t]}}":                                   "queries in a stream is not supported yet",
+		"config: {edition: 3}\nstreams: {s: {priority: 1}}":                                                  "One of `queries` or `query` must be given.",
+		"config: {edition: 3}\nstreams: {s: {query: SELECT * FROM t, priority: 4}}":                          "Invalid priority",
+		"config: {edition: 3}\nstreams: {s: {query: \"SELECT * FROM t WHERE a = 1 OR b = auth.user_id()\"}}": "auth.user_id() is not supported here yet",
+		"config: {edition: 2}\nbucket_definitions: {}":                                                       "edition 2",
+		"config: {edition: 1, foo: 1}\nbucket_definitions: {}":                                               `config option "foo"`,
 		"{}": "bucket_definitions is required",
 		"":   "empty sync rules",
 		"bucket_definitions:\n  b: {parameters: SELECT 1 AS x}":                                                   "data is required",

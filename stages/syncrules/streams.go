@@ -1,0 +1,541 @@
+package syncrules
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Sync Streams (edition 3, `streams:`) compile to the same bucket model as
+// bucket_definitions, the way PowerSync's sync-plan compiler does it:
+//
+//   - Each stream query becomes a resolver: the source table, its row-only
+//     filters, and partitions — the bucket parameters, each a row column on
+//     the bucket side and, on the request side, a request value
+//     (auth.user_id(), auth.parameter(k), connection.parameter(k),
+//     subscription.parameter(k)) or the result of a lookup (a subquery
+//     `col IN (SELECT out FROM t WHERE key = <request value>)`).
+//   - A resolver's bucket is "<group>#<stream>|<n>[<partition values>]",
+//     n counting the stream's resolvers. Resolvers of any streams whose row
+//     side is the same share one bucket, named after the first of them
+//     (streams ordered as JavaScript orders object keys).
+//   - Partitions are ordered by a hash of their row expression, not by
+//     their place in the query (streamHash).
+//   - Lookups are numbered across the file; identical ones are shared. A
+//     lookup row is stored under ["lookup","<n>",<key value>] as
+//     [{"0":<out value>}].
+//   - At request time, a NULL or missing request value yields no bucket
+//     and no lookup (unlike bucket_definitions).
+//
+// This first slice compiles a stream `query` whose WHERE is absent or an
+// AND of row-only predicates, `column = <request value>` and lookups;
+// other forms (OR, queries:, with:, request-only filters, functions on the
+// partition side, IN with arrays, joins) are rejected as not supported.
+
+// stream is one entry of streams:.
+type stream struct {
+	name            string
+	auto            bool // auto_subscribe
+	priority        int
+	acceptDangerous bool
+	resolvers       []*resolver
+}
+
+// resolver is one way a stream reaches rows: a bucket and how a request
+// fills its parameters.
+type resolver struct {
+	bucket *definition
+	parts  []partition // in bucket parameter order
+}
+
+// partition is one bucket parameter's request side: a request value, or a
+// lookup whose stored output rows give the value.
+type partition struct {
+	req    streamReq
+	lookup *streamLookup
+	hash   uint32 // streamHash of the row expression: the order of parameters
+	col    string // row column
+	pos    int    // of the factor in the query, for the row-side filter
+}
+
+// reqSource is where a stream request value comes from.
+type reqSource uint8
+
+const (
+	srcAuthUserID reqSource = iota // auth.user_id()
+	srcAuthParam                   // auth.parameter(k): a JWT claim
+	srcConnParam                   // connection.parameter(k): the client's parameters
+	srcSubParam                    // subscription.parameter(k)
+)
+
+// streamReq is a request value a partition or lookup is keyed by.
+type streamReq struct {
+	src reqSource
+	key string
+}
+
+// unauth reports a value the client chooses freely.
+func (r streamReq) unauth() bool { return r.src == srcConnParam || r.src == srcSubParam }
+
+// streamLookup is a subquery `SELECT out FROM table WHERE key = <request
+// value>`, evaluated at replication time into lookup entries.
+type streamLookup struct {
+	index  int
+	table  tableRef
+	out    string // output column
+	keyCol string
+	id     string // identity: lookups with the same one are shared
+}
+
+// streamCompiler holds what is shared across the streams of a file.
+type streamCompiler struct {
+	ld      *loader
+	buckets map[string]*definition // by row-side identity
+	lookups map[string]*streamLookup
+	order   []*streamLookup
+}
+
+// loadStreams compiles the streams: mapping (edition 3).
+func (ld *loader) loadStreams(v *yaml.Node) {
+	if v.Kind != yaml.MappingNode {
+		ld.errAt(v, "", "", "streams", "streams must be a mapping of stream names to streams")
+		return
+	}
+	sc := &streamCompiler{ld: ld, buckets: map[string]*definition{}, lookups: map[string]*streamLookup{}}
+	type entry struct{ k, v *yaml.Node }
+	var entries []entry
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		entries = append(entries, entry{v.Content[i], v.Content[i+1]})
+	}
+	// PowerSync names a shared bucket after the first stream in
+	// JavaScript's object key order: integer-like names first, ascending.
+	slices.SortStableFunc(entries, func(a, b entry) int {
+		ai, aok := arrayIndexKey(a.k.Value)
+		bi, bok := arrayIndexKey(b.k.Value)
+		switch {
+		case aok && bok:
+			return int(ai) - int(bi)
+		case aok:
+			return -1
+		case bok:
+			return 1
+		}
+		return 0
+	})
+	for _, e := range entries {
+		if s := sc.stream(e.k, e.v); s != nil {
+			ld.rules.streams = append(ld.rules.streams, s)
+		}
+	}
+	ld.rules.lookups = sc.order
+	seen := map[*definition]bool{}
+	for _, s := range ld.rules.streams {
+		for _, r := range s.resolvers {
+			if !seen[r.bucket] {
+				seen[r.bucket] = true
+				ld.rules.streamDefs = append(ld.rules.streamDefs, r.bucket)
+			}
+		}
+	}
+}
+
+// arrayIndexKey reports whether name is a canonical array index, which
+// JavaScript orders before other object keys.
+func arrayIndexKey(name string) (int64, bool) {
+	n, err := strconv.ParseInt(name, 10, 64)
+	if err != nil || n < 0 || n > 1<<32-2 || strconv.FormatInt(n, 10) != name {
+		return 0, false
+	}
+	return n, true
+}
+
+// stream compiles one stream entry.
+func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
+	ld := sc.ld
+	s := &stream{name: k.Value, priority: 3}
+	if v.Kind != yaml.MappingNode {
+		ld.errAt(v, s.name, "", "", "a stream must be a mapping with a query")
+		return nil
+	}
+	var query *yaml.Node
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		key, val := v.Content[i], v.Content[i+1]
+		switch key.Value {
+		case "query":
+			query = val
+		case "queries", "with":
+			ld.errAt(key, s.name, "", key.Value, "%s in a stream is not supported yet: write one query per stream", key.Value)
+		case "auto_subscribe":
+			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
+				ld.errAt(val, s.name, "", val.Value, "auto_subscribe must be true or false")
+			}
+			s.auto = val.Value == "true"
+		case "priority":
+			p, err := strconv.Atoi(val.Value)
+			if val.Kind != yaml.ScalarNode || err != nil || p < 0 || p > 3 {
+				ld.errAt(val, s.name, "priority", val.Value, "Invalid priority, expected a number between 0 and 3 (inclusive).")
+				continue
+			}
+			s.priority = p
+		case "accept_potentially_dangerous_queries":
+			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
+				ld.errAt(val, s.name, "", val.Value, "accept_potentially_dangerous_queries must be true or false")
+			}
+			s.acceptDangerous = val.Value == "true"
+		}
+		// Other keys: PowerSync's schema allows any in a stream.
+	}
+	if query == nil {
+		ld.errAt(v, s.name, "", "", "One of `queries` or `query` must be given.")
+		return nil
+	}
+	if query.Kind != yaml.ScalarNode || query.Tag == "!!null" || strings.TrimSpace(query.Value) == "" {
+		ld.errAt(query, s.name, "query", "", "Expected a scalar value here.")
+		return nil
+	}
+	def := &definition{name: s.name, priority: s.priority}
+	base := queryBase{def: def, label: "query", sql: query.Value, loc: locOf(query, ld.src)}
+	r, errs := sc.resolver(s, &base, 0)
+	ld.sqlErrors(&base, errs)
+	ld.queryWarnings(&base)
+	if r == nil || len(errs) > 0 {
+		return nil
+	}
+	s.resolvers = append(s.resolvers, r)
+	return s
+}
+
+// resolver compiles the stream's query number n.
+func (sc *streamCompiler) resolver(s *stream, base *queryBase, n int) (*resolver, []*sqlError) {
+	st, perr := parseStreamSelect(base.sql)
+	if perr != nil {
+		return nil, []*sqlError{perr}
+	}
+	if st.from == nil || st.from.call != nil {
+		return nil, []*sqlError{{pos: st.pos, token: "SELECT", msg: "a stream query must select FROM one table"}}
+	}
+	table := tableRef{schema: st.from.schema, name: st.from.name}
+	if table.schema == "" {
+		table.schema = sc.ld.opts.defaultSchema()
+	}
+	outName := st.from.name
+	if st.from.alias != "" {
+		outName = st.from.alias
+	}
+	var rowFactors []node
+	var parts []partition
+	var errs []*sqlError
+	for _, f := range andFactors(st.where) {
+		p, isPart, err := sc.factor(f, outName)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case isPart:
+			parts = append(parts, p)
+		default:
+			rowFactors = append(rowFactors, f)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if lookups := slices.DeleteFunc(slices.Clone(parts), func(p partition) bool { return p.lookup == nil }); len(lookups) > 1 {
+		return nil, []*sqlError{{pos: lookups[1].pos, msg: "a stream query with more than one subquery is not supported yet"}}
+	}
+	if w := dangerous(s, parts); w != nil {
+		base.warns = append(base.warns, w)
+	}
+	slices.SortStableFunc(parts, func(a, b partition) int { return int(a.hash) - int(b.hash) })
+	// The bucket side: the row filters and `col = bucket.pN` per
+	// partition, compiled as a bucket definition's data query.
+	where := node(nil)
+	add := func(n node) {
+		if where == nil {
+			where = n
+			return
+		}
+		where = &binaryNode{pos: n.position(), op: "AND", l: where, r: n, start: where.position()}
+	}
+	for _, f := range rowFactors {
+		add(f)
+	}
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = "p" + strconv.Itoa(i)
+		add(&binaryNode{pos: p.pos, op: "=", start: p.pos, l: &refNode{pos: p.pos, name: p.col, raw: p.col},
+			r: &refNode{pos: p.pos, table: "bucket", name: names[i], raw: "bucket." + names[i]}})
+	}
+	id := rowIdentity(base.sql, st, table, outName, rowFactors, parts)
+	if def, ok := sc.buckets[id]; ok {
+		return &resolver{bucket: def, parts: parts}, nil
+	}
+	def := &definition{name: s.name + "|" + strconv.Itoa(n), priority: s.priority, stream: true,
+		bucketParams: names, hasParams: len(parts) > 0}
+	def.prefix = def.name
+	if g := sc.ld.opts.GroupID; g != "" {
+		def.prefix = g + "#" + def.name
+	}
+	def.globalID = def.prefix + "[]"
+	q := &dataQuery{queryBase: queryBase{def: def, label: base.label, sql: base.sql, loc: base.loc}}
+	stmt := *st
+	stmt.where = where
+	if errs := compileDataStmt(def, q, &stmt, sc.ld.opts.defaultSchema()); len(errs) > 0 {
+		return nil, errs
+	}
+	def.data = []*dataQuery{q}
+	sc.buckets[id] = def
+	return &resolver{bucket: def, parts: parts}, nil
+}
+
+// andFactors splits a WHERE clause into its AND-ed factors.
+func andFactors(n node) []node {
+	if n == nil {
+		return nil
+	}
+	if b, ok := n.(*binaryNode); ok && b.op == "AND" {
+		return append(andFactors(b.l), andFactors(b.r)...)
+	}
+	return []node{n}
+}
+
+// factor classifies one AND-ed factor of a stream's WHERE: a partition
+// (isPart), a row-only predicate (neither), or an unsupported form (err).
+func (sc *streamCompiler) factor(f node, outName string) (partition, bool, *sqlError) {
+	if b, ok := f.(*binaryNode); ok {
+		switch b.op {
+		case "=":
+			col, req, ok := colEqualsReq(b.l, b.r, outName)
+			if !ok {
+				col, req, ok = colEqualsReq(b.r, b.l, outName)
+			}
+			if ok {
+				return partition{req: req, col: col, hash: streamHash("?", col), pos: b.start}, true, nil
+			}
+		case "IN":
+			if sub, ok := b.r.(*subqueryNode); ok {
+				col, ok := rowColumn(b.l, outName)
+				if !ok {
+					return partition{}, false, &sqlError{pos: b.l.position(), msg: "only a column of the table may be compared with a subquery (not supported yet)"}
+				}
+				lk, req, err := sc.lookup(sub)
+				if err != nil {
+					return partition{}, false, err
+				}
+				return partition{lookup: lk, req: req, col: col, hash: streamHash("?", col), pos: b.start}, true, nil
+			}
+		}
+	}
+	if n, what := findStreamOnly(f); n != nil {
+		return partition{}, false, &sqlError{pos: n.position(), msg: what + " is not supported here yet: compare a column of the table with it (column = value)"}
+	}
+	return partition{}, false, nil
+}
+
+// colEqualsReq matches `column = <request value>`.
+func colEqualsReq(l, r node, outName string) (string, streamReq, bool) {
+	col, ok := rowColumn(l, outName)
+	if !ok {
+		return "", streamReq{}, false
+	}
+	req, ok := requestValue(r)
+	return col, req, ok
+}
+
+// rowColumn matches a plain column of the query's table.
+func rowColumn(n node, outName string) (string, bool) {
+	r, ok := n.(*refNode)
+	if !ok || r.schema != "" || (r.table != "" && r.table != outName) || r.name == "*" {
+		return "", false
+	}
+	return r.name, true
+}
+
+// requestValue matches the request values a partition can be keyed by.
+func requestValue(n node) (streamReq, bool) {
+	c, ok := n.(*callNode)
+	if !ok {
+		return streamReq{}, false
+	}
+	key := ""
+	if len(c.args) == 1 {
+		lit, ok := c.args[0].(*litNode)
+		if !ok || lit.v.kind != KindText {
+			return streamReq{}, false
+		}
+		key = lit.v.s
+	}
+	switch {
+	case c.schema == "auth" && c.name == "user_id" && len(c.args) == 0:
+		return streamReq{src: srcAuthUserID}, true
+	case c.schema == "auth" && c.name == "parameter" && len(c.args) == 1:
+		return streamReq{src: srcAuthParam, key: key}, true
+	case c.schema == "connection" && c.name == "parameter" && len(c.args) == 1:
+		return streamReq{src: srcConnParam, key: key}, true
+	case c.schema == "subscription" && c.name == "parameter" && len(c.args) == 1:
+		return streamReq{src: srcSubParam, key: key}, true
+	}
+	return streamReq{}, false
+}
+
+// findStreamOnly finds a request function or subquery in n outside the
+// forms streams support so far.
+func findStreamOnly(n node) (node, string) {
+	switch n := n.(type) {
+	case *subqueryNode:
+		return n, "a subquery"
+	case *callNode:
+		switch n.schema {
+		case "auth", "connection", "subscription":
+			return n, n.schema + "." + n.name + "()"
+		}
+		for _, a := range n.args {
+			if f, w := findStreamOnly(a); f != nil {
+				return f, w
+			}
+		}
+	case *binaryNode:
+		if f, w := findStreamOnly(n.l); f != nil {
+			return f, w
+		}
+		return findStreamOnly(n.r)
+	case *unaryNode:
+		return findStreamOnly(n.x)
+	case *isNullNode:
+		return findStreamOnly(n.x)
+	case *castNode:
+		return findStreamOnly(n.x)
+	}
+	return nil, ""
+}
+
+// lookup compiles `(SELECT out FROM table WHERE key = <request value>)`.
+func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *sqlError) {
+	s := sub.stmt
+	if s.from == nil || s.from.call != nil || len(s.cols) != 1 || s.cols[0].star {
+		return nil, streamReq{}, &sqlError{pos: s.pos, msg: "a stream subquery must select one column FROM one table (other forms are not supported yet)"}
+	}
+	inner := s.from.name
+	if s.from.alias != "" {
+		inner = s.from.alias
+	}
+	out, ok := rowColumn(s.cols[0].expr, inner)
+	if !ok {
+		return nil, streamReq{}, &sqlError{pos: s.cols[0].pos, msg: "a stream subquery must select a column (expressions are not supported yet)"}
+	}
+	b, ok := s.where.(*binaryNode)
+	var keyCol string
+	var req streamReq
+	if ok && b.op == "=" {
+		keyCol, req, ok = colEqualsReq(b.l, b.r, inner)
+		if !ok {
+			keyCol, req, ok = colEqualsReq(b.r, b.l, inner)
+		}
+	}
+	if !ok {
+		return nil, streamReq{}, &sqlError{pos: s.pos, msg: "a stream subquery must filter with one `column = <request value>` (other forms are not supported yet)"}
+	}
+	table := tableRef{schema: s.from.schema, name: s.from.name}
+	if table.schema == "" {
+		table.schema = sc.ld.opts.defaultSchema()
+	}
+	id := fmt.Sprintf("%s\x00%s\x00%s", table, out, keyCol)
+	if lk, ok := sc.lookups[id]; ok {
+		return lk, req, nil
+	}
+	lk := &streamLookup{index: len(sc.order), table: table, out: out, keyCol: keyCol, id: id}
+	sc.lookups[id] = lk
+	sc.order = append(sc.order, lk)
+	return lk, req, nil
+}
+
+// dangerous is PowerSync's warning for a stream whose buckets depend only
+// on values the client chooses.
+func dangerous(s *stream, parts []partition) *sqlError {
+	if s.acceptDangerous {
+		return nil
+	}
+	var first *partition
+	for i := range parts {
+		if !parts[i].req.unauth() {
+			return nil // an authenticated value constrains the buckets
+		}
+		if first == nil {
+			first = &parts[i]
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return &sqlError{pos: first.pos, msg: "Clients can send any value for this unauthenticated parameter, so this is unsuitable for authorization. " +
+		"Consider further constraining this with an authenticated parameter."}
+}
+
+// rowIdentity is what makes two resolvers' buckets the same: table,
+// output name and columns, row filters (in any order) and partition
+// columns.
+func rowIdentity(sql string, st *selectStmt, table tableRef, outName string, filters []node, parts []partition) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\x00%s\x00", table, outName)
+	for _, c := range st.cols {
+		fmt.Fprintf(&b, "%s|%v|%s\x01", nodeText(sql, c.expr), c.star, c.alias)
+	}
+	fs := make([]string, len(filters))
+	for i, f := range filters {
+		fs[i] = nodeText(sql, f)
+	}
+	slices.Sort(fs)
+	b.WriteString(strings.Join(fs, "\x01"))
+	for _, p := range parts {
+		b.WriteString("\x00" + p.col)
+	}
+	return b.String()
+}
+
+// nodeText is a canonical text of an expression, for identities.
+func nodeText(sql string, n node) string {
+	switch n := n.(type) {
+	case nil:
+		return ""
+	case *litNode:
+		return fmt.Sprintf("%d:%s", n.v.kind, n.v.String())
+	case *refNode:
+		return n.name
+	case *callNode:
+		args := make([]string, len(n.args))
+		for i, a := range n.args {
+			args[i] = nodeText(sql, a)
+		}
+		return n.schema + "." + n.name + "(" + strings.Join(args, ",") + ")"
+	case *binaryNode:
+		return "(" + nodeText(sql, n.l) + " " + n.op + " " + nodeText(sql, n.r) + ")"
+	case *unaryNode:
+		return n.op + " " + nodeText(sql, n.x)
+	case *isNullNode:
+		return fmt.Sprintf("%s IS NULL %v", nodeText(sql, n.x), n.not)
+	case *castNode:
+		return "CAST(" + nodeText(sql, n.x) + " AS " + n.to + ")"
+	}
+	return fmt.Sprintf("%T@%d", n, n.position())
+}
+
+// streamHash is the 29-bit hash PowerSync orders a bucket's partitions by
+// (Jenkins' one-at-a-time, as Dart hashes): over the UTF-16 code units of
+// each part — the expression's SQL with its columns as ?, then the names
+// of the columns.
+func streamHash(parts ...string) uint32 {
+	h := uint32(614160925)
+	for _, p := range parts {
+		for _, v := range utf16.Encode([]rune(p)) {
+			h = 0x1fffffff & (h + uint32(v))
+			h = 0x1fffffff & (h + ((0x7ffff & h) << 10))
+			h ^= h >> 6
+		}
+	}
+	h = 0x1fffffff & (h + ((0x3ffffff & h) << 3))
+	h ^= h >> 11
+	return 0x1fffffff & (h + ((0x3fff & h) << 15))
+}
