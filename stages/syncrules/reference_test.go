@@ -26,7 +26,9 @@ import (
 // Node that testdata/client installs), and the two answers must be equal
 // byte for byte: rule errors and warnings (level and line), bucket ids,
 // object types and ids, row data, lookup keys and stored parameter rows,
-// request buckets with priorities and the lookups they need. The corpus is
+// request buckets with priorities, the lookups they need and the Sync
+// Streams subscriptions that failed (requests may carry a streams object:
+// include_defaults and subscriptions). The corpus is
 // testdata/reference/fixed.jsonl (cases that once differed, kept forever)
 // plus cases generated from the seeds below; -reference.seeds adds more.
 
@@ -58,9 +60,47 @@ type refRow struct {
 	Row   [][3]string `json:"row"`
 }
 
+// refRequest is a sync request: JWT claims, client parameters and, for
+// Sync Streams, the request's streams object (nil: none sent).
 type refRequest struct {
-	Claims string `json:"claims"`
-	Params string `json:"params"`
+	Claims  string      `json:"claims"`
+	Params  string      `json:"params"`
+	Streams *refStreams `json:"streams,omitempty"`
+}
+
+// refStreams is a request's streams object. IncludeDefaults nil means true,
+// as in the service.
+type refStreams struct {
+	IncludeDefaults *bool             `json:"include_defaults,omitempty"`
+	Subscriptions   []refSubscription `json:"subscriptions"`
+}
+
+// refSubscription is one explicit stream subscription; Parameters is a JSON
+// object or null (the service reads null as {}), OverridePriority nil for
+// none.
+type refSubscription struct {
+	Stream           string          `json:"stream"`
+	Parameters       json.RawMessage `json:"parameters"`
+	OverridePriority *int            `json:"override_priority"`
+}
+
+// streamsRequest converts a case's streams object to the engine's.
+func (s *refStreams) streamsRequest() *StreamsRequest {
+	if s == nil {
+		return nil
+	}
+	r := &StreamsRequest{IncludeDefaults: s.IncludeDefaults == nil || *s.IncludeDefaults}
+	for _, sub := range s.Subscriptions {
+		ss := StreamSubscription{Stream: sub.Stream, OverridePriority: -1}
+		if p := bytes.TrimSpace(sub.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
+			ss.Parameters = p
+		}
+		if sub.OverridePriority != nil {
+			ss.OverridePriority = *sub.OverridePriority
+		}
+		r.Subscriptions = append(r.Subscriptions, ss)
+	}
+	return r
 }
 
 // refResult is what both engines answer for a case.
@@ -96,12 +136,23 @@ type refLookup struct {
 	Rows string `json:"rows"`
 }
 
-// refReqResult is a request's buckets and the lookups they took, or
-// Failed: the request is refused (a parameter query failed for it).
+// refReqResult is a request's buckets, the lookups they took and the
+// stream subscriptions that could not be evaluated, or Failed: the request
+// is refused (a parameter query failed for it).
 type refReqResult struct {
-	Buckets []refBucket `json:"buckets"`
-	Lookups []string    `json:"lookups"`
-	Failed  bool        `json:"failed,omitempty"`
+	Buckets      []refBucket      `json:"buckets"`
+	Lookups      []string         `json:"lookups"`
+	StreamErrors []refStreamError `json:"stream_errors,omitempty"`
+	Failed       bool             `json:"failed,omitempty"`
+}
+
+// refStreamError is a stream subscription that failed for a request;
+// Subscription is its index in the request's subscriptions, -1 for the
+// stream's default subscription.
+type refStreamError struct {
+	Stream       string `json:"stream"`
+	Subscription int    `json:"subscription"`
+	Message      string `json:"message,omitempty"`
 }
 
 type refBucket struct {
@@ -110,9 +161,10 @@ type refBucket struct {
 }
 
 // normalize puts a result in comparable form: messages dropped (their
-// wording is syncpipe's own, see doc.go) and each (level, line) once,
-// outputs, lookups and buckets sorted (their order carries no meaning), and
-// the evaluation of rules that have errors dropped.
+// wording is syncpipe's own, see doc.go) and each (level, line) or failing
+// (stream, subscription) once, outputs, lookups, buckets and stream errors
+// sorted (their order carries no meaning), and the evaluation of rules that
+// have errors dropped.
 func (r *refResult) normalize() {
 	if r.Errors == nil {
 		r.Errors = []refError{}
@@ -150,13 +202,33 @@ func (r *refResult) normalize() {
 	for i := range r.Requests {
 		q := &r.Requests[i]
 		if q.Failed {
-			q.Buckets, q.Lookups = nil, nil
+			q.Buckets, q.Lookups, q.StreamErrors = nil, nil, nil
 			continue
 		}
 		slices.SortFunc(q.Buckets, func(a, b refBucket) int { return strings.Compare(a.Bucket, b.Bucket) })
 		slices.Sort(q.Lookups)
 		q.Lookups = slices.Compact(q.Lookups)
+		q.StreamErrors = normalizeStreamErrors(q.StreamErrors)
 	}
+}
+
+// normalizeStreamErrors drops the messages (syncpipe's own wording, like
+// rule errors') and keeps each failing (stream, subscription) once, sorted;
+// nil when there are none.
+func normalizeStreamErrors(es []refStreamError) []refStreamError {
+	if len(es) == 0 {
+		return nil
+	}
+	for i := range es {
+		es[i].Message = ""
+	}
+	slices.SortFunc(es, func(a, b refStreamError) int {
+		if c := strings.Compare(a.Stream, b.Stream); c != 0 {
+			return c
+		}
+		return a.Subscription - b.Subscription
+	})
+	return slices.Compact(es)
 }
 
 // nodeRunner runs the reference driver.
@@ -338,10 +410,13 @@ func syncpipeEvaluate(c *refCase) refResult {
 		}
 		_ = json.Unmarshal([]byte(q.Claims), &claims)
 		qr := refReqResult{Buckets: []refBucket{}, Lookups: []string{}}
-		plan, err := rules.Request(Request{UserID: claims.Sub, Claims: []byte(q.Claims), Parameters: []byte(q.Params)})
+		plan, err := rules.Request(Request{UserID: claims.Sub, Claims: []byte(q.Claims), Parameters: []byte(q.Params), Streams: q.Streams.streamsRequest()})
 		if err != nil {
 			res.Requests = append(res.Requests, refReqResult{Failed: true})
 			continue
+		}
+		for _, e := range plan.StreamErrors {
+			qr.StreamErrors = append(qr.StreamErrors, refStreamError{Stream: e.Stream, Subscription: e.Subscription, Message: e.Message})
 		}
 		refs := append([]BucketRef(nil), plan.Static...)
 		for i := range plan.Lookups {
@@ -365,7 +440,13 @@ func syncpipeEvaluate(c *refCase) refResult {
 // loadFixedCases reads testdata/reference/fixed.jsonl: one case a line.
 func loadFixedCases(t *testing.T) []refCase {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", "reference", "fixed.jsonl"))
+	return loadRefCases(t, "fixed.jsonl")
+}
+
+// loadRefCases reads a corpus in testdata/reference: one case a line.
+func loadRefCases(t *testing.T, name string) []refCase {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "reference", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +457,7 @@ func loadFixedCases(t *testing.T) []refCase {
 		}
 		var c refCase
 		if err := json.Unmarshal(line, &c); err != nil {
-			t.Fatalf("fixed.jsonl:%d: %v", i+1, err)
+			t.Fatalf("%s:%d: %v", name, i+1, err)
 		}
 		out = append(out, c)
 	}
@@ -401,6 +482,26 @@ func TestReferenceCompiler(t *testing.T) {
 		cases = append(cases, generateCases(s, refCasesPerSeed)...)
 	}
 	want := ref.run(t, cases)
+	differ, byFamily := compareWithReference(t, cases, want, lastWord, refMaxReported)
+	t.Logf("%d cases (%d fixed, %d generated from seeds %v), %d differ %v", len(cases), fixed, len(cases)-fixed, seeds, differ, byFamily)
+	if len(cases) < 500 {
+		t.Errorf("corpus has %d cases, want at least 500", len(cases))
+	}
+}
+
+// refMaxReported bounds the differences reported in detail.
+const refMaxReported = 15
+
+// lastWord is a generated case's family: the last word of its name.
+func lastWord(name string) string { return name[strings.LastIndexByte(name, ' ')+1:] }
+
+// compareWithReference answers each case with syncpipe and compares the
+// normalized answer with the reference's (want, in case order). It fails
+// the test for each case the driver could not evaluate and each that
+// differs, showing the first maxReported differences in detail, and
+// returns how many differ, also counted by family(case name).
+func compareWithReference(t *testing.T, cases []refCase, want []refResult, family func(string) string, maxReported int) (int, map[string]int) {
+	t.Helper()
 	differ := 0
 	byFamily := map[string]int{}
 	for i := range cases {
@@ -416,22 +517,17 @@ func TestReferenceCompiler(t *testing.T) {
 		got.normalize()
 		wj, _ := json.Marshal(w)
 		gj, _ := json.Marshal(got)
-		if !bytes.Equal(wj, gj) {
-			differ++
-			byFamily[c.Name[strings.LastIndexByte(c.Name, ' ')+1:]]++
-			if differ <= refMaxReported {
-				t.Errorf("case %d (%s) differs from the reference compiler:\n%s", i, c.Name, describeDiff(c, &w, &got, wantMsgs, gotMsgs))
-			}
+		if bytes.Equal(wj, gj) {
+			continue
+		}
+		differ++
+		byFamily[family(c.Name)]++
+		if differ <= maxReported {
+			t.Errorf("case %d (%s) differs from the reference compiler:\n%s", i, c.Name, describeDiff(c, &w, &got, wantMsgs, gotMsgs))
 		}
 	}
-	t.Logf("%d cases (%d fixed, %d generated from seeds %v), %d differ %v", len(cases), fixed, len(cases)-fixed, seeds, differ, byFamily)
-	if len(cases) < 500 {
-		t.Errorf("corpus has %d cases, want at least 500", len(cases))
-	}
+	return differ, byFamily
 }
-
-// refMaxReported bounds the differences reported in detail.
-const refMaxReported = 15
 
 // describeDiff shows the rules and, for each part that differs, the
 // input and both answers.
