@@ -2,7 +2,9 @@ package syncrules
 
 import (
 	"bytes"
+	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -130,6 +132,51 @@ func FuzzEvaluate(f *testing.F) {
 				}
 			}
 			_, _ = l.Buckets([]byte(a), nil)
+		}
+	})
+}
+
+// FuzzStreamQuery compiles fuzzed Sync Streams queries (subqueries
+// allowed) as a stream of an edition-3 file: no panic, errors inside the
+// query, and what compiles evaluates rows and requests without failing.
+func FuzzStreamQuery(f *testing.F) {
+	for _, s := range []string{
+		"SELECT * FROM todos WHERE list_id = subscription.parameter('list_id')",
+		"SELECT * FROM todos WHERE list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id()) AND done = 0",
+		"SELECT id, title AS name FROM docs AS d WHERE d.owner = auth.user_id() AND owner = auth.parameter('o')",
+		"SELECT * FROM t WHERE a IN (SELECT (SELECT 1) FROM u WHERE b = connection.parameter('x'))",
+		"SELECT * FROM t WHERE a = 1 OR b = auth.user_id()",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, sql string) {
+		if s, err := parseStreamSelect(sql); err != nil {
+			checkPos(t, sql, err)
+		} else if s == nil {
+			t.Fatal("nil statement without error")
+		}
+		src := "config: {edition: 3}\nstreams:\n  s:\n    auto_subscribe: true\n    query: " + strconv.Quote(sql) + "\n"
+		rules, err := Parse([]byte(src), Options{GroupID: "1"})
+		if err != nil {
+			return
+		}
+		for _, table := range rules.Tables() {
+			bt, err := rules.Bind(table.Name, []string{"id", "a", "b", "list_id", "owner_id", "owner", "done"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := []Value{Text("i"), Int(1), Null(), Text("l"), Text("u"), Real(2.5), Int(0)}
+			ev := bt.NewEvaluator()
+			if _, _, err := ev.EvaluateRow(row, nil, nil); err != nil && !errors.As(err, new(*EvalError)) {
+				t.Fatal(err)
+			}
+			if _, _, err := ev.EvaluateParameterRow(row, nil, nil); err != nil && !errors.As(err, new(*EvalError)) {
+				t.Fatal(err)
+			}
+		}
+		if _, err := rules.Request(Request{UserID: "u", Claims: []byte(`{"sub":"u","o":"u"}`),
+			Streams: &StreamsRequest{IncludeDefaults: true, Subscriptions: []StreamSubscription{{Stream: "s", Parameters: []byte(`{"list_id":"l"}`), OverridePriority: -1}}}}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

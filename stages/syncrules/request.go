@@ -193,6 +193,10 @@ type BucketRef struct {
 	ID         string
 	Definition string
 	Priority   int
+	// overridden: Priority is a stream subscription's override_priority,
+	// which PowerSync lets replace the priority of every other way the
+	// bucket is reached (MergeBuckets).
+	overridden bool
 }
 
 // Lookup is a parameter lookup the sync API must resolve in storage: fetch
@@ -516,14 +520,23 @@ func (v *jval) storedValue() Value {
 }
 
 // MergeBuckets removes duplicate bucket ids (a bucket reachable through
-// several parameter queries), keeping the highest priority (lowest number)
-// and first position.
+// several parameter queries or streams), keeping the highest priority
+// (lowest number) and first position — but a stream subscription's
+// override_priority, where one reaches the bucket, replaces the others
+// (the lowest override wins), as the PowerSync service applies overrides
+// after merging.
 func MergeBuckets(bs []BucketRef) []BucketRef {
 	idx := make(map[string]int, len(bs))
 	out := bs[:0:0]
 	for _, b := range bs {
 		if i, ok := idx[b.ID]; ok {
-			out[i].Priority = min(out[i].Priority, b.Priority)
+			o := &out[i]
+			switch {
+			case b.overridden && !o.overridden:
+				o.Priority, o.overridden = b.Priority, true
+			case b.overridden == o.overridden:
+				o.Priority = min(o.Priority, b.Priority)
+			}
 			continue
 		}
 		idx[b.ID] = len(out)

@@ -124,6 +124,14 @@ func (r *Rules) Tables() []TableName {
 			add(q.table)
 		}
 	}
+	for _, d := range r.streamDefs {
+		for _, q := range d.data {
+			add(q.table)
+		}
+	}
+	for _, lk := range r.lookups {
+		add(lk.table)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }

@@ -56,6 +56,7 @@ type resolver struct {
 // lookup whose stored output rows give the value.
 type partition struct {
 	req    streamReq
+	also   []streamReq // more request values the column is compared with: all must be equal
 	lookup *streamLookup
 	hash   uint32 // streamHash of the row expression: the order of parameters
 	col    string // row column
@@ -249,6 +250,10 @@ func (sc *streamCompiler) resolver(s *stream, base *queryBase, n int) (*resolver
 	if w := dangerous(s, parts); w != nil {
 		base.warns = append(base.warns, w)
 	}
+	parts, err := mergeSameColumn(parts)
+	if err != nil {
+		return nil, []*sqlError{err}
+	}
 	slices.SortStableFunc(parts, func(a, b partition) int { return int(a.hash) - int(b.hash) })
 	// The bucket side: the row filters and `col = bucket.pN` per
 	// partition, compiled as a bucket definition's data query.
@@ -289,6 +294,24 @@ func (sc *streamCompiler) resolver(s *stream, base *queryBase, n int) (*resolver
 	def.data = []*dataQuery{q}
 	sc.buckets[id] = def
 	return &resolver{bucket: def, parts: parts}, nil
+}
+
+// mergeSameColumn makes one partition of a column compared with several
+// request values, as PowerSync does: the bucket needs them all equal.
+func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
+	var out []partition
+	for _, p := range parts {
+		i := slices.IndexFunc(out, func(o partition) bool { return o.col == p.col })
+		if i < 0 {
+			out = append(out, p)
+			continue
+		}
+		if p.lookup != nil || out[i].lookup != nil {
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery and with another value is not supported yet"}
+		}
+		out[i].also = append(out[i].also, p.req)
+	}
+	return out, nil
 }
 
 // andFactors splits a WHERE clause into its AND-ed factors.

@@ -69,11 +69,12 @@ func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]L
 // the resolver's bucket, its other partition values, and which one the
 // stored output fills.
 type streamUse struct {
-	def      *definition
-	vals     []Value
-	hole     int
-	stream   string
-	priority int
+	def        *definition
+	vals       []Value
+	hole       int
+	stream     string
+	priority   int
+	overridden bool // priority is a subscription's override
 }
 
 // requestStreams adds the buckets and lookups of the streams the request
@@ -98,10 +99,10 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.OverridePriority >= 0 {
 				p = sub.OverridePriority
 			}
-			s.request(plan, st, params, p)
+			s.request(plan, st, params, p, sub.OverridePriority >= 0)
 		}
 		if s.auto && defaults {
-			s.request(plan, st, nil, s.priority)
+			s.request(plan, st, nil, s.priority, false)
 		}
 	}
 }
@@ -123,13 +124,13 @@ func subscriptionParams(raw []byte) (map[string]Value, error) {
 
 // request evaluates the stream's resolvers for one subscription (sub nil:
 // the default one).
-func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, priority int) {
+func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, priority int, overridden bool) {
 	for _, rv := range s.resolvers {
 		vals := make([]Value, len(rv.parts))
 		hole, missing := -1, false
 		for i, p := range rv.parts {
 			v := st.streamValue(p.req, sub)
-			if v.IsNull() || v.kind == KindBlob {
+			if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
 				missing = true // no bucket, no lookup
 				break
 			}
@@ -149,7 +150,7 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				}
 				b, _ = appendParamValue(b, v)
 			}
-			plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority})
+			plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority, overridden: overridden})
 			continue
 		}
 		lk := rv.parts[hole].lookup
@@ -157,8 +158,24 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
 		key, _ = appendLookupValue(key, vals[hole])
 		plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
-			stream: &streamUse{def: rv.bucket, vals: vals, hole: hole, stream: s.name, priority: priority}})
+			stream: &streamUse{def: rv.bucket, vals: vals, hole: hole, stream: s.name, priority: priority, overridden: overridden}})
 	}
+}
+
+// allEqual reports whether every request value in also equals v, as a
+// bucket parameter.
+func (s *reqState) allEqual(v Value, also []streamReq, sub map[string]Value) bool {
+	if len(also) == 0 {
+		return true
+	}
+	want, _ := appendParamValue(nil, v)
+	for _, r := range also {
+		got, _ := appendParamValue(nil, s.streamValue(r, sub))
+		if string(got) != string(want) {
+			return false
+		}
+	}
+	return true
 }
 
 // streamValue is a stream request value for this request and
@@ -217,7 +234,7 @@ func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error
 			}
 		}
 		if ok {
-			dst = append(dst, BucketRef{ID: string(append(b, ']')), Definition: u.stream, Priority: u.priority})
+			dst = append(dst, BucketRef{ID: string(append(b, ']')), Definition: u.stream, Priority: u.priority, overridden: u.overridden})
 		}
 	}
 	return dst, nil
