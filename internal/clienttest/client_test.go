@@ -51,6 +51,12 @@ type stack struct {
 
 func startStack(t *testing.T, ctx context.Context, size todos.Size) *stack {
 	t.Helper()
+	return startStackRules(t, ctx, size, todos.Rules)
+}
+
+// startStackRules is startStack with other sync rules.
+func startStackRules(t *testing.T, ctx context.Context, size todos.Size, rules string) *stack {
+	t.Helper()
 	s := &stack{source: pgtest.NewDB(t), storage: pgtest.NewDB(t)}
 	s.src = pgtest.Connect(t, s.source)
 	if _, err := todos.Load(ctx, s.src, size); err != nil {
@@ -61,7 +67,7 @@ source: {uri: %q, publication: syncpipe}
 storage: {uri: %q}
 sync_rules:
   content: |
-%s`, s.source, s.storage, indent(todos.Rules, "    ")))
+%s`, s.source, s.storage, indent(rules, "    ")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +234,13 @@ type todoRow struct {
 
 func (s *stack) sourceTodos(t *testing.T, ctx context.Context) []todoRow {
 	t.Helper()
-	rows, err := s.src.Query(ctx, `SELECT id::text, list_id::text, description, completed::int FROM todos ORDER BY id`)
+	return s.sourceTodosWhere(t, ctx, "true")
+}
+
+// sourceTodosWhere is sourceTodos for the todos matching cond (SQL).
+func (s *stack) sourceTodosWhere(t *testing.T, ctx context.Context, cond string) []todoRow {
+	t.Helper()
+	rows, err := s.src.Query(ctx, `SELECT id::text, list_id::text, description, completed::int FROM todos WHERE `+cond+` ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,10 +193,29 @@ type BucketRef struct {
 	ID         string
 	Definition string
 	Priority   int
+	// Reasons are the stream subscriptions that reach the bucket (nil for
+	// a bucket of bucket_definitions): checkpoint lines list them.
+	Reasons []StreamReason
 	// overridden: Priority is a stream subscription's override_priority,
 	// which PowerSync lets replace the priority of every other way the
 	// bucket is reached (MergeBuckets).
 	overridden bool
+}
+
+// StreamReason is a subscription a stream bucket is synced for: the
+// stream's default subscription, or an explicit one.
+type StreamReason struct {
+	Stream       string
+	Subscription int // index in StreamsRequest.Subscriptions; -1: the default subscription
+}
+
+// StreamState is a stream a request subscribes to, by default or
+// explicitly, for the checkpoint's list of streams.
+type StreamState struct {
+	Name string
+	// Default: the stream is auto_subscribe (a property of the stream,
+	// whether or not this request takes defaults).
+	Default bool
 }
 
 // Lookup is a parameter lookup the sync API must resolve in storage: fetch
@@ -217,6 +236,9 @@ type RequestPlan struct {
 	// StreamErrors are the subscriptions that could not be evaluated
 	// (their buckets are missing; the request goes on).
 	StreamErrors []StreamError
+	// Streams are the streams the request subscribes to, in the rules'
+	// order.
+	Streams []StreamState
 }
 
 // Request evaluates the parameter queries for a sync request. Static
@@ -531,6 +553,9 @@ func MergeBuckets(bs []BucketRef) []BucketRef {
 	for _, b := range bs {
 		if i, ok := idx[b.ID]; ok {
 			o := &out[i]
+			if len(b.Reasons) > 0 {
+				o.Reasons = append(o.Reasons[:len(o.Reasons):len(o.Reasons)], b.Reasons...)
+			}
 			switch {
 			case b.overridden && !o.overridden:
 				o.Priority, o.overridden = b.Priority, true

@@ -2,6 +2,7 @@ package syncrules
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 )
 
@@ -72,7 +73,7 @@ type streamUse struct {
 	def        *definition
 	vals       []Value
 	hole       int
-	stream     string
+	why        StreamReason
 	priority   int
 	overridden bool // priority is a subscription's override
 }
@@ -86,6 +87,10 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 		subs = sr.Subscriptions
 	}
 	for _, s := range r.streams {
+		def := s.auto && defaults
+		if def || slices.ContainsFunc(subs, func(sub StreamSubscription) bool { return sub.Stream == s.name }) {
+			plan.Streams = append(plan.Streams, StreamState{Name: s.name, Default: s.auto})
+		}
 		for i, sub := range subs {
 			if sub.Stream != s.name {
 				continue
@@ -99,10 +104,10 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.OverridePriority >= 0 {
 				p = sub.OverridePriority
 			}
-			s.request(plan, st, params, p, sub.OverridePriority >= 0)
+			s.request(plan, st, params, StreamReason{Stream: s.name, Subscription: i}, p, sub.OverridePriority >= 0)
 		}
-		if s.auto && defaults {
-			s.request(plan, st, nil, s.priority, false)
+		if def {
+			s.request(plan, st, nil, StreamReason{Stream: s.name, Subscription: -1}, s.priority, false)
 		}
 	}
 }
@@ -124,7 +129,7 @@ func subscriptionParams(raw []byte) (map[string]Value, error) {
 
 // request evaluates the stream's resolvers for one subscription (sub nil:
 // the default one).
-func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, priority int, overridden bool) {
+func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, why StreamReason, priority int, overridden bool) {
 	for _, rv := range s.resolvers {
 		vals := make([]Value, len(rv.parts))
 		hole, missing := -1, false
@@ -150,7 +155,8 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				}
 				b, _ = appendParamValue(b, v)
 			}
-			plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority, overridden: overridden})
+			plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority,
+				Reasons: []StreamReason{why}, overridden: overridden})
 			continue
 		}
 		lk := rv.parts[hole].lookup
@@ -158,7 +164,7 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
 		key, _ = appendLookupValue(key, vals[hole])
 		plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
-			stream: &streamUse{def: rv.bucket, vals: vals, hole: hole, stream: s.name, priority: priority, overridden: overridden}})
+			stream: &streamUse{def: rv.bucket, vals: vals, hole: hole, why: why, priority: priority, overridden: overridden}})
 	}
 }
 
@@ -234,7 +240,8 @@ func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error
 			}
 		}
 		if ok {
-			dst = append(dst, BucketRef{ID: string(append(b, ']')), Definition: u.stream, Priority: u.priority, overridden: u.overridden})
+			dst = append(dst, BucketRef{ID: string(append(b, ']')), Definition: u.why.Stream, Priority: u.priority,
+				Reasons: []StreamReason{u.why}, overridden: u.overridden})
 		}
 	}
 	return dst, nil

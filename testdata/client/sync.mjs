@@ -19,6 +19,13 @@
 //                                              any single-value query equal to K
 //   optional "timeout_ms" (default 60000) on wait
 //   {"cmd":"query","sql":"SELECT ...","params":[...]}
+//   {"cmd":"subscribe","stream":NAME,"params":{...}}
+//                                              db.syncStream(NAME, params).subscribe()
+//                                              and its waitForFirstSync(), answered
+//                                              {"event":"subscribed"}
+//   {"cmd":"unsubscribe_all","stream":NAME,"params":{...}}
+//                                              that stream's unsubscribeAll(), answered
+//                                              {"event":"unsubscribed"}
 //   {"cmd":"exit"}                             disconnect, close, exit 0 (also on EOF)
 //
 // Usage: node sync.mjs --endpoint URL --token JWT [--lists N --todos M]
@@ -64,6 +71,8 @@ function emit(obj) {
 
 let closing = false;
 let failed = false;
+// subscriptions holds the stream subscriptions made by commands.
+const subscriptions = [];
 
 function errText(e) {
   if (e == null) return undefined;
@@ -190,6 +199,19 @@ async function main() {
         emit({ event: 'rows', rows });
         break;
       }
+      case 'subscribe': {
+        // The handle is kept for the process's life: dropping it would
+        // start the subscription's TTL.
+        const sub = await db.syncStream(cmd.stream, cmd.params ?? null).subscribe();
+        subscriptions.push(sub);
+        await sub.waitForFirstSync(AbortSignal.timeout(cmd.timeout_ms ?? 60000));
+        emit({ event: 'subscribed' });
+        break;
+      }
+      case 'unsubscribe_all':
+        await db.syncStream(cmd.stream, cmd.params ?? null).unsubscribeAll();
+        emit({ event: 'unsubscribed' });
+        break;
       case 'exit':
         await shutdown(db);
         return;

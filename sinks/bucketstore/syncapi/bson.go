@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // BSON sync lines (application/vnd.powersync.bson-stream): each line is
@@ -113,7 +114,7 @@ func bsonBoolElem(b []byte, key string, v bool) []byte {
 
 // appendBSONCheckpoint appends a checkpoint or checkpoint_diff document
 // (see lineWriter.checkpoint).
-func appendBSONCheckpoint(b []byte, diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string) []byte {
+func appendBSONCheckpoint(b []byte, diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string, streams *streamsInfo) []byte {
 	b, doc := bsonOpen(b)
 	key, list := "checkpoint", "buckets"
 	if diff {
@@ -133,9 +134,15 @@ func appendBSONCheckpoint(b []byte, diff bool, lastOpID, writeCheckpoint int64, 
 		b = bsonInt32Elem(b, "checksum", int32(e.checksum))
 		b = bsonInt64Elem(b, "count", e.count)
 		b = bsonInt32Elem(b, "priority", int32(e.priority))
+		if streams != nil {
+			b = appendBSONReasons(b, e.reasons, streams)
+		}
 		b = bsonClose(b, el)
 	}
 	b = bsonClose(b, arr)
+	if streams != nil && !diff {
+		b = appendBSONStreams(b, streams)
+	}
 	if diff {
 		b, arr = bsonOpenDoc(b, bsonArray, "removed_buckets")
 		for i, name := range removed {
@@ -144,6 +151,55 @@ func appendBSONCheckpoint(b []byte, diff bool, lastOpID, writeCheckpoint int64, 
 		b = bsonClose(b, arr)
 	}
 	return bsonClose(bsonClose(b, in), doc)
+}
+
+// appendBSONReasons appends a bucket's "subscriptions" (see appendStreams).
+func appendBSONReasons(b []byte, reasons []syncrules.StreamReason, si *streamsInfo) []byte {
+	b, arr := bsonOpenDoc(b, bsonArray, "subscriptions")
+	for j, r := range reasons {
+		var el int
+		b, el = bsonOpen(bsonIndexKey(b, bsonDocument, j))
+		if r.Subscription < 0 {
+			b = bsonInt32Elem(b, "default", int32(si.index[r.Stream]))
+		} else {
+			b = bsonInt32Elem(b, "sub", int32(r.Subscription))
+		}
+		b = bsonClose(b, el)
+	}
+	return bsonClose(b, arr)
+}
+
+// appendBSONStreams appends a full checkpoint's "streams" (see
+// appendStreams).
+func appendBSONStreams(b []byte, si *streamsInfo) []byte {
+	b, arr := bsonOpenDoc(b, bsonArray, "streams")
+	for i, st := range si.states {
+		var el int
+		b, el = bsonOpen(bsonIndexKey(b, bsonDocument, i))
+		b = bsonStringElem(b, "name", st.Name)
+		b = bsonBoolElem(b, "is_default", st.Default)
+		var errs int
+		b, errs = bsonOpenDoc(b, bsonArray, "errors")
+		n := 0
+		for _, e := range si.errs {
+			if e.Stream != st.Name {
+				continue
+			}
+			var ee int
+			b, ee = bsonOpen(bsonIndexKey(b, bsonDocument, n))
+			n++
+			if e.Subscription < 0 {
+				b = bsonStringElem(b, "subscription", "default")
+			} else {
+				b = bsonInt32Elem(b, "subscription", int32(e.Subscription))
+			}
+			b = bsonStringElem(b, "message", e.Message)
+			b = bsonClose(b, ee)
+		}
+		b = bsonClose(b, errs)
+		b = bsonClose(b, el)
+	}
+	return bsonClose(b, arr)
 }
 
 // appendBSONOp appends op i of a data line's ops array: the fields of

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // writeEveryLine writes one line of every kind to lw, data lines in
@@ -31,8 +32,16 @@ func writeEveryLine(t *testing.T, lw *lineWriter, f lineFormat) {
 			t.Fatal(err)
 		}
 	}
-	must(lw.checkpoint(false, 42, 7, buckets, nil))
-	must(lw.checkpoint(true, 43, 0, buckets[:1], []string{"gone[]", "bad \xff name"}))
+	must(lw.checkpoint(false, 42, 7, buckets, nil, nil))
+	must(lw.checkpoint(true, 43, 0, buckets[:1], []string{"gone[]", "bad \xff name"}, nil))
+	// Sync Streams: the streams and each bucket's subscriptions.
+	streams := newStreamsInfo(&syncrules.RequestPlan{
+		Streams:      []syncrules.StreamState{{Name: "lists", Default: true}, {Name: "todos"}},
+		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "bad"}, {Stream: "lists", Subscription: -1, Message: "x"}}})
+	sb := []bucketEntry{{name: "1#lists|0[]", checksum: 1, count: 1, priority: 3, reasons: []syncrules.StreamReason{{Stream: "lists", Subscription: -1}}},
+		{name: "1#todos|0[\"a\"]", checksum: 2, count: 2, priority: 0, reasons: []syncrules.StreamReason{{Stream: "todos", Subscription: 0}, {Stream: "lists", Subscription: -1}}}}
+	must(lw.checkpoint(false, 44, 0, sb, nil, streams))
+	must(lw.checkpoint(true, 45, 0, sb[1:], nil, streams))
 	var b batch
 	rows := []bucketstore.OpRow{
 		{Bucket: "b1", OpID: 1, Op: bucketstore.OpPut, ObjectType: "todos", ObjectID: "x", Subkey: "t/x",
@@ -111,8 +120,8 @@ func TestBSONLinesMatchNDJSON(t *testing.T) {
 		}
 		wantLines = append(wantLines, v)
 	}
-	if len(wantLines) != 8 {
-		t.Fatalf("%d NDJSON lines, want 8", len(wantLines))
+	if len(wantLines) != 10 {
+		t.Fatalf("%d NDJSON lines, want 10", len(wantLines))
 	}
 	for _, enc := range []string{"identity", "gzip", "zstd"} {
 		got, coding := stream(bsonType, enc)

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // writeTimeout is the default Config.WriteTimeout, which bounds one
@@ -377,13 +378,33 @@ type bucketEntry struct {
 	checksum uint32
 	count    int64
 	priority int
+	reasons  []syncrules.StreamReason // the stream subscriptions reaching it
+}
+
+// streamsInfo is what checkpoint lines say of Sync Streams for one
+// connection: the streams it subscribes to (the full checkpoint lists
+// them; a bucket's {"default": i} indexes that list), and the
+// subscriptions that failed. nil for rules without streams.
+type streamsInfo struct {
+	states []syncrules.StreamState
+	errs   []syncrules.StreamError
+	index  map[string]int
+}
+
+func newStreamsInfo(plan *syncrules.RequestPlan) *streamsInfo {
+	si := &streamsInfo{states: plan.Streams, errs: plan.StreamErrors, index: make(map[string]int, len(plan.Streams))}
+	for i, st := range plan.Streams {
+		si.index[st.Name] = i
+	}
+	return si
 }
 
 // checkpoint writes a full checkpoint line (diff == false) or a
-// checkpoint_diff line. writeCheckpoint ≤ 0 is omitted.
-func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string) error {
+// checkpoint_diff line. writeCheckpoint ≤ 0 is omitted. With streams, the
+// full line lists them and every bucket its subscriptions.
+func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buckets []bucketEntry, removed []string, streams *streamsInfo) error {
 	if lw.bson {
-		return lw.send(appendBSONCheckpoint(lw.line(), diff, lastOpID, writeCheckpoint, buckets, removed))
+		return lw.send(appendBSONCheckpoint(lw.line(), diff, lastOpID, writeCheckpoint, buckets, removed, streams))
 	}
 	b := lw.line()
 	if diff {
@@ -414,9 +435,29 @@ func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buc
 		b = strconv.AppendInt(b, e.count, 10)
 		b = append(b, `,"priority":`...)
 		b = strconv.AppendInt(b, int64(e.priority), 10)
+		if streams != nil {
+			b = append(b, `,"subscriptions":[`...)
+			for j, r := range e.reasons {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				if r.Subscription < 0 {
+					b = append(b, `{"default":`...)
+					b = strconv.AppendInt(b, int64(streams.index[r.Stream]), 10)
+				} else {
+					b = append(b, `{"sub":`...)
+					b = strconv.AppendInt(b, int64(r.Subscription), 10)
+				}
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		}
 		b = append(b, '}')
 	}
 	b = append(b, ']')
+	if streams != nil && !diff {
+		b = appendStreams(b, streams)
+	}
 	if diff {
 		b = append(b, `,"removed_buckets":[`...)
 		for i, name := range removed {
@@ -428,6 +469,43 @@ func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buc
 		b = append(b, ']')
 	}
 	return lw.send(append(b, "}}"...))
+}
+
+// appendStreams writes a full checkpoint's "streams": each stream the
+// connection subscribes to, whether it is a default one, and the errors
+// of its subscriptions ({"subscription": i or "default", "message"}).
+func appendStreams(b []byte, si *streamsInfo) []byte {
+	b = append(b, `,"streams":[`...)
+	for i, st := range si.states {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendJSONString(b, st.Name)
+		b = append(b, `,"is_default":`...)
+		b = strconv.AppendBool(b, st.Default)
+		b = append(b, `,"errors":[`...)
+		n := 0
+		for _, e := range si.errs {
+			if e.Stream != st.Name {
+				continue
+			}
+			if n++; n > 1 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"subscription":`...)
+			if e.Subscription < 0 {
+				b = append(b, `"default"`...)
+			} else {
+				b = strconv.AppendInt(b, int64(e.Subscription), 10)
+			}
+			b = append(b, `,"message":`...)
+			b = appendJSONString(b, e.Message)
+			b = append(b, '}')
+		}
+		b = append(b, "]}"...)
+	}
+	return append(b, ']')
 }
 
 // opNames are the protocol names of bucketstore op codes.

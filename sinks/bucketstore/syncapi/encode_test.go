@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // startStream answers r through net/http (as the server does where the
@@ -245,4 +247,31 @@ func FuzzNegotiate(f *testing.F) {
 			t.Fatalf("Accept-Encoding %q: chose %s, which it refuses", h, c)
 		}
 	})
+}
+
+// TestCheckpointStreams: with Sync Streams, the full checkpoint lists the
+// connection's streams with their errors, and every bucket (in diffs too)
+// its subscriptions: {"default": index in that list} or {"sub": the
+// request's subscription index}; without streams nothing changes.
+func TestCheckpointStreams(t *testing.T) {
+	rec := httptest.NewRecorder()
+	lw := startStream(rec, httptest.NewRequest("POST", "/sync/stream", nil), writeTimeout)
+	si := newStreamsInfo(&syncrules.RequestPlan{
+		Streams:      []syncrules.StreamState{{Name: "lists", Default: true}, {Name: "todos"}},
+		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "Expected JSON string"}}})
+	b := []bucketEntry{{name: "1#todos|0[\"a\"]", checksum: 2, count: 2, priority: 0,
+		reasons: []syncrules.StreamReason{{Stream: "todos", Subscription: 0}, {Stream: "lists", Subscription: -1}}}}
+	for _, err := range []error{lw.checkpoint(false, 5, 0, b, nil, si), lw.checkpoint(true, 6, 0, b, []string{"x"}, si), lw.checkpoint(false, 7, 0, b, nil, nil)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lw.close()
+	want := `{"checkpoint":{"last_op_id":"5","buckets":[{"bucket":"1#todos|0[\"a\"]","checksum":2,"count":2,"priority":0,"subscriptions":[{"sub":0},{"default":0}]}],` +
+		`"streams":[{"name":"lists","is_default":true,"errors":[]},{"name":"todos","is_default":false,"errors":[{"subscription":1,"message":"Expected JSON string"}]}]}}` + "\n" +
+		`{"checkpoint_diff":{"last_op_id":"6","updated_buckets":[{"bucket":"1#todos|0[\"a\"]","checksum":2,"count":2,"priority":0,"subscriptions":[{"sub":0},{"default":0}]}],"removed_buckets":["x"]}}` + "\n" +
+		`{"checkpoint":{"last_op_id":"7","buckets":[{"bucket":"1#todos|0[\"a\"]","checksum":2,"count":2,"priority":0}]}}` + "\n"
+	if got := rec.Body.String(); got != want {
+		t.Errorf("lines:\n%s\nwant:\n%s", got, want)
+	}
 }

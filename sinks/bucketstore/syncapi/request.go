@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // syncRequest is the body of POST /sync/stream.
@@ -23,6 +25,9 @@ type syncRequest struct {
 	// parameters is the client parameters object, JSON ("{}" when absent).
 	parameters []byte
 	clientID   string
+	// streams is the Sync Streams part: defaults and subscriptions (nil
+	// when the client sent none).
+	streams *syncrules.StreamsRequest
 }
 
 // BodyReadTimeout is the default Config.BodyReadTimeout: how long a
@@ -205,7 +210,55 @@ func parseSyncRequest(body []byte) (*syncRequest, error) {
 		}
 		req.parameters = bytes.TrimSpace(m)
 	}
+	if m := top["streams"]; !isNull(m) {
+		var err error
+		if req.streams, err = parseStreams(m); err != nil {
+			return nil, err
+		}
+	}
 	return req, nil
+}
+
+// parseStreams reads {include_defaults, subscriptions: [{stream,
+// parameters, override_priority}]}: include_defaults is true when absent,
+// a subscription's parameters {} when absent or null, its
+// override_priority none.
+func parseStreams(m json.RawMessage) (*syncrules.StreamsRequest, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(m, &top); err != nil || top == nil {
+		return nil, fmt.Errorf("streams must be an object {include_defaults, subscriptions}, got %s", jsonKind(m))
+	}
+	sr := &syncrules.StreamsRequest{IncludeDefaults: true}
+	if d := top["include_defaults"]; !isNull(d) {
+		if err := json.Unmarshal(d, &sr.IncludeDefaults); err != nil {
+			return nil, fmt.Errorf("streams.include_defaults must be a boolean, got %s", jsonKind(d))
+		}
+	}
+	if subs := top["subscriptions"]; !isNull(subs) {
+		var items []map[string]json.RawMessage
+		if err := json.Unmarshal(subs, &items); err != nil {
+			return nil, fmt.Errorf("streams.subscriptions must be an array of {stream, parameters, override_priority}, got %s", jsonKind(subs))
+		}
+		for i, it := range items {
+			sub := syncrules.StreamSubscription{OverridePriority: -1}
+			if err := json.Unmarshal(it["stream"], &sub.Stream); err != nil || it == nil {
+				return nil, fmt.Errorf("streams.subscriptions[%d].stream must be a string, got %s", i, jsonKind(it["stream"]))
+			}
+			if p := it["parameters"]; !isNull(p) {
+				if !isJSONObject(p) {
+					return nil, fmt.Errorf("streams.subscriptions[%d].parameters must be a JSON object, got %s", i, jsonKind(p))
+				}
+				sub.Parameters = bytes.TrimSpace(p)
+			}
+			if o := it["override_priority"]; !isNull(o) {
+				if err := json.Unmarshal(o, &sub.OverridePriority); err != nil || sub.OverridePriority < 0 || sub.OverridePriority > 3 {
+					return nil, fmt.Errorf("streams.subscriptions[%d].override_priority must be an integer from 0 to 3, got %s", i, bytes.TrimSpace(o))
+				}
+			}
+			sr.Subscriptions = append(sr.Subscriptions, sub)
+		}
+	}
+	return sr, nil
 }
 
 // parseBucketPosition reads {"name": "...", "after": "123"}. after may

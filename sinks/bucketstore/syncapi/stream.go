@@ -73,6 +73,9 @@ type conn struct {
 	group int
 	plan  *syncrules.RequestPlan
 	keys  [][]byte // the keys of plan.Lookups
+	// streams is what checkpoint lines say of Sync Streams (nil: the
+	// rules have none).
+	streams *streamsInfo
 
 	// The buckets and checksums at the last storage checkpoint evaluated.
 	evaluated bool
@@ -357,7 +360,7 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 		if err != nil {
 			return &apiError{code: codeNoRules, msg: fmt.Sprintf("cannot load the sync rules: %v", err)}
 		}
-		plan, err := rules.Request(syncrules.Request{UserID: c.id.userID, Claims: c.id.claims, Parameters: c.req.parameters})
+		plan, err := rules.Request(syncrules.Request{UserID: c.id.userID, Claims: c.id.claims, Parameters: c.req.parameters, Streams: c.req.streams})
 		if plan == nil {
 			return &apiError{code: codeBadRequest, msg: fmt.Sprintf("cannot evaluate the sync rules for this request: %v", err)}
 		}
@@ -365,6 +368,10 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 			c.log.Warn("sync rules: some parameter queries failed for this request", "err", err)
 		}
 		c.group, c.plan, c.evaluated = cp.GroupID, plan, false
+		c.streams = nil
+		if rules.StreamsLine() > 0 {
+			c.streams = newStreamsInfo(plan)
+		}
 		c.keys = make([][]byte, len(plan.Lookups))
 		for i := range plan.Lookups {
 			c.keys[i] = plan.Lookups[i].Key
@@ -466,13 +473,13 @@ func (c *conn) announceFirst(cp bucketstore.Checkpoint, wc int64) error {
 		after := c.req.buckets[r.ID]
 		c.sent[i] = bucketState{name: r.ID, priority: r.Priority, checksum: c.sums[i].Checksum,
 			count: c.sums[i].Count, after: after, pending: after < cp.OpID}
-		entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+		entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority, r.Reasons})
 	}
 	c.index()
 	c.stale = false
 	c.req.buckets = nil // only the first checkpoint resumes from them
 	c.entries = entries
-	return c.w.checkpoint(false, cp.OpID, wc, entries, nil)
+	return c.w.checkpoint(false, cp.OpID, wc, entries, nil, c.streams)
 }
 
 // announceDiff sends a checkpoint_diff if the buckets or the write
@@ -482,7 +489,7 @@ func (c *conn) announceDiff(cp bucketstore.Checkpoint, wc int64) (bool, error) {
 	if c.stale {
 		for i, r := range c.refs {
 			if !c.unchanged(c.told(i, r.ID), i) {
-				entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority})
+				entries = append(entries, bucketEntry{r.ID, c.sums[i].Checksum, c.sums[i].Count, r.Priority, r.Reasons})
 			}
 		}
 	}
@@ -496,7 +503,7 @@ func (c *conn) announceDiff(cp bucketstore.Checkpoint, wc int64) (bool, error) {
 	if !sameSet {
 		removed = c.adopt()
 	}
-	return true, c.w.checkpoint(true, cp.OpID, wc, entries, removed)
+	return true, c.w.checkpoint(true, cp.OpID, wc, entries, removed, c.streams)
 }
 
 // unchanged reports whether the client was told bucket c.refs[i] as it

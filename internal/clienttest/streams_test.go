@@ -1,0 +1,77 @@
+package clienttest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// streamRules are Sync Streams over the todos data set: the user's lists
+// by default, and the todos of one list when the app subscribes to it.
+const streamRules = `config:
+  edition: 3
+streams:
+  my_lists:
+    auto_subscribe: true
+    query: SELECT * FROM lists WHERE owner_id = auth.user_id()
+  list_todos:
+    accept_potentially_dangerous_queries: true
+    query: SELECT * FROM todos WHERE list_id = subscription.parameter('list_id')
+`
+
+// TestRealClientStreams: the unmodified SDK on Sync Streams. Its first
+// sync brings the auto-subscribed stream only (the user's lists, no
+// todos); db.syncStream('list_todos', {list_id}).subscribe() brings that
+// list's todos — waitForFirstSync resolves, so the checkpoint lines'
+// streams and subscriptions are what the client expects; changes to the
+// list converge; unsubscribeAll() removes them again. The SDK validates
+// every checksum throughout (a mismatch fails the driver).
+func TestRealClientStreams(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped in -short mode")
+	}
+	requireClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := startStackRules(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 2}, streamRules)
+
+	c := startClient(t, s.endpoint, mintToken(t, "user3", 30*time.Minute))
+	ev := c.expect("first_sync", 3*time.Minute)
+	wantLists := s.count(t, ctx, "SELECT count(*) FROM lists WHERE owner_id = 'user3'")
+	if ev.Lists == nil || ev.Todos == nil || *ev.Lists != wantLists || wantLists == 0 || *ev.Todos != 0 {
+		t.Fatalf("first sync: %s, want %d lists (the user's) and no todos", ev.raw, wantLists)
+	}
+	// A list of another user: the stream does not check ownership.
+	var list string
+	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id <> 'user3' ORDER BY id LIMIT 1`).Scan(&list); err != nil {
+		t.Fatal(err)
+	}
+	inList := "SELECT count(*) FROM todos WHERE list_id = '" + list + "'"
+	waitN := func(step, q string, want int) {
+		t.Helper()
+		c.send(map[string]any{"cmd": "wait", "sql": q, "n": want, "timeout_ms": 60000})
+		if ev := c.expect("count", 90*time.Second); ev.N == nil || *ev.N != want {
+			t.Fatalf("%s: %s, want %d", step, ev.raw, want)
+		}
+	}
+	params := map[string]any{"list_id": list}
+	c.send(map[string]any{"cmd": "subscribe", "stream": "list_todos", "params": params})
+	c.expect("subscribed", 90*time.Second)
+	waitN("subscribed", "SELECT count(*) FROM todos", s.count(t, ctx, inList))
+
+	s.exec(t, ctx, `INSERT INTO todos (id, list_id, description) SELECT gen_random_uuid(), '`+list+`', 'new #' || g FROM generate_series(1, 5) g`)
+	s.exec(t, ctx, `UPDATE todos SET description = 'updated' WHERE id IN (SELECT id FROM todos WHERE list_id = '`+list+`' ORDER BY id LIMIT 3)`)
+	s.exec(t, ctx, `DELETE FROM todos WHERE id IN (SELECT id FROM todos WHERE list_id = '`+list+`' ORDER BY id DESC LIMIT 2)`)
+	waitN("changes", "SELECT count(*) FROM todos", s.count(t, ctx, inList))
+	waitN("updates", "SELECT count(*) FROM todos WHERE description = 'updated'", 3)
+	sameTodos(t, c.todos(), s.sourceTodosWhere(t, ctx, "list_id = '"+list+"'"))
+
+	c.send(map[string]any{"cmd": "unsubscribe_all", "stream": "list_todos", "params": params})
+	c.expect("unsubscribed", 90*time.Second)
+	waitN("unsubscribed", "SELECT count(*) FROM todos", 0)
+	waitN("lists kept", "SELECT count(*) FROM lists", wantLists)
+	c.exit()
+}
