@@ -157,7 +157,13 @@ type rawStream struct {
 
 func openRawStream(t *testing.T, ctx context.Context, api, token string) *rawStream {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/sync/stream", strings.NewReader(`{"raw_data":true}`))
+	return openRawStreamWith(t, ctx, api, token, `{"raw_data":true}`)
+}
+
+// openRawStreamWith is openRawStream with the request body body.
+func openRawStreamWith(t *testing.T, ctx context.Context, api, token, body string) *rawStream {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/sync/stream", strings.NewReader(body))
 	req.Header.Set("Authorization", "Token "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)

@@ -27,16 +27,6 @@ func loadRules(cfg *config.Config, group string) (*syncrules.Rules, error) {
 		}
 		return nil, err
 	}
-	if line := rules.StreamsLine(); line > 0 {
-		// The rules engine compiles and evaluates streams, but the sync
-		// API does not yet take the clients' stream subscriptions nor
-		// report streams in checkpoints: serving them now would drop
-		// what clients subscribe to.
-		res := syncrules.RuleErrors{{File: rulesFile(cfg), Line: line, Column: 1, Token: "streams",
-			Msg: "Sync Streams (streams:) are not served by this version yet: use bucket_definitions (edition 1)"}}
-		shiftRuleLines(cfg, src, res)
-		return nil, res
-	}
 	shiftRuleLines(cfg, src, rules.Warnings())
 	return rules, nil
 }

@@ -98,7 +98,11 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	for _, w := range warnings {
 		fmt.Fprintln(stderr, w.Error())
 	}
-	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %d bucket definition(s) over %d table(s), %d warning(s), %s)\n",
-		*path, len(cfg.EffectivePipelines()), len(rules.Definitions()), len(rules.Tables()), len(warnings), checked)
+	what := fmt.Sprintf("%d bucket definition(s)", len(rules.Definitions()))
+	if rules.StreamsLine() > 0 {
+		what = fmt.Sprintf("%d sync stream(s)", len(rules.StreamNames()))
+	}
+	fmt.Fprintf(stdout, "%s: ok (%d pipeline(s), %s over %d table(s), %d warning(s), %s)\n",
+		*path, len(cfg.EffectivePipelines()), what, len(rules.Tables()), len(warnings), checked)
 	return nil
 }

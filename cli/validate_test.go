@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -142,28 +143,61 @@ sync_rules:
 	}
 }
 
-// TestValidateRejectsStreamsForNow: the rules engine compiles Sync Streams,
-// but the sync API does not serve subscriptions yet, so `validate` (and
-// `run`, which loads the rules the same way) refuse a streams: section with
-// its line rather than replicate what no client could subscribe to.
-func TestValidateRejectsStreamsForNow(t *testing.T) {
+// TestValidateStreams: a Sync Streams file validates (and counts its
+// streams); a form syncpipe does not support yet is refused with its
+// file:line:column.
+func TestValidateStreams(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "c.yaml")
-	err := os.WriteFile(path, []byte(`source: {uri: "postgres://u@127.0.0.1:5432/app"}
+	write := func(name, rules string) string {
+		path := filepath.Join(dir, name)
+		err := os.WriteFile(path, []byte(`source: {uri: "postgres://u@127.0.0.1:5432/app"}
 storage: {uri: "postgres://u@127.0.0.1:5432/st"}
+api: {auth: {audience: [syncpipe], hs256_secrets: [a-long-enough-secret-for-the-test-0123]}}
 sync_rules:
   content: |
     config: {edition: 3}
     streams:
-      my_lists:
+`+rules), 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := write("good.yaml", `      my_lists:
         auto_subscribe: true
         query: SELECT * FROM lists WHERE owner_id = auth.user_id()
-`), 0o644)
+      list_todos:
+        query: SELECT * FROM todos WHERE list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id())
+`)
+	code, stdout, stderr := runCLI(t, "validate", "--offline", "--config", good)
+	if code != ExitOK || !strings.Contains(stdout, "2 sync stream(s) over 2 table(s)") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want ok with 2 streams over 2 tables", code, stdout, stderr)
+	}
+	bad := write("bad.yaml", `      s:
+        query: SELECT * FROM t WHERE a = 1 OR b = auth.user_id()
+`)
+	code, _, stderr = runCLI(t, "validate", "--offline", "--config", bad)
+	if code != ExitUsage || !strings.Contains(stderr, bad+":9:") || !strings.Contains(stderr, "auth.user_id() is not supported here yet") {
+		t.Fatalf("exit %d, stderr %q: want the OR refused at %s:9", code, stderr, bad)
+	}
+}
+
+// TestReadmeStreamsExample: the README's Sync Streams example compiles.
+func TestReadmeStreamsExample(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := runCLI(t, "validate", "--offline", "--config", path)
-	if code != ExitUsage || !strings.Contains(stderr, path+":6:") || !strings.Contains(stderr, "Sync Streams (streams:) are not served by this version yet") {
-		t.Fatalf("exit %d, stderr %q: want the streams section refused at %s:6", code, stderr, path)
+	_, block, ok := strings.Cut(string(b), "```yaml\nconfig:\n  edition: 3\n")
+	block, _, ok2 := strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README has no Sync Streams example (a yaml block starting config: edition: 3)")
+	}
+	rules, err := syncrules.Parse([]byte("config:\n  edition: 3\n"+block), syncrules.Options{File: "README.md", GroupID: "1"})
+	if err != nil {
+		t.Fatalf("README's streams example: %v", err)
+	}
+	if n := len(rules.StreamNames()); n != 3 || len(rules.Warnings()) != 0 {
+		t.Errorf("README's streams example: %d streams, warnings %v; want 3 and none", n, rules.Warnings())
 	}
 }

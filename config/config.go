@@ -14,7 +14,7 @@ import (
 type Config struct {
 	Source      Source      `koanf:"source" doc:"The PostgreSQL database to replicate."`
 	Storage     Storage     `koanf:"storage" doc:"The PostgreSQL database holding bucket storage."`
-	SyncRules   SyncRules   `koanf:"sync_rules" doc:"The sync rules (PowerSync edition 1 bucket_definitions)."`
+	SyncRules   SyncRules   `koanf:"sync_rules" doc:"The sync rules: PowerSync edition 1 bucket_definitions, or edition 3 streams (Sync Streams, in part)."`
 	Replication Replication `koanf:"replication" doc:"Replication workers, snapshot and stream tuning."`
 	API         API         `koanf:"api" doc:"The sync API server."`
 	Telemetry   Telemetry   `koanf:"telemetry" doc:"Metrics and tracing."`

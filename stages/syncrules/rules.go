@@ -39,6 +39,16 @@ type Rules struct {
 	streamsAt  int // line of the streams: key, 0 if none
 }
 
+// StreamNames lists the Sync Streams of the file, in the order PowerSync
+// considers them.
+func (r *Rules) StreamNames() []string {
+	names := make([]string, len(r.streams))
+	for i, s := range r.streams {
+		names[i] = s.name
+	}
+	return names
+}
+
 // StreamsLine returns the line of the file's streams: section (Sync
 // Streams), or 0 if it has none.
 func (r *Rules) StreamsLine() int { return r.streamsAt }

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// streamsRules are Sync Streams over the todos data set.
+const streamsRules = `config:
+  edition: 3
+streams:
+  my_lists:
+    auto_subscribe: true
+    query: SELECT * FROM lists WHERE owner_id = auth.user_id()
+  list_todos:
+    accept_potentially_dangerous_queries: true
+    query: SELECT * FROM todos WHERE list_id = subscription.parameter('list_id')
+`
+
+// TestRunServesStreams: `syncpipe run` on a Sync Streams config replicates
+// the streams' tables and serves a sync request's subscriptions: the
+// checkpoint lists the connection's streams and each bucket's
+// subscriptions, and the data lines hold the user's lists (the default
+// stream) and the subscribed list's todos — with priority 1 from the
+// subscription's override.
+func TestRunServesStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: streamsRules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 10, Todos: 200, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.waitCaughtUp(ctx)
+	var list string
+	var listTodos, userLists int
+	if err := e.src.QueryRow(ctx, `SELECT l.id::text, (SELECT count(*) FROM todos WHERE list_id = l.id),
+		(SELECT count(*) FROM lists WHERE owner_id = 'user1') FROM lists l WHERE owner_id <> 'user1' ORDER BY id LIMIT 1`).Scan(&list, &listTodos, &userLists); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"list_todos","parameters":{"list_id":%q},"override_priority":1}]}}`, list)
+	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), body)
+	var cp struct {
+		Checkpoint struct {
+			Buckets []struct {
+				Bucket        string           `json:"bucket"`
+				Priority      int              `json:"priority"`
+				Count         int              `json:"count"`
+				Subscriptions []map[string]int `json:"subscriptions"`
+			} `json:"buckets"`
+			Streams []struct {
+				Name      string            `json:"name"`
+				IsDefault bool              `json:"is_default"`
+				Errors    []json.RawMessage `json:"errors"`
+			} `json:"streams"`
+		} `json:"checkpoint"`
+	}
+	rows := map[string]int{} // object type → PUTs received
+	for done := false; !done; {
+		select {
+		case l, open := <-s.lines:
+			if !open {
+				t.Fatal("the stream ended before checkpoint_complete")
+			}
+			switch {
+			case strings.HasPrefix(l, `{"checkpoint":`):
+				if err := json.Unmarshal([]byte(l), &cp); err != nil {
+					t.Fatal(err)
+				}
+			case strings.HasPrefix(l, `{"data":`):
+				rows["lists"] += strings.Count(l, `"object_type":"lists"`)
+				rows["todos"] += strings.Count(l, `"object_type":"todos"`)
+			case strings.HasPrefix(l, `{"checkpoint_complete":`):
+				done = true
+			}
+		case <-ctx.Done():
+			t.Fatal("no checkpoint_complete")
+		}
+	}
+	c := cp.Checkpoint
+	if len(c.Streams) != 2 || c.Streams[0].Name != "my_lists" || !c.Streams[0].IsDefault || c.Streams[1].Name != "list_todos" || c.Streams[1].IsDefault ||
+		len(c.Streams[0].Errors)+len(c.Streams[1].Errors) != 0 {
+		t.Errorf("checkpoint streams: %+v, want my_lists (default) and list_todos, no errors", c.Streams)
+	}
+	want := map[string]string{"1#my_lists|0[\"user1\"]": `[{"default":0}] priority 3`, "1#list_todos|0[\"" + list + "\"]": `[{"sub":0}] priority 1`}
+	if len(c.Buckets) != len(want) {
+		t.Errorf("checkpoint buckets: %+v, want %v", c.Buckets, want)
+	}
+	for _, b := range c.Buckets {
+		subs, _ := json.Marshal(b.Subscriptions)
+		if got := fmt.Sprintf("%s priority %d", subs, b.Priority); want[b.Bucket] != got {
+			t.Errorf("bucket %s: %s, want %s", b.Bucket, got, want[b.Bucket])
+		}
+	}
+	if rows["lists"] != userLists || rows["todos"] != listTodos {
+		t.Errorf("data: %v, want %d lists and %d todos", rows, userLists, listTodos)
+	}
+}
