@@ -2,6 +2,7 @@ package clienttest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -73,5 +74,38 @@ func TestRealClientStreams(t *testing.T) {
 	c.expect("unsubscribed", 90*time.Second)
 	waitN("unsubscribed", "SELECT count(*) FROM todos", 0)
 	waitN("lists kept", "SELECT count(*) FROM lists", wantLists)
+	c.exit()
+}
+
+// TestRealClientCheckpointRequests: the SDK in checkpoint_mode "requests"
+// posts its own checkpoint ids to /sync/checkpoint-request;
+// db.requestCheckpoint().waitForSync() resolves only once a checkpoint
+// line reports that id as its write checkpoint, after replication passed
+// the source position of the request — here after a change made just
+// before it, which the client then has.
+func TestRealClientCheckpointRequests(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped in -short mode")
+	}
+	requireClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, streamRules)
+	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--checkpoint-mode", "requests")
+	c.expect("first_sync", 3*time.Minute)
+	for i := range 3 {
+		s.exec(t, ctx, fmt.Sprintf(`UPDATE lists SET name = 'renamed %d' WHERE owner_id = 'user1'`, i))
+		c.send(map[string]any{"cmd": "request_checkpoint"})
+		c.expect("checkpoint_synced", 90*time.Second)
+		c.send(map[string]any{"cmd": "query", "sql": "SELECT DISTINCT name FROM lists"})
+		if ev := c.expect("rows", time.Minute); len(ev.Rows) != 1 || ev.Rows[0]["name"] != fmt.Sprintf("renamed %d", i) {
+			t.Fatalf("request %d: the client's lists %s, want all renamed %d once the checkpoint request synced", i, ev.raw, i)
+		}
+	}
+	var n int
+	if err := s.store.Pool().QueryRow(ctx, `SELECT write_checkpoint FROM write_checkpoints WHERE user_id LIKE 'user1/%'`).Scan(&n); err != nil || n < 3 {
+		t.Fatalf("stored checkpoint request id %d (%v), want ≥ 3", n, err)
+	}
 	c.exit()
 }

@@ -33,6 +33,25 @@ func (s *Store) CreateWriteCheckpoint(ctx context.Context, userID, clientID stri
 	return n, nil
 }
 
+// RequestWriteCheckpoint records a write checkpoint the client numbered
+// itself (POST /sync/checkpoint-request, the SDKs' checkpoint_mode
+// "requests") and returns the client's write checkpoint: the larger of
+// the stored one and requested. It is due, like CreateWriteCheckpoint's,
+// once a checkpoint's LSN reaches sourceLSN (never lowered by a request
+// that read an older position). Safe for concurrent use.
+func (s *Store) RequestWriteCheckpoint(ctx context.Context, userID, clientID string, requested int64, sourceLSN pglogrepl.LSN) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `
+		INSERT INTO write_checkpoints AS w (user_id, lsn, write_checkpoint) VALUES ($1, $2::pg_lsn, $3)
+		ON CONFLICT (user_id) DO UPDATE SET lsn = GREATEST(w.lsn, EXCLUDED.lsn),
+		  write_checkpoint = GREATEST(w.write_checkpoint, EXCLUDED.write_checkpoint), requested_at = now()
+		RETURNING write_checkpoint`, writeCheckpointUser(userID, clientID), sourceLSN.String(), requested).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("request write checkpoint %d for %s/%s: %w", requested, userID, clientID, err)
+	}
+	return n, nil
+}
+
 // WriteCheckpointFor returns the client's newest write checkpoint if the
 // checkpoint at checkpointLSN covers it (its LSN ≤ checkpointLSN); ok is
 // false when the client has none or its newest is not replicated yet. The

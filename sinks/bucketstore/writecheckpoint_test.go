@@ -55,3 +55,27 @@ func TestWriteCheckpoints(t *testing.T) {
 		t.Fatalf("u2: %d %v", n, err)
 	}
 }
+
+// TestRequestWriteCheckpoint: a client-numbered write checkpoint keeps
+// the larger of the stored and requested ids, and is due at the latest
+// source position any request saw.
+func TestRequestWriteCheckpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := openStore(t)
+	for _, c := range []struct {
+		req  int64
+		lsn  uint64
+		want int64
+	}{{5, 100, 5}, {3, 150, 5}, {9, 120, 9}} {
+		if n, err := s.RequestWriteCheckpoint(ctx, "u1", "c1", c.req, pglogrepl.LSN(c.lsn)); err != nil || n != c.want {
+			t.Fatalf("request %d at %d: %d %v, want %d", c.req, c.lsn, n, err, c.want)
+		}
+	}
+	if _, ok, _ := s.WriteCheckpointFor(ctx, "u1", "c1", 149); ok {
+		t.Fatal("write checkpoint reported below the largest source position a request saw (150)")
+	}
+	if n, ok, err := s.WriteCheckpointFor(ctx, "u1", "c1", 150); err != nil || !ok || n != 9 {
+		t.Fatalf("at 150: %d %v %v, want 9", n, ok, err)
+	}
+}

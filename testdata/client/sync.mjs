@@ -26,10 +26,13 @@
 //   {"cmd":"unsubscribe_all","stream":NAME,"params":{...}}
 //                                              that stream's unsubscribeAll(), answered
 //                                              {"event":"unsubscribed"}
+//   {"cmd":"request_checkpoint"}               db.requestCheckpoint() and its waitForSync()
+//                                              (with --checkpoint-mode requests), answered
+//                                              {"event":"checkpoint_synced"}
 //   {"cmd":"exit"}                             disconnect, close, exit 0 (also on EOF)
 //
 // Usage: node sync.mjs --endpoint URL --token JWT [--lists N --todos M]
-// [--accept-encoding CODINGS] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
+// [--accept-encoding CODINGS] [--checkpoint-mode legacy|requests] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
 // --accept-encoding replaces the Accept-Encoding that Node's fetch sends
 // ("gzip, deflate") on the SDK's requests, e.g. "zstd, gzip" as browsers
 // send it; Node's fetch decodes zstd responses itself. The SDK is not
@@ -61,6 +64,7 @@ const { values: args } = parseArgs({
     todos: { type: 'string' },
     'first-sync-timeout-ms': { type: 'string', default: '120000' },
     'accept-encoding': { type: 'string' },
+    'checkpoint-mode': { type: 'string', default: 'legacy' },
     driver: { type: 'string', default: process.env.SYNCPIPE_CLIENT_DRIVER ?? 'node:sqlite' }
   }
 });
@@ -161,7 +165,7 @@ async function main() {
     }
   };
 
-  await db.connect(connector, { connectionMethod: SyncStreamConnectionMethod.HTTP });
+  await db.connect(connector, { connectionMethod: SyncStreamConnectionMethod.HTTP, checkpointMode: args['checkpoint-mode'] });
 
   const firstSyncTimeout = AbortSignal.timeout(Number(args['first-sync-timeout-ms']));
   await db.waitForFirstSync(firstSyncTimeout);
@@ -206,6 +210,12 @@ async function main() {
         subscriptions.push(sub);
         await sub.waitForFirstSync(AbortSignal.timeout(cmd.timeout_ms ?? 60000));
         emit({ event: 'subscribed' });
+        break;
+      }
+      case 'request_checkpoint': {
+        const req = await db.requestCheckpoint();
+        await req.waitForSync({ signal: AbortSignal.timeout(cmd.timeout_ms ?? 60000) });
+        emit({ event: 'checkpoint_synced' });
         break;
       }
       case 'unsubscribe_all':

@@ -8,6 +8,10 @@
 //   - GET /write-checkpoint2.json?client_id=…: records a write checkpoint
 //     at the source's current WAL position; the stream reports it once
 //     replication has passed that position.
+//   - POST /sync/checkpoint-request {client_id, checkpoint_request_id}:
+//     the same for a write checkpoint the client numbered itself (the
+//     SDKs' checkpoint_mode "requests"); answers the larger of the stored
+//     and requested ids.
 //   - GET /healthz: storage's view of this deployment's health (see
 //     Health below). No auth.
 //

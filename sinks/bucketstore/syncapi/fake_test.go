@@ -268,6 +268,16 @@ func (f *fakeStore) CreateWriteCheckpoint(_ context.Context, userID, clientID st
 	return wc.n, nil
 }
 
+func (f *fakeStore) RequestWriteCheckpoint(_ context.Context, userID, clientID string, requested int64, lsn pglogrepl.LSN) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := bucketstore.WriteCheckpointClient{UserID: userID, ClientID: clientID}
+	wc := f.wcs[k]
+	wc.n, wc.lsn = max(wc.n, requested), max(wc.lsn, lsn)
+	f.wcs[k] = wc
+	return wc.n, nil
+}
+
 func (f *fakeStore) WriteCheckpointFor(_ context.Context, userID, clientID string, lsn pglogrepl.LSN) (int64, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

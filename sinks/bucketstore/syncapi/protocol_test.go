@@ -159,6 +159,47 @@ func TestFakeWriteCheckpoint(t *testing.T) {
 	}
 }
 
+// TestFakeCheckpointRequest: POST /sync/checkpoint-request (the SDKs'
+// checkpoint_mode "requests") stores the client's own id — the larger of
+// it and the stored one — at the source LSN and answers it under both
+// names; the stream reports it once replication reaches that LSN.
+// Malformed requests get 400 naming the field.
+func TestFakeCheckpointRequest(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	cp := e.commit(e.upsert("lists", "a", "A", "u1"))
+	tok := token(t, "u1", nil)
+	e.sourceLSN.Store(e.lsn + 1000)
+	request := func(body string) (int, string) {
+		rec := httpRecord(e.srv, http.MethodPost, "/sync/checkpoint-request", "Bearer "+tok, body)
+		return rec.Code, rec.Body.String()
+	}
+	want := `{"data":{"checkpoint_request_id":"7","write_checkpoint":"7"}}`
+	if code, body := request(`{"client_id":"c1","checkpoint_request_id":"7"}`); code != http.StatusOK || strings.TrimSpace(body) != want {
+		t.Fatalf("request 7: HTTP %d %s, want %s", code, body, want)
+	}
+	if code, body := request(`{"client_id":"c1","checkpoint_request_id":3}`); code != http.StatusOK || strings.TrimSpace(body) != want {
+		t.Fatalf("request 3 after 7: HTTP %d %s, want %s", code, body, want)
+	}
+	for body, msg := range map[string]string{
+		`[]`: "must be a JSON object", `{"checkpoint_request_id":"1"}`: "client_id must be a string",
+		`{"client_id":"c1","checkpoint_request_id":"0"}`: "from 1 to 2^63-1", `{"client_id":"c1","checkpoint_request_id":true}`: "decimal string",
+	} {
+		if code, got := request(body); code != http.StatusBadRequest || !strings.Contains(got, msg) {
+			t.Errorf("%s: HTTP %d %s, want 400 with %q", body, code, got, msg)
+		}
+	}
+	s := e.open(tok, map[string]any{"client_id": "c1"})
+	if ls := s.untilComplete(); ls[0].Checkpoint.WriteCheckpoint != "" {
+		t.Fatalf("reported before replication reached it: %s", ls[0].Raw)
+	}
+	e.lsn = e.sourceLSN.Load()
+	e.publish(cp.OpID)
+	if ls := s.untilComplete(); ls[0].CheckpointDiff.WriteCheckpoint != "7" {
+		t.Fatalf("once replicated: %s, want write_checkpoint 7", ls[0].Raw)
+	}
+}
+
 // fakeWriteCheckpoint asks for a write checkpoint and returns its number.
 func fakeWriteCheckpoint(t *testing.T, e *fakeEnv, tok, client string) string {
 	t.Helper()

@@ -297,3 +297,44 @@ func isJSONObject(b []byte) bool {
 	b = bytes.TrimSpace(b)
 	return len(b) > 0 && b[0] == '{'
 }
+
+// readCheckpointRequest reads the body of POST /sync/checkpoint-request:
+// {"client_id": "...", "checkpoint_request_id": "<1 … 2^63-1>"} (the id
+// as a decimal string, as the SDKs send it, or a JSON integer).
+func readCheckpointRequest(w http.ResponseWriter, r *http.Request, max int64) (string, int64, *apiError) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		closeUnread(w, r)
+		return "", 0, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: fmt.Sprintf("read request body: %v", err)}
+	}
+	clientID, id, err := parseCheckpointRequest(body)
+	if err != nil {
+		return "", 0, &apiError{status: http.StatusBadRequest, code: codeBadRequest, msg: "invalid checkpoint request: " + err.Error()}
+	}
+	return clientID, id, nil
+}
+
+func parseCheckpointRequest(body []byte) (string, int64, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil || top == nil {
+		return "", 0, errors.New("the body must be a JSON object {client_id, checkpoint_request_id}")
+	}
+	var clientID string
+	if err := json.Unmarshal(top["client_id"], &clientID); err != nil {
+		return "", 0, fmt.Errorf("client_id must be a string, got %s", jsonKind(top["client_id"]))
+	}
+	m := top["checkpoint_request_id"]
+	text := string(bytes.TrimSpace(m))
+	switch jsonKind(m) {
+	case "a string":
+		_ = json.Unmarshal(m, &text) // a valid JSON string
+	case "a number":
+	default:
+		return "", 0, fmt.Errorf("checkpoint_request_id must be a decimal string, got %s", jsonKind(m))
+	}
+	id, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || id < 1 {
+		return "", 0, fmt.Errorf("checkpoint_request_id must be an integer from 1 to 2^63-1, got %q", text)
+	}
+	return clientID, id, nil
+}

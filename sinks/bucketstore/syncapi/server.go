@@ -337,6 +337,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sync/stream", s.handleStream)
 	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
+	mux.HandleFunc("POST /sync/checkpoint-request", s.handleCheckpointRequest)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
 	return withHeaderLimit(withBodyDeadline(withCORS(s.cfg.CORSOrigins, mux), s.cfg.BodyReadTimeout), MaxHeaderBytes)
 }
@@ -389,17 +390,9 @@ func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.cfg.SourceLSN == nil {
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			msg: "write checkpoints are not available: no source database is configured for this API"})
-		return
-	}
 	ctx := r.Context()
-	lsn, err := s.cfg.SourceLSN(ctx)
-	if err != nil {
-		s.log.Warn("sync api: read source LSN for write checkpoint", "err", err)
-		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
-			msg: "cannot read the source database position: " + err.Error()})
+	lsn, ok := s.sourcePosition(w, r)
+	if !ok {
 		return
 	}
 	clientID := r.URL.Query().Get("client_id")
@@ -410,6 +403,56 @@ func (s *Server) handleWriteCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]string{"write_checkpoint": strconv.FormatInt(n, 10)}})
+}
+
+// sourcePosition reads the source's WAL position for a write checkpoint,
+// answering 503 itself when it cannot.
+func (s *Server) sourcePosition(w http.ResponseWriter, r *http.Request) (pglogrepl.LSN, bool) {
+	if s.cfg.SourceLSN == nil {
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			msg: "write checkpoints are not available: no source database is configured for this API"})
+		return 0, false
+	}
+	lsn, err := s.cfg.SourceLSN(r.Context())
+	if err != nil {
+		s.log.Warn("sync api: read source LSN for write checkpoint", "err", err)
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable,
+			msg: "cannot read the source database position: " + err.Error()})
+		return 0, false
+	}
+	return lsn, true
+}
+
+// handleCheckpointRequest serves POST /sync/checkpoint-request
+// {client_id, checkpoint_request_id}: a write checkpoint the client
+// numbered (checkpoint_mode "requests"), reported in a stream's
+// checkpoint once replication has passed the source's position now. The
+// answer is the client's write checkpoint, the larger of the stored and
+// requested ids — under both names, checkpoint_request_id (what the SDKs
+// read) and write_checkpoint (what the PowerSync service's newest code
+// sends).
+func (s *Server) handleCheckpointRequest(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.authenticate(w, r)
+	if !ok {
+		return
+	}
+	clientID, requested, aerr := readCheckpointRequest(w, r, s.cfg.MaxRequestBytes)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	lsn, ok := s.sourcePosition(w, r)
+	if !ok {
+		return
+	}
+	n, err := s.store.RequestWriteCheckpoint(r.Context(), id.userID, clientID, requested, lsn)
+	if err != nil {
+		s.log.Warn("sync api: request write checkpoint", "user", id.userID, "client_id", clientID, "err", err)
+		writeError(w, &apiError{status: http.StatusServiceUnavailable, code: codeUnavailable, msg: "cannot store the write checkpoint"})
+		return
+	}
+	v := strconv.FormatInt(n, 10)
+	writeJSON(w, http.StatusOK, map[string]any{"data": map[string]string{"checkpoint_request_id": v, "write_checkpoint": v}})
 }
 
 // begin registers a stream unless the server is closing.

@@ -55,11 +55,15 @@ type BucketReader interface {
 }
 
 // WriteCheckpointStore keeps write checkpoints: GET /write-checkpoint2.json
-// creates them, and streams report each once a checkpoint's LSN covers it.
+// and POST /sync/checkpoint-request create them, and streams report each once a checkpoint's LSN covers it.
 type WriteCheckpointStore interface {
 	// CreateWriteCheckpoint records one for the client, due at sourceLSN,
 	// and returns its number.
 	CreateWriteCheckpoint(ctx context.Context, userID, clientID string, sourceLSN pglogrepl.LSN) (int64, error)
+	// RequestWriteCheckpoint records one the client numbered (POST
+	// /sync/checkpoint-request), due at sourceLSN, and returns the larger
+	// of the stored and requested numbers.
+	RequestWriteCheckpoint(ctx context.Context, userID, clientID string, requested int64, sourceLSN pglogrepl.LSN) (int64, error)
 	// WriteCheckpointFor returns the client's newest write checkpoint
 	// covered by checkpointLSN (ok false: none).
 	WriteCheckpointFor(ctx context.Context, userID, clientID string, checkpointLSN pglogrepl.LSN) (int64, bool, error)
