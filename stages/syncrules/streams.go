@@ -31,9 +31,10 @@ import (
 //   - At request time, a NULL or missing request value yields no bucket
 //     and no lookup (unlike bucket_definitions).
 //
-// This first slice compiles a stream `query` whose WHERE is absent or an
-// AND of row-only predicates, `column = <request value>` and lookups;
-// other forms (OR, queries:, with:, request-only filters, functions on the
+// Supported so far: `query` or `queries` (queries of a stream with the
+// same request side share a bucket, named after the first), WHERE absent
+// or an AND of row-only predicates, `column = <request value>` and
+// lookups; other forms (OR, with:, request-only filters, functions on the
 // partition side, IN with arrays, joins) are rejected as not supported.
 
 // stream is one entry of streams:.
@@ -162,14 +163,16 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		ld.errAt(v, s.name, "", "", "a stream must be a mapping with a query")
 		return nil
 	}
-	var query *yaml.Node
+	var query, queries *yaml.Node
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		key, val := v.Content[i], v.Content[i+1]
 		switch key.Value {
 		case "query":
 			query = val
-		case "queries", "with":
-			ld.errAt(key, s.name, "", key.Value, "%s in a stream is not supported yet: write one query per stream", key.Value)
+		case "queries":
+			queries = val
+		case "with":
+			ld.errAt(key, s.name, "", key.Value, "with (common table expressions) in a stream is not supported yet")
 		case "auto_subscribe":
 			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
 				ld.errAt(val, s.name, "", val.Value, "auto_subscribe must be true or false")
@@ -190,28 +193,119 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		}
 		// Other keys: PowerSync's schema allows any in a stream.
 	}
-	if query == nil {
+	if (query == nil) == (queries == nil) {
 		ld.errAt(v, s.name, "", "", "One of `queries` or `query` must be given.")
 		return nil
 	}
-	if query.Kind != yaml.ScalarNode || query.Tag == "!!null" || strings.TrimSpace(query.Value) == "" {
-		ld.errAt(query, s.name, "query", "", "Expected a scalar value here.")
+	nodes, labels := []*yaml.Node{query}, []string{"query"}
+	if queries != nil {
+		if queries.Kind != yaml.SequenceNode {
+			ld.errAt(queries, s.name, "queries", "", "queries must be a list of queries")
+			return nil
+		}
+		nodes, labels = queries.Content, nil
+		for i := range nodes {
+			labels = append(labels, fmt.Sprintf("queries[%d]", i))
+		}
+	}
+	var pend []*pending
+	ok := true
+	for i, n := range nodes {
+		if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || strings.TrimSpace(n.Value) == "" {
+			ld.errAt(n, s.name, labels[i], "", "Expected a scalar value here.")
+			ok = false
+			continue
+		}
+		base := &queryBase{def: &definition{name: s.name, priority: s.priority}, label: labels[i], sql: n.Value, loc: locOf(n, ld.src)}
+		p, errs := sc.pending(s, base, len(pend))
+		ld.sqlErrors(base, errs)
+		ld.queryWarnings(base)
+		if p == nil || len(errs) > 0 {
+			ok = false
+			continue
+		}
+		pend = append(pend, p)
+	}
+	if !ok {
 		return nil
 	}
-	def := &definition{name: s.name, priority: s.priority}
-	base := queryBase{def: def, label: "query", sql: query.Value, loc: locOf(query, ld.src)}
-	r, errs := sc.resolver(s, &base, 0)
-	ld.sqlErrors(&base, errs)
-	ld.queryWarnings(&base)
-	if r == nil || len(errs) > 0 {
+	if s.resolvers = sc.merge(s, pend); s.resolvers == nil {
 		return nil
 	}
-	s.resolvers = append(s.resolvers, r)
 	return s
 }
 
-// resolver compiles the stream's query number n.
-func (sc *streamCompiler) resolver(s *stream, base *queryBase, n int) (*resolver, []*sqlError) {
+// pending is a compiled stream query before the stream's resolvers are
+// merged and their buckets made.
+type pending struct {
+	name  string // "<stream>|<n>": the bucket's name if this query creates it
+	base  *queryBase
+	stmt  *selectStmt // the query with its WHERE as the bucket side checks it
+	parts []partition // in bucket parameter order
+	inst  string      // the request side: queries with the same one share a bucket
+	rowID string      // the row side, for buckets shared across streams
+}
+
+// merge makes the stream's resolvers: queries with the same request side
+// share one bucket (named after the first of them), and a bucket with the
+// same row side as another stream's is that stream's.
+func (sc *streamCompiler) merge(s *stream, pend []*pending) []*resolver {
+	var groups [][]*pending
+	for _, p := range pend {
+		i := slices.IndexFunc(groups, func(g []*pending) bool { return g[0].inst == p.inst })
+		if i < 0 {
+			groups = append(groups, []*pending{p})
+			continue
+		}
+		groups[i] = append(groups[i], p)
+	}
+	var out []*resolver
+	for _, g := range groups {
+		ids := make([]string, len(g))
+		for i, p := range g {
+			ids[i] = p.rowID
+		}
+		slices.Sort(ids)
+		id := strings.Join(ids, "\x02")
+		def, ok := sc.buckets[id]
+		if !ok {
+			if def = sc.bucket(g); def == nil {
+				return nil
+			}
+			sc.buckets[id] = def
+		}
+		out = append(out, &resolver{bucket: def, parts: g[0].parts})
+	}
+	return out
+}
+
+// bucket compiles the bucket side of a group of queries: a definition
+// with a data query per query, its parameters the partitions.
+func (sc *streamCompiler) bucket(g []*pending) *definition {
+	first := g[0]
+	names := make([]string, len(first.parts))
+	for i := range names {
+		names[i] = "p" + strconv.Itoa(i)
+	}
+	def := &definition{name: first.name, priority: first.base.def.priority, stream: true, bucketParams: names, hasParams: len(names) > 0}
+	def.prefix = def.name
+	if gid := sc.ld.opts.GroupID; gid != "" {
+		def.prefix = gid + "#" + def.name
+	}
+	def.globalID = def.prefix + "[]"
+	for _, p := range g {
+		q := &dataQuery{queryBase: queryBase{def: def, label: p.base.label, sql: p.base.sql, loc: p.base.loc}}
+		if errs := compileDataStmt(def, q, p.stmt, sc.ld.opts.defaultSchema()); len(errs) > 0 {
+			sc.ld.sqlErrors(p.base, errs)
+			return nil
+		}
+		def.data = append(def.data, q)
+	}
+	return def
+}
+
+// pending compiles one query of stream s, its resolver number n.
+func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, []*sqlError) {
 	st, perr := parseStreamSelect(base.sql)
 	if perr != nil {
 		return nil, []*sqlError{perr}
@@ -274,26 +368,26 @@ func (sc *streamCompiler) resolver(s *stream, base *queryBase, n int) (*resolver
 		add(&binaryNode{pos: p.pos, op: "=", start: p.pos, l: &refNode{pos: p.pos, name: p.col, raw: p.col},
 			r: &refNode{pos: p.pos, table: "bucket", name: names[i], raw: "bucket." + names[i]}})
 	}
-	id := rowIdentity(base.sql, st, table, outName, rowFactors, parts)
-	if def, ok := sc.buckets[id]; ok {
-		return &resolver{bucket: def, parts: parts}, nil
-	}
-	def := &definition{name: s.name + "|" + strconv.Itoa(n), priority: s.priority, stream: true,
-		bucketParams: names, hasParams: len(parts) > 0}
-	def.prefix = def.name
-	if g := sc.ld.opts.GroupID; g != "" {
-		def.prefix = g + "#" + def.name
-	}
-	def.globalID = def.prefix + "[]"
-	q := &dataQuery{queryBase: queryBase{def: def, label: base.label, sql: base.sql, loc: base.loc}}
 	stmt := *st
 	stmt.where = where
-	if errs := compileDataStmt(def, q, &stmt, sc.ld.opts.defaultSchema()); len(errs) > 0 {
-		return nil, errs
+	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts,
+		inst: instantiation(parts), rowID: rowIdentity(base.sql, st, table, outName, rowFactors, parts)}, nil
+}
+
+// instantiation is the request side of a query's partitions, in order.
+func instantiation(parts []partition) string {
+	var b strings.Builder
+	for _, p := range parts {
+		fmt.Fprintf(&b, "%d:%s|", p.req.src, p.req.key)
+		for _, a := range p.also {
+			fmt.Fprintf(&b, "%d:%s,", a.src, a.key)
+		}
+		if p.lookup != nil {
+			fmt.Fprintf(&b, "lookup %d", p.lookup.index)
+		}
+		b.WriteByte(0)
 	}
-	def.data = []*dataQuery{q}
-	sc.buckets[id] = def
-	return &resolver{bucket: def, parts: parts}, nil
+	return b.String()
 }
 
 // mergeSameColumn makes one partition of a column compared with several
