@@ -63,6 +63,9 @@ type compiler struct {
 	params   map[string]*inputParam
 	refs     []colUse
 	whereUse reqUse // request values the WHERE clause reads
+	// streams allows Sync Streams' request functions (auth.*,
+	// connection.*, subscription.*).
+	streams bool
 }
 
 func newCompiler(mode qmode, rowName string) *compiler {
@@ -184,6 +187,17 @@ func (c *compiler) rowRef(n *refNode) clause {
 func (c *compiler) call(n *callNode) clause {
 	if n.schema == "request" {
 		return c.requestCall(n)
+	}
+	if c.streams {
+		if req, ok := requestValue(n); ok {
+			use := useAuth
+			if req.unauth() {
+				use = useUnauth
+			}
+			cl := c.reqClause(&reqE{fn: reqStream, sreq: req}, req.String())
+			cl.use = use
+			return cl
+		}
 	}
 	if n.schema != "" {
 		return c.errorf(n.pos, n.raw, "unknown function %q", n.schema+"."+n.name)

@@ -229,14 +229,16 @@ const (
 	reqParameter // request.parameter(key)
 	reqTokenParam
 	reqUserParam
+	reqStream // a Sync Streams request value (streamReq)
 )
 
 // reqE reads from the sync request. At replication time there is no
 // request; reading one is an internal error.
 type reqE struct {
 	fn   reqFn
-	name string // token/user parameter name
-	arg  expr   // request.parameter(arg)
+	name string    // token/user parameter name
+	arg  expr      // request.parameter(arg)
+	sreq streamReq // reqStream's value
 }
 
 func (e *reqE) eval(c *evalCtx) (Value, error) {
@@ -265,6 +267,8 @@ func (e *reqE) eval(c *evalCtx) (Value, error) {
 			return Text(r.userID), nil
 		}
 		return r.tokenParams[e.name], nil
+	case reqStream:
+		return r.streamValue(e.sreq, r.sub), nil
 	default:
 		return r.userParams[e.name], nil
 	}
@@ -288,6 +292,8 @@ func (e *reqE) describe() string {
 		return "request.parameter()"
 	case reqTokenParam:
 		return "token_parameters." + e.name
+	case reqStream:
+		return e.sreq.String()
 	default:
 		return "user_parameters." + e.name
 	}

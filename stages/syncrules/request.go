@@ -54,6 +54,7 @@ type reqState struct {
 	tokenParams map[string]Value
 	userParams  map[string]Value
 	claims      map[string]Value // the JWT payload's top-level values (auth.parameter)
+	sub         map[string]Value // the stream subscription being evaluated (subscription.parameter)
 	params      jval
 }
 

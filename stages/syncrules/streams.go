@@ -33,9 +33,10 @@ import (
 //
 // Supported so far: `query` or `queries` (queries of a stream with the
 // same request side share a bucket, named after the first), WHERE absent
-// or an AND of row-only predicates, `column = <request value>` and
-// lookups; other forms (OR, with:, request-only filters, functions on the
-// partition side, IN with arrays, joins) are rejected as not supported.
+// or an AND of row-only predicates, `column = <request value>`, lookups
+// and request-only conditions (checked at request time); other forms (OR,
+// with:, functions on the partition side, IN with arrays, joins) are
+// rejected as not supported.
 
 // stream is one entry of streams:.
 type stream struct {
@@ -49,8 +50,17 @@ type stream struct {
 // resolver is one way a stream reaches rows: a bucket and how a request
 // fills its parameters.
 type resolver struct {
-	bucket *definition
-	parts  []partition // in bucket parameter order
+	bucket  *definition
+	parts   []partition // in bucket parameter order
+	filters []reqFilter // request-only conditions: all must hold
+}
+
+// reqFilter is a condition on request values alone, checked at request
+// time: the bucket is the request's only where it holds.
+type reqFilter struct {
+	e    expr
+	auth bool   // reads an authenticated value
+	text string // canonical text, for the request side's identity
 }
 
 // partition is one bucket parameter's request side: a request value, or a
@@ -78,6 +88,19 @@ const (
 type streamReq struct {
 	src reqSource
 	key string
+}
+
+// String is the request value as written in a query.
+func (r streamReq) String() string {
+	switch r.src {
+	case srcAuthUserID:
+		return "auth.user_id()"
+	case srcAuthParam:
+		return "auth.parameter(" + strconv.Quote(r.key) + ")"
+	case srcConnParam:
+		return "connection.parameter(" + strconv.Quote(r.key) + ")"
+	}
+	return "subscription.parameter(" + strconv.Quote(r.key) + ")"
 }
 
 // unauth reports a value the client chooses freely.
@@ -238,12 +261,13 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 // pending is a compiled stream query before the stream's resolvers are
 // merged and their buckets made.
 type pending struct {
-	name  string // "<stream>|<n>": the bucket's name if this query creates it
-	base  *queryBase
-	stmt  *selectStmt // the query with its WHERE as the bucket side checks it
-	parts []partition // in bucket parameter order
-	inst  string      // the request side: queries with the same one share a bucket
-	rowID string      // the row side, for buckets shared across streams
+	name    string // "<stream>|<n>": the bucket's name if this query creates it
+	base    *queryBase
+	stmt    *selectStmt // the query with its WHERE as the bucket side checks it
+	parts   []partition // in bucket parameter order
+	filters []reqFilter
+	inst    string // the request side: queries with the same one share a bucket
+	rowID   string // the row side, for buckets shared across streams
 }
 
 // merge makes the stream's resolvers: queries with the same request side
@@ -274,7 +298,7 @@ func (sc *streamCompiler) merge(s *stream, pend []*pending) []*resolver {
 			}
 			sc.buckets[id] = def
 		}
-		out = append(out, &resolver{bucket: def, parts: g[0].parts})
+		out = append(out, &resolver{bucket: def, parts: g[0].parts, filters: g[0].filters})
 	}
 	return out
 }
@@ -323,10 +347,15 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, 
 	}
 	var rowFactors []node
 	var parts []partition
+	var filters []reqFilter
 	var errs []*sqlError
 	for _, f := range andFactors(st.where) {
 		p, isPart, err := sc.factor(f, outName)
 		switch {
+		case err == errRequestOnly:
+			flt, ferrs := requestFilter(base.sql, f)
+			errs = append(errs, ferrs...)
+			filters = append(filters, flt)
 		case err != nil:
 			errs = append(errs, err)
 		case isPart:
@@ -341,7 +370,7 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, 
 	if lookups := slices.DeleteFunc(slices.Clone(parts), func(p partition) bool { return p.lookup == nil }); len(lookups) > 1 {
 		return nil, []*sqlError{{pos: lookups[1].pos, msg: "a stream query with more than one subquery is not supported yet"}}
 	}
-	if w := dangerous(s, parts); w != nil {
+	if w := dangerous(s, parts, filters); w != nil {
 		base.warns = append(base.warns, w)
 	}
 	parts, err := mergeSameColumn(parts)
@@ -370,13 +399,36 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, 
 	}
 	stmt := *st
 	stmt.where = where
-	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts,
-		inst: instantiation(parts), rowID: rowIdentity(base.sql, st, table, outName, rowFactors, parts)}, nil
+	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts, filters: filters,
+		inst: instantiation(parts, filters), rowID: rowIdentity(base.sql, st, table, outName, rowFactors, parts)}, nil
 }
 
-// instantiation is the request side of a query's partitions, in order.
-func instantiation(parts []partition) string {
+// errRequestOnly marks a WHERE factor that reads request values and no
+// column: a request filter.
+var errRequestOnly = &sqlError{msg: "request-only condition"}
+
+// requestFilter compiles a factor on request values alone.
+func requestFilter(sql string, f node) (reqFilter, []*sqlError) {
+	c := newCompiler(modeStatic, "")
+	c.streams = true
+	cl := c.compile(f)
+	if len(c.errs) > 0 || cl.kind == ckErr {
+		return reqFilter{}, c.errs
+	}
+	return reqFilter{e: cl.e, auth: cl.use&useAuth != 0, text: nodeText(sql, f)}, nil
+}
+
+// instantiation is the request side of a query's partitions, in order,
+// and its request filters.
+func instantiation(parts []partition, filters []reqFilter) string {
 	var b strings.Builder
+	fs := make([]string, len(filters))
+	for i, f := range filters {
+		fs[i] = f.text
+	}
+	slices.Sort(fs)
+	b.WriteString(strings.Join(fs, "\x01"))
+	b.WriteByte(0)
 	for _, p := range parts {
 		fmt.Fprintf(&b, "%d:%s|", p.req.src, p.req.key)
 		for _, a := range p.also {
@@ -447,6 +499,9 @@ func (sc *streamCompiler) factor(f node, outName string) (partition, bool, *sqlE
 		}
 	}
 	if n, what := findStreamOnly(f); n != nil {
+		if _, isSub := n.(*subqueryNode); !isSub && !hasColumn(f) {
+			return partition{}, false, errRequestOnly
+		}
 		return partition{}, false, &sqlError{pos: n.position(), msg: what + " is not supported here yet: compare a column of the table with it (column = value)"}
 	}
 	return partition{}, false, nil
@@ -529,6 +584,27 @@ func findStreamOnly(n node) (node, string) {
 	return nil, ""
 }
 
+// hasColumn reports whether n reads a column.
+func hasColumn(n node) bool {
+	switch n := n.(type) {
+	case *refNode:
+		return true
+	case *callNode:
+		return slices.ContainsFunc(n.args, hasColumn)
+	case *binaryNode:
+		return hasColumn(n.l) || hasColumn(n.r)
+	case *unaryNode:
+		return hasColumn(n.x)
+	case *isNullNode:
+		return hasColumn(n.x)
+	case *castNode:
+		return hasColumn(n.x)
+	case *subqueryNode:
+		return true
+	}
+	return false
+}
+
 // lookup compiles `(SELECT out FROM table WHERE key = <request value>)`.
 func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *sqlError) {
 	s := sub.stmt
@@ -571,8 +647,8 @@ func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *
 
 // dangerous is PowerSync's warning for a stream whose buckets depend only
 // on values the client chooses.
-func dangerous(s *stream, parts []partition) *sqlError {
-	if s.acceptDangerous {
+func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
+	if s.acceptDangerous || slices.ContainsFunc(filters, func(f reqFilter) bool { return f.auth }) {
 		return nil
 	}
 	var first *partition

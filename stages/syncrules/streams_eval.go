@@ -112,6 +112,18 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 	}
 }
 
+// filtersHold reports whether every request filter is true; one that
+// fails to evaluate does not hold.
+func filtersHold(fs []reqFilter, ctx *evalCtx) bool {
+	for _, f := range fs {
+		v, err := f.e.eval(ctx)
+		if err != nil || !v.truthy() {
+			return false
+		}
+	}
+	return true
+}
+
 // subscriptionParams converts a subscription's parameters as the service
 // does for subscription.parameter().
 func subscriptionParams(raw []byte) (map[string]Value, error) {
@@ -130,7 +142,13 @@ func subscriptionParams(raw []byte) (map[string]Value, error) {
 // request evaluates the stream's resolvers for one subscription (sub nil:
 // the default one).
 func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, why StreamReason, priority int, overridden bool) {
+	st.sub = sub
+	defer func() { st.sub = nil }()
+	ctx := &evalCtx{req: st}
 	for _, rv := range s.resolvers {
+		if !filtersHold(rv.filters, ctx) {
+			continue
+		}
 		vals := make([]Value, len(rv.parts))
 		hole, missing := -1, false
 		for i, p := range rv.parts {
