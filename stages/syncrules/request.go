@@ -55,6 +55,7 @@ type reqState struct {
 	userParams  map[string]Value
 	claims      map[string]Value // the JWT payload's top-level values (auth.parameter)
 	sub         map[string]Value // the stream subscription being evaluated (subscription.parameter)
+	subRaw      string           // its JSON (subscription.parameters())
 	params      jval
 }
 

@@ -32,11 +32,13 @@ import (
 //     and no lookup (unlike bucket_definitions).
 //
 // Supported so far: `query` or `queries` (queries of a stream with the
-// same request side share a bucket, named after the first), WHERE absent
-// or an AND of row-only predicates, `column = <request value>`, lookups
-// and request-only conditions (checked at request time); other forms (OR,
-// with:, functions on the partition side, IN with arrays, joins) are
-// rejected as not supported.
+// same request side share a bucket, named after the first), WHERE in any
+// AND/OR/NOT shape (expanded to OR-ed variants, numbered as PowerSync
+// does) whose factors are row-only predicates, `column = <request
+// value>`, lookups, or conditions on request values alone (checked at
+// request time); other forms (with:, functions on the partition side, IN
+// with arrays, joins, two subqueries in one variant) are rejected as not
+// supported.
 
 // stream is one entry of streams:.
 type stream struct {
@@ -58,9 +60,10 @@ type resolver struct {
 // reqFilter is a condition on request values alone, checked at request
 // time: the bucket is the request's only where it holds.
 type reqFilter struct {
-	e    expr
-	auth bool   // reads an authenticated value
-	text string // canonical text, for the request side's identity
+	e      expr
+	unauth bool   // reads a value the client chooses, and no authenticated one
+	pos    int    // in the query
+	text   string // canonical text, for the request side's identity
 }
 
 // partition is one bucket parameter's request side: a request value, or a
@@ -82,6 +85,9 @@ const (
 	srcAuthParam                   // auth.parameter(k): a JWT claim
 	srcConnParam                   // connection.parameter(k): the client's parameters
 	srcSubParam                    // subscription.parameter(k)
+	srcAuthParams                  // auth.parameters(): the JWT payload as JSON
+	srcConnParams                  // connection.parameters()
+	srcSubParams                   // subscription.parameters()
 )
 
 // streamReq is a request value a partition or lookup is keyed by.
@@ -99,12 +105,20 @@ func (r streamReq) String() string {
 		return "auth.parameter(" + strconv.Quote(r.key) + ")"
 	case srcConnParam:
 		return "connection.parameter(" + strconv.Quote(r.key) + ")"
+	case srcAuthParams:
+		return "auth.parameters()"
+	case srcConnParams:
+		return "connection.parameters()"
+	case srcSubParams:
+		return "subscription.parameters()"
 	}
 	return "subscription.parameter(" + strconv.Quote(r.key) + ")"
 }
 
 // unauth reports a value the client chooses freely.
-func (r streamReq) unauth() bool { return r.src == srcConnParam || r.src == srcSubParam }
+func (r streamReq) unauth() bool {
+	return r.src == srcConnParam || r.src == srcSubParam || r.src == srcConnParams || r.src == srcSubParams
+}
 
 // streamLookup is a subquery `SELECT out FROM table WHERE key = <request
 // value>`, evaluated at replication time into lookup entries.
@@ -240,14 +254,14 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 			continue
 		}
 		base := &queryBase{def: &definition{name: s.name, priority: s.priority}, label: labels[i], sql: n.Value, loc: locOf(n, ld.src)}
-		p, errs := sc.pending(s, base, len(pend))
+		ps, errs := sc.pendings(s, base, len(pend))
 		ld.sqlErrors(base, errs)
 		ld.queryWarnings(base)
-		if p == nil || len(errs) > 0 {
+		if len(errs) > 0 {
 			ok = false
 			continue
 		}
-		pend = append(pend, p)
+		pend = append(pend, ps...)
 	}
 	if !ok {
 		return nil
@@ -328,8 +342,9 @@ func (sc *streamCompiler) bucket(g []*pending) *definition {
 	return def
 }
 
-// pending compiles one query of stream s, its resolver number n.
-func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, []*sqlError) {
+// pendings compiles one query of stream s into its resolvers (one per
+// variant of its WHERE), numbered from n.
+func (sc *streamCompiler) pendings(s *stream, base *queryBase, n int) ([]*pending, []*sqlError) {
 	st, perr := parseStreamSelect(base.sql)
 	if perr != nil {
 		return nil, []*sqlError{perr}
@@ -345,28 +360,182 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, n int) (*pending, 
 	if st.from.alias != "" {
 		outName = st.from.alias
 	}
-	var rowFactors []node
-	var parts []partition
-	var filters []reqFilter
-	var errs []*sqlError
-	for _, f := range andFactors(st.where) {
-		p, isPart, err := sc.factor(f, outName)
-		switch {
-		case err == errRequestOnly:
-			flt, ferrs := requestFilter(base.sql, f)
-			errs = append(errs, ferrs...)
-			filters = append(filters, flt)
-		case err != nil:
-			errs = append(errs, err)
-		case isPart:
-			parts = append(parts, p)
-		default:
-			rowFactors = append(rowFactors, f)
-		}
+	terms, err := dnf(st.where)
+	if err != nil {
+		return nil, []*sqlError{err}
 	}
+	vs, errs := sc.variants(base.sql, terms, outName)
 	if len(errs) > 0 {
 		return nil, errs
 	}
+	var out []*pending
+	for i, v := range vs {
+		p, errs := sc.pending(s, base, st, table, outName, v, n+i)
+		if len(errs) > 0 {
+			return nil, errs
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// variant is one OR-ed way a query's WHERE holds: row conditions,
+// partitions and request conditions, all AND-ed.
+type variant struct {
+	rows    []node
+	parts   []partition
+	filters []reqFilter
+}
+
+// variants classifies the factors of each DNF term and orders the
+// variants as PowerSync numbers them: terms of two or more kinds of
+// factor (or two or more partitions) first, in DNF order; then the terms
+// of one partition, in order; then every term of request conditions
+// alone, merged into one variant (OR); then every term of row conditions
+// alone, merged likewise.
+func (sc *streamCompiler) variants(sql string, terms [][]node, outName string) ([]variant, []*sqlError) {
+	var multi, single []variant
+	var reqOnly, rowOnly []node
+	var errs []*sqlError
+	for _, t := range terms {
+		var v variant
+		var reqs []node
+		failed := false
+		for _, f := range t {
+			p, isPart, err := sc.factor(f, outName)
+			switch {
+			case err == errRequestOnly:
+				reqs = append(reqs, f)
+			case err != nil:
+				errs, failed = append(errs, err), true
+			case isPart:
+				v.parts = append(v.parts, p)
+			default:
+				v.rows = append(v.rows, f)
+			}
+		}
+		kinds := len(v.parts)
+		if len(v.rows) > 0 {
+			kinds++
+		}
+		if len(reqs) > 0 {
+			kinds++
+		}
+		switch {
+		case failed:
+			continue
+		case kinds >= 2 || kinds == 0 || len(terms) == 1:
+			if len(reqs) > 0 {
+				flt, ferrs := requestFilter(sql, andOf(reqs))
+				errs = append(errs, ferrs...)
+				v.filters = []reqFilter{flt}
+			}
+			multi = append(multi, v)
+		case len(v.parts) == 1:
+			single = append(single, v)
+		case len(reqs) > 0:
+			reqOnly = append(reqOnly, andOf(reqs))
+		default:
+			rowOnly = append(rowOnly, andOf(v.rows))
+		}
+	}
+	out := append(multi, single...)
+	if len(reqOnly) > 0 {
+		flt, ferrs := requestFilter(sql, orOf(reqOnly))
+		errs = append(errs, ferrs...)
+		out = append(out, variant{filters: []reqFilter{flt}})
+	}
+	if len(rowOnly) > 0 {
+		out = append(out, variant{rows: []node{orOf(rowOnly)}})
+	}
+	return out, errs
+}
+
+// andOf and orOf join nodes with AND and OR.
+func andOf(ns []node) node { return joinNodes(ns, "AND") }
+func orOf(ns []node) node  { return joinNodes(ns, "OR") }
+
+func joinNodes(ns []node, op string) node {
+	n := ns[0]
+	for _, m := range ns[1:] {
+		n = &binaryNode{pos: m.position(), op: op, l: n, r: m, start: n.position()}
+	}
+	return n
+}
+
+// maxTerms bounds the OR-ed variants a query's WHERE may expand to.
+const maxTerms = 100
+
+// dnf turns a WHERE into a disjunction of conjunctions, NOT pushed down
+// to the leaves (De Morgan): (a OR b) AND (c OR d) gives a∧c, a∧d, b∧c,
+// b∧d. nil gives one empty term.
+func dnf(n node) ([][]node, *sqlError) {
+	switch n := n.(type) {
+	case nil:
+		return [][]node{{}}, nil
+	case *binaryNode:
+		switch n.op {
+		case "OR":
+			l, err := dnf(n.l)
+			if err != nil {
+				return nil, err
+			}
+			r, err := dnf(n.r)
+			if err != nil {
+				return nil, err
+			}
+			return capTerms(append(l, r...), n)
+		case "AND":
+			l, err := dnf(n.l)
+			if err != nil {
+				return nil, err
+			}
+			r, err := dnf(n.r)
+			if err != nil {
+				return nil, err
+			}
+			var out [][]node
+			for _, a := range l {
+				for _, b := range r {
+					out = append(out, append(slices.Clone(a), b...))
+				}
+			}
+			return capTerms(out, n)
+		}
+	case *unaryNode:
+		if n.op == "NOT" {
+			switch x := n.x.(type) {
+			case *unaryNode:
+				if x.op == "NOT" {
+					return dnf(x.x)
+				}
+			case *binaryNode:
+				notL := &unaryNode{pos: n.pos, op: "NOT", x: x.l}
+				notR := &unaryNode{pos: n.pos, op: "NOT", x: x.r}
+				switch x.op {
+				case "AND":
+					return dnf(&binaryNode{pos: x.pos, op: "OR", l: notL, r: notR, start: n.pos})
+				case "OR":
+					return dnf(&binaryNode{pos: x.pos, op: "AND", l: notL, r: notR, start: n.pos})
+				}
+			}
+		}
+	}
+	return [][]node{{n}}, nil
+}
+
+func capTerms(terms [][]node, at node) ([][]node, *sqlError) {
+	if len(terms) > maxTerms {
+		return nil, &sqlError{pos: at.position(), msg: "For Sync Streams, inner OR operators need to be moved up to be top-level filters. " +
+			"Applying that to this query results in too many inner nodes."}
+	}
+	return terms, nil
+}
+
+// pending compiles one variant of a query of stream s, its resolver
+// number n.
+func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, table tableRef, outName string, v variant, n int) (*pending, []*sqlError) {
+	rowFactors, parts, filters := v.rows, v.parts, v.filters
 	if lookups := slices.DeleteFunc(slices.Clone(parts), func(p partition) bool { return p.lookup == nil }); len(lookups) > 1 {
 		return nil, []*sqlError{{pos: lookups[1].pos, msg: "a stream query with more than one subquery is not supported yet"}}
 	}
@@ -415,7 +584,9 @@ func requestFilter(sql string, f node) (reqFilter, []*sqlError) {
 	if len(c.errs) > 0 || cl.kind == ckErr {
 		return reqFilter{}, c.errs
 	}
-	return reqFilter{e: cl.e, auth: cl.use&useAuth != 0, text: nodeText(sql, f)}, nil
+	// A condition that also reads an authenticated value is not flagged
+	// (PowerSync's rule), though it does not vouch for the partitions.
+	return reqFilter{e: cl.e, unauth: cl.use&useUnauth != 0 && cl.use&useAuth == 0, pos: f.position(), text: nodeText(sql, f)}, nil
 }
 
 // instantiation is the request side of a query's partitions, in order,
@@ -549,6 +720,15 @@ func requestValue(n node) (streamReq, bool) {
 		return streamReq{src: srcConnParam, key: key}, true
 	case c.schema == "subscription" && c.name == "parameter" && len(c.args) == 1:
 		return streamReq{src: srcSubParam, key: key}, true
+	case c.name == "parameters" && len(c.args) == 0:
+		switch c.schema {
+		case "auth":
+			return streamReq{src: srcAuthParams}, true
+		case "connection":
+			return streamReq{src: srcConnParams}, true
+		case "subscription":
+			return streamReq{src: srcSubParams}, true
+		}
 	}
 	return streamReq{}, false
 }
@@ -648,22 +828,27 @@ func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *
 // dangerous is PowerSync's warning for a stream whose buckets depend only
 // on values the client chooses.
 func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
-	if s.acceptDangerous || slices.ContainsFunc(filters, func(f reqFilter) bool { return f.auth }) {
+	if s.acceptDangerous {
 		return nil
 	}
-	var first *partition
-	for i := range parts {
-		if !parts[i].req.unauth() {
-			return nil // an authenticated value constrains the buckets
+	pos := -1
+	for _, p := range parts {
+		if !p.req.unauth() {
+			return nil // an authenticated partition constrains the buckets
 		}
-		if first == nil {
-			first = &parts[i]
+		if pos < 0 {
+			pos = p.pos
 		}
 	}
-	if first == nil {
+	for _, f := range filters {
+		if f.unauth && pos < 0 {
+			pos = f.pos
+		}
+	}
+	if pos < 0 {
 		return nil
 	}
-	return &sqlError{pos: first.pos, msg: "Clients can send any value for this unauthenticated parameter, so this is unsuitable for authorization. " +
+	return &sqlError{pos: pos, msg: "Clients can send any value for this unauthenticated parameter, so this is unsuitable for authorization. " +
 		"Consider further constraining this with an authenticated parameter."}
 }
 

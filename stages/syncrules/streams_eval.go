@@ -95,7 +95,7 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.Stream != s.name {
 				continue
 			}
-			params, err := subscriptionParams(sub.Parameters)
+			params, raw, err := subscriptionParams(sub.Parameters)
 			if err != nil {
 				plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: i, Message: err.Error()})
 				continue
@@ -104,9 +104,11 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.OverridePriority >= 0 {
 				p = sub.OverridePriority
 			}
+			st.subRaw = raw
 			s.request(plan, st, params, StreamReason{Stream: s.name, Subscription: i}, p, sub.OverridePriority >= 0)
 		}
 		if def {
+			st.subRaw = "{}"
 			s.request(plan, st, nil, StreamReason{Stream: s.name, Subscription: -1}, s.priority, false)
 		}
 	}
@@ -126,17 +128,19 @@ func filtersHold(fs []reqFilter, ctx *evalCtx) bool {
 
 // subscriptionParams converts a subscription's parameters as the service
 // does for subscription.parameter().
-func subscriptionParams(raw []byte) (map[string]Value, error) {
+// The second result is their JSON as subscription.parameters() reads it
+// (JSONBig's re-serialization, as for request.parameters()).
+func subscriptionParams(raw []byte) (map[string]Value, string, error) {
 	out := map[string]Value{}
 	if len(raw) == 0 {
-		return out, nil
+		return out, "{}", nil
 	}
 	doc, err := parseJSON(string(raw))
 	if err != nil || doc.k != jObj {
-		return nil, fmt.Errorf("subscription parameters must be a JSON object: %w", orSyntax(err))
+		return nil, "", fmt.Errorf("subscription parameters must be a JSON object: %w", orSyntax(err))
 	}
 	fillParams(out, &doc)
-	return out, nil
+	return out, string(appendJSONBig(nil, &doc, true)), nil
 }
 
 // request evaluates the stream's resolvers for one subscription (sub nil:
@@ -216,6 +220,12 @@ func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
 		v, ok = s.userParams[r.key]
 	case srcSubParam:
 		v, ok = sub[r.key]
+	case srcAuthParams:
+		return Text(s.rawClaims)
+	case srcConnParams:
+		return Text(s.rawParams)
+	case srcSubParams:
+		return Text(s.subRaw)
 	}
 	if !ok {
 		return Null()

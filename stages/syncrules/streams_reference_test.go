@@ -9,10 +9,12 @@ import (
 // `streams:`): every case of testdata/reference/streams.jsonl is evaluated
 // by syncpipe and by the reference compiler (see TestReferenceCompiler), and
 // each case whose normalized answers differ is reported with both answers.
-// The corpus covers the first slice of streams syncpipe compiles: one query
-// per stream, SELECT * or aliased columns from one table, and WHERE factors
-// that are row-only, column = request value, or column IN a one-table
-// subquery on a request value; plus the YAML errors around them.
+// The corpus covers the forms syncpipe compiles (streams.go): query and
+// queries (merged and shared buckets), SELECT * or aliased columns from
+// one table, WHERE in any AND/OR/NOT shape whose factors are row-only,
+// column = request value, a column IN a one-table subquery on a request
+// value, or conditions on request values alone; subscriptions, defaults
+// and priorities; and the YAML errors around them.
 func TestReferenceStreams(t *testing.T) {
 	ref := requireReference(t)
 	cases := loadRefCases(t, "streams.jsonl")
