@@ -35,10 +35,11 @@ import (
 // same request side share a bucket, named after the first), WHERE in any
 // AND/OR/NOT shape (expanded to OR-ed variants, numbered as PowerSync
 // does) whose factors are row-only predicates, `column = <request
-// value>`, lookups, or conditions on request values alone (checked at
-// request time); other forms (with:, functions on the partition side, IN
-// with arrays, joins, two subqueries in one variant) are rejected as not
-// supported.
+// value>`, `column IN <request value>` (a JSON array: a bucket per
+// element), lookups, or conditions on request values alone (checked at
+// request time); other forms (with:, functions on the partition side,
+// arrays in rows, joins, two subqueries in one variant) are rejected as
+// not supported.
 
 // stream is one entry of streams:.
 type stream struct {
@@ -72,9 +73,12 @@ type partition struct {
 	req    streamReq
 	also   []streamReq // more request values the column is compared with: all must be equal
 	lookup *streamLookup
-	hash   uint32 // streamHash of the row expression: the order of parameters
-	col    string // row column
-	pos    int    // of the factor in the query, for the row-side filter
+	// array: the request value is an array (column IN <value>), a bucket
+	// per element.
+	array bool
+	hash  uint32 // streamHash of the row expression: the order of parameters
+	col   string // row column
+	pos   int    // of the factor in the query, for the row-side filter
 }
 
 // reqSource is where a stream request value comes from.
@@ -608,6 +612,9 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		if p.lookup != nil {
 			fmt.Fprintf(&b, "lookup %d", p.lookup.index)
 		}
+		if p.array {
+			b.WriteString("[]")
+		}
 		b.WriteByte(0)
 	}
 	return b.String()
@@ -623,8 +630,8 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 			out = append(out, p)
 			continue
 		}
-		if p.lookup != nil || out[i].lookup != nil {
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery and with another value is not supported yet"}
+		if p.lookup != nil || out[i].lookup != nil || p.array || out[i].array {
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery or an array and with another value is not supported yet"}
 		}
 		out[i].also = append(out[i].also, p.req)
 	}
@@ -656,6 +663,11 @@ func (sc *streamCompiler) factor(f node, outName string) (partition, bool, *sqlE
 				return partition{req: req, col: col, hash: streamHash("?", col), pos: b.start}, true, nil
 			}
 		case "IN":
+			if col, ok := rowColumn(b.l, outName); ok {
+				if req, ok := requestValue(b.r); ok { // column IN <request array>
+					return partition{req: req, col: col, array: true, hash: streamHash("?", col), pos: b.start}, true, nil
+				}
+			}
 			if sub, ok := b.r.(*subqueryNode); ok {
 				col, ok := rowColumn(b.l, outName)
 				if !ok {

@@ -1,6 +1,7 @@
 package syncrules
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -153,41 +154,134 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		if !filtersHold(rv.filters, ctx) {
 			continue
 		}
-		vals := make([]Value, len(rv.parts))
-		hole, missing := -1, false
-		for i, p := range rv.parts {
-			v := st.streamValue(p.req, sub)
-			if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
-				missing = true // no bucket, no lookup
-				break
-			}
-			if p.lookup != nil {
-				hole = i
-			}
-			vals[i] = v
-		}
-		if missing {
+		lists, err := st.partValues(rv.parts, sub)
+		if err != nil {
+			plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: why.Subscription,
+				Message: "Error evaluating bucket ids: " + err.Error()})
 			continue
 		}
-		if hole < 0 {
-			b := append([]byte(rv.bucket.prefix), '[')
-			for i, v := range vals {
-				if i > 0 {
-					b = append(b, ',')
+		hole := slices.IndexFunc(rv.parts, func(p partition) bool { return p.lookup != nil })
+		for vals := range product(lists) {
+			if hole < 0 {
+				b := append([]byte(rv.bucket.prefix), '[')
+				for i, v := range vals {
+					if i > 0 {
+						b = append(b, ',')
+					}
+					b, _ = appendParamValue(b, v)
 				}
-				b, _ = appendParamValue(b, v)
+				plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority,
+					Reasons: []StreamReason{why}, overridden: overridden})
+				continue
 			}
-			plan.Static = append(plan.Static, BucketRef{ID: string(append(b, ']')), Definition: s.name, Priority: priority,
-				Reasons: []StreamReason{why}, overridden: overridden})
+			lk := rv.parts[hole].lookup
+			key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
+			key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
+			key, _ = appendLookupValue(key, vals[hole])
+			plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
+				stream: &streamUse{def: rv.bucket, vals: slices.Clone(vals), hole: hole, why: why, priority: priority, overridden: overridden}})
+		}
+	}
+}
+
+// partValues returns each partition's request values: one, or an array's
+// elements. A NULL (or missing) value, an empty array, or request values
+// that differ where they must be equal give no lists (no bucket, no
+// lookup, no error); a value that is not an array where one is wanted is
+// an error.
+func (st *reqState) partValues(parts []partition, sub map[string]Value) ([][]Value, error) {
+	lists := make([][]Value, len(parts))
+	for i, p := range parts {
+		v := st.streamValue(p.req, sub)
+		if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
+			return nil, nil
+		}
+		if !p.array {
+			lists[i] = []Value{v}
 			continue
 		}
-		lk := rv.parts[hole].lookup
-		key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
-		key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
-		key, _ = appendLookupValue(key, vals[hole])
-		plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
-			stream: &streamUse{def: rv.bucket, vals: vals, hole: hole, why: why, priority: priority, overridden: overridden}})
+		elems, err := jsonEachValues(v)
+		if err != nil || len(elems) == 0 {
+			return nil, err
+		}
+		lists[i] = elems
 	}
+	return lists, nil
+}
+
+// product yields every combination of one value from each list (nothing
+// when a list is nil). The slice it yields is reused.
+func product(lists [][]Value) func(yield func([]Value) bool) {
+	return func(yield func([]Value) bool) {
+		if lists == nil {
+			return
+		}
+		vals := make([]Value, len(lists))
+		var walk func(i int) bool
+		walk = func(i int) bool {
+			if i == len(lists) {
+				return yield(vals)
+			}
+			for _, v := range lists[i] {
+				vals[i] = v
+				if !walk(i + 1) {
+					return false
+				}
+			}
+			return true
+		}
+		walk(0)
+	}
+}
+
+// jsonEachValues expands a request value used as an array (`column IN
+// <value>`) as PowerSync's json_each does: TEXT holding JSON — an array's
+// elements, an object's values, a scalar itself; JSON null elements are
+// skipped, booleans are 1/0, nested arrays and objects are their JSON
+// text; a number is an error, as is TEXT that is not JSON.
+func jsonEachValues(v Value) ([]Value, error) {
+	switch v.kind {
+	case KindInteger, KindReal:
+		return nil, fmt.Errorf("Expected json_each to be called with a string, got %s", textOf(v))
+	case KindText:
+	default:
+		return nil, nil
+	}
+	doc, err := parseJSON(v.s)
+	if err != nil {
+		return nil, errors.New("Expected JSON string")
+	}
+	var items []jval
+	switch doc.k {
+	case jNull:
+		return nil, nil
+	case jArr:
+		items = doc.arr
+	case jObj:
+		items = doc.vals
+	default:
+		items = []jval{doc}
+	}
+	var out []Value
+	for i := range items {
+		el := &items[i]
+		switch el.k {
+		case jNull:
+		case jBool:
+			out = append(out, Bool(el.b))
+		case jStr:
+			out = append(out, Text(el.s))
+		case jNum:
+			if f := el.numFloat(); isSafeIntegral(f) {
+				out = append(out, Int(int64(f)))
+			} else {
+				out = append(out, Real(f))
+			}
+		default:
+			out = append(out, Text(string(appendJSONBigOpt(nil, el, true, true))))
+		}
+	}
+	return out, nil
 }
 
 // allEqual reports whether every request value in also equals v, as a
