@@ -37,6 +37,11 @@ SELECT min(r.low) FROM op_reservations r
 WHERE r.group_id = $1 AND EXISTS (
   SELECT 1 FROM pg_stat_activity a WHERE a.pid = r.pid AND a.backend_start = r.backend_start)`
 
+// clearStatusSQL makes the next read of pg_stat_activity in the
+// transaction see the current backends: PostgreSQL reads that list once
+// per transaction, at its first use.
+const clearStatusSQL = `SELECT pg_stat_clear_snapshot()`
+
 // dropDeadSQL removes claims of connections that no longer exist.
 const dropDeadSQL = `
 DELETE FROM op_reservations r
@@ -219,7 +224,10 @@ func (g *groupCommit) decide(s *Store, tail *pgx.Batch) error {
 	g.cp = Checkpoint{GroupID: g.group, OpID: candidate, LSN: g.lsn, LSNText: lsn}
 	payload, _ := json.Marshal(g.cp)
 	tail.Queue("SELECT pg_notify($1, $2)", s.NotifyChannel(), string(payload))
-	// Claims of dead connections are ignored above; forget them.
+	// Claims of dead connections are ignored above; forget them. The
+	// backend list liveLowSQL read is this transaction's: a writer whose
+	// connection opened since, and that claimed ids since, is not in it.
+	tail.Queue(clearStatusSQL)
 	tail.Queue(dropDeadSQL, g.group)
 	s.queuePrune(tail, g.group, candidate)
 	g.published = true
