@@ -69,8 +69,10 @@ type reqFilter struct {
 // partition is one bucket parameter's request side: a request value, or a
 // lookup whose stored output rows give the value.
 type partition struct {
-	req    streamReq
-	also   []streamReq // more request values the column is compared with: all must be equal
+	req streamReq
+	// also are more request values the column is compared with: all must
+	// be equal (to the value, or to a lookup's result).
+	also   []streamReq
 	lookup *streamLookup
 	// array: the request value is an array (column IN <value>), a bucket
 	// per element.

@@ -76,7 +76,8 @@ type streamUse struct {
 	hole       int
 	why        StreamReason
 	priority   int
-	overridden bool // priority is a subscription's override
+	overridden bool    // priority is a subscription's override
+	equals     []Value // values the stored output must equal (the column also compared with them)
 }
 
 // requestStreams adds the buckets and lookups of the streams the request
@@ -178,8 +179,12 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 			key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
 			key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
 			key, _ = appendLookupValue(key, vals[hole])
+			equals := make([]Value, len(rv.parts[hole].also))
+			for i, r := range rv.parts[hole].also {
+				equals[i] = st.streamValue(r, sub)
+			}
 			plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
-				stream: &streamUse{def: rv.bucket, vals: slices.Clone(vals), hole: hole, why: why, priority: priority, overridden: overridden}})
+				stream: &streamUse{def: rv.bucket, vals: slices.Clone(vals), hole: hole, equals: equals, why: why, priority: priority, overridden: overridden}})
 		}
 	}
 }
@@ -193,7 +198,7 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value) ([][]Val
 	lists := make([][]Value, len(parts))
 	for i, p := range parts {
 		v := st.streamValue(p.req, sub)
-		if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
+		if v.IsNull() || v.kind == KindBlob || p.lookup == nil && !st.allEqual(v, p.also, sub) {
 			return nil, nil
 		}
 		if !p.array {
@@ -300,6 +305,19 @@ func (s *reqState) allEqual(v Value, also []streamReq, sub map[string]Value) boo
 	return true
 }
 
+// allParamsEqual reports whether v equals each of vs as a bucket
+// parameter (a NULL one equals nothing).
+func allParamsEqual(v Value, vs []Value) bool {
+	want, _ := appendParamValue(nil, v)
+	for _, e := range vs {
+		got, _ := appendParamValue(nil, e)
+		if e.IsNull() || string(got) != string(want) {
+			return false
+		}
+	}
+	return true
+}
+
 // streamValue is a stream request value for this request and
 // subscription: NULL when absent.
 func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
@@ -347,11 +365,15 @@ func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error
 		if j < 0 {
 			continue
 		}
+		out := obj.vals[j].storedValue()
+		if !allParamsEqual(out, u.equals) {
+			continue
+		}
 		b := append([]byte(u.def.prefix), '[')
 		ok := true
 		for k, v := range u.vals {
 			if k == u.hole {
-				v = obj.vals[j].storedValue()
+				v = out
 			}
 			if k > 0 {
 				b = append(b, ',')

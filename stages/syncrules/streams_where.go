@@ -288,7 +288,8 @@ func instantiation(parts []partition, filters []reqFilter) string {
 }
 
 // mergeSameColumn makes one partition of a column compared with several
-// request values, as PowerSync does: the bucket needs them all equal.
+// request values, as PowerSync does: the bucket needs them all equal —
+// and, with a subquery, equal to the subquery's result.
 func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 	var out []partition
 	for _, p := range parts {
@@ -297,10 +298,16 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 			out = append(out, p)
 			continue
 		}
-		if p.lookup != nil || out[i].lookup != nil || p.array || out[i].array {
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery or an array and with another value is not supported yet"}
+		switch {
+		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with an array, or with two subqueries, and with another value is not supported yet"}
+		case p.lookup != nil: // the subquery's partition, which must also equal the value
+			p.also = append(p.also, out[i].req)
+			p.also = append(p.also, out[i].also...)
+			out[i] = p
+		default:
+			out[i].also = append(out[i].also, p.req)
 		}
-		out[i].also = append(out[i].also, p.req)
 	}
 	return out, nil
 }
