@@ -64,9 +64,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("connect to the source database: %w", err)
 	}
 	_, err = todos.Load(ctx, conn, size)
-	var version string
+	var version, list string
 	if err == nil {
 		err = conn.QueryRow(ctx, "SELECT current_setting('server_version')").Scan(&version)
+	}
+	if err == nil {
+		// A list of the demo's user, to subscribe to its todos.
+		err = conn.QueryRow(ctx, "SELECT coalesce(min(id::text), '') FROM lists WHERE owner_id = $1", demoUser).Scan(&list)
 	}
 	_ = conn.Close(context.Background())
 	if err != nil {
@@ -135,23 +139,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer api.shutdown(time.Second)
-	token, err := mintToken(cfg.API.Auth, "demo-user", 24*time.Hour)
+	token, err := mintToken(cfg.API.Auth, demoUser, 24*time.Hour)
 	if err != nil {
 		return err
 	}
 	endpoint := "http://" + api.Addr()
 	fmt.Fprintf(stdout, `syncpipe demo: snapshot done in %s: %d ops in %d buckets (%.0f rows/s); now streaming changes.
 
-  Sync API  %s   (token for user "demo-user", valid 24h below)
-  Connect the real PowerSync client (@powersync/node, installed from npm):
+  Sync API  %s   (token for user %q, valid 24h below)
+  The rules are Sync Streams (%s): the user's lists sync by default,
+  a list's todos once the app subscribes to list_todos with its list_id.
+  Connect the real PowerSync client (@powersync/node, installed from npm) and subscribe:
     (cd testdata/client && npm ci --no-audit --no-fund) && \
+    echo '{"cmd":"subscribe","stream":"list_todos","params":{"list_id":"%s"}}' | \
     testdata/client/node_modules/.bin/node testdata/client/sync.mjs --endpoint %s --token %s
   Or watch the raw protocol:
-    curl -sN -H 'Authorization: Token %s' -d '{"raw_data":true}' %s/sync/stream | head -c 600
-  Change the source:  psql '%s' -c "UPDATE todos SET completed = true WHERE list_id = (SELECT id FROM lists LIMIT 1)"
+    curl -sN -H 'Authorization: Token %s' -d '{"raw_data":true,"streams":{"subscriptions":[{"stream":"list_todos","parameters":{"list_id":"%s"}}]}}' %s/sync/stream | head -c 600
+  Change the source:  psql '%s' -c "UPDATE todos SET completed = true WHERE list_id = '%s'"
   See the new ops:    psql '%s' -c "SELECT op_id, op, bucket_name, object_id FROM syncpipe.bucket_data ORDER BY op_id DESC LIMIT 5"
 `, elapsed.Round(time.Millisecond), ops, buckets, float64(size.Lists+size.Todos)/elapsed.Seconds(),
-		endpoint, endpoint, token, token, endpoint, cluster.URI("app"), cluster.URI("syncpipe"))
+		endpoint, demoUser, filepath.Join(cluster.Dir(), "rules.yaml"), list, endpoint, token, token, list, endpoint,
+		cluster.URI("app"), list, cluster.URI("syncpipe"))
 
 	if *exit {
 		return nil
@@ -173,7 +181,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // themselves); they disappear with the cluster.
 func writeDemoFiles(c *pgcluster.Cluster) (string, error) {
 	rules := filepath.Join(c.Dir(), "rules.yaml")
-	if err := os.WriteFile(rules, []byte(todos.Rules), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(todos.StreamRules), 0o644); err != nil {
 		return "", fmt.Errorf("write demo rules: %w", err)
 	}
 	cfg := fmt.Sprintf(`# written by syncpipe demo
@@ -186,7 +194,6 @@ api:
   auth:
     audience: [syncpipe]
     hs256_secrets: [%q]
-  max_buckets_per_connection: 5000   # the sample rules give everyone every list: 1 001 buckets
 telemetry:   {metrics_listen: "", tracing: {exporter: none}}
 `, c.URI("app"), c.URI("syncpipe"), randomSecret())
 	path := filepath.Join(c.Dir(), "syncpipe.yaml")
@@ -195,6 +202,10 @@ telemetry:   {metrics_listen: "", tracing: {exporter: none}}
 	}
 	return path, nil
 }
+
+// demoUser is the user the demo's token is for: the owner of every
+// hundredth list of the sample data (todos.Load).
+const demoUser = "user1"
 
 func randomSecret() string {
 	b := make([]byte, 24)

@@ -55,6 +55,11 @@ func TestDemoStopsAndCleansUpOnInterrupt(t *testing.T) {
 	if !strings.Contains(out.String(), "5 lists, 50 todos loaded") {
 		t.Fatalf("demo did not report the load:\n%s", out.String())
 	}
+	// The demo serves Sync Streams and says how to subscribe to a list
+	// of its user's.
+	if !regexp.MustCompile(`"stream":"list_todos","params":\{"list_id":"[0-9a-f-]{36}"\}`).MatchString(out.String()) {
+		t.Fatalf("demo did not print how to subscribe to one of its user's lists:\n%s", out.String())
+	}
 	if dir == "" {
 		t.Fatalf("demo did not print its data dir:\n%s", out.String())
 	}

@@ -43,6 +43,21 @@ const Rules = `bucket_definitions:
       - SELECT * FROM todos WHERE list_id = bucket.list_id
 `
 
+// StreamRules are the same data as Sync Streams (edition 3), what the demo
+// serves: a user's own lists by default, and the todos of one of them once
+// the app subscribes to it (db.syncStream('list_todos', {list_id})).
+const StreamRules = `config:
+  edition: 3
+streams:
+  my_lists:
+    auto_subscribe: true
+    query: SELECT * FROM lists WHERE owner_id = auth.user_id()
+  list_todos:
+    query: >-
+      SELECT * FROM todos WHERE list_id = subscription.parameter('list_id')
+      AND list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id())
+`
+
 // Size says how much data to generate.
 type Size struct {
 	Lists int
