@@ -28,7 +28,8 @@ streams:
 // checkpoint lists the connection's streams and each bucket's
 // subscriptions, and the data lines hold the user's lists (the default
 // stream) and the subscribed list's todos — with priority 1 from the
-// subscription's override.
+// subscription's override; a subscription to a stream the rules do not
+// define is listed with an error, and the rest is served.
 func TestRunServesStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
@@ -47,7 +48,8 @@ func TestRunServesStreams(t *testing.T) {
 		(SELECT count(*) FROM lists WHERE owner_id = 'user1') FROM lists l WHERE owner_id <> 'user1' ORDER BY id LIMIT 1`).Scan(&list, &listTodos, &userLists); err != nil {
 		t.Fatal(err)
 	}
-	body := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"list_todos","parameters":{"list_id":%q},"override_priority":1}]}}`, list)
+	body := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"list_todos","parameters":{"list_id":%q},"override_priority":1},
+		{"stream":"nope","parameters":null,"override_priority":null}]}}`, list)
 	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), body)
 	var cp struct {
 		Checkpoint struct {
@@ -87,9 +89,10 @@ func TestRunServesStreams(t *testing.T) {
 		}
 	}
 	c := cp.Checkpoint
-	if len(c.Streams) != 2 || c.Streams[0].Name != "my_lists" || !c.Streams[0].IsDefault || c.Streams[1].Name != "list_todos" || c.Streams[1].IsDefault ||
-		len(c.Streams[0].Errors)+len(c.Streams[1].Errors) != 0 {
-		t.Errorf("checkpoint streams: %+v, want my_lists (default) and list_todos, no errors", c.Streams)
+	if len(c.Streams) != 3 || c.Streams[0].Name != "my_lists" || !c.Streams[0].IsDefault || c.Streams[1].Name != "list_todos" || c.Streams[1].IsDefault ||
+		len(c.Streams[0].Errors)+len(c.Streams[1].Errors) != 0 || c.Streams[2].Name != "nope" || len(c.Streams[2].Errors) != 1 ||
+		!strings.Contains(string(c.Streams[2].Errors[0]), `{"subscription":1,"message":"unknown stream \"nope\"`) {
+		t.Errorf("checkpoint streams: %+v, want my_lists (default), list_todos, and nope with an error on subscription 1", c.Streams)
 	}
 	want := map[string]string{"1#my_lists|0[\"user1\"]": `[{"default":0}] priority 3`, "1#list_todos|0[\"" + list + "\"]": `[{"sub":0}] priority 1`}
 	if len(c.Buckets) != len(want) {

@@ -51,11 +51,12 @@ type stack struct {
 
 func startStack(t *testing.T, ctx context.Context, size todos.Size) *stack {
 	t.Helper()
-	return startStackRules(t, ctx, size, todos.Rules)
+	return startStackRules(t, ctx, size, todos.Rules, 0)
 }
 
-// startStackRules is startStack with other sync rules.
-func startStackRules(t *testing.T, ctx context.Context, size todos.Size, rules string) *stack {
+// startStackRules is startStack with other sync rules and, if > 0, the
+// sync API's keepalive interval (token_expires_in lines).
+func startStackRules(t *testing.T, ctx context.Context, size todos.Size, rules string, keepalive time.Duration) *stack {
 	t.Helper()
 	s := &stack{source: pgtest.NewDB(t), storage: pgtest.NewDB(t)}
 	s.src = pgtest.Connect(t, s.source)
@@ -104,6 +105,7 @@ sync_rules:
 			MaxLifetime:  time.Hour,
 		},
 		MaxBucketsPerConnection: 1000,
+		KeepaliveInterval:       keepalive,
 		SourceLSN: func(ctx context.Context) (pglogrepl.LSN, error) {
 			var lsn string
 			if err := srcPool.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&lsn); err != nil {

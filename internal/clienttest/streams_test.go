@@ -27,7 +27,8 @@ streams:
 // todos); db.syncStream('list_todos', {list_id}).subscribe() brings that
 // list's todos — waitForFirstSync resolves, so the checkpoint lines'
 // streams and subscriptions are what the client expects; changes to the
-// list converge; unsubscribeAll() removes them again. The SDK validates
+// list converge; unsubscribeAll() removes them again, and so does
+// unsubscribe() once the subscription's TTL expired. The SDK validates
 // every checksum throughout (a mismatch fails the driver).
 func TestRealClientStreams(t *testing.T) {
 	t.Parallel()
@@ -37,7 +38,9 @@ func TestRealClientStreams(t *testing.T) {
 	requireClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := startStackRules(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 2}, streamRules)
+	// Keepalives every second: the client drops expired subscriptions
+	// when one arrives.
+	s := startStackRules(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 2}, streamRules, time.Second)
 
 	c := startClient(t, s.endpoint, mintToken(t, "user3", 30*time.Minute))
 	ev := c.expect("first_sync", 3*time.Minute)
@@ -74,6 +77,19 @@ func TestRealClientStreams(t *testing.T) {
 	c.expect("unsubscribed", 90*time.Second)
 	waitN("unsubscribed", "SELECT count(*) FROM todos", 0)
 	waitN("lists kept", "SELECT count(*) FROM lists", wantLists)
+
+	// unsubscribe() with a TTL: the todos stay until it expires, then go.
+	var other string
+	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id <> 'user3' AND id::text <> $1 ORDER BY id LIMIT 1`, list).Scan(&other); err != nil {
+		t.Fatal(err)
+	}
+	params = map[string]any{"list_id": other}
+	c.send(map[string]any{"cmd": "subscribe", "stream": "list_todos", "params": params, "ttl": 2})
+	c.expect("subscribed", 90*time.Second)
+	waitN("subscribed with a TTL", "SELECT count(*) FROM todos", s.count(t, ctx, "SELECT count(*) FROM todos WHERE list_id = '"+other+"'"))
+	c.send(map[string]any{"cmd": "unsubscribe", "stream": "list_todos", "params": params})
+	c.expect("unsubscribed", 90*time.Second)
+	waitN("TTL expired", "SELECT count(*) FROM todos", 0)
 	c.exit()
 }
 
@@ -91,7 +107,7 @@ func TestRealClientCheckpointRequests(t *testing.T) {
 	requireClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, streamRules)
+	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, streamRules, 0)
 	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--checkpoint-mode", "requests")
 	c.expect("first_sync", 3*time.Minute)
 	for i := range 3 {

@@ -23,6 +23,10 @@
 //                                              db.syncStream(NAME, params).subscribe()
 //                                              and its waitForFirstSync(), answered
 //                                              {"event":"subscribed"}
+//   optional "ttl" (seconds) on subscribe
+//   {"cmd":"unsubscribe","stream":NAME,"params":{...}}
+//                                              unsubscribe() of the handles subscribe made
+//                                              (the TTL starts), answered {"event":"unsubscribed"}
 //   {"cmd":"unsubscribe_all","stream":NAME,"params":{...}}
 //                                              that stream's unsubscribeAll(), answered
 //                                              {"event":"unsubscribed"}
@@ -204,10 +208,10 @@ async function main() {
         break;
       }
       case 'subscribe': {
-        // The handle is kept for the process's life: dropping it would
-        // start the subscription's TTL.
-        const sub = await db.syncStream(cmd.stream, cmd.params ?? null).subscribe();
-        subscriptions.push(sub);
+        // The handle is kept until an unsubscribe command: dropping it
+        // would start the subscription's TTL.
+        const sub = await db.syncStream(cmd.stream, cmd.params ?? null).subscribe(cmd.ttl ? { ttl: cmd.ttl } : undefined);
+        subscriptions.push({ key: JSON.stringify([cmd.stream, cmd.params ?? null]), sub });
         await sub.waitForFirstSync(AbortSignal.timeout(cmd.timeout_ms ?? 60000));
         emit({ event: 'subscribed' });
         break;
@@ -216,6 +220,13 @@ async function main() {
         const req = await db.requestCheckpoint();
         await req.waitForSync({ signal: AbortSignal.timeout(cmd.timeout_ms ?? 60000) });
         emit({ event: 'checkpoint_synced' });
+        break;
+      }
+      case 'unsubscribe': {
+        // The handles of that stream and parameters: their TTL starts.
+        const key = JSON.stringify([cmd.stream, cmd.params ?? null]);
+        for (const s of subscriptions.filter((s) => s.key === key)) s.sub.unsubscribe();
+        emit({ event: 'unsubscribed' });
         break;
       }
       case 'unsubscribe_all':

@@ -37,7 +37,7 @@ func writeEveryLine(t *testing.T, lw *lineWriter, f lineFormat) {
 	// Sync Streams: the streams and each bucket's subscriptions.
 	streams := newStreamsInfo(&syncrules.RequestPlan{
 		Streams:      []syncrules.StreamState{{Name: "lists", Default: true}, {Name: "todos"}},
-		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "bad"}, {Stream: "lists", Subscription: -1, Message: "x"}}})
+		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "bad"}, {Stream: "lists", Subscription: -1, Message: "x"}}}, nil, nil)
 	sb := []bucketEntry{{name: "1#lists|0[]", checksum: 1, count: 1, priority: 3, reasons: []syncrules.StreamReason{{Stream: "lists", Subscription: -1}}},
 		{name: "1#todos|0[\"a\"]", checksum: 2, count: 2, priority: 0, reasons: []syncrules.StreamReason{{Stream: "todos", Subscription: 0}, {Stream: "lists", Subscription: -1}}}}
 	must(lw.checkpoint(false, 44, 0, sb, nil, streams))

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -391,10 +392,27 @@ type streamsInfo struct {
 	index  map[string]int
 }
 
-func newStreamsInfo(plan *syncrules.RequestPlan) *streamsInfo {
+// A subscription to a stream the rules do not define is listed too, with
+// an error on it (PowerSync ignores it silently, leaving the app's
+// subscription inactive with no reason given).
+func newStreamsInfo(plan *syncrules.RequestPlan, req *syncrules.StreamsRequest, defined []string) *streamsInfo {
 	si := &streamsInfo{states: plan.Streams, errs: plan.StreamErrors, index: make(map[string]int, len(plan.Streams))}
 	for i, st := range plan.Streams {
 		si.index[st.Name] = i
+	}
+	if req == nil {
+		return si
+	}
+	for i, sub := range req.Subscriptions {
+		if slices.Contains(defined, sub.Stream) {
+			continue
+		}
+		if _, listed := si.index[sub.Stream]; !listed {
+			si.index[sub.Stream] = len(si.states)
+			si.states = append(slices.Clip(si.states), syncrules.StreamState{Name: sub.Stream})
+		}
+		si.errs = append(slices.Clip(si.errs), syncrules.StreamError{Stream: sub.Stream, Subscription: i,
+			Message: fmt.Sprintf("unknown stream %q: the sync rules define %s", sub.Stream, strings.Join(defined, ", "))})
 	}
 	return si
 }

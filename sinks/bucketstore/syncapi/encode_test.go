@@ -258,7 +258,7 @@ func TestCheckpointStreams(t *testing.T) {
 	lw := startStream(rec, httptest.NewRequest("POST", "/sync/stream", nil), writeTimeout)
 	si := newStreamsInfo(&syncrules.RequestPlan{
 		Streams:      []syncrules.StreamState{{Name: "lists", Default: true}, {Name: "todos"}},
-		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "Expected JSON string"}}})
+		StreamErrors: []syncrules.StreamError{{Stream: "todos", Subscription: 1, Message: "Expected JSON string"}}}, nil, nil)
 	b := []bucketEntry{{name: "1#todos|0[\"a\"]", checksum: 2, count: 2, priority: 0,
 		reasons: []syncrules.StreamReason{{Stream: "todos", Subscription: 0}, {Stream: "lists", Subscription: -1}}}}
 	for _, err := range []error{lw.checkpoint(false, 5, 0, b, nil, si), lw.checkpoint(true, 6, 0, b, []string{"x"}, si), lw.checkpoint(false, 7, 0, b, nil, nil)} {

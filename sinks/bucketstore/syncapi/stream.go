@@ -370,7 +370,7 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 		c.group, c.plan, c.evaluated = cp.GroupID, plan, false
 		c.streams = nil
 		if rules.StreamsLine() > 0 {
-			c.streams = newStreamsInfo(plan)
+			c.streams = newStreamsInfo(plan, c.req.streams, rules.StreamNames())
 		}
 		c.keys = make([][]byte, len(plan.Lookups))
 		for i := range plan.Lookups {
