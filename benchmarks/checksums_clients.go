@@ -97,14 +97,19 @@ func p5Token(user string) (string, error) {
 	}).SignedString([]byte(p5Secret))
 }
 
-// runP5Client opens a sync stream for user over HTTP and reports the
-// checkpoint lines it reads until ctx ends. It claims to hold the global
+// runP5Client opens a sync stream for user over HTTP (with streams, the
+// request's streams object) and reports the checkpoint lines it reads
+// until ctx ends. It claims to hold the global
 // bucket up to globalAfter, as a client that synced it before would, so
 // that 100 clients do not each download 200 MB first.
-func runP5Client(ctx context.Context, url, user, global string, globalAfter int64, rec *p5Arrivals) {
+func runP5Client(ctx context.Context, url, user, global string, globalAfter int64, streams map[string]any, rec *p5Arrivals) {
 	err := func() error {
-		resp, err := openSyncStream(ctx, http.DefaultClient, url, user, map[string]any{"raw_data": true, "client_id": user,
-			"buckets": []map[string]string{{"name": global, "after": strconv.FormatInt(globalAfter, 10)}}})
+		body := map[string]any{"raw_data": true, "client_id": user,
+			"buckets": []map[string]string{{"name": global, "after": strconv.FormatInt(globalAfter, 10)}}}
+		if streams != nil {
+			body["streams"] = streams
+		}
+		resp, err := openSyncStream(ctx, http.DefaultClient, url, user, body)
 		if err != nil {
 			return err
 		}

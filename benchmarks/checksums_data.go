@@ -24,6 +24,22 @@ bucket_definitions:
       - SELECT id, list_id, description FROM todos WHERE list_id = bucket.list_id
 `
 
+// checksumStreamRules are checksumRules as Sync Streams: the global
+// documents by default, a list's todos for a subscription with its id if
+// the user owns the list.
+const checksumStreamRules = `
+config:
+  edition: 3
+streams:
+  global:
+    auto_subscribe: true
+    query: SELECT id, payload FROM docs
+  list:
+    query: >-
+      SELECT id, list_id, description FROM todos WHERE list_id = subscription.parameter('list_id')
+      AND list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id())
+`
+
 // p5Data is the P5 data set written straight into bucket storage through
 // a bucketstore Writer (no source database: the scenario measures the read
 // side, and the driver's commit time is then exact).
@@ -36,11 +52,15 @@ type p5Data struct {
 }
 
 func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptions) (*p5Data, error) {
-	g, err := store.CreateGroup(ctx, checksumRules, "bench_")
+	text := checksumRules
+	if opt.Streams {
+		text = checksumStreamRules
+	}
+	g, err := store.CreateGroup(ctx, text, "bench_")
 	if err != nil {
 		return nil, err
 	}
-	rules, err := syncrules.Parse([]byte(checksumRules), syncrules.Options{GroupID: strconv.Itoa(g.ID)})
+	rules, err := syncrules.Parse([]byte(text), syncrules.Options{GroupID: strconv.Itoa(g.ID)})
 	if err != nil {
 		return nil, fmt.Errorf("parse P5 rules: %w", err)
 	}
@@ -93,12 +113,30 @@ func (d *p5Data) payload(i, version int) string {
 	return head + strings.Repeat("lorem ipsum ", max(d.opt.RowBytes-len(head), 0)/12+1)[:max(d.opt.RowBytes-len(head), 0)]
 }
 
-func p5User(u int) string        { return fmt.Sprintf("user-%03d", u) }
-func p5List(u, l int) string     { return fmt.Sprintf("list-%03d-%03d", u, l) }
-func p5Todo(u, l, t int) string  { return fmt.Sprintf("todo-%03d-%03d-%d", u, l, t) }
-func p5Doc(i int) string         { return fmt.Sprintf("doc-%06d", i) }
-func (d *p5Data) global() string { return fmt.Sprintf("%d#global[]", d.group) }
-func (d *p5Data) users() int     { return d.opt.Clients }
+func p5User(u int) string       { return fmt.Sprintf("user-%03d", u) }
+func p5List(u, l int) string    { return fmt.Sprintf("list-%03d-%03d", u, l) }
+func p5Todo(u, l, t int) string { return fmt.Sprintf("todo-%03d-%03d-%d", u, l, t) }
+func p5Doc(i int) string        { return fmt.Sprintf("doc-%06d", i) }
+func (d *p5Data) global() string {
+	if d.opt.Streams {
+		return fmt.Sprintf("%d#global|0[]", d.group)
+	}
+	return fmt.Sprintf("%d#global[]", d.group)
+}
+
+// subscriptions is user u's request streams object: a subscription to
+// each of the user's lists (nil without streams).
+func (d *p5Data) subscriptions(u int) map[string]any {
+	if !d.opt.Streams {
+		return nil
+	}
+	subs := make([]map[string]any, d.opt.ListsPerUser)
+	for l := range subs {
+		subs[l] = map[string]any{"stream": "list", "parameters": map[string]string{"list_id": p5List(u, l)}}
+	}
+	return map[string]any{"include_defaults": true, "subscriptions": subs}
+}
+func (d *p5Data) users() int { return d.opt.Clients }
 func (d *p5Data) rowsTotal() int {
 	return d.opt.GlobalRows + d.users()*d.opt.ListsPerUser*(1+d.opt.TodosPerList)
 }

@@ -5,15 +5,26 @@ import (
 	"time"
 )
 
-// TestChecksumsSmoke runs the P5 scenario at a tiny scale: it must
+// TestChecksumsSmoke runs the P5 scenario at a tiny scale, on bucket
+// definitions and on Sync Streams: it must
 // complete in all three modes (change records on, off, and on in a
 // syncpipe child), every client must complete every checkpoint, with
 // change records a checkpoint costs at most one checksum query per changed
 // bucket, and the child's peak RSS is reported. No timing is asserted.
 func TestChecksumsSmoke(t *testing.T) {
+	for _, streams := range []bool{false, true} {
+		t.Run(map[bool]string{false: "bucket definitions", true: "sync streams"}[streams], func(t *testing.T) {
+			checksumsSmoke(t, streams)
+		})
+	}
+}
+
+// checksumsSmoke is TestChecksumsSmoke on bucket definitions or, with
+// streams, on Sync Streams (clients subscribe to each of their lists).
+func checksumsSmoke(t *testing.T, streams bool) {
 	ctx, h := smokeHarness(t, 5*time.Minute)
 	opt := ChecksumsOptions{GlobalRows: 2000, RowBytes: 200, Clients: 5, ListsPerUser: 20, TodosPerList: 1,
-		Ticks: 3, Warmup: 1, TodosPerTick: 1, Harness: h}
+		Ticks: 3, Warmup: 1, TodosPerTick: 1, Harness: h, Streams: streams}
 	res, figs, err := runChecksums(ctx, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ var registry = []Scenario{
 	{Name: "streaming", Spec: "P3", Describe: "streaming 200k updates vs a decode-only consumer; replication lag at 5k changes/s", Run: runStreamingScenario},
 	{Name: "drain", Spec: "P4", Describe: "a new client draining every bucket through POST /sync/stream", Run: runDrainScenario},
 	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
+	{Name: "checksums-streams", Spec: "P5-streams", Describe: "P5 on Sync Streams: 100 clients × 10 subscriptions to a parameterised stream", Run: runChecksumsStreamsScenario},
 	{Name: "load", Spec: "Load", Describe: "1,000 sync connections while 5k changes/s stream in: commit → checkpoint_complete, RSS, memory per idle connection", Run: runLoadScenario},
 	{Name: "compaction", Spec: "P8", Describe: "a bucket of rows updated many times: storage size and a new client's drain before and after compaction", Run: runCompactionScenario},
 	{Name: "compaction-load", Spec: "P8", Describe: "compaction running while 2,000 changes/s stream in and 20 clients sync: replication lag with and without it, checksum failures", Run: runCompactionLoadScenario},
@@ -211,6 +212,20 @@ func runChecksumsScenario(ctx context.Context, p Params) (Result, error) {
 		return Result{}, err
 	}
 	opt := ChecksumsPreset(p.Scale)
+	if p.Rows > 0 {
+		opt.GlobalRows = p.Rows
+	}
+	opt.Log, opt.Harness = p.Log, p.Harness
+	return RunChecksums(ctx, opt)
+}
+
+// runChecksumsStreamsScenario runs P5 on Sync Streams
+// (ChecksumsStreamsPreset).
+func runChecksumsStreamsScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := ChecksumsStreamsPreset(p.Scale)
 	if p.Rows > 0 {
 		opt.GlobalRows = p.Rows
 	}
