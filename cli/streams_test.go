@@ -29,7 +29,8 @@ streams:
 // subscriptions, and the data lines hold the user's lists (the default
 // stream) and the subscribed list's todos — with priority 1 from the
 // subscription's override; a subscription to a stream the rules do not
-// define is listed with an error, and the rest is served.
+// define is listed with an error, and the rest is served; with defaults
+// off, only the subscription's bucket.
 func TestRunServesStreams(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
@@ -106,5 +107,22 @@ func TestRunServesStreams(t *testing.T) {
 	}
 	if rows["lists"] != userLists || rows["todos"] != listTodos {
 		t.Errorf("data: %v, want %d lists and %d todos", rows, userLists, listTodos)
+	}
+
+	// Defaults off: the subscription's bucket alone.
+	body = fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":false,"subscriptions":[{"stream":"list_todos","parameters":{"list_id":%q}}]}}`, list)
+	s = openRawStreamWith(t, ctx, e.api, e.token("user1"), body)
+	for {
+		l, open := <-s.lines
+		if !open {
+			t.Fatal("the stream ended before its checkpoint")
+		}
+		if strings.HasPrefix(l, `{"checkpoint":`) {
+			if !strings.Contains(l, `"buckets":[{"bucket":"1#list_todos|0[\"`+list+`\"]"`) || strings.Contains(l, "my_lists|0") ||
+				!strings.Contains(l, `"streams":[{"name":"list_todos","is_default":false,"errors":[]}]`) {
+				t.Errorf("defaults off: %s, want list_todos' bucket and stream only", l)
+			}
+			break
+		}
 	}
 }
