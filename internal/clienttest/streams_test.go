@@ -9,20 +9,8 @@ import (
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
-// streamRules are Sync Streams over the todos data set: the user's lists
-// by default, and the todos of one list when the app subscribes to it.
-const streamRules = `config:
-  edition: 3
-streams:
-  my_lists:
-    auto_subscribe: true
-    query: SELECT * FROM lists WHERE owner_id = auth.user_id()
-  list_todos:
-    accept_potentially_dangerous_queries: true
-    query: SELECT * FROM todos WHERE list_id = subscription.parameter('list_id')
-`
-
-// TestRealClientStreams: the unmodified SDK on Sync Streams. Its first
+// TestRealClientStreams: the unmodified SDK on Sync Streams (the demo's,
+// todos.StreamRules). Its first
 // sync brings the auto-subscribed stream only (the user's lists, no
 // todos); db.syncStream('list_todos', {list_id}).subscribe() brings that
 // list's todos — waitForFirstSync resolves, so the checkpoint lines'
@@ -40,7 +28,8 @@ func TestRealClientStreams(t *testing.T) {
 	defer cancel()
 	// Keepalives every second: the client drops expired subscriptions
 	// when one arrives.
-	s := startStackRules(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 2}, streamRules, time.Second)
+	// 120 lists: user3 owns two of them (todos.Load gives list i to user i%100).
+	s := startStackRules(t, ctx, todos.Size{Lists: 120, Todos: 600, Seed: 2}, todos.StreamRules, time.Second)
 
 	c := startClient(t, s.endpoint, mintToken(t, "user3", 30*time.Minute))
 	ev := c.expect("first_sync", 3*time.Minute)
@@ -48,9 +37,9 @@ func TestRealClientStreams(t *testing.T) {
 	if ev.Lists == nil || ev.Todos == nil || *ev.Lists != wantLists || wantLists == 0 || *ev.Todos != 0 {
 		t.Fatalf("first sync: %s, want %d lists (the user's) and no todos", ev.raw, wantLists)
 	}
-	// A list of another user: the stream does not check ownership.
+	// A list of the user's (list_todos checks ownership).
 	var list string
-	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id <> 'user3' ORDER BY id LIMIT 1`).Scan(&list); err != nil {
+	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id = 'user3' ORDER BY id LIMIT 1`).Scan(&list); err != nil {
 		t.Fatal(err)
 	}
 	inList := "SELECT count(*) FROM todos WHERE list_id = '" + list + "'"
@@ -80,7 +69,7 @@ func TestRealClientStreams(t *testing.T) {
 
 	// unsubscribe() with a TTL: the todos stay until it expires, then go.
 	var other string
-	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id <> 'user3' AND id::text <> $1 ORDER BY id LIMIT 1`, list).Scan(&other); err != nil {
+	if err := s.src.QueryRow(ctx, `SELECT id::text FROM lists WHERE owner_id = 'user3' AND id::text <> $1 ORDER BY id LIMIT 1`, list).Scan(&other); err != nil {
 		t.Fatal(err)
 	}
 	params = map[string]any{"list_id": other}
@@ -107,7 +96,7 @@ func TestRealClientCheckpointRequests(t *testing.T) {
 	requireClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, streamRules, 0)
+	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, todos.StreamRules, 0)
 	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--checkpoint-mode", "requests")
 	c.expect("first_sync", 3*time.Minute)
 	for i := range 3 {
