@@ -1,0 +1,1124 @@
+package syncrules
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The case generator of TestReferenceStreams: random Sync Streams rules
+// (edition 3) within the subset syncpipe compiles (streams.go), rows for
+// their tables and sync requests with streams objects. It is seeded like
+// generateCases (reference_gen_test.go): a seed always yields the same
+// cases (for the same skip list).
+//
+// What it draws:
+//   - 1–3 streams of distinct names (integer-like ones too, which
+//     JavaScript orders first), each with `query` or `queries` (1–3),
+//     `auto_subscribe`, `priority` and `accept_potentially_dangerous_queries`
+//     present or not; a query is sometimes repeated by another stream, so
+//     buckets are shared;
+//   - queries `SELECT *` or a column list with aliases from one table,
+//     optionally aliased, WHERE absent or an AND/OR/NOT tree (NOT only above
+//     row and request conditions, never directly above another NOT) of
+//     factors: row-only predicates (column <op> literal, IS [NOT] NULL,
+//     column = column), `column = <request value>` (either side), `column
+//     IN <request value>` (an array claim or parameter), `column IN (SELECT
+//     c FROM t WHERE k = <request value>)` (at most one per OR-ed term, its
+//     column compared with nothing else there) and conditions on request
+//     values alone;
+//   - tables of 3–6 columns (id TEXT, duplicates included), values TEXT,
+//     INTEGER, REAL (integral ones too) and NULL from a small pool so that
+//     rows and requests meet and partitions collide; parameter-table rows
+//     for the subqueries;
+//   - requests: always a `sub` claim (syncpipe's API refuses a token
+//     without one), some of the claims and connection parameters the
+//     queries read (strings, numbers, booleans, arrays, objects, null,
+//     missing), and a streams object or none: include_defaults
+//     true/false/absent, 0–3 subscriptions to the case's streams or an
+//     unknown one, parameters with the keys read or others or null,
+//     override_priority null or 0–3.
+//
+// Not drawn (outside the subset): with:, edition 2, functions on a
+// partition's column side, `<value> IN column`, joins, several streams of
+// one name, requests without sub. NOT (NOT (NOT x)) is not drawn either:
+// the reference compiler crashes on it ("DNF transformation did not have
+// inner type as base").
+
+// knownDiff is a difference between syncpipe and the reference compiler
+// found by this generator, inside the subset: the generator leaves out the
+// shape that shows it while it is in the skip list (streamKnownDiffs).
+type knownDiff uint
+
+const (
+	// diffNotEqual: PowerSync reads `a != b` as NOT (a = b), which holds
+	// when a or b is NULL (its NOT is "not true"); syncpipe's `!=` is
+	// SQL's, NULL there. Rows with a NULL column and requests with a
+	// missing claim differ (`WHERE team != 't1'`, `WHERE
+	// auth.parameter('role') != 'admin'`), and `a != b` does not share a
+	// bucket with NOT (a = b). Skipped: `!=` in row predicates and request
+	// conditions on values that may be missing.
+	diffNotEqual knownDiff = 1 << iota
+	// diffNegationSpelling: PowerSync normalizes negations before it
+	// compares request sides and row sides — NOT (x IS NULL) is x IS NOT
+	// NULL, a != b is NOT (a = b) — so two spellings of one condition in
+	// two queries of a stream (`auth.user_id() != 'u1'`, `NOT
+	// (auth.user_id() = 'u1')`) share a bucket there (and draw one
+	// warning, see diffMergedWarning); syncpipe compares their text and
+	// makes two. Skipped: IS [NOT] NULL, != and auth.user_id() conditions
+	// under a NOT.
+	diffNegationSpelling
+	// diffFactorOrder: PowerSync's request side (the request conditions
+	// of a variant) and row side (its row conditions) are its conditions
+	// in its order, which puts the factors an AND gets from its ORs before
+	// its own (a AND (b OR c) gives b AND a, c AND a); syncpipe keeps them
+	// left to right (a AND b) and sorts row conditions. So variants merge
+	// or share buckets differently: `r = 1 AND (r = 'u' OR n = id) AND
+	// (team = NULL OR r = 'u')` merges two variants in syncpipe only, and
+	// `a = 1 AND b = 2` in one stream shares `b = 2 AND a = 1`'s bucket
+	// in syncpipe only. Skipped: cases where the two orders make
+	// different variants alike (orderAgrees).
+	diffFactorOrder
+	// diffArrayAndValue: a column compared with a request array and with
+	// another value in one OR-ed term (`c IN auth.parameter('a') AND c =
+	// auth.user_id()`, or the same array twice) compiles in PowerSync (an
+	// intersection) and is refused by syncpipe as not supported yet: a
+	// feature of its own. Skipped: such terms (diffMissingValue's filter
+	// leaves them out too).
+	diffArrayAndValue
+	// diffDuplicateVariant: syncpipe merges the variants of a stream with
+	// the same request side into one bucket whose row side is the list of
+	// theirs, duplicates kept, so two identical variants (a query listed
+	// twice in queries, or an OR giving one term twice, as NOT ((a AND b
+	// AND b) OR c) does) make a bucket of their own instead of sharing
+	// the one of the same single variant elsewhere (another stream, or
+	// another variant of the stream); PowerSync drops the duplicate.
+	// Skipped: a query repeated within one stream, a term repeated within
+	// one WHERE.
+	diffDuplicateVariant
+	// diffBoolEquals: a column compared with two request values in one
+	// term is one partition that needs them equal; syncpipe takes a
+	// boolean claim for 1/0 there (true equals 1), PowerSync compares the
+	// JSON values (true differs from 1, false from 0). Skipped: a column
+	// compared with two request values in one term.
+	diffBoolEquals
+	// diffMergedWarning: PowerSync warns about unauthenticated parameters
+	// once per merged resolver (queries of a stream with the same request
+	// side share one), at the first query; syncpipe warns for each query.
+	// Skipped: two queries of a stream without
+	// accept_potentially_dangerous_queries: true that may both warn.
+	diffMergedWarning
+	// diffMissingValue: syncpipe stops at a variant's first NULL, missing
+	// or empty partition value, so with several partitions in one term a
+	// lookup is not queried (PowerSync queries it) and a request value
+	// that is not an array is not reported as a stream error (PowerSync
+	// reports it). Skipped: terms with an array or subquery partition and
+	// another partition.
+	diffMissingValue
+	// diffSubqueryVariantOrder: PowerSync numbers a term that is a
+	// subquery alone (a join plus its condition) among the terms of
+	// several factors, before single partitions; syncpipe numbers it as a
+	// single partition, so the buckets of `a IN arr OR b IN (SELECT ...)`
+	// or `b IN (SELECT ...) OR (x = 1 AND c = auth.user_id())` are
+	// numbered differently. Skipped: a lone-subquery term among others.
+	diffSubqueryVariantOrder
+	// diffLookupOrder: PowerSync numbers lookups in the file's order of
+	// streams; syncpipe in JavaScript's key order (integer-like names
+	// first), so a file with stream `a` then `'7'` numbers their lookups
+	// differently. Skipped: rules with subqueries list integer-like stream
+	// names first, in ascending order.
+	diffLookupOrder
+)
+
+// knownDiffs is a set of knownDiff.
+type knownDiffs knownDiff
+
+func (k knownDiffs) has(d knownDiff) bool { return knownDiff(k)&d != 0 }
+
+// streamKnownDiffs is the skip list of the default run: remove a
+// difference once syncpipe answers like the reference for its shape
+// (check with -reference.streamsall, which generates them all).
+const streamKnownDiffs = knownDiffs(diffNotEqual | diffNegationSpelling | diffFactorOrder |
+	diffArrayAndValue | diffDuplicateVariant | diffBoolEquals | diffMergedWarning | diffMissingValue |
+	diffSubqueryVariantOrder | diffLookupOrder)
+
+// streamGenFamilies name what a case stresses; the name of a generated case
+// ends with its family.
+var streamGenFamilies = []string{"global", "partition", "array", "subquery", "reqfilter", "or", "multi"}
+
+// generateStreamCases generates n stream cases from seed, leaving out the
+// shapes of the known differences in skip.
+func generateStreamCases(seed uint64, n int, skip knownDiffs) []refCase {
+	s := &sgen{gen: &gen{r: rand.New(rand.NewPCG(seed, 0x57e4a45))}, skip: skip}
+	out := make([]refCase, 0, n)
+	for i := 0; i < n; i++ {
+		fam := streamGenFamilies[i%len(streamGenFamilies)]
+		c := s.streamCase(fam)
+		c.Name = fmt.Sprintf("streams seed %d #%d %s", seed, i, fam)
+		out = append(out, c)
+	}
+	return out
+}
+
+// sgen is the stream generator's state; the fields after skip are the
+// current case's.
+type sgen struct {
+	*gen
+	skip   knownDiffs
+	fam    string
+	w      factorWeights
+	tables map[string][]string // the case's tables: columns, id first
+	used   map[string]bool     // request keys read: "auth:k", "conn:k", "sub:k"
+	names  []string            // stream names
+}
+
+// sfKind is the kind of a WHERE factor.
+type sfKind uint8
+
+const (
+	sfRow sfKind = iota // row-only predicate
+	sfEq                // column = <request value>
+	sfArr               // column IN <request value>
+	sfSub               // column IN (subquery)
+	sfReq               // request-only condition
+)
+
+// sfactor is one factor of a generated WHERE.
+type sfactor struct {
+	sql    string
+	kind   sfKind
+	col    string // the row column of a partition
+	bare   bool   // a bare call: NOT needs no parentheses
+	auth   bool   // reads auth.*
+	unauth bool   // reads connection.* or subscription.*
+	key    string // identity: the same for factors that PowerSync compiles alike
+}
+
+func (f *sfactor) partition() bool { return f.kind == sfEq || f.kind == sfArr || f.kind == sfSub }
+
+// snode is a node of a generated WHERE: a factor or AND/OR/NOT.
+type snode struct {
+	op   string
+	kids []*snode
+	f    *sfactor
+}
+
+// squery is a generated query and the OR-ed terms of its WHERE.
+type squery struct {
+	sql   string
+	side  string       // table, output name and columns
+	terms [][]*sfactor // as syncpipe orders them (sdnf)
+	ps    [][]*sfactor // as PowerSync orders them (psdnf)
+}
+
+// variants are the identities of the query's OR-ed terms.
+func (q squery) variants() []string {
+	if len(q.terms) == 0 {
+		return []string{q.side}
+	}
+	out := make([]string, len(q.terms))
+	for i, t := range q.terms {
+		out[i] = q.side + "\x01" + termID(t)
+	}
+	return out
+}
+
+// mayWarn reports whether a term of q may draw the unauthenticated
+// parameter warning: no partition reads auth.*, and a factor reads a value
+// the client chooses.
+func (q squery) mayWarn() bool {
+	for _, t := range q.terms {
+		auth := slices.ContainsFunc(t, func(f *sfactor) bool { return f.partition() && f.auth })
+		if !auth && slices.ContainsFunc(t, func(f *sfactor) bool { return f.unauth }) {
+			return true
+		}
+	}
+	return false
+}
+
+func (q squery) hasSubquery() bool {
+	for _, t := range q.terms {
+		if slices.ContainsFunc(t, func(f *sfactor) bool { return f.kind == sfSub }) {
+			return true
+		}
+	}
+	return false
+}
+
+// factorWeights are a family's odds of each factor kind.
+type factorWeights [5]int
+
+var familyWeights = map[string]factorWeights{
+	"global":    {10, 0, 0, 0, 0},
+	"partition": {3, 8, 0, 0, 1},
+	"array":     {3, 3, 7, 0, 1},
+	"subquery":  {3, 3, 1, 6, 1},
+	"reqfilter": {3, 3, 1, 1, 7},
+	"or":        {5, 5, 2, 2, 4},
+	"multi":     {4, 5, 2, 2, 2},
+}
+
+// Source tables (the queries' FROM) and parameter tables (subqueries').
+var (
+	streamTables = map[string][]string{
+		"items": {"owner", "team", "list_id", "status", "score"},
+		"docs":  {"owner", "team", "kind", "n", "note"},
+	}
+	paramTables = map[string][]string{
+		"members": {"user_id", "team", "list_id", "role"},
+		"teams":   {"code", "team", "owner"},
+	}
+	streamNames = []string{"lists", "my_items", "team_docs", "a", "b", "by_id", "7", "0", "12"}
+)
+
+// sstream is a generated stream.
+type sstream struct {
+	name    string
+	opts    []string // option lines
+	accept  bool     // accept_potentially_dangerous_queries: true
+	queries []squery
+	list    bool // queries: rather than query:
+}
+
+// streamCase draws one case of family fam.
+func (s *sgen) streamCase(fam string) refCase {
+	s.fam, s.w = fam, familyWeights[fam]
+	for {
+		s.tables = map[string][]string{}
+		s.used = map[string]bool{}
+		streams := s.streams()
+		if s.skip.has(diffFactorOrder) && !orderAgrees(streams) {
+			continue
+		}
+		return s.caseOf(streams)
+	}
+}
+
+// streams draws the streams of a case.
+func (s *sgen) streams() []*sstream {
+	fam := s.fam
+	nStreams := 1
+	switch {
+	case fam == "multi":
+		nStreams = 2 + s.r.IntN(2)
+	case s.chance(0.3):
+		nStreams = 2
+	}
+	names := slices.Clone(streamNames)
+	s.r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	s.names = names[:nStreams]
+	var streams []*sstream
+	var all []squery // every query so far, for sharing
+	subs := false
+	for _, name := range s.names {
+		st := &sstream{name: name}
+		s.streamOptions(st)
+		nq := 1
+		if fam == "multi" || s.chance(0.25) {
+			nq = 1 + s.r.IntN(3)
+		}
+		st.list = nq > 1 || s.chance(0.15)
+		for len(st.queries) < nq {
+			var q squery
+			if len(all) > 0 && s.chance(0.2) {
+				q = all[s.r.IntN(len(all))]
+			} else {
+				q = s.query()
+			}
+			if s.skip.has(diffDuplicateVariant) && slices.ContainsFunc(st.queries, func(o squery) bool {
+				return slices.ContainsFunc(o.variants(), func(v string) bool { return slices.Contains(q.variants(), v) })
+			}) {
+				continue
+			}
+			if s.skip.has(diffMergedWarning) && !st.accept && q.mayWarn() && slices.ContainsFunc(st.queries, squery.mayWarn) {
+				continue
+			}
+			st.queries = append(st.queries, q)
+			subs = subs || q.hasSubquery()
+		}
+		all = append(all, st.queries...)
+		streams = append(streams, st)
+	}
+	if subs && s.skip.has(diffLookupOrder) {
+		// YAML order = JavaScript's key order.
+		slices.SortStableFunc(streams, func(a, b *sstream) int {
+			ai, aok := arrayIndexKey(a.name)
+			bi, bok := arrayIndexKey(b.name)
+			switch {
+			case aok && bok:
+				return int(ai - bi)
+			case aok:
+				return -1
+			case bok:
+				return 1
+			}
+			return 0
+		})
+	}
+	return streams
+}
+
+// caseOf renders the streams and draws rows and requests.
+func (s *sgen) caseOf(streams []*sstream) refCase {
+	var b strings.Builder
+	b.WriteString("config:\n  edition: 3\nstreams:\n")
+	for _, st := range streams {
+		s.renderStream(&b, st)
+	}
+	c := refCase{Rules: b.String()}
+	tabs := make([]string, 0, len(s.tables))
+	for t := range s.tables {
+		tabs = append(tabs, t)
+	}
+	slices.Sort(tabs)
+	for _, t := range tabs {
+		for range 3 + s.r.IntN(4) {
+			c.Rows = append(c.Rows, s.row(t))
+		}
+	}
+	s.r.Shuffle(len(c.Rows), func(i, j int) { c.Rows[i], c.Rows[j] = c.Rows[j], c.Rows[i] })
+	for range 4 + s.r.IntN(3) {
+		c.Requests = append(c.Requests, s.request())
+	}
+	return c
+}
+
+// orderAgrees reports whether syncpipe and PowerSync see the same variants
+// alike: within a stream, variants with the same partitions have the same
+// request side in both (PowerSync's is its request conditions in its
+// order, syncpipe's in its own); across the case, variants with the same
+// table, columns and partition columns have the same row side in both
+// (PowerSync's is its row conditions in its order, syncpipe's the set).
+func orderAgrees(streams []*sstream) bool {
+	type variant struct {
+		stream                                    int
+		parts, rowKey, rowSP, rowPS, reqSP, reqPS string
+	}
+	keys := func(t []*sfactor, kind sfKind, sorted bool) string {
+		var ks []string
+		for _, f := range t {
+			if f.kind == kind || kind == sfEq && f.partition() {
+				ks = append(ks, f.key)
+			}
+		}
+		if sorted {
+			slices.Sort(ks)
+		}
+		return strings.Join(ks, "\x00")
+	}
+	var vs []variant
+	for i, st := range streams {
+		for _, q := range st.queries {
+			if len(q.terms) == 0 {
+				vs = append(vs, variant{stream: i, rowKey: q.side})
+				continue
+			}
+			ps := map[string][]*sfactor{}
+			for _, t := range q.ps {
+				ps[termID(t)] = t
+			}
+			for _, t := range q.terms {
+				p := ps[termID(t)]
+				var cols []string
+				for _, f := range t {
+					if f.partition() {
+						cols = append(cols, f.col)
+					}
+				}
+				slices.Sort(cols)
+				vs = append(vs, variant{stream: i, parts: keys(t, sfEq, true), rowKey: q.side + "\x01" + strings.Join(cols, ","),
+					rowSP: keys(t, sfRow, true), rowPS: keys(p, sfRow, false), reqSP: keys(t, sfReq, false), reqPS: keys(p, sfReq, false)})
+			}
+		}
+	}
+	for i, a := range vs {
+		for _, b := range vs[i+1:] {
+			if a.stream == b.stream && a.parts == b.parts && (a.reqSP == b.reqSP) != (a.reqPS == b.reqPS) {
+				return false
+			}
+			if a.rowKey == b.rowKey && (a.rowSP == b.rowSP) != (a.rowPS == b.rowPS) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// streamOptions draws a stream's options but its query.
+func (s *sgen) streamOptions(st *sstream) {
+	if s.chance(0.6) {
+		st.opts = append(st.opts, "    auto_subscribe: "+s.pick("true", "true", "false")+"\n")
+	}
+	if s.chance(0.4) {
+		st.opts = append(st.opts, "    priority: "+s.pick("0", "1", "2", "3")+"\n")
+	}
+	if s.chance(0.35) {
+		v := s.pick("true", "true", "false")
+		st.accept = v == "true"
+		st.opts = append(st.opts, "    accept_potentially_dangerous_queries: "+v+"\n")
+	}
+}
+
+// renderStream writes one stream entry, its keys in random order.
+func (s *sgen) renderStream(b *strings.Builder, st *sstream) {
+	if _, ok := arrayIndexKey(st.name); ok {
+		fmt.Fprintf(b, "  %s:\n", s.pick("'"+st.name+"'", `"`+st.name+`"`))
+	} else {
+		fmt.Fprintf(b, "  %s:\n", st.name)
+	}
+	q := ""
+	if st.list {
+		q = "    queries:\n"
+		for _, x := range st.queries {
+			q += "      - " + yamlQuery(x.sql) + "\n"
+		}
+	} else {
+		q = "    query: " + yamlQuery(st.queries[0].sql) + "\n"
+	}
+	lines := append(slices.Clone(st.opts), q)
+	s.r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
+	for _, l := range lines {
+		b.WriteString(l)
+	}
+}
+
+// useTable adds a table to the case, with id and 2–5 of its columns.
+func (s *sgen) useTable(name string, pool map[string][]string) []string {
+	if cols, ok := s.tables[name]; ok {
+		return cols
+	}
+	all := pool[name]
+	n := 2 + s.r.IntN(len(all)-1)
+	idx := s.r.Perm(len(all))[:n]
+	slices.Sort(idx)
+	cols := []string{"id"}
+	for _, i := range idx {
+		cols = append(cols, all[i])
+	}
+	s.tables[name] = cols
+	return cols
+}
+
+// query draws one stream query.
+func (s *sgen) query() squery {
+	table := s.pick("items", "docs")
+	cols := s.useTable(table, streamTables)
+	alias := ""
+	if s.chance(0.2) {
+		alias = s.pick("t", "x", "it")
+	}
+	ref := func(c string) string {
+		switch {
+		case alias != "" && s.chance(0.5):
+			return alias + "." + c
+		case alias == "" && s.chance(0.15):
+			return table + "." + c
+		}
+		return c
+	}
+	sel, side := "*", "*"
+	if s.chance(0.5) {
+		parts := []string{ref("id")}
+		for _, c := range cols[1:] {
+			if !s.chance(0.6) {
+				continue
+			}
+			if s.chance(0.35) {
+				parts = append(parts, ref(c)+" AS "+s.pick("v_"+c, "x"+c, c+"2"))
+			} else {
+				parts = append(parts, ref(c))
+			}
+		}
+		s.r.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+		sel, side = strings.Join(parts, ", "), unqualified(strings.Join(parts, ", "))
+	}
+	q := squery{sql: "SELECT " + sel + " FROM " + table, side: table + " " + alias + " " + side}
+	if alias != "" {
+		q.sql += s.pick(" AS ", " ") + alias
+	}
+	if s.fam == "global" && s.chance(0.3) {
+		return q
+	}
+	w, n, terms := s.whereClause(cols, ref)
+	q.sql += " WHERE " + w
+	q.terms = terms
+	q.ps = psTerms(psdnf(n, false))
+	return q
+}
+
+// whereClause draws a WHERE tree within the subset and without the
+// skipped shapes: it retries until every OR-ed term passes termOK and the
+// terms are few.
+func (s *sgen) whereClause(cols []string, ref func(string) string) (string, *snode, [][]*sfactor) {
+	for {
+		used := s.used
+		s.used = map[string]bool{}
+		for k := range used {
+			s.used[k] = true
+		}
+		n := s.wnode(2+s.r.IntN(2), true, false, cols, ref)
+		terms := sdnf(n, false)
+		ok := len(terms) <= 12
+		seen := map[string]bool{}
+		for _, t := range terms {
+			ok = ok && s.termOK(t, len(terms))
+			if s.skip.has(diffDuplicateVariant) {
+				id := termID(t)
+				ok = ok && !seen[id]
+				seen[id] = true
+			}
+		}
+		if ok {
+			return renderWhere(n, true), n, terms
+		}
+		s.used = used
+	}
+}
+
+// termID identifies a term by its factors, in any order.
+func termID(t []*sfactor) string {
+	fs := make([]string, len(t))
+	for i, f := range t {
+		fs[i] = f.key
+	}
+	slices.Sort(fs)
+	return strings.Join(fs, "\x00")
+}
+
+// qualifier matches a column's table or alias qualifier in the outer query.
+var qualifier = regexp.MustCompile(`\b(items|docs|t|x|it)\.`)
+
+// unqualified is sql without the outer query's qualifiers.
+func unqualified(sql string) string { return qualifier.ReplaceAllString(sql, "") }
+
+// termOK reports whether an OR-ed term (of n) is inside the subset — at
+// most one subquery, its column compared with nothing else — and has none
+// of the skipped shapes.
+func (s *sgen) termOK(t []*sfactor, n int) bool {
+	subs, parts := 0, 0
+	for _, f := range t {
+		if f.partition() {
+			parts++
+		}
+		if f.kind == sfSub {
+			subs++
+		}
+	}
+	if subs > 1 {
+		return false
+	}
+	for _, f := range t {
+		if f.kind != sfSub && f.kind != sfArr {
+			continue
+		}
+		for _, o := range t {
+			if o == f || !o.partition() {
+				continue
+			}
+			if o.col == f.col && (f.kind == sfSub || o.kind == sfSub || s.skip.has(diffArrayAndValue)) {
+				return false
+			}
+			if s.skip.has(diffMissingValue) {
+				return false
+			}
+		}
+	}
+	if s.skip.has(diffBoolEquals) {
+		for i, f := range t {
+			if f.kind == sfEq && slices.ContainsFunc(t[i+1:], func(o *sfactor) bool { return o.kind == sfEq && o.col == f.col }) {
+				return false
+			}
+		}
+	}
+	if s.skip.has(diffSubqueryVariantOrder) && n > 1 && len(t) == 1 && t[0].kind == sfSub {
+		return false
+	}
+	return true
+}
+
+// sdnf is the OR-ed terms of n (negated if neg), NOT pushed down: each
+// term the factors it ANDs.
+func sdnf(n *snode, neg bool) [][]*sfactor {
+	switch n.op {
+	case "NOT":
+		return sdnf(n.kids[0], !neg)
+	case "AND", "OR":
+		if (n.op == "OR") != neg {
+			var out [][]*sfactor
+			for _, k := range n.kids {
+				out = append(out, sdnf(k, neg)...)
+			}
+			return out
+		}
+		out := [][]*sfactor{{}}
+		for _, k := range n.kids {
+			var next [][]*sfactor
+			for _, a := range out {
+				for _, b := range sdnf(k, neg) {
+					next = append(next, append(slices.Clone(a), b...))
+				}
+			}
+			out = next
+		}
+		return out
+	}
+	return [][]*sfactor{{n.f}}
+}
+
+// pform is a WHERE in PowerSync's disjunctive normal form while it is
+// built: a factor, an AND of factors or an OR of those.
+type pform struct {
+	op    string // "", "AND", "OR"
+	inner []*pform
+	f     *sfactor
+}
+
+// psdnf is prepareToDNF of PowerSync's stream compiler (parser.js) on n
+// (negated if neg): NOT pushed down, the terms of an AND's ORs
+// distributed, each new term their factors first, then the AND's own.
+// `a AND b AND c` is parsed as (a AND b) AND c.
+func psdnf(n *snode, neg bool) *pform {
+	switch n.op {
+	case "NOT":
+		return psdnf(n.kids[0], !neg)
+	case "AND", "OR":
+		l := psdnf(n.kids[0], neg)
+		for _, k := range n.kids[1:] {
+			r := psdnf(k, neg)
+			if (n.op == "OR") != neg {
+				l = psOr(l, r)
+			} else {
+				l = psAnd(l, r)
+			}
+		}
+		return l
+	}
+	return &pform{f: n.f}
+}
+
+func psOr(kids ...*pform) *pform {
+	out := &pform{op: "OR"}
+	for _, k := range kids {
+		if k.op == "OR" {
+			out.inner = append(out.inner, k.inner...)
+		} else {
+			out.inner = append(out.inner, k)
+		}
+	}
+	return out
+}
+
+func psAnd(kids ...*pform) *pform {
+	var base []*pform
+	var ors [][]*pform
+	for _, k := range kids {
+		switch k.op {
+		case "AND":
+			base = append(base, k.inner...)
+		case "OR":
+			ors = append(ors, k.inner)
+		default:
+			base = append(base, k)
+		}
+	}
+	if len(ors) == 0 {
+		return &pform{op: "AND", inner: base}
+	}
+	out := &pform{op: "OR"}
+	combos := [][]*pform{{}}
+	for _, o := range ors {
+		var next [][]*pform
+		for _, c := range combos {
+			for _, t := range o {
+				next = append(next, append(slices.Clone(c), t))
+			}
+		}
+		combos = next
+	}
+	for _, c := range combos {
+		out.inner = append(out.inner, psAnd(append(c, base...)...))
+	}
+	return out
+}
+
+// psTerms lists the terms of a normal form.
+func psTerms(p *pform) [][]*sfactor {
+	term := func(p *pform) []*sfactor {
+		if p.op == "" {
+			return []*sfactor{p.f}
+		}
+		out := make([]*sfactor, len(p.inner))
+		for i, x := range p.inner {
+			out[i] = x.f
+		}
+		return out
+	}
+	if p.op != "OR" {
+		return [][]*sfactor{term(p)}
+	}
+	out := make([][]*sfactor, len(p.inner))
+	for i, x := range p.inner {
+		out[i] = term(x)
+	}
+	return out
+}
+
+// wnode draws a WHERE subtree of at most depth levels; parts allows
+// partitions (not under NOT), notNot forbids a NOT here (directly under
+// another).
+func (s *sgen) wnode(depth int, parts, notNot bool, cols []string, ref func(string) string) *snode {
+	if depth == 0 || s.chance(0.4) {
+		return &snode{f: s.factor(parts, cols, ref)}
+	}
+	k := s.r.IntN(6)
+	if notNot && k == 5 {
+		k = s.r.IntN(5)
+	}
+	switch k {
+	case 0, 1, 2:
+		n := &snode{op: "AND"}
+		for range 2 + s.r.IntN(2) {
+			n.kids = append(n.kids, s.wnode(depth-1, parts, false, cols, ref))
+		}
+		return n
+	case 3, 4:
+		return &snode{op: "OR", kids: []*snode{s.wnode(depth-1, parts, false, cols, ref), s.wnode(depth-1, parts, false, cols, ref)}}
+	}
+	return &snode{op: "NOT", kids: []*snode{s.wnode(depth-1, false, true, cols, ref)}}
+}
+
+// renderWhere renders a WHERE tree, parenthesizing every operand that is
+// not a factor (top: no parentheses around the whole).
+func renderWhere(n *snode, top bool) string {
+	switch n.op {
+	case "NOT":
+		k := n.kids[0]
+		if k.f != nil && k.f.bare {
+			return "NOT " + k.f.sql
+		}
+		return "NOT (" + renderWhere(k, true) + ")"
+	case "AND", "OR":
+		parts := make([]string, len(n.kids))
+		for i, k := range n.kids {
+			parts[i] = renderWhere(k, false)
+		}
+		out := strings.Join(parts, " "+n.op+" ")
+		if !top {
+			out = "(" + out + ")"
+		}
+		return out
+	}
+	return n.f.sql
+}
+
+// factor draws one factor; without parts only row and request-only ones.
+func (s *sgen) factor(parts bool, cols []string, ref func(string) string) *sfactor {
+	w := s.w
+	if !parts {
+		w[sfEq], w[sfArr], w[sfSub] = 0, 0, 0
+	}
+	total := 0
+	for _, x := range w {
+		total += x
+	}
+	if total == 0 {
+		w[sfRow], total = 1, 1
+	}
+	k := s.r.IntN(total)
+	kind := sfRow
+	for i, x := range w {
+		if k < x {
+			kind = sfKind(i)
+			break
+		}
+		k -= x
+	}
+	col := cols[s.r.IntN(len(cols))]
+	switch kind {
+	case sfEq:
+		f := s.reqValue(&sfactor{kind: sfEq, col: col}, s.eqValue())
+		f.key = col + " = " + f.sql
+		if s.chance(0.3) {
+			f.sql += " = " + ref(col)
+		} else {
+			f.sql = ref(col) + " = " + f.sql
+		}
+		return f
+	case sfArr:
+		f := s.reqValue(&sfactor{kind: sfArr, col: col}, s.arrValue())
+		f.sql = ref(col) + " IN " + f.sql
+		f.key = unqualified(f.sql)
+		return f
+	case sfSub:
+		f := &sfactor{kind: sfSub, col: col}
+		f.sql = ref(col) + " IN (" + s.subquery(f) + ")"
+		f.key = col + " IN " + f.key
+		return f
+	case sfReq:
+		return s.reqCond(parts)
+	}
+	sql := s.rowPred(cols, ref, !parts)
+	return &sfactor{sql: sql, kind: sfRow, key: unqualified(sql)}
+}
+
+// reqValue sets f's sql to the request value v and marks what it reads.
+func (s *sgen) reqValue(f *sfactor, v string) *sfactor {
+	f.sql = v
+	if strings.HasPrefix(v, "auth.") {
+		f.auth = true
+	} else {
+		f.unauth = true
+	}
+	return f
+}
+
+// eqValue is a request value compared with a column.
+func (s *sgen) eqValue() string {
+	switch s.r.IntN(8) {
+	case 0, 1, 2:
+		return "auth.user_id()"
+	case 3:
+		return s.use("auth", s.pick("team", "role"))
+	case 4:
+		return s.use("conn", s.pick("team", "code"))
+	}
+	return s.use("sub", s.pick("id", "team", "list"))
+}
+
+// arrValue is a request value holding an array, for column IN <value>.
+func (s *sgen) arrValue() string {
+	switch s.r.IntN(3) {
+	case 0:
+		return s.use("auth", "lists")
+	case 1:
+		return s.use("conn", "ids")
+	}
+	return s.use("sub", "ids")
+}
+
+// use records a request key and returns its function call.
+func (s *sgen) use(src, key string) string {
+	s.used[src+":"+key] = true
+	switch src {
+	case "auth":
+		return "auth.parameter('" + key + "')"
+	case "conn":
+		return "connection.parameter('" + key + "')"
+	}
+	return "subscription.parameter('" + key + "')"
+}
+
+// subquery is `SELECT out FROM <parameter table> WHERE key = <value>`,
+// its value's kind and its identity (f.key) marked on f.
+func (s *sgen) subquery(f *sfactor) string {
+	table := s.pick("members", "teams")
+	cols := s.useTable(table, paramTables)
+	out, key := cols[s.r.IntN(len(cols))], cols[s.r.IntN(len(cols))]
+	from, q := table, ""
+	if s.chance(0.15) {
+		from, q = table+" AS p", "p."
+	}
+	v := s.reqValue(f, s.eqValue()).sql
+	f.key = fmt.Sprintf("(%s.%s WHERE %s = %s)", table, out, key, v)
+	cond := q + key + " = " + v
+	if s.chance(0.25) {
+		cond = v + " = " + q + key
+	}
+	return "SELECT " + q + out + " FROM " + from + " WHERE " + cond
+}
+
+// reqCond is a condition on request values alone; notNOT: it is not
+// under a NOT.
+func (s *sgen) reqCond(notNOT bool) *sfactor {
+	f := &sfactor{kind: sfReq}
+	k := s.r.IntN(10)
+	if (k == 3 || k == 5) && !notNOT && s.skip.has(diffNegationSpelling) {
+		k = 0
+	}
+	switch k {
+	case 0:
+		f.sql, f.bare = s.use("auth", "admin"), true
+	case 1:
+		f.sql = "NOT " + s.use("auth", "blocked")
+	case 2:
+		f.sql = s.use("auth", "role") + " = " + s.pick("'admin'", "'user'", "1")
+	case 3:
+		f.sql = "auth.user_id() " + s.pick("!=", "=") + " " + s.pick("'u2'", "'u1'")
+	case 4:
+		f.sql = s.use("conn", "on") + " = " + s.pick("1", "TRUE", "'yes'")
+	case 5:
+		f.sql = s.use("sub", "f") + s.pick(" IS NULL", " IS NOT NULL")
+	case 6:
+		f.sql = s.use("auth", "admin") + " = " + s.pick("true", "false", "1")
+	case 7:
+		f.sql = s.use("sub", "f") + " = " + s.pick("'x'", "1")
+	case 8:
+		if !s.skip.has(diffNotEqual) {
+			f.sql = s.use("auth", "role") + " != " + s.pick("'admin'", "1")
+			break
+		}
+		fallthrough
+	default:
+		f.sql, f.bare = s.use("conn", "on"), true
+	}
+	f.auth = strings.Contains(f.sql, "auth.")
+	f.unauth = !f.auth
+	// TRUE is 1 to both engines.
+	f.key = strings.NewReplacer(" = TRUE", " = 1", " = true", " = 1", " = false", " = 0").Replace(f.sql)
+	return f
+}
+
+// rowLiteral is a literal for row predicates.
+func (s *sgen) rowLiteral() string {
+	switch s.r.IntN(8) {
+	case 0:
+		return "NULL"
+	case 1, 2:
+		return s.pick("0", "1", "2")
+	case 3:
+		return s.pick("1.5", "2.0")
+	}
+	return s.pick("'u1'", "'u2'", "'t1'", "'l1'", "'1'", "''")
+}
+
+// rowPred is a row-only predicate; underNOT: it is under a NOT.
+func (s *sgen) rowPred(cols []string, ref func(string) string, underNOT bool) string {
+	col := func() string { return ref(cols[s.r.IntN(len(cols))]) }
+	ne := func() string {
+		if s.skip.has(diffNotEqual) || underNOT && s.skip.has(diffNegationSpelling) {
+			return "="
+		}
+		return s.pick("=", "!=", "<>")
+	}
+	k := s.r.IntN(6)
+	if k == 0 && underNOT && s.skip.has(diffNegationSpelling) {
+		k = 3
+	}
+	switch k {
+	case 0:
+		return col() + s.pick(" IS NULL", " IS NOT NULL")
+	case 1:
+		return col() + " " + ne() + " " + col()
+	case 2:
+		return col() + " " + s.pick("<", ">", "<=", ">=") + " " + s.rowLiteral()
+	}
+	return col() + " " + s.pick("=", ne()) + " " + s.rowLiteral()
+}
+
+// rowValue draws a column value from a small pool, so that rows meet
+// requests and partitions collide.
+func (s *sgen) rowValue() [2]string {
+	switch s.r.IntN(12) {
+	case 0, 1:
+		return [2]string{"n", ""}
+	case 2:
+		return [2]string{"i", s.pick("1", "2", "0")}
+	case 3:
+		return [2]string{"r", s.pick("1.5", "2")}
+	}
+	return [2]string{"t", s.pick("u1", "u2", "u3", "t1", "t2", "l1", "l2", "1", "admin", "")}
+}
+
+// row draws a row of a case table.
+func (s *sgen) row(table string) refRow {
+	r := refRow{Table: table}
+	for _, c := range s.tables[table] {
+		v := s.rowValue()
+		if c == "id" {
+			v = [2]string{"t", s.pick("r1", "r2", "r3", "r4", "r5", "l1", "t1")}
+		}
+		r.Row = append(r.Row, col(c, v))
+	}
+	return r
+}
+
+// jsonScalar is a claim or parameter value meant to be compared.
+func (s *sgen) jsonScalar() string {
+	return s.pick(`"u1"`, `"u2"`, `"t1"`, `"l1"`, `"1"`, `"admin"`, `""`, `1`, `2`, `1.5`, `2.0`, `0`, `true`, `false`, `null`, `["t1"]`, `{"a":"t1"}`)
+}
+
+// jsonArray is a value meant for column IN <value>.
+func (s *sgen) jsonArray() string {
+	return s.pick(`["l1","l2"]`, `["t1",1,null]`, `[]`, `["u1"]`, `[1,2.0]`, `["r1","r2","u2"]`, `"l1"`, `5`, `null`,
+		`{"a":"l1","b":1}`, `[["l1"]]`, `[true,1.5]`, `"[\"l1\"]"`, `["t1","t1"]`)
+}
+
+// keyValue is a value for request key k.
+func (s *sgen) keyValue(k string) string {
+	switch k {
+	case "lists", "ids":
+		if s.chance(0.85) {
+			return s.jsonArray()
+		}
+	case "admin", "blocked", "on":
+		if s.chance(0.7) {
+			return s.pick("true", "false", "1", "0", `"yes"`, "null")
+		}
+	}
+	return s.jsonScalar()
+}
+
+// object renders a JSON object of some of the keys of src the case reads
+// (each present with probability p), now and then another key, and first.
+func (s *sgen) object(src string, p float64, first ...string) string {
+	parts := slices.Clone(first)
+	var keys []string
+	for k := range s.used {
+		if rest, ok := strings.CutPrefix(k, src+":"); ok {
+			keys = append(keys, rest)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if s.chance(p) {
+			parts = append(parts, strconv.Quote(k)+":"+s.keyValue(k))
+		}
+	}
+	if s.chance(0.1) {
+		parts = append(parts, `"other":`+s.jsonScalar())
+	}
+	s.r.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// request draws a sync request.
+func (s *sgen) request() refRequest {
+	q := refRequest{
+		Claims: s.object("auth", 0.75, `"sub":`+s.pick(`"u1"`, `"u1"`, `"u2"`, `"u3"`, `"t1"`, `"1"`)),
+		Params: s.object("conn", 0.7),
+	}
+	if s.chance(0.2) {
+		return q
+	}
+	st := &refStreams{Subscriptions: []refSubscription{}}
+	switch s.r.IntN(5) {
+	case 0:
+	case 1, 2:
+		t := true
+		st.IncludeDefaults = &t
+	default:
+		f := false
+		st.IncludeDefaults = &f
+	}
+	for range s.r.IntN(4) {
+		sub := refSubscription{Stream: s.names[s.r.IntN(len(s.names))]}
+		if s.chance(0.1) {
+			sub.Stream = s.pick("nope", "Lists")
+		}
+		if s.chance(0.1) {
+			sub.Parameters = []byte("null")
+		} else {
+			sub.Parameters = []byte(s.object("sub", 0.8))
+		}
+		if s.chance(0.35) {
+			p := s.r.IntN(4)
+			sub.OverridePriority = &p
+		}
+		st.Subscriptions = append(st.Subscriptions, sub)
+	}
+	q.Streams = st
+	return q
+}
