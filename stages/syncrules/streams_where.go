@@ -31,6 +31,7 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, n int) ([]*pendin
 	if st.from.alias != "" {
 		outName = st.from.alias
 	}
+	notEqualAsNot(st)
 	terms, err := dnf(st.where)
 	if err != nil {
 		return nil, []*sqlError{err}
@@ -48,6 +49,51 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, n int) ([]*pendin
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// notEqualAsNot rewrites a != b as NOT (a = b) throughout a stream query,
+// as PowerSync's sync-plan compiler reads it: true, not NULL, when an
+// operand is NULL (NOT treats NULL as false).
+func notEqualAsNot(st *selectStmt) {
+	st.where = rewriteNotEqual(st.where)
+	for i := range st.cols {
+		if st.cols[i].expr != nil {
+			st.cols[i].expr = rewriteNotEqual(st.cols[i].expr)
+		}
+	}
+}
+
+func rewriteNotEqual(n node) node {
+	switch n := n.(type) {
+	case *binaryNode:
+		l, r := rewriteNotEqual(n.l), rewriteNotEqual(n.r)
+		if n.op == "!=" {
+			return &unaryNode{pos: n.start, op: "NOT", x: &binaryNode{pos: n.pos, op: "=", l: l, r: r, start: n.start}}
+		}
+		c := *n
+		c.l, c.r = l, r
+		return &c
+	case *unaryNode:
+		c := *n
+		c.x = rewriteNotEqual(n.x)
+		return &c
+	case *isNullNode:
+		c := *n
+		c.x = rewriteNotEqual(n.x)
+		return &c
+	case *castNode:
+		c := *n
+		c.x = rewriteNotEqual(n.x)
+		return &c
+	case *callNode:
+		c := *n
+		c.args = make([]node, len(n.args))
+		for i, a := range n.args {
+			c.args[i] = rewriteNotEqual(a)
+		}
+		return &c
+	}
+	return n
 }
 
 // variant is one OR-ed way a query's WHERE holds: row conditions,
