@@ -67,10 +67,7 @@ func (r *Rules) Bind(table string, columns []string) (*BoundTable, error) {
 	for _, d := range r.defs {
 		for _, q := range d.data {
 			if q.table == t {
-				bd := bindData(q, b, columns)
-				bt.data = append(bt.data, bd)
-				bt.maxSlots = max(bt.maxSlots, bd.nslots)
-				bt.maxOut = max(bt.maxOut, len(bd.keys))
+				bt.addData(q, b, columns)
 			}
 		}
 		for _, q := range d.tables {
@@ -83,6 +80,15 @@ func (r *Rules) Bind(table string, columns []string) (*BoundTable, error) {
 	}
 	r.bindStreams(bt, t, b, columns)
 	return bt, nil
+}
+
+// addData binds data query q (of a bucket definition or a stream bucket)
+// to the table.
+func (bt *BoundTable) addData(q *dataQuery, b *binder, columns []string) {
+	bd := bindData(q, b, columns)
+	bt.data = append(bt.data, bd)
+	bt.maxSlots = max(bt.maxSlots, bd.nslots)
+	bt.maxOut = max(bt.maxOut, len(bd.keys))
 }
 
 func bindData(q *dataQuery, b *binder, columns []string) *boundData {

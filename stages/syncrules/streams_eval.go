@@ -21,10 +21,7 @@ func (r *Rules) bindStreams(bt *BoundTable, t tableRef, b *binder, columns []str
 	for _, d := range r.streamDefs {
 		for _, q := range d.data {
 			if q.table == t {
-				bd := bindData(q, b, columns)
-				bt.data = append(bt.data, bd)
-				bt.maxSlots = max(bt.maxSlots, bd.nslots)
-				bt.maxOut = max(bt.maxOut, len(bd.keys))
+				bt.addData(q, b, columns)
 			}
 		}
 	}

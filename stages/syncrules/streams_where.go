@@ -192,7 +192,7 @@ func dnf(n node) ([][]node, *sqlError) {
 		return [][]node{{}}, nil
 	case *binaryNode:
 		switch n.op {
-		case "OR":
+		case "OR", "AND":
 			l, err := dnf(n.l)
 			if err != nil {
 				return nil, err
@@ -201,15 +201,8 @@ func dnf(n node) ([][]node, *sqlError) {
 			if err != nil {
 				return nil, err
 			}
-			return capTerms(append(l, r...), n)
-		case "AND":
-			l, err := dnf(n.l)
-			if err != nil {
-				return nil, err
-			}
-			r, err := dnf(n.r)
-			if err != nil {
-				return nil, err
+			if n.op == "OR" {
+				return capTerms(append(l, r...), n)
 			}
 			var out [][]node
 			for _, a := range l {
