@@ -37,8 +37,8 @@ func TestWriteSummary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
 	}
-	if n := strings.Count(md, "\n| P"); n != 8 { // P1 twice, P2, P3, P3-large .. P6 once
-		t.Errorf("%d bar lines, want 8:\n%s", n, md)
+	if n := strings.Count(md, "\n| P"); n != 9 { // P1 twice, P2, P3, P3-large, P4, P5, P5-streams, P6 once
+		t.Errorf("%d bar lines, want 9:\n%s", n, md)
 	}
 }
 
