@@ -309,6 +309,7 @@ func (sc *streamCompiler) merge(s *stream, pend []*pending) []*resolver {
 			ids[i] = p.rowID
 		}
 		slices.Sort(ids)
+		ids = slices.Compact(ids) // a query (or variant) given twice is the same row side
 		id := strings.Join(ids, "\x02")
 		def, ok := sc.buckets[id]
 		if !ok {
@@ -336,7 +337,12 @@ func (sc *streamCompiler) bucket(g []*pending) *definition {
 		def.prefix = gid + "#" + def.name
 	}
 	def.globalID = def.prefix + "[]"
+	seen := map[string]bool{}
 	for _, p := range g {
+		if seen[p.rowID] {
+			continue // the same row side twice: PowerSync's evaluators are a set
+		}
+		seen[p.rowID] = true
 		q := &dataQuery{queryBase: queryBase{def: def, label: p.base.label, sql: p.base.sql, loc: p.base.loc}}
 		if errs := compileDataStmt(def, q, p.stmt, sc.ld.opts.defaultSchema()); len(errs) > 0 {
 			sc.ld.sqlErrors(p.base, errs)
