@@ -208,24 +208,21 @@ func runCompactionLoadScenario(ctx context.Context, p Params) (Result, error) {
 // runChecksumsScenario runs P5 with its scale preset; -rows sets the
 // global bucket's rows.
 func runChecksumsScenario(ctx context.Context, p Params) (Result, error) {
-	if err := checkScale(p); err != nil {
-		return Result{}, err
-	}
-	opt := ChecksumsPreset(p.Scale)
-	if p.Rows > 0 {
-		opt.GlobalRows = p.Rows
-	}
-	opt.Log, opt.Harness = p.Log, p.Harness
-	return RunChecksums(ctx, opt)
+	return runP5(ctx, p, ChecksumsPreset)
 }
 
 // runChecksumsStreamsScenario runs P5 on Sync Streams
 // (ChecksumsStreamsPreset).
 func runChecksumsStreamsScenario(ctx context.Context, p Params) (Result, error) {
+	return runP5(ctx, p, ChecksumsStreamsPreset)
+}
+
+// runP5 runs P5 with preset's options for the scale.
+func runP5(ctx context.Context, p Params, preset func(scale string) ChecksumsOptions) (Result, error) {
 	if err := checkScale(p); err != nil {
 		return Result{}, err
 	}
-	opt := ChecksumsStreamsPreset(p.Scale)
+	opt := preset(p.Scale)
 	if p.Rows > 0 {
 		opt.GlobalRows = p.Rows
 	}

@@ -222,17 +222,11 @@ func (ld *loader) definition(k, v *yaml.Node) {
 		case "data":
 			data = val
 		case "priority":
-			p, err := strconv.Atoi(val.Value)
-			if val.Kind != yaml.ScalarNode || err != nil || p < 0 || p > 3 {
-				ld.errAt(val, name, "priority", val.Value, "priority must be an integer from 0 to 3")
-				continue
+			if p, ok := ld.priority(val, name, "priority must be an integer from 0 to 3"); ok {
+				def.priority, def.prioritySet = p, true
 			}
-			def.priority, def.prioritySet = p, true
 		case "accept_potentially_dangerous_queries":
-			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
-				ld.errAt(val, name, "", val.Value, "accept_potentially_dangerous_queries must be true or false")
-			}
-			def.acceptDangerous = val.Value == "true"
+			def.acceptDangerous = ld.boolean(val, name, key.Value)
 		default:
 			ld.errAt(key, name, "", key.Value, "unknown key %q in bucket definition", key.Value)
 		}
@@ -263,6 +257,25 @@ func (ld *loader) definition(k, v *yaml.Node) {
 		}
 	}
 	ld.rules.defs = append(ld.rules.defs, def)
+}
+
+// priority reads a bucket or stream priority (0 to 3); a bad one is
+// reported with msg.
+func (ld *loader) priority(val *yaml.Node, owner, msg string) (int, bool) {
+	p, err := strconv.Atoi(val.Value)
+	if val.Kind != yaml.ScalarNode || err != nil || p < 0 || p > 3 {
+		ld.errAt(val, owner, "priority", val.Value, "%s", msg)
+		return 0, false
+	}
+	return p, true
+}
+
+// boolean reads a true/false option of a bucket or stream.
+func (ld *loader) boolean(val *yaml.Node, owner, key string) bool {
+	if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
+		ld.errAt(val, owner, "", val.Value, "%s must be true or false", key)
+	}
+	return val.Value == "true"
 }
 
 func (ld *loader) queryText(def *definition, label string, n *yaml.Node) (string, bool) {

@@ -216,22 +216,13 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		case "with":
 			ld.errAt(key, s.name, "", key.Value, "with (common table expressions) in a stream is not supported yet")
 		case "auto_subscribe":
-			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
-				ld.errAt(val, s.name, "", val.Value, "auto_subscribe must be true or false")
-			}
-			s.auto = val.Value == "true"
+			s.auto = ld.boolean(val, s.name, key.Value)
 		case "priority":
-			p, err := strconv.Atoi(val.Value)
-			if val.Kind != yaml.ScalarNode || err != nil || p < 0 || p > 3 {
-				ld.errAt(val, s.name, "priority", val.Value, "Invalid priority, expected a number between 0 and 3 (inclusive).")
-				continue
+			if p, ok := ld.priority(val, s.name, "Invalid priority, expected a number between 0 and 3 (inclusive)."); ok {
+				s.priority = p
 			}
-			s.priority = p
 		case "accept_potentially_dangerous_queries":
-			if val.Kind != yaml.ScalarNode || (val.Value != "true" && val.Value != "false") {
-				ld.errAt(val, s.name, "", val.Value, "accept_potentially_dangerous_queries must be true or false")
-			}
-			s.acceptDangerous = val.Value == "true"
+			s.acceptDangerous = ld.boolean(val, s.name, key.Value)
 		}
 		// Other keys: PowerSync's schema allows any in a stream.
 	}
