@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +115,51 @@ func TestRunServesStreams(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// TestRunServesCheckpointRequests: `syncpipe run`'s API stores a write
+// checkpoint the client numbered (POST /sync/checkpoint-request), answers
+// the larger of the stored and requested ids, and a stream of that client
+// reports it once replication passed the source position of the request.
+func TestRunServesCheckpointRequests(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.StreamRules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 20, Seed: 6}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.waitCaughtUp(ctx)
+	tok := e.token("user1")
+	post := func(body string) string {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.api+"/sync/checkpoint-request", strings.NewReader(body))
+		req.Header.Set("Authorization", "Token "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("checkpoint request %s: HTTP %d %s", body, resp.StatusCode, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	want := `{"data":{"checkpoint_request_id":"7","write_checkpoint":"7"}}`
+	if got := post(`{"client_id":"c1","checkpoint_request_id":"7"}`); got != want {
+		t.Fatalf("request 7: %s, want %s", got, want)
+	}
+	if got := post(`{"client_id":"c1","checkpoint_request_id":"3"}`); got != want {
+		t.Fatalf("request 3 after 7: %s, want %s", got, want)
+	}
+	e.exec(ctx, "UPDATE lists SET name = 'after the request' WHERE owner_id = 'user1'")
+	s := openRawStreamWith(t, ctx, e.api, tok, `{"raw_data":true,"client_id":"c1"}`)
+	if !s.until(t, ctx, `"write_checkpoint":"7"`) {
+		t.Fatal("the stream ended before reporting write checkpoint 7")
 	}
 }
