@@ -57,6 +57,11 @@ type reqState struct {
 	sub         map[string]Value // the stream subscription being evaluated (subscription.parameter)
 	subRaw      string           // its JSON (subscription.parameters())
 	params      jval
+	// bools names the claims and connection parameters that are JSON
+	// booleans (subBools, the subscription's): they are 1/0 as values,
+	// but PowerSync tells true from 1 when it compares two request values.
+	bools    map[streamReq]bool
+	subBools map[string]bool
 }
 
 // newReqState parses the claims and client parameters as the PowerSync
@@ -78,6 +83,11 @@ func newReqState(r Request) (*reqState, error) {
 	}
 	s.rawClaims = string(appendJSONBig(nil, &claims, true))
 	fillParams(s.claims, &claims)
+	s.bools = map[streamReq]bool{}
+	markBools(&claims, func(k string) { s.bools[streamReq{src: srcAuthParam, key: k}] = true })
+	if k, ok := s.bools[streamReq{src: srcAuthParam, key: "sub"}]; ok {
+		s.bools[streamReq{src: srcAuthUserID}] = k
+	}
 	if i := claims.index("parameters"); i >= 0 && claims.vals[i].k == jObj {
 		fillParams(s.tokenParams, &claims.vals[i])
 	}
@@ -87,7 +97,17 @@ func newReqState(r Request) (*reqState, error) {
 	}
 	s.rawParams = string(appendJSONBig(nil, &s.params, true))
 	fillParams(s.userParams, &s.params)
+	markBools(&s.params, func(k string) { s.bools[streamReq{src: srcConnParam, key: k}] = true })
 	return s, nil
+}
+
+// markBools calls mark with the key of every boolean of a JSON object.
+func markBools(obj *jval, mark func(key string)) {
+	for i, k := range obj.keys {
+		if obj.vals[i].k == jBool {
+			mark(k)
+		}
+	}
 }
 
 func orSyntax(err error) error {

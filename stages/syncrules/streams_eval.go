@@ -94,7 +94,7 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.Stream != s.name {
 				continue
 			}
-			params, raw, err := subscriptionParams(sub.Parameters)
+			params, raw, bools, err := subscriptionParams(sub.Parameters)
 			if err != nil {
 				plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: i, Message: err.Error()})
 				continue
@@ -103,11 +103,11 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			if sub.OverridePriority >= 0 {
 				p = sub.OverridePriority
 			}
-			st.subRaw = raw
+			st.subRaw, st.subBools = raw, bools
 			s.request(plan, st, params, StreamReason{Stream: s.name, Subscription: i}, p, sub.OverridePriority >= 0)
 		}
 		if def {
-			st.subRaw = "{}"
+			st.subRaw, st.subBools = "{}", nil
 			s.request(plan, st, nil, StreamReason{Stream: s.name, Subscription: -1}, s.priority, false)
 		}
 	}
@@ -128,18 +128,21 @@ func filtersHold(fs []reqFilter, ctx *evalCtx) bool {
 // subscriptionParams converts a subscription's parameters as the service
 // does for subscription.parameter().
 // The second result is their JSON as subscription.parameters() reads it
-// (JSONBig's re-serialization, as for request.parameters()).
-func subscriptionParams(raw []byte) (map[string]Value, string, error) {
+// (JSONBig's re-serialization, as for request.parameters()), the third
+// the names of its booleans (see reqState.bools).
+func subscriptionParams(raw []byte) (map[string]Value, string, map[string]bool, error) {
 	out := map[string]Value{}
 	if len(raw) == 0 {
-		return out, "{}", nil
+		return out, "{}", nil, nil
 	}
 	doc, err := parseJSON(string(raw))
 	if err != nil || doc.k != jObj {
-		return nil, "", fmt.Errorf("subscription parameters must be a JSON object: %w", orSyntax(err))
+		return nil, "", nil, fmt.Errorf("subscription parameters must be a JSON object: %w", orSyntax(err))
 	}
 	fillParams(out, &doc)
-	return out, string(appendJSONBig(nil, &doc, true)), nil
+	bools := map[string]bool{}
+	markBools(&doc, func(k string) { bools[k] = true })
+	return out, string(appendJSONBig(nil, &doc, true)), bools, nil
 }
 
 // request evaluates the stream's resolvers for one subscription (sub nil:
@@ -187,26 +190,47 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 }
 
 // partValues returns each partition's request values: one, or an array's
-// elements. A NULL (or missing) value, an empty array, or request values
-// that differ where they must be equal give no lists (no bucket, no
-// lookup, no error); a value that is not an array where one is wanted is
-// an error.
+// elements. As in PowerSync, every partition is evaluated: a value that
+// is not an array where one is wanted is an error even when another value
+// is missing. A NULL (or missing) value, an empty array, or request values
+// that differ where they must be equal give no bucket and no error; the
+// subquery's lookup is still queried when its own value is there (the
+// missing value is kept as NULL, which makes no bucket of its results).
 func (st *reqState) partValues(parts []partition, sub map[string]Value) ([][]Value, error) {
 	lists := make([][]Value, len(parts))
+	var firstErr error
+	missing, lookupMissing := false, false
 	for i, p := range parts {
 		v := st.streamValue(p.req, sub)
-		if v.IsNull() || v.kind == KindBlob || p.lookup == nil && !st.allEqual(v, p.also, sub) {
-			return nil, nil
+		if p.array && (v.IsNull() || v.kind == KindBlob) {
+			missing = true // no elements: no lookup either
+			continue
+		}
+		if v.IsNull() || v.kind == KindBlob || p.lookup == nil && !st.allEqual(p.req, v, p.also, sub) {
+			missing = true
+			lookupMissing = lookupMissing || p.lookup != nil
+			lists[i] = []Value{Null()}
+			continue
 		}
 		if !p.array {
 			lists[i] = []Value{v}
 			continue
 		}
 		elems, err := jsonEachValues(v)
-		if err != nil || len(elems) == 0 {
-			return nil, err
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if len(elems) == 0 {
+			missing = true
 		}
 		lists[i] = elems
+	}
+	hasLookup := slices.ContainsFunc(parts, func(p partition) bool { return p.lookup != nil })
+	switch {
+	case firstErr != nil:
+		return nil, firstErr
+	case missing && (!hasLookup || lookupMissing || slices.ContainsFunc(lists, func(l []Value) bool { return len(l) == 0 })):
+		return nil, nil
 	}
 	return lists, nil
 }
@@ -286,20 +310,29 @@ func jsonEachValues(v Value) ([]Value, error) {
 	return out, nil
 }
 
-// allEqual reports whether every request value in also equals v, as a
-// bucket parameter.
-func (s *reqState) allEqual(v Value, also []streamReq, sub map[string]Value) bool {
+// allEqual reports whether every request value in also equals v, the
+// value of r, as a bucket parameter and as JSON: a boolean equals only a
+// boolean.
+func (s *reqState) allEqual(r streamReq, v Value, also []streamReq, sub map[string]Value) bool {
 	if len(also) == 0 {
 		return true
 	}
 	want, _ := appendParamValue(nil, v)
-	for _, r := range also {
-		got, _ := appendParamValue(nil, s.streamValue(r, sub))
-		if string(got) != string(want) {
+	for _, a := range also {
+		got, _ := appendParamValue(nil, s.streamValue(a, sub))
+		if string(got) != string(want) || s.isBool(a) != s.isBool(r) {
 			return false
 		}
 	}
 	return true
+}
+
+// isBool reports whether request value r is a JSON boolean.
+func (s *reqState) isBool(r streamReq) bool {
+	if r.src == srcSubParam {
+		return s.subBools[r.key]
+	}
+	return s.bools[r]
 }
 
 // allParamsEqual reports whether v equals each of vs as a bucket

@@ -106,7 +106,7 @@ type variant struct {
 
 // variants classifies the factors of each DNF term and orders the
 // variants as PowerSync numbers them: terms of two or more kinds of
-// factor (or two or more partitions) first, in DNF order; then the terms
+// factor (or two or more partitions, or a subquery) first, in DNF order; then the terms
 // of one partition, in order; then every term of request conditions
 // alone, merged into one variant (OR); then every term of row conditions
 // alone, merged likewise.
@@ -138,10 +138,13 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, outName string) (
 		if len(reqs) > 0 {
 			kinds++
 		}
+		// A subquery alone is two factors to PowerSync, which adds the
+		// subquery's condition to the term: it is numbered as such.
+		loneLookup := kinds == 1 && len(v.parts) == 1 && v.parts[0].lookup != nil
 		switch {
 		case failed:
 			continue
-		case kinds >= 2 || kinds == 0 || len(terms) == 1:
+		case kinds >= 2 || kinds == 0 || len(terms) == 1 || loneLookup:
 			if len(reqs) > 0 {
 				flt, ferrs := requestFilter(sql, andOf(reqs))
 				errs = append(errs, ferrs...)
