@@ -63,6 +63,7 @@ func (c *child) count(s string) int {
 type envOptions struct {
 	rules string
 	extra string   // more YAML under replication:
+	api   string   // more YAML under api:
 	env   []string // extra environment of the children
 }
 
@@ -91,9 +92,10 @@ api:
   listen: %s
   auth: {audience: [syncpipe], hs256_secrets: [%q]}
   shutdown_timeout: 2s
+%s
 telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
-`, e.srcURI, storage, indentYAML(opt.extra), e.api, testSecret)
+`, e.srcURI, storage, indentYAML(opt.extra), e.api, testSecret, indentYAML(opt.api))
 	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -163,3 +163,99 @@ func TestRunServesCheckpointRequests(t *testing.T) {
 		t.Fatal("the stream ended before reporting write checkpoint 7")
 	}
 }
+
+// limitStreamRules are the todos as Sync Streams whose bucket count a
+// request steers: a user's lists by default, and the todos of the lists a
+// subscription names (a bucket per element of its ids).
+const limitStreamRules = `config:
+  edition: 3
+streams:
+  my_lists:
+    auto_subscribe: true
+    query: SELECT * FROM lists WHERE owner_id = auth.user_id()
+  picked:
+    accept_potentially_dangerous_queries: true
+    query: SELECT * FROM todos WHERE list_id IN subscription.parameter('ids')
+`
+
+// TestRunStreamsBucketLimit: `syncpipe run` with Sync Streams and
+// max_buckets_per_connection 3. A request whose subscription would take
+// the connection to 4 buckets fails as a whole with PSYNC_S2305 "Too many
+// buckets: 4 (limit of 3)" and no checkpoint, as PowerSync's service
+// fails it (BucketChecksumState): the error is not put in that
+// subscription's streams[].errors, and the other streams are not served
+// without it. Within the limit, a subscription with bad parameters and
+// one to an undefined stream get their errors in streams[].errors and
+// the rest is served.
+func TestRunStreamsBucketLimit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: limitStreamRules, api: "max_buckets_per_connection: 3"})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 12, Todos: 120, Seed: 5}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.waitCaughtUp(ctx)
+	var ids []string
+	var picked int // todos of the first two lists
+	if err := e.src.QueryRow(ctx, `SELECT array_agg(id::text ORDER BY id), (SELECT count(*) FROM todos WHERE list_id IN
+		(SELECT id FROM lists ORDER BY id LIMIT 2)) FROM (SELECT id FROM lists ORDER BY id LIMIT 3) l`).Scan(&ids, &picked); err != nil {
+		t.Fatal(err)
+	}
+	idsJSON, _ := json.Marshal(ids)
+	over := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"picked","parameters":{"ids":%s}}]}}`, idsJSON)
+	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), over)
+	first := ""
+	for first == "" || strings.HasPrefix(first, `{"token_expires_in":`) {
+		var open bool
+		if first, open = <-s.lines; !open {
+			t.Fatal("over the limit: the stream ended without a line")
+		}
+	}
+	if !strings.HasPrefix(first, `{"error":{"code":"PSYNC_S2305","message":"Too many buckets: 4 (limit of 3)`) {
+		t.Fatalf("over the limit: first line %.300s, want PSYNC_S2305 \"Too many buckets: 4 (limit of 3)…\"", first)
+	}
+	if l, open := <-s.lines; open {
+		t.Fatalf("over the limit: line %.200s after the error, want the end of the stream", l)
+	}
+
+	idsJSON, _ = json.Marshal(ids[:2])
+	within := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"picked","parameters":{"ids":%s}},
+		{"stream":"picked","parameters":{"ids":5}},{"stream":"nope","parameters":null}]}}`, idsJSON)
+	cp, todoRows := syncStreamsOnce(t, ctx, openRawStreamWith(t, ctx, e.api, e.token("user1"), within))
+	for _, want := range []string{`"streams":[{"name":"my_lists","is_default":true,"errors":[]},{"name":"picked","is_default":false,` +
+		`"errors":[{"subscription":1,"message":"Error evaluating bucket ids: `, `{"name":"nope","is_default":false,"errors":[{"subscription":2,"message":"unknown stream \"nope\"`} {
+		if !strings.Contains(cp, want) {
+			t.Errorf("within the limit: checkpoint %s, want it to hold %s", cp, want)
+		}
+	}
+	if n := strings.Count(cp, `{"bucket":`); n != 3 || todoRows != picked || picked == 0 {
+		t.Errorf("within the limit: %d buckets, %d todos; want 3 and %d", n, todoRows, picked)
+	}
+}
+
+// syncStreamsOnce reads s to its first checkpoint_complete and returns the
+// checkpoint line and the number of todos PUT.
+func syncStreamsOnce(t *testing.T, ctx context.Context, s *rawStream) (checkpoint string, todoRows int) {
+	t.Helper()
+	for {
+		select {
+		case l, open := <-s.lines:
+			switch {
+			case !open:
+				t.Fatalf("the stream ended before checkpoint_complete (checkpoint %.300s)", checkpoint)
+			case strings.HasPrefix(l, `{"checkpoint":`):
+				checkpoint = l
+			case strings.HasPrefix(l, `{"data":`):
+				todoRows += strings.Count(l, `"object_type":"todos"`)
+			case strings.HasPrefix(l, `{"checkpoint_complete":`):
+				return checkpoint, todoRows
+			}
+		case <-ctx.Done():
+			t.Fatal("no checkpoint_complete")
+		}
+	}
+}

@@ -81,9 +81,15 @@
 //
 // {"token_expires_in":n} goes out every KeepaliveInterval; the stream
 // ends when the token expires. A client entitled to more than
-// max_buckets_per_connection buckets gets an error line (PSYNC_S2305)
-// and the stream ends; beyond max_concurrent_connections streams, new ones
-// get 429 (Retry-After: 5).
+// max_buckets_per_connection buckets, or whose parameter lookups match
+// more stored rows than that, gets an error line (PSYNC_S2305, "Too many
+// buckets: n (limit of m)…" or "Too many parameter query results…") at
+// whichever checkpoint goes over, and the stream ends. With Sync Streams
+// the count is over all the connection's subscriptions and default
+// streams: no subscription is dropped with the error in streams[].errors
+// (which holds the subscriptions that could not be evaluated), since
+// PowerSync fails the connection too. Beyond max_concurrent_connections
+// streams, new ones get 429 (Retry-After: 5).
 //
 // # Health
 //

@@ -51,8 +51,10 @@ type Config struct {
 	// Auth verifies client tokens (config.API.Auth). At least one audience
 	// and one key source are required.
 	Auth config.Auth
-	// MaxBucketsPerConnection: a client entitled to more buckets gets an
-	// error (PowerSync PSYNC_S2305) instead of a partial sync.
+	// MaxBucketsPerConnection: a client entitled to more buckets (over
+	// all its stream subscriptions), or whose parameter lookups match more
+	// stored rows, gets an error (PowerSync PSYNC_S2305) instead of a
+	// partial sync.
 	MaxBucketsPerConnection int
 	// MaxConcurrentConnections: streams beyond it are refused with 429.
 	MaxConcurrentConnections int

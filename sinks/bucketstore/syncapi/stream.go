@@ -422,8 +422,10 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 	if len(c.keys) > 0 {
 		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, c.keys, limit)
 		if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
+			// The store stops counting past the limit, so unlike
+			// PowerSync's the message cannot give the total.
 			return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
-				"too many parameter query results for this connection (more than %d); narrow the sync rules' parameter queries", limit)}
+				"Too many parameter query results (limit of %d); narrow the parameter queries or raise max_buckets_per_connection, which bounds them too", limit)}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("parameter lookups at checkpoint %d: %w", cp.OpID, err)
@@ -439,10 +441,14 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 	// The stream keeps the list until the next evaluation: an exact copy
 	// rather than one grown by appends, up to twice its size.
 	refs = slices.Clone(syncrules.MergeBuckets(refs))
+	// The limit is on the connection's distinct buckets, whichever stream
+	// subscriptions they come from: PowerSync fails the connection too
+	// rather than drop a subscription, so the client never syncs a subset
+	// it would take for all. The message starts as PowerSync's, which its
+	// docs tell users to read to tell the two limits apart.
 	if len(refs) > limit {
 		return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
-			"this connection would sync %d buckets, more than max_buckets_per_connection = %d; narrow the sync rules or raise the limit",
-			len(refs), limit)}
+			"Too many buckets: %d (limit of %d); narrow the sync rules or raise max_buckets_per_connection", len(refs), limit)}
 	}
 	return refs, nil
 }
