@@ -140,7 +140,7 @@ type streamCompiler struct {
 	ld      *loader
 	buckets map[string]*definition // by row-side identity
 	lookups map[string]*streamLookup
-	order   []*streamLookup
+	used    []*streamLookup // by the stream being compiled, in the order its subqueries are met
 }
 
 // loadStreams compiles the streams: mapping (edition 3).
@@ -170,12 +170,24 @@ func (ld *loader) loadStreams(v *yaml.Node) {
 		}
 		return 0
 	})
+	uses := map[*yaml.Node][]*streamLookup{}
 	for _, e := range entries {
+		sc.used = nil
 		if s := sc.stream(e.k, e.v); s != nil {
 			ld.rules.streams = append(ld.rules.streams, s)
 		}
+		uses[e.k] = sc.used
 	}
-	ld.rules.lookups = sc.order
+	// Lookups are numbered as PowerSync creates them: streams in the
+	// file's order (not the key order above), subqueries in the order met.
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		for _, lk := range uses[v.Content[i]] {
+			if !slices.Contains(ld.rules.lookups, lk) {
+				lk.index = len(ld.rules.lookups)
+				ld.rules.lookups = append(ld.rules.lookups, lk)
+			}
+		}
+	}
 	seen := map[*definition]bool{}
 	for _, s := range ld.rules.streams {
 		for _, r := range s.resolvers {
@@ -242,6 +254,7 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		}
 	}
 	var pend []*pending
+	var bases []*queryBase
 	ok := true
 	for i, n := range nodes {
 		if n.Kind != yaml.ScalarNode || n.Tag == "!!null" || strings.TrimSpace(n.Value) == "" {
@@ -252,17 +265,20 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		base := &queryBase{def: &definition{name: s.name, priority: s.priority}, label: labels[i], sql: n.Value, loc: locOf(n, ld.src)}
 		ps, errs := sc.pendings(s, base, len(pend))
 		ld.sqlErrors(base, errs)
-		ld.queryWarnings(base)
+		bases = append(bases, base)
 		if len(errs) > 0 {
 			ok = false
 			continue
 		}
 		pend = append(pend, ps...)
 	}
-	if !ok {
-		return nil
+	if ok {
+		s.resolvers = sc.merge(s, pend)
 	}
-	if s.resolvers = sc.merge(s, pend); s.resolvers == nil {
+	for _, b := range bases {
+		ld.queryWarnings(b)
+	}
+	if s.resolvers == nil {
 		return nil
 	}
 	return s
@@ -278,6 +294,7 @@ type pending struct {
 	filters []reqFilter
 	inst    string // the request side: queries with the same one share a bucket
 	rowID   string // the row side, for buckets shared across streams
+	warn    *sqlError
 }
 
 // merge makes the stream's resolvers: queries with the same request side
@@ -295,6 +312,11 @@ func (sc *streamCompiler) merge(s *stream, pend []*pending) []*resolver {
 	}
 	var out []*resolver
 	for _, g := range groups {
+		// PowerSync checks a merged resolver once for unauthenticated
+		// parameters, and reports it at its first query.
+		if w := g[0].warn; w != nil {
+			g[0].base.warns = append(g[0].base.warns, w)
+		}
 		ids := make([]string, len(g))
 		for i, p := range g {
 			ids[i] = p.rowID

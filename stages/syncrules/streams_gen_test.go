@@ -109,9 +109,10 @@ const (
 	// JSON values (true differs from 1, false from 0). Skipped: a column
 	// compared with two request values in one term.
 	diffBoolEquals
-	// diffMergedWarning: PowerSync warns about unauthenticated parameters
-	// once per merged resolver (queries of a stream with the same request
-	// side share one), at the first query; syncpipe warns for each query.
+	// diffMergedWarning (fixed; the filter stays for bisecting): PowerSync
+	// warns about unauthenticated parameters once per merged resolver
+	// (queries of a stream with the same request side share one), at the
+	// first query; syncpipe warned for each query.
 	// Skipped: two queries of a stream without
 	// accept_potentially_dangerous_queries: true that may both warn.
 	diffMergedWarning
@@ -121,19 +122,19 @@ const (
 	// missing or empty partition value, so with several partitions in one
 	// term a lookup was not queried (PowerSync queries it) and a request
 	// value that is not an array was not reported as a stream error
-	// (PowerSync reports it). Skipped: terms with an array or subquery partition and
-	// another partition.
+	// (PowerSync reports it). Skipped: terms with an array or subquery
+	// partition and another partition.
 	diffMissingValue
 	// diffSubqueryVariantOrder (fixed; the filter stays for bisecting):
 	// PowerSync numbers a term that is a subquery alone (a join plus its
 	// condition) among the terms of several factors, before single
-	// partitions; syncpipe numbered it as a single partition, so the buckets of `a IN arr OR b IN (SELECT ...)`
-	// or `b IN (SELECT ...) OR (x = 1 AND c = auth.user_id())` are
-	// numbered differently. Skipped: a lone-subquery term among others.
+	// partitions; syncpipe numbered it as a single partition, so the
+	// buckets of `a IN arr OR b IN (SELECT ...)` or `b IN (SELECT ...) OR
+	// (x = 1 AND c = auth.user_id())` were numbered differently. Skipped: a lone-subquery term among others.
 	diffSubqueryVariantOrder
-	// diffLookupOrder: PowerSync numbers lookups in the file's order of
-	// streams; syncpipe in JavaScript's key order (integer-like names
-	// first), so a file with stream `a` then `'7'` numbers their lookups
+	// diffLookupOrder (fixed; the filter stays for bisecting): PowerSync
+	// numbers lookups in the file's order of streams; syncpipe numbered
+	// them in JavaScript's key order (integer-like names first), so a file with stream `a` then `'7'` numbers their lookups
 	// differently. Skipped: rules with subqueries list integer-like stream
 	// names first, in ascending order.
 	diffLookupOrder
@@ -148,8 +149,7 @@ func (k knownDiffs) has(d knownDiff) bool { return knownDiff(k)&d != 0 }
 // difference once syncpipe answers like the reference for its shape
 // (check with -reference.streamsall, which generates them all).
 const streamKnownDiffs = knownDiffs(diffNegationSpelling | diffFactorOrder |
-	diffArrayAndValue | diffMergedWarning |
-	diffLookupOrder)
+	diffArrayAndValue)
 
 // streamGenFamilies name what a case stresses; the name of a generated case
 // ends with its family.

@@ -252,9 +252,7 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, ta
 	if lookups := slices.DeleteFunc(slices.Clone(parts), func(p partition) bool { return p.lookup == nil }); len(lookups) > 1 {
 		return nil, []*sqlError{{pos: lookups[1].pos, msg: "a stream query with more than one subquery is not supported yet"}}
 	}
-	if w := dangerous(s, parts, filters); w != nil {
-		base.warns = append(base.warns, w)
-	}
+	warn := dangerous(s, parts, filters) // before merging: an authenticated value may end up in also
 	parts, err := mergeSameColumn(parts)
 	if err != nil {
 		return nil, []*sqlError{err}
@@ -281,7 +279,7 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, ta
 	}
 	stmt := *st
 	stmt.where = where
-	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts, filters: filters,
+	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts, filters: filters, warn: warn,
 		inst: instantiation(parts, filters), rowID: rowIdentity(base.sql, st, table, outName, rowFactors, parts)}, nil
 }
 
@@ -533,12 +531,14 @@ func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *
 		table.schema = sc.ld.opts.defaultSchema()
 	}
 	id := fmt.Sprintf("%s\x00%s\x00%s", table, out, keyCol)
-	if lk, ok := sc.lookups[id]; ok {
-		return lk, req, nil
+	lk, ok := sc.lookups[id]
+	if !ok {
+		// A provisional number, unique in the file: request sides compare
+		// lookups by it until loadStreams numbers them in file order.
+		lk = &streamLookup{index: len(sc.lookups), table: table, out: out, keyCol: keyCol, id: id}
+		sc.lookups[id] = lk
 	}
-	lk := &streamLookup{index: len(sc.order), table: table, out: out, keyCol: keyCol, id: id}
-	sc.lookups[id] = lk
-	sc.order = append(sc.order, lk)
+	sc.used = append(sc.used, lk)
 	return lk, req, nil
 }
 
