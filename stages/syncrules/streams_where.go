@@ -183,68 +183,6 @@ func joinNodes(ns []node, op string) node {
 	return n
 }
 
-// maxTerms bounds the OR-ed variants a query's WHERE may expand to.
-const maxTerms = 100
-
-// dnf turns a WHERE into a disjunction of conjunctions, NOT pushed down
-// to the leaves (De Morgan): (a OR b) AND (c OR d) gives a∧c, a∧d, b∧c,
-// b∧d. nil gives one empty term.
-func dnf(n node) ([][]node, *sqlError) {
-	switch n := n.(type) {
-	case nil:
-		return [][]node{{}}, nil
-	case *binaryNode:
-		switch n.op {
-		case "OR", "AND":
-			l, err := dnf(n.l)
-			if err != nil {
-				return nil, err
-			}
-			r, err := dnf(n.r)
-			if err != nil {
-				return nil, err
-			}
-			if n.op == "OR" {
-				return capTerms(append(l, r...), n)
-			}
-			var out [][]node
-			for _, a := range l {
-				for _, b := range r {
-					out = append(out, append(slices.Clone(a), b...))
-				}
-			}
-			return capTerms(out, n)
-		}
-	case *unaryNode:
-		if n.op == "NOT" {
-			switch x := n.x.(type) {
-			case *unaryNode:
-				if x.op == "NOT" {
-					return dnf(x.x)
-				}
-			case *binaryNode:
-				notL := &unaryNode{pos: n.pos, op: "NOT", x: x.l}
-				notR := &unaryNode{pos: n.pos, op: "NOT", x: x.r}
-				switch x.op {
-				case "AND":
-					return dnf(&binaryNode{pos: x.pos, op: "OR", l: notL, r: notR, start: n.pos})
-				case "OR":
-					return dnf(&binaryNode{pos: x.pos, op: "AND", l: notL, r: notR, start: n.pos})
-				}
-			}
-		}
-	}
-	return [][]node{{n}}, nil
-}
-
-func capTerms(terms [][]node, at node) ([][]node, *sqlError) {
-	if len(terms) > maxTerms {
-		return nil, &sqlError{pos: at.position(), msg: "For Sync Streams, inner OR operators need to be moved up to be top-level filters. " +
-			"Applying that to this query results in too many inner nodes."}
-	}
-	return terms, nil
-}
-
 // pending compiles one variant of a query of stream s, its resolver
 // number n.
 func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, table tableRef, outName string, v variant, n int) (*pending, []*sqlError) {
@@ -570,20 +508,18 @@ func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 }
 
 // rowIdentity is what makes two resolvers' buckets the same: table,
-// output name and columns, row filters (in any order) and partition
-// columns.
+// output name and columns, row filters (in their order: PowerSync shares
+// a bucket only between the same conditions in the same order) and
+// partition columns.
 func rowIdentity(sql string, st *selectStmt, table tableRef, outName string, filters []node, parts []partition) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\x00%s\x00", table, outName)
 	for _, c := range st.cols {
 		fmt.Fprintf(&b, "%s|%v|%s\x01", nodeText(sql, c.expr), c.star, c.alias)
 	}
-	fs := make([]string, len(filters))
-	for i, f := range filters {
-		fs[i] = nodeText(sql, f)
+	for _, f := range filters {
+		b.WriteString(nodeText(sql, f) + "\x01")
 	}
-	slices.Sort(fs)
-	b.WriteString(strings.Join(fs, "\x01"))
 	for _, p := range parts {
 		b.WriteString("\x00" + p.col)
 	}
