@@ -69,9 +69,14 @@ func normalize(n node) (normal, *sqlError) {
 	return normal{shape: dnfBase, terms: [][]node{{n}}}, nil
 }
 
-// negate normalizes NOT x.
+// negate normalizes NOT x. NOT (x IS NULL) is x IS NOT NULL (and the
+// reverse), as PowerSync spells it when it compares two conditions.
 func negate(n *unaryNode) (normal, *sqlError) {
 	switch x := n.x.(type) {
+	case *isNullNode:
+		flipped := *x
+		flipped.not = !x.not
+		return normal{shape: dnfBase, terms: [][]node{{&flipped}}}, nil
 	case *unaryNode:
 		if x.op == "NOT" {
 			return normalize(x.x)
