@@ -66,14 +66,15 @@ type reqFilter struct {
 	text   string // canonical text, for the request side's identity
 }
 
-// partition is one bucket parameter's request side: a request value, or a
-// lookup whose stored output rows give the value.
+// partition is one bucket parameter's request side: a request value, or
+// an output of the variant's lookup whose stored rows give the value.
 type partition struct {
 	req streamReq
 	// also are more request values the column is compared with: all must
-	// be equal (to the value, or to a lookup's result).
+	// be equal (to the value, or to the lookup output).
 	also   []streamReq
-	lookup *streamLookup
+	lookup *lookupUse
+	out    int // the lookup output
 	// array: the request value is an array (column IN <value>), a bucket
 	// per element.
 	array bool
@@ -125,31 +126,27 @@ func (r streamReq) unauth() bool {
 	return r.src == srcConnParam || r.src == srcSubParam || r.src == srcConnParams || r.src == srcSubParams
 }
 
-// streamLookup is a subquery `SELECT out FROM table WHERE key = <request
-// value>`, evaluated at replication time into lookup entries.
-type streamLookup struct {
-	index  int
-	table  tableRef
-	out    string // output column
-	keyCol string
-	id     string // identity: lookups with the same one are shared
-}
-
 // streamCompiler holds what is shared across the streams of a file.
 type streamCompiler struct {
 	ld      *loader
 	buckets map[string]*definition // by row-side identity
 	lookups map[string]*streamLookup
 	order   []*streamLookup
+	ctes    []*cte // every CTE of the file, in YAML order
 }
 
-// loadStreams compiles the streams: mapping (edition 3).
-func (ld *loader) loadStreams(v *yaml.Node) {
+// loadStreams compiles the streams: mapping (edition 3), with the
+// top-level CTEs (with: mapping; nil for none).
+func (ld *loader) loadStreams(v, with *yaml.Node) {
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, "", "", "streams", "streams must be a mapping of stream names to streams")
 		return
 	}
 	sc := &streamCompiler{ld: ld, buckets: map[string]*definition{}, lookups: map[string]*streamLookup{}}
+	global := cteScope{}
+	if with != nil {
+		global = sc.loadCTEs(with, "", nil)
+	}
 	type entry struct{ k, v *yaml.Node }
 	var entries []entry
 	for i := 0; i+1 < len(v.Content); i += 2 {
@@ -171,10 +168,11 @@ func (ld *loader) loadStreams(v *yaml.Node) {
 		return 0
 	})
 	for _, e := range entries {
-		if s := sc.stream(e.k, e.v); s != nil {
+		if s := sc.stream(e.k, e.v, global); s != nil {
 			ld.rules.streams = append(ld.rules.streams, s)
 		}
 	}
+	sc.unusedCTEs()
 	ld.rules.lookups = sc.order
 	seen := map[*definition]bool{}
 	for _, s := range ld.rules.streams {
@@ -197,15 +195,15 @@ func arrayIndexKey(name string) (int64, bool) {
 	return n, true
 }
 
-// stream compiles one stream entry.
-func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
+// stream compiles one stream entry; global are the top-level CTEs.
+func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 	ld := sc.ld
 	s := &stream{name: k.Value, priority: 3}
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, s.name, "", "", "a stream must be a mapping with a query")
 		return nil
 	}
-	var query, queries *yaml.Node
+	var query, queries, with *yaml.Node
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		key, val := v.Content[i], v.Content[i+1]
 		switch key.Value {
@@ -214,7 +212,7 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		case "queries":
 			queries = val
 		case "with":
-			ld.errAt(key, s.name, "", key.Value, "with (common table expressions) in a stream is not supported yet")
+			with = val
 		case "auto_subscribe":
 			s.auto = ld.boolean(val, s.name, key.Value)
 		case "priority":
@@ -225,6 +223,10 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 			s.acceptDangerous = ld.boolean(val, s.name, key.Value)
 		}
 		// Other keys: PowerSync's schema allows any in a stream.
+	}
+	ctes := global
+	if with != nil {
+		ctes = sc.loadCTEs(with, s.name, global)
 	}
 	if (query == nil) == (queries == nil) {
 		ld.errAt(v, s.name, "", "", "One of `queries` or `query` must be given.")
@@ -250,9 +252,9 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 			continue
 		}
 		base := &queryBase{def: &definition{name: s.name, priority: s.priority}, label: labels[i], sql: n.Value, loc: locOf(n, ld.src)}
-		ps, errs := sc.pendings(s, base, len(pend))
-		ld.sqlErrors(base, errs)
-		ld.queryWarnings(base)
+		ps, errs := sc.pendings(s, base, ctes, len(pend))
+		sc.report(base, errs)
+		sc.warn(base, base.warns)
 		if len(errs) > 0 {
 			ok = false
 			continue
