@@ -171,7 +171,7 @@ func (ld *loader) config(v *yaml.Node) int {
 	return edition
 }
 
-// edition3 loads an edition-3 file: streams only.
+// edition3 loads an edition-3 file: streams and their CTEs only.
 func (ld *loader) edition3(root, buckets, streams, with *yaml.Node) {
 	if buckets != nil {
 		ld.errAt(buckets, "", "", "bucket_definitions", "'bucket_definitions' are not supported by the new compiler. "+

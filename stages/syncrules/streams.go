@@ -16,8 +16,9 @@ import (
 //     filters, and partitions — the bucket parameters, each a row column on
 //     the bucket side and, on the request side, a request value
 //     (auth.user_id(), auth.parameter(k), connection.parameter(k),
-//     subscription.parameter(k)) or the result of a lookup (a subquery
-//     `col IN (SELECT out FROM t WHERE key = <request value>)`).
+//     subscription.parameter(k)) or an output of a lookup (a subquery
+//     `col IN (SELECT out FROM t WHERE key = <request value>)`, a CTE
+//     named there, or a joined table: streams_join.go).
 //   - A resolver's bucket is "<group>#<stream>|<n>[<partition values>]",
 //     n counting the stream's resolvers. Resolvers of any streams whose row
 //     side is the same share one bucket, named after the first of them
@@ -25,8 +26,8 @@ import (
 //   - Partitions are ordered by a hash of their row expression, not by
 //     their place in the query (streamHash).
 //   - Lookups are numbered across the file; identical ones are shared. A
-//     lookup row is stored under ["lookup","<n>",<key value>] as
-//     [{"0":<out value>}].
+//     lookup row is stored under ["lookup","<n>",<key values>…] (keys
+//     ordered by hash) as [{"0":<out value>,"1":…}].
 //   - At request time, a NULL or missing request value yields no bucket
 //     and no lookup (unlike bucket_definitions).
 //
@@ -36,9 +37,10 @@ import (
 // does) whose factors are row-only predicates, `column = <request
 // value>`, `column IN <request value>` (a JSON array: a bucket per
 // element), lookups, or conditions on request values alone (checked at
-// request time); other forms (with:, functions on the partition side,
-// arrays in rows, joins, two subqueries in one variant) are rejected as
-// not supported.
+// request time); `with:` CTEs (streams_cte.go) and inner joins of one
+// more table. Other forms (functions on the partition side, arrays in
+// rows, two lookups in one variant, chains of joins, outer joins) are
+// rejected as not supported.
 
 // stream is one entry of streams:.
 type stream struct {

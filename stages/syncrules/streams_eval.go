@@ -195,7 +195,7 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		if !filtersHold(rv.filters, ctx) {
 			continue
 		}
-		lists, err := st.partValues(rv.parts, sub)
+		lists, lookup, err := st.partValues(rv.parts, sub)
 		if err != nil {
 			plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: why.Subscription,
 				Message: "Error evaluating bucket ids: " + err.Error()})
@@ -208,9 +208,9 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				continue
 			}
 			if lists == nil {
-				// Another parameter has no value: PowerSync still queries
-				// the lookup (its stage comes first), and makes no bucket.
-				plan.Lookups = append(plan.Lookups, Lookup{Key: key, Definition: s.name, stream: &streamUse{def: rv.bucket, why: why}})
+				if lookup { // queried, for no bucket (partValues)
+					plan.Lookups = append(plan.Lookups, Lookup{Key: key, Definition: s.name, stream: &streamUse{def: rv.bucket, why: why}})
+				}
 				continue
 			}
 		}
@@ -271,32 +271,45 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 }
 
 // partValues returns each partition's request values: one, or an array's
-// elements. A NULL (or missing) value, an empty array, or request values
-// that differ where they must be equal give no lists (no bucket, no
-// lookup, no error); a value that is not an array where one is wanted is
-// an error.
-func (st *reqState) partValues(parts []partition, sub map[string]Value) ([][]Value, error) {
-	lists := make([][]Value, len(parts))
+// elements, in PowerSync's order of stages. The arrays come first: a NULL
+// (or missing) or empty one gives no lists and no lookup, one that is not
+// an array an error. Then a NULL value, or request values that differ
+// where they must be equal, give no lists (no bucket, no error) — but
+// lookup: the variant's lookup is still queried, as PowerSync's lookup
+// stage comes before it instantiates the bucket.
+func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [][]Value, lookup bool, err error) {
+	lists = make([][]Value, len(parts))
+	empty := false
 	for i, p := range parts {
-		if p.lookup != nil {
-			lists[i] = []Value{Null()} // filled from the lookup's rows
-			continue
-		}
-		v := st.streamValue(p.req, sub)
-		if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
-			return nil, nil
-		}
 		if !p.array {
-			lists[i] = []Value{v}
 			continue
 		}
-		elems, err := jsonEachValues(v)
-		if err != nil || len(elems) == 0 {
-			return nil, err
+		// Every array is expanded: one that is not an array is an error
+		// even when another is NULL.
+		elems, err := jsonEachValues(st.streamValue(p.req, sub))
+		if err != nil {
+			return nil, false, err
 		}
+		empty = empty || len(elems) == 0
 		lists[i] = elems
 	}
-	return lists, nil
+	if empty {
+		return nil, false, nil
+	}
+	for i, p := range parts {
+		switch {
+		case p.array:
+		case p.lookup != nil:
+			lists[i] = []Value{Null()} // filled from the lookup's rows
+		default:
+			v := st.streamValue(p.req, sub)
+			if v.IsNull() || v.kind == KindBlob || !st.allEqual(v, p.also, sub) {
+				return nil, true, nil
+			}
+			lists[i] = []Value{v}
+		}
+	}
+	return lists, true, nil
 }
 
 // product yields every combination of one value from each list (nothing

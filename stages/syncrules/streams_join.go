@@ -431,68 +431,6 @@ func hasRefTo(n node, name string) bool {
 	return found
 }
 
-// cteShape is a CTE checked as a lookup: its table, output names and
-// AND-ed conditions.
-type cteShape struct {
-	table tableRef
-	inner string            // its table's name in its SQL
-	cols  map[string]string // output name → column
-	order []string          // output names
-	where []node
-}
-
-// checkCTE checks that a CTE is one table's plain columns under AND-ed
-// conditions, the CTEs syncpipe reads as lookups.
-func (sc *streamCompiler) checkCTE(c *cte) (*cteShape, *sqlError) {
-	if c.stmt == nil {
-		return nil, &sqlError{pos: c.off, msg: "the common table expression does not compile"}
-	}
-	st := c.stmt
-	if st.from == nil || st.from.call != nil || len(st.joins) > 0 {
-		return nil, &sqlError{pos: st.pos, token: "SELECT", msg: "a common table expression must select from one table (other forms are not supported yet)"}
-	}
-	cs := &cteShape{table: tableRef{schema: st.from.schema, name: st.from.name}, inner: st.from.name, cols: map[string]string{}}
-	if cs.table.schema == "" {
-		cs.table.schema = sc.ld.opts.defaultSchema()
-	}
-	if st.from.alias != "" {
-		cs.inner = st.from.alias
-	}
-	for _, col := range st.cols {
-		if col.star {
-			return nil, &sqlError{pos: col.pos, token: "*", msg: "* columns are not allowed in subqueries or common table expressions"}
-		}
-		name, ok := rowColumn(col.expr, cs.inner)
-		if !ok {
-			return nil, &sqlError{pos: col.pos, msg: "a common table expression must select columns of its table (expressions are not supported yet)"}
-		}
-		out := name
-		if col.hasAlias {
-			out = col.alias
-		}
-		if _, dup := cs.cols[out]; dup {
-			return nil, &sqlError{pos: col.pos, token: out, msg: "There is a column named '" + out + "' already."}
-		}
-		cs.cols[out] = name
-		cs.order = append(cs.order, out)
-	}
-	if st.where != nil {
-		w, err := andFactors([]node{st.where})
-		if err != nil {
-			return nil, err
-		}
-		for _, f := range w {
-			if n, _ := findStreamOnly(f); n != nil {
-				if _, isSub := n.(*subqueryNode); isSub {
-					return nil, &sqlError{pos: n.position(), msg: "a subquery in a common table expression is not supported yet"}
-				}
-			}
-		}
-		cs.where = w
-	}
-	return cs, nil
-}
-
 // registerLookup makes (or finds, for an identical one elsewhere in the
 // file) the lookup a term uses, in PowerSync's order: keys by the hash of
 // their column, lookups numbered as first made.
@@ -541,45 +479,4 @@ func lookupFilter(table string, filters []node) (expr, []string, *sqlError) {
 	}
 	slices.Sort(texts)
 	return cl.e, texts, nil
-}
-
-// validateCTE checks a CTE when it is read, as PowerSync compiles each
-// once: the shape checkCTE wants, and conditions that are key conditions
-// (column = <request value>), conditions on its table alone or on request
-// values alone, each of which compiles.
-func (sc *streamCompiler) validateCTE(c *cte) *sqlError {
-	cs, err := sc.checkCTE(c)
-	if err != nil {
-		return err
-	}
-	const self = "\x00cte"
-	src := &qsource{table: cs.table, name: self}
-	q := &qscope{srcs: map[string]*qsource{self: src}}
-	var filters []node
-	for _, w := range cs.where {
-		f, err := mapRefs(w, func(r *refNode) (node, *sqlError) {
-			if r.schema == "" && (r.table == "" || r.table == cs.inner) {
-				return &refNode{pos: r.pos, table: self, name: r.name, raw: r.raw}, nil
-			}
-			return r, nil
-		})
-		if err != nil {
-			return err
-		}
-		k, err := q.classify(f)
-		switch {
-		case err == errRequestOnly:
-			if _, errs := requestFilter("", f); len(errs) > 0 {
-				return errs[0]
-			}
-		case err != nil:
-			return err
-		case k.kind == fFilter:
-			filters = append(filters, f)
-		case k.kind != fKey && hasColumn(f):
-			return &sqlError{pos: f.position(), msg: "a common table expression's condition must read its table (other forms are not supported yet)"}
-		}
-	}
-	_, _, err = lookupFilter(self, filters)
-	return err
 }
