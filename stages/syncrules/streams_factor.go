@@ -133,7 +133,7 @@ func (q *qscope) lookupColumn(n node) (*qsource, string, bool) {
 	return src, r.name, ok
 }
 
-// hasInOrSubquery reports an IN operator in n.
+// hasInOrSubquery reports an IN operator or a subquery in n.
 func hasInOrSubquery(n node) bool {
 	switch n := n.(type) {
 	case *binaryNode:
@@ -146,16 +146,6 @@ func hasInOrSubquery(n node) bool {
 		return slices.ContainsFunc(n.args, hasInOrSubquery)
 	}
 	return false
-}
-
-// colEqualsReq matches `column = <request value>`.
-func colEqualsReq(l, r node, outName string) (string, streamReq, bool) {
-	col, ok := rowColumn(l, outName)
-	if !ok {
-		return "", streamReq{}, false
-	}
-	req, ok := requestValue(r)
-	return col, req, ok
 }
 
 // rowColumn matches a plain column of the query's table.

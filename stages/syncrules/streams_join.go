@@ -28,8 +28,7 @@ type qsource struct {
 	// (qualify): the joined table's name in the query, or a name no query
 	// can write for a subquery's.
 	name string
-	cte  *cte
-	cols map[string]string // a CTE's output names: its table's columns
+	cols map[string]string // a CTE's output names: its table's columns (nil: a table)
 }
 
 // lookupUse is the lookup an OR-ed term makes of a qsource.
@@ -56,7 +55,6 @@ type streamLookup struct {
 	keys   []string // key columns, in key order (streamHash)
 	outs   []string
 	filter expr // nil: none; a row condition, unbound
-	id     string
 }
 
 // qscope is what a stream query's names resolve to.
@@ -79,27 +77,26 @@ type expansion struct {
 // joined table, whose ON conditions (and a joined CTE's WHERE) are AND-ed
 // before the WHERE, in PowerSync's order.
 func (sc *streamCompiler) fromJoins(st *selectStmt, ctes cteScope) (*qscope, *sqlError) {
+	if len(st.joins) > 1 {
+		j := st.joins[1].item
+		return nil, &sqlError{pos: j.pos, token: j.name, msg: "a stream query may join one table (more are not supported yet)"}
+	}
+	var j joinItem
+	if len(st.joins) == 1 {
+		j = st.joins[0]
+		if syncedName(st) == itemName(j.item) {
+			// The synced table is the one the columns are selected
+			// from, wherever it is in FROM.
+			st.from, j.item = j.item, st.from
+		}
+	}
 	f := st.from
 	if ctes.use(f.schema, f.name) != nil {
 		return nil, &sqlError{pos: f.pos, token: f.name, msg: "a stream query must select from a table, not a common table expression (not supported)"}
 	}
 	q := &qscope{outName: itemName(f), ctes: ctes, subs: map[node]*expansion{}, srcs: map[string]*qsource{}}
-	if len(st.joins) == 0 {
+	if j.item == nil {
 		return q, nil
-	}
-	if len(st.joins) > 1 {
-		j := st.joins[1].item
-		return nil, &sqlError{pos: j.pos, token: j.name, msg: "a stream query may join one table (more are not supported yet)"}
-	}
-	j := st.joins[0]
-	if syncedName(st) == itemName(j.item) {
-		// The synced table is the one the columns are selected from,
-		// wherever it is in FROM.
-		st.from, j.item = j.item, st.from
-		q.outName = itemName(st.from)
-		if ctes.use(st.from.schema, st.from.name) != nil {
-			return nil, &sqlError{pos: st.from.pos, token: st.from.name, msg: "a stream query must select from a table, not a common table expression (not supported)"}
-		}
 	}
 	if j.item.call != nil {
 		return nil, &sqlError{pos: j.item.pos, token: j.item.name, msg: "joining a table-valued function is not supported"}
@@ -191,7 +188,7 @@ func (sc *streamCompiler) source(f *fromItem, ctes cteScope) (*qsource, []node, 
 	if err != nil {
 		return nil, nil, err
 	}
-	src := &qsource{table: cs.table, name: name, cte: c, cols: cs.cols}
+	src := &qsource{table: cs.table, name: name, cols: cs.cols}
 	var conds []node
 	for _, w := range cs.where {
 		n, err := mapRefs(w, func(r *refNode) (node, *sqlError) {
@@ -262,6 +259,7 @@ func (q *qscope) expand(sc *streamCompiler, f node) ([]node, bool, *sqlError) {
 	return e.factors, true, e.err
 }
 
+// expandIn expands b, `x IN (sub)` or (sub nil) `x IN cte`.
 func (q *qscope) expandIn(sc *streamCompiler, b *binaryNode, sub *selectStmt) ([]node, *sqlError) {
 	name := "\x00" + strconv.Itoa(len(q.subs))
 	var src *qsource
@@ -452,7 +450,7 @@ func (sc *streamCompiler) registerLookup(lu *lookupUse) *sqlError {
 		lu.lk = lk
 		return nil
 	}
-	lu.lk = &streamLookup{index: len(sc.order), table: lu.src.table, keys: keys, outs: lu.outs, filter: filter, id: id}
+	lu.lk = &streamLookup{index: len(sc.order), table: lu.src.table, keys: keys, outs: lu.outs, filter: filter}
 	sc.lookups[id] = lu.lk
 	sc.order = append(sc.order, lu.lk)
 	return nil
