@@ -144,8 +144,8 @@ sync_rules:
 }
 
 // TestValidateStreams: a Sync Streams file validates (and counts its
-// streams); a form syncpipe does not support yet is refused with its
-// file:line:column.
+// streams), CTEs and inner joins included; a form syncpipe does not
+// support yet is refused with its file:line:column.
 func TestValidateStreams(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, rules string) string {
@@ -179,6 +179,33 @@ sync_rules:
 	code, _, stderr = runCLI(t, "validate", "--offline", "--config", bad)
 	if code != ExitUsage || !strings.Contains(stderr, bad+":9:") || !strings.Contains(stderr, "auth.user_id() is not supported here yet") {
 		t.Fatalf("exit %d, stderr %q: want the function on the column side refused at %s:9", code, stderr, bad)
+	}
+	// CTEs (top-level and a stream's) and inner joins validate; an
+	// unused CTE is a warning at its name.
+	ctes := write("ctes.yaml", `      comments:
+        auto_subscribe: true
+        query: SELECT c.* FROM comments c JOIN org_members m ON c.org_id = m.org_id WHERE m.user_id = auth.user_id()
+      projects:
+        with:
+          mine: SELECT id FROM projects WHERE owner = auth.user_id()
+        queries:
+          - SELECT * FROM projects WHERE org_id IN user_orgs
+          - SELECT * FROM issues WHERE project_id IN (SELECT id FROM mine)
+    with:
+      user_orgs: SELECT org_id FROM org_members WHERE user_id = auth.user_id()
+      spare: SELECT id FROM projects
+`)
+	code, stdout, stderr = runCLI(t, "validate", "--offline", "--config", ctes)
+	if code != ExitOK || !strings.Contains(stdout, "2 sync stream(s) over 4 table(s)") ||
+		!strings.Contains(stderr, ctes+":19:") || !strings.Contains(stderr, "This common table expression isn't referenced.") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want ok with 2 streams over 4 tables and the unused CTE warned at %s:19", code, stdout, stderr, ctes)
+	}
+	outer := write("outer.yaml", `      s:
+        query: SELECT c.* FROM comments c LEFT JOIN org_members m ON c.org_id = m.org_id
+`)
+	code, _, stderr = runCLI(t, "validate", "--offline", "--config", outer)
+	if code != ExitUsage || !strings.Contains(stderr, outer+":9:") || !strings.Contains(stderr, "joins are not supported") {
+		t.Fatalf("exit %d, stderr %q: want the LEFT JOIN refused at %s:9", code, stderr, outer)
 	}
 }
 

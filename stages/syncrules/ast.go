@@ -91,6 +91,14 @@ type selectStmt struct {
 	pos   int
 	cols  []selectCol
 	from  *fromItem
+	joins []joinItem // more FROM items (Sync Streams only)
 	where node
 	cases []caseUse
+}
+
+// joinItem is a table joined to the FROM table: `, t` or `[INNER] JOIN t
+// ON cond` (on nil for the comma form).
+type joinItem struct {
+	item *fromItem
+	on   node
 }

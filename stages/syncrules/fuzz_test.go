@@ -146,6 +146,10 @@ func FuzzStreamQuery(f *testing.F) {
 		"SELECT id, title AS name FROM docs AS d WHERE d.owner = auth.user_id() AND owner = auth.parameter('o')",
 		"SELECT * FROM t WHERE a IN (SELECT (SELECT 1) FROM u WHERE b = connection.parameter('x'))",
 		"SELECT * FROM t WHERE a = 1 OR b = auth.user_id()",
+		"SELECT * FROM t WHERE a IN c OR b IN (SELECT x.a FROM c x)",
+		"SELECT t.* FROM t JOIN u ON t.a = u.a AND u.b = auth.user_id() WHERE u.owner IS NOT NULL OR t.done = 1",
+		"SELECT d.id FROM u, t d WHERE d.a = u.a AND d.b = u.owner AND u.b = subscription.parameter('b')",
+		"SELECT t.* FROM t, c WHERE t.a = c.a",
 	} {
 		f.Add(s)
 	}
@@ -155,7 +159,7 @@ func FuzzStreamQuery(f *testing.F) {
 		} else if s == nil {
 			t.Fatal("nil statement without error")
 		}
-		src := "config: {edition: 3}\nstreams:\n  s:\n    auto_subscribe: true\n    query: " + strconv.Quote(sql) + "\n"
+		src := "config: {edition: 3}\nwith:\n  c: SELECT a FROM u WHERE b = auth.user_id()\nstreams:\n  s:\n    auto_subscribe: true\n    query: " + strconv.Quote(sql) + "\n"
 		rules, err := Parse([]byte(src), Options{GroupID: "1"})
 		if err != nil {
 			return

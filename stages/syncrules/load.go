@@ -91,7 +91,7 @@ func (ld *loader) load(src []byte) {
 		ld.errAt(root, "", "", "", "sync rules must be a YAML mapping")
 		return
 	}
-	var buckets, streams *yaml.Node
+	var buckets, streams, with *yaml.Node
 	edition := 1
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -103,6 +103,8 @@ func (ld *loader) load(src []byte) {
 		case "streams":
 			streams = v
 			ld.rules.streamsAt = k.Line
+		case "with":
+			with = v
 		case "event_definitions":
 			ld.errAt(k, "", "", k.Value, "event_definitions are not supported")
 		default:
@@ -110,8 +112,11 @@ func (ld *loader) load(src []byte) {
 		}
 	}
 	if edition >= 3 {
-		ld.edition3(root, buckets, streams)
+		ld.edition3(root, buckets, streams, with)
 		return
+	}
+	if with != nil {
+		ld.errAt(with, "", "", "with", "Common table expressions are not supported without the `sync_config_compiler` option.")
 	}
 	if streams != nil {
 		ld.streamsNeedEdition(streams)
@@ -166,8 +171,8 @@ func (ld *loader) config(v *yaml.Node) int {
 	return edition
 }
 
-// edition3 loads an edition-3 file: streams only.
-func (ld *loader) edition3(root, buckets, streams *yaml.Node) {
+// edition3 loads an edition-3 file: streams and their CTEs only.
+func (ld *loader) edition3(root, buckets, streams, with *yaml.Node) {
 	if buckets != nil {
 		ld.errAt(buckets, "", "", "bucket_definitions", "'bucket_definitions' are not supported by the new compiler. "+
 			"Consider using https://powersync-community.github.io/bucket-definitions-to-sync-streams/ to translate them to streams.")
@@ -176,7 +181,7 @@ func (ld *loader) edition3(root, buckets, streams *yaml.Node) {
 		ld.errAt(root, "", "", "", "'streams' are required.")
 		return
 	}
-	ld.loadStreams(streams)
+	ld.loadStreams(streams, with)
 }
 
 // streamsNeedEdition reports streams in a file of an edition before 2, at

@@ -46,11 +46,29 @@ func parseSelect(src string) (*selectStmt, *sqlError) { return parseWith(src, fa
 // subqueries.
 func parseStreamSelect(src string) (*selectStmt, *sqlError) { return parseWith(src, true) }
 
+// parseStreamSelectAt parses a Sync Streams query whose byte offsets
+// (in its nodes and errors) start at off: a CTE's (see cte.off).
+func parseStreamSelectAt(src string, off int) (*selectStmt, *sqlError) {
+	toks, err := lex(src)
+	if err != nil {
+		err.pos += off
+		return nil, err
+	}
+	for i := range toks {
+		toks[i].pos += off
+	}
+	return parseTokens(toks, true)
+}
+
 func parseWith(src string, subqueries bool) (*selectStmt, *sqlError) {
 	toks, err := lex(src)
 	if err != nil {
 		return nil, err
 	}
+	return parseTokens(toks, subqueries)
+}
+
+func parseTokens(toks []token, subqueries bool) (*selectStmt, *sqlError) {
 	p := &parser{toks: toks, subqueries: subqueries}
 	s, perr := p.selectStmt()
 	if s != nil {
@@ -155,6 +173,11 @@ func (p *parser) selectStmt() (*selectStmt, *sqlError) {
 			return nil, err
 		}
 		s.from = f
+		if p.subqueries {
+			if s.joins, err = p.joins(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if p.peek().is("where") {
 		p.next()
@@ -188,6 +211,47 @@ func (p *parser) selectStmt() (*selectStmt, *sqlError) {
 		return nil, errAt(end, "unexpected %s", describe(end))
 	}
 	return s, nil
+}
+
+// joins parses the FROM items after the first of a Sync Streams query:
+// `, t` and `[INNER] JOIN t ON cond`. Other joins (LEFT, CROSS, USING, …)
+// end the FROM clause and are refused where it ends.
+func (p *parser) joins() ([]joinItem, *sqlError) {
+	var out []joinItem
+	for {
+		t := p.peek()
+		switch {
+		case t.is(","):
+			p.next()
+			f, err := p.fromItem()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, joinItem{item: f})
+			continue
+		case t.is("inner") && p.toks[p.i+1].is("join"), t.is("join"):
+			if t.is("inner") {
+				p.next()
+			}
+			p.next()
+			f, err := p.fromItem()
+			if err != nil {
+				return nil, err
+			}
+			on := p.peek()
+			if !on.is("on") {
+				return nil, errAt(on, "only [INNER] JOIN … ON is supported, found %s", describe(on))
+			}
+			p.next()
+			cond, err := p.expr(0)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, joinItem{item: f, on: cond})
+			continue
+		}
+		return out, nil
+	}
 }
 
 func (p *parser) selectCol() (selectCol, *sqlError) {

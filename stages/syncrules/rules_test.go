@@ -180,7 +180,7 @@ func TestDocumentErrors(t *testing.T) {
 		"config: {edition: 3}\nbucket_definitions: {}":                                                     "'bucket_definitions' are not supported",
 		"config: {edition: 3}\nstreams: {s: {queries: SELECT * FROM t}}":                                   "queries must be a list",
 		"config: {edition: 3}\nstreams: {s: {query: SELECT * FROM t, queries: [SELECT * FROM t]}}":         "One of `queries` or `query` must be given.",
-		"config: {edition: 3}\nstreams: {s: {with: {a: SELECT 1}, query: SELECT * FROM t}}":                "with (common table expressions) in a stream is not supported yet",
+		"config: {edition: 3}\nstreams: {s: {with: {a: SELECT 1}, query: SELECT * FROM t}}":                "a common table expression must select from one table",
 		"config: {edition: 3}\nstreams: {s: {priority: 1}}":                                                "One of `queries` or `query` must be given.",
 		"config: {edition: 3}\nstreams: {s: {query: SELECT * FROM t, priority: 4}}":                        "Invalid priority",
 		"config: {edition: 3}\nstreams: {s: {query: \"SELECT * FROM t WHERE lower(a) = auth.user_id()\"}}": "auth.user_id() is not supported here yet",

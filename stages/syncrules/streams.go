@@ -16,8 +16,9 @@ import (
 //     filters, and partitions — the bucket parameters, each a row column on
 //     the bucket side and, on the request side, a request value
 //     (auth.user_id(), auth.parameter(k), connection.parameter(k),
-//     subscription.parameter(k)) or the result of a lookup (a subquery
-//     `col IN (SELECT out FROM t WHERE key = <request value>)`).
+//     subscription.parameter(k)) or an output of a lookup (a subquery
+//     `col IN (SELECT out FROM t WHERE key = <request value>)`, a CTE
+//     named there, or a joined table: streams_join.go).
 //   - A resolver's bucket is "<group>#<stream>|<n>[<partition values>]",
 //     n counting the stream's resolvers. Resolvers of any streams whose row
 //     side is the same share one bucket, named after the first of them
@@ -25,8 +26,8 @@ import (
 //   - Partitions are ordered by a hash of their row expression, not by
 //     their place in the query (streamHash).
 //   - Lookups are numbered across the file; identical ones are shared. A
-//     lookup row is stored under ["lookup","<n>",<key value>] as
-//     [{"0":<out value>}].
+//     lookup row is stored under ["lookup","<n>",<key values>…] (keys
+//     ordered by hash) as [{"0":<out value>,"1":…}].
 //   - At request time, a NULL or missing request value yields no bucket
 //     and no lookup (unlike bucket_definitions).
 //
@@ -36,9 +37,10 @@ import (
 // does) whose factors are row-only predicates, `column = <request
 // value>`, `column IN <request value>` (a JSON array: a bucket per
 // element), lookups, or conditions on request values alone (checked at
-// request time); other forms (with:, functions on the partition side,
-// arrays in rows, joins, two subqueries in one variant) are rejected as
-// not supported.
+// request time); `with:` CTEs (streams_cte.go) and inner joins of one
+// more table. Other forms (functions on the partition side, arrays in
+// rows, two lookups in one variant, chains of joins, outer joins) are
+// rejected as not supported.
 
 // stream is one entry of streams:.
 type stream struct {
@@ -66,14 +68,15 @@ type reqFilter struct {
 	text   string // canonical text, for the request side's identity
 }
 
-// partition is one bucket parameter's request side: a request value, or a
-// lookup whose stored output rows give the value.
+// partition is one bucket parameter's request side: a request value, or
+// an output of the variant's lookup whose stored rows give the value.
 type partition struct {
 	req streamReq
 	// also are more request values the column is compared with: all must
-	// be equal (to the value, or to a lookup's result).
+	// be equal (to the value, or to the lookup output).
 	also   []streamReq
-	lookup *streamLookup
+	lookup *lookupUse
+	out    int // the lookup output
 	// array: the request value is an array (column IN <value>), a bucket
 	// per element.
 	array bool
@@ -125,31 +128,27 @@ func (r streamReq) unauth() bool {
 	return r.src == srcConnParam || r.src == srcSubParam || r.src == srcConnParams || r.src == srcSubParams
 }
 
-// streamLookup is a subquery `SELECT out FROM table WHERE key = <request
-// value>`, evaluated at replication time into lookup entries.
-type streamLookup struct {
-	index  int
-	table  tableRef
-	out    string // output column
-	keyCol string
-	id     string // identity: lookups with the same one are shared
-}
-
 // streamCompiler holds what is shared across the streams of a file.
 type streamCompiler struct {
 	ld      *loader
 	buckets map[string]*definition // by row-side identity
 	lookups map[string]*streamLookup
 	used    []*streamLookup // by the stream being compiled, in the order its subqueries are met
+	ctes    []*cte          // every CTE of the file, in YAML order
 }
 
-// loadStreams compiles the streams: mapping (edition 3).
-func (ld *loader) loadStreams(v *yaml.Node) {
+// loadStreams compiles the streams: mapping (edition 3), with the
+// top-level CTEs (with: mapping; nil for none).
+func (ld *loader) loadStreams(v, with *yaml.Node) {
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, "", "", "streams", "streams must be a mapping of stream names to streams")
 		return
 	}
 	sc := &streamCompiler{ld: ld, buckets: map[string]*definition{}, lookups: map[string]*streamLookup{}}
+	global := cteScope{}
+	if with != nil {
+		global = sc.loadCTEs(with, "", nil)
+	}
 	type entry struct{ k, v *yaml.Node }
 	var entries []entry
 	for i := 0; i+1 < len(v.Content); i += 2 {
@@ -173,11 +172,12 @@ func (ld *loader) loadStreams(v *yaml.Node) {
 	uses := map[*yaml.Node][]*streamLookup{}
 	for _, e := range entries {
 		sc.used = nil
-		if s := sc.stream(e.k, e.v); s != nil {
+		if s := sc.stream(e.k, e.v, global); s != nil {
 			ld.rules.streams = append(ld.rules.streams, s)
 		}
 		uses[e.k] = sc.used
 	}
+	sc.unusedCTEs()
 	// Lookups are numbered as PowerSync creates them: streams in the
 	// file's order (not the key order above), subqueries in the order met.
 	for i := 0; i+1 < len(v.Content); i += 2 {
@@ -209,15 +209,15 @@ func arrayIndexKey(name string) (int64, bool) {
 	return n, true
 }
 
-// stream compiles one stream entry.
-func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
+// stream compiles one stream entry; global are the top-level CTEs.
+func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 	ld := sc.ld
 	s := &stream{name: k.Value, priority: 3}
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, s.name, "", "", "a stream must be a mapping with a query")
 		return nil
 	}
-	var query, queries *yaml.Node
+	var query, queries, with *yaml.Node
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		key, val := v.Content[i], v.Content[i+1]
 		switch key.Value {
@@ -226,7 +226,7 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		case "queries":
 			queries = val
 		case "with":
-			ld.errAt(key, s.name, "", key.Value, "with (common table expressions) in a stream is not supported yet")
+			with = val
 		case "auto_subscribe":
 			s.auto = ld.boolean(val, s.name, key.Value)
 		case "priority":
@@ -237,6 +237,10 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 			s.acceptDangerous = ld.boolean(val, s.name, key.Value)
 		}
 		// Other keys: PowerSync's schema allows any in a stream.
+	}
+	ctes := global
+	if with != nil {
+		ctes = sc.loadCTEs(with, s.name, global)
 	}
 	if (query == nil) == (queries == nil) {
 		ld.errAt(v, s.name, "", "", "One of `queries` or `query` must be given.")
@@ -263,8 +267,8 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 			continue
 		}
 		base := &queryBase{def: &definition{name: s.name, priority: s.priority}, label: labels[i], sql: n.Value, loc: locOf(n, ld.src)}
-		ps, errs := sc.pendings(s, base, len(pend))
-		ld.sqlErrors(base, errs)
+		ps, errs := sc.pendings(s, base, ctes, len(pend))
+		sc.report(base, errs)
 		bases = append(bases, base)
 		if len(errs) > 0 {
 			ok = false
@@ -276,7 +280,7 @@ func (sc *streamCompiler) stream(k, v *yaml.Node) *stream {
 		s.resolvers = sc.merge(s, pend)
 	}
 	for _, b := range bases {
-		ld.queryWarnings(b)
+		sc.warn(b, b.warns)
 	}
 	if s.resolvers == nil {
 		return nil

@@ -9,11 +9,11 @@ import (
 
 // boundLookup is a stream lookup bound to its table.
 type boundLookup struct {
-	lk       *streamLookup
-	keyIdx   int    // source column of the lookup key (-1: missing)
-	outIdx   int    // source column of the output (-1: missing)
-	keyHead  []byte // `["lookup","<n>"`
-	rowsHead []byte // `[{"0":`
+	lk      *streamLookup
+	keyIdx  []int  // source columns of the key (-1: missing)
+	outIdx  []int  // source columns of the outputs (-1: missing)
+	filter  expr   // bound; nil for none
+	keyHead []byte // `["lookup","<n>"`
 }
 
 // bindStreams adds the stream buckets and lookups reading table t.
@@ -29,39 +29,76 @@ func (r *Rules) bindStreams(bt *BoundTable, t tableRef, b *binder, columns []str
 		if lk.table != t {
 			continue
 		}
-		bl := &boundLookup{lk: lk, keyIdx: b.index(lk.keyCol), outIdx: b.index(lk.out)}
+		bl := &boundLookup{lk: lk}
+		for _, k := range lk.keys {
+			bl.keyIdx = append(bl.keyIdx, b.index(k))
+		}
+		for _, o := range lk.outs {
+			bl.outIdx = append(bl.outIdx, b.index(o))
+		}
+		if lk.filter != nil {
+			bl.filter = lk.filter.bind(b)
+		}
 		bl.keyHead = append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
 		bl.keyHead = appendJSONString(bl.keyHead, strconv.Itoa(lk.index))
-		bl.rowsHead = append(appendJSONString([]byte(`[{`), "0"), ':')
 		bt.lookups = append(bt.lookups, bl)
 	}
 }
 
-// evalLookups appends the stream lookup entries of a row: a NULL (or
-// BLOB) key or output stores nothing, as PowerSync skips such rows.
+// evalLookups appends the stream lookup entries of a row: a row whose
+// filter does not hold, or with a NULL (or BLOB) key or output, stores
+// nothing, as PowerSync skips such rows.
 func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]LookupEntry, []byte) {
 	for _, bl := range e.t.lookups {
-		if bl.keyIdx < 0 || bl.outIdx < 0 {
-			continue
-		}
-		key, val := row[bl.keyIdx], row[bl.outIdx]
-		if key.IsNull() || val.IsNull() || val.kind == KindBlob {
+		if !bl.usable(row) {
 			continue
 		}
 		ks := len(buf)
-		buf = append(append(buf, bl.keyHead...), ',')
-		var ok bool
-		if buf, ok = appendLookupValue(buf, key); !ok {
+		buf = append(buf, bl.keyHead...)
+		ok := true
+		for _, i := range bl.keyIdx {
+			if buf, ok = appendLookupValue(append(buf, ','), row[i]); !ok {
+				break
+			}
+		}
+		if !ok {
 			buf = buf[:ks]
 			continue
 		}
 		buf = append(buf, ']')
 		rs := len(buf)
-		buf = appendDataValue(append(buf, bl.rowsHead...), val)
+		buf = append(buf, '[', '{')
+		for n, i := range bl.outIdx {
+			if n > 0 {
+				buf = append(buf, ',')
+			}
+			buf = appendDataValue(append(appendJSONString(buf, strconv.Itoa(n)), ':'), row[i])
+		}
 		buf = append(buf, '}', ']')
 		out = append(out, LookupEntry{Key: buf[ks:rs:rs], Rows: buf[rs:len(buf):len(buf)]})
 	}
 	return out, buf
+}
+
+// usable reports whether a row makes an entry of the lookup: its columns
+// are there, keys and outputs neither NULL nor (outputs) BLOB, and its
+// filter holds (an error evaluating it does not).
+func (bl *boundLookup) usable(row []Value) bool {
+	for _, i := range bl.keyIdx {
+		if i < 0 || row[i].IsNull() {
+			return false
+		}
+	}
+	for _, i := range bl.outIdx {
+		if i < 0 || row[i].IsNull() || row[i].kind == KindBlob {
+			return false
+		}
+	}
+	if bl.filter == nil {
+		return true
+	}
+	v, err := bl.filter.eval(&evalCtx{row: row})
+	return err == nil && v.truthy()
 }
 
 // streamUse is how a Lookup of a stream turns stored rows into buckets:
@@ -69,12 +106,18 @@ func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]L
 // stored output fills.
 type streamUse struct {
 	def        *definition
-	vals       []Value
-	hole       int
+	vals       []Value // nil: the lookup makes no bucket (see request)
+	holes      []hole
 	why        StreamReason
 	priority   int
-	overridden bool    // priority is a subscription's override
-	equals     []Value // values the stored output must equal (the column also compared with them)
+	overridden bool // priority is a subscription's override
+}
+
+// hole is a bucket parameter a stored lookup row fills.
+type hole struct {
+	part   int     // in the bucket's parameters
+	key    string  // of the stored output: "0", "1", …
+	equals []Value // values it must equal (the column also compared with them)
 }
 
 // requestStreams adds the buckets and lookups of the streams the request
@@ -155,15 +198,27 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		if !filtersHold(rv.filters, ctx) {
 			continue
 		}
-		lists, err := st.partValues(rv.parts, sub)
+		lists, lookup, err := st.partValues(rv.parts, sub)
 		if err != nil {
 			plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: why.Subscription,
 				Message: "Error evaluating bucket ids: " + err.Error()})
 			continue
 		}
-		hole := slices.IndexFunc(rv.parts, func(p partition) bool { return p.lookup != nil })
+		lk := resolverLookup(rv.parts)
+		var key []byte
+		if lk != nil {
+			if key = st.lookupKey(lk, sub); key == nil {
+				continue
+			}
+			if lists == nil {
+				if lookup { // queried, for no bucket (partValues)
+					plan.Lookups = append(plan.Lookups, Lookup{Key: key, Definition: s.name, stream: &streamUse{def: rv.bucket, why: why}})
+				}
+				continue
+			}
+		}
 		for vals := range product(lists) {
-			if hole < 0 {
+			if lk == nil {
 				b := append([]byte(rv.bucket.prefix), '[')
 				for i, v := range vals {
 					if i > 0 {
@@ -175,64 +230,89 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 					Reasons: []StreamReason{why}, overridden: overridden})
 				continue
 			}
-			lk := rv.parts[hole].lookup
-			key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
-			key = append(appendJSONString(key, strconv.Itoa(lk.index)), ',')
-			key, _ = appendLookupValue(key, vals[hole])
-			equals := make([]Value, len(rv.parts[hole].also))
-			for i, r := range rv.parts[hole].also {
-				equals[i] = st.streamValue(r, sub)
+			var holes []hole
+			for i, p := range rv.parts {
+				if p.lookup == nil {
+					continue
+				}
+				h := hole{part: i, key: strconv.Itoa(p.out), equals: make([]Value, len(p.also))}
+				for j, r := range p.also {
+					h.equals[j] = st.streamValue(r, sub)
+				}
+				holes = append(holes, h)
 			}
-			plan.Lookups = append(plan.Lookups, Lookup{Key: append(key, ']'), Definition: s.name,
-				stream: &streamUse{def: rv.bucket, vals: slices.Clone(vals), hole: hole, equals: equals, why: why, priority: priority, overridden: overridden}})
+			plan.Lookups = append(plan.Lookups, Lookup{Key: slices.Clone(key), Definition: s.name,
+				stream: &streamUse{def: rv.bucket, vals: slices.Clone(vals), holes: holes, why: why, priority: priority, overridden: overridden}})
 		}
 	}
 }
 
+// resolverLookup is the lookup a resolver's partitions come from, if any.
+func resolverLookup(parts []partition) *lookupUse {
+	for _, p := range parts {
+		if p.lookup != nil {
+			return p.lookup
+		}
+	}
+	return nil
+}
+
+// lookupKey is the key of a resolver's lookup for this request:
+// ["lookup","<n>",<key values>…]; nil when a key value is NULL (or
+// missing, or a BLOB): no lookup.
+func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
+	key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
+	key = appendJSONString(key, strconv.Itoa(lu.lk.index))
+	for _, k := range lu.keys {
+		v := st.streamValue(k.req, sub)
+		var ok bool
+		if key, ok = appendLookupValue(append(key, ','), v); !ok || v.IsNull() {
+			return nil
+		}
+	}
+	return append(key, ']')
+}
+
 // partValues returns each partition's request values: one, or an array's
-// elements. As in PowerSync, every partition is evaluated: a value that
-// is not an array where one is wanted is an error even when another value
-// is missing. A NULL (or missing) value, an empty array, or request values
-// that differ where they must be equal give no bucket and no error; the
-// subquery's lookup is still queried when its own value is there (the
-// missing value is kept as NULL, which makes no bucket of its results).
-func (st *reqState) partValues(parts []partition, sub map[string]Value) ([][]Value, error) {
-	lists := make([][]Value, len(parts))
-	var firstErr error
-	missing, lookupMissing := false, false
+// elements, in PowerSync's order of stages. The arrays come first: a NULL
+// (or missing) or empty one gives no lists and no lookup, one that is not
+// an array an error. Then a NULL value, or request values that differ
+// where they must be equal, give no lists (no bucket, no error) — but
+// lookup: the variant's lookup is still queried, as PowerSync's lookup
+// stage comes before it instantiates the bucket.
+func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [][]Value, lookup bool, err error) {
+	lists = make([][]Value, len(parts))
+	empty := false
 	for i, p := range parts {
-		v := st.streamValue(p.req, sub)
-		if p.array && (v.IsNull() || v.kind == KindBlob) {
-			missing = true // no elements: no lookup either
-			continue
-		}
-		if v.IsNull() || v.kind == KindBlob || p.lookup == nil && !st.allEqual(p.req, v, p.also, sub) {
-			missing = true
-			lookupMissing = lookupMissing || p.lookup != nil
-			lists[i] = []Value{Null()}
-			continue
-		}
 		if !p.array {
-			lists[i] = []Value{v}
 			continue
 		}
-		elems, err := jsonEachValues(v)
-		if err != nil && firstErr == nil {
-			firstErr = err
+		// Every array is expanded: one that is not an array is an error
+		// even when another is NULL.
+		elems, err := jsonEachValues(st.streamValue(p.req, sub))
+		if err != nil {
+			return nil, false, err
 		}
-		if len(elems) == 0 {
-			missing = true
-		}
+		empty = empty || len(elems) == 0
 		lists[i] = elems
 	}
-	hasLookup := slices.ContainsFunc(parts, func(p partition) bool { return p.lookup != nil })
-	switch {
-	case firstErr != nil:
-		return nil, firstErr
-	case missing && (!hasLookup || lookupMissing || slices.ContainsFunc(lists, func(l []Value) bool { return len(l) == 0 })):
-		return nil, nil
+	if empty {
+		return nil, false, nil
 	}
-	return lists, nil
+	for i, p := range parts {
+		switch {
+		case p.array:
+		case p.lookup != nil:
+			lists[i] = []Value{Null()} // filled from the lookup's rows
+		default:
+			v := st.streamValue(p.req, sub)
+			if v.IsNull() || v.kind == KindBlob || !st.allEqual(p.req, v, p.also, sub) {
+				return nil, true, nil
+			}
+			lists[i] = []Value{v}
+		}
+	}
+	return lists, true, nil
 }
 
 // product yields every combination of one value from each list (nothing
@@ -376,7 +456,7 @@ func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
 }
 
 // streamBuckets is Lookup.Buckets for a stream's lookup: each stored row
-// {"0": value} fills the resolver's lookup partition.
+// {"0": value, …} fills the resolver's lookup partitions.
 func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error) {
 	doc, err := parseJSON(string(rows))
 	if err != nil {
@@ -386,25 +466,35 @@ func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error
 		return dst, fmt.Errorf("parameter rows: %w", errNotArray)
 	}
 	u := l.stream
+	if u.vals == nil {
+		return dst, nil // a lookup queried for no bucket
+	}
+	vals := slices.Clone(u.vals)
 	for i := range doc.arr {
 		obj := &doc.arr[i]
 		if obj.k != jObj {
 			return dst, fmt.Errorf("parameter row %d is not an object", i)
 		}
-		j := obj.index("0")
-		if j < 0 {
-			continue
+		filled := true
+		for _, h := range u.holes {
+			j := obj.index(h.key)
+			if j < 0 {
+				filled = false
+				break
+			}
+			out := obj.vals[j].storedValue()
+			if !allParamsEqual(out, h.equals) {
+				filled = false
+				break
+			}
+			vals[h.part] = out
 		}
-		out := obj.vals[j].storedValue()
-		if !allParamsEqual(out, u.equals) {
+		if !filled {
 			continue
 		}
 		b := append([]byte(u.def.prefix), '[')
 		ok := true
-		for k, v := range u.vals {
-			if k == u.hole {
-				v = out
-			}
+		for k, v := range vals {
 			if k > 0 {
 				b = append(b, ',')
 			}

@@ -22,14 +22,18 @@ import (
 //     present or not; a query is sometimes repeated by another stream, so
 //     buckets are shared;
 //   - queries `SELECT *` or a column list with aliases from one table,
-//     optionally aliased, WHERE absent or an AND/OR/NOT tree (NOT only above
-//     row and request conditions, never directly above another NOT) of
-//     factors: row-only predicates (column <op> literal, IS [NOT] NULL,
-//     column = column), `column = <request value>` (either side), `column
-//     IN <request value>` (an array claim or parameter), `column IN (SELECT
-//     c FROM t WHERE k = <request value>)` (at most one per OR-ed term, its
-//     column compared with nothing else there) and conditions on request
-//     values alone;
+//     optionally aliased, or from it joined to a parameter table (`JOIN …
+//     ON` or a comma join: the lookup a subquery would be, AND-ed with the
+//     WHERE), WHERE absent or an AND/OR/NOT tree (NOT only above row and
+//     request conditions, never directly above another NOT) of factors:
+//     row-only predicates (column <op> literal, IS [NOT] NULL, column =
+//     column), `column = <request value>` (either side), `column IN
+//     <request value>` (an array claim or parameter), `column IN (SELECT c
+//     FROM t WHERE k = <request value> [AND a filter])` (at most one per
+//     OR-ed term, its column compared with nothing else there; sometimes a
+//     CTE, `column IN cte` or `column IN (SELECT c FROM cte [x])`, in the
+//     top-level or the stream's with:) and conditions on request values
+//     alone; an unused CTE now and then;
 //   - tables of 3–6 columns (id TEXT, duplicates included), values TEXT,
 //     INTEGER, REAL (integral ones too) and NULL from a small pool so that
 //     rows and requests meet and partitions collide; parameter-table rows
@@ -42,9 +46,11 @@ import (
 //     unknown one, parameters with the keys read or others or null,
 //     override_priority null or 0–3.
 //
-// Not drawn (outside the subset): with:, edition 2, functions on a
-// partition's column side, `<value> IN column`, joins, several streams of
-// one name, requests without sub. NOT (NOT (NOT x)) is not drawn either:
+// Not drawn (outside the subset): edition 2, functions on a partition's
+// column side, `<value> IN column`, joins on two columns or chains of
+// them, a join and a subquery in one term, several streams of one name,
+// requests without sub. (streams.jsonl's hand-made cases cover joins on
+// several columns and CTEs of several columns.) NOT (NOT (NOT x)) is not drawn either:
 // the reference compiler crashes on it ("DNF transformation did not have
 // inner type as base").
 
@@ -106,8 +112,8 @@ const (
 	// one WHERE.
 	diffDuplicateVariant
 	// diffBoolEquals (fixed: a boolean equals only a boolean; the filter
-	// stays for bisecting): a column compared with two request values in one
-	// term is one partition that needs them equal; syncpipe took a
+	// stays for bisecting): a column compared with two request values in
+	// one term is one partition that needs them equal; syncpipe took a
 	// boolean claim for 1/0 there (true equals 1), PowerSync compares the
 	// JSON values (true differs from 1, false from 0). Skipped: a column
 	// compared with two request values in one term.
@@ -119,8 +125,10 @@ const (
 	// Skipped: two queries of a stream without
 	// accept_potentially_dangerous_queries: true that may both warn.
 	diffMergedWarning
-	// diffMissingValue (fixed: every partition is evaluated; a missing
-	// scalar is kept as NULL, a missing array has no elements; the filter
+	// diffMissingValue (fixed: syncpipe now follows PowerSync's stages —
+	// every array expanded first, an error in any reported, a NULL or
+	// empty one stopping the term; then the lookup queried even when a
+	// scalar value is NULL — so it is out of the skip list; its filter
 	// stays for bisecting): syncpipe stopped at a variant's first NULL,
 	// missing or empty partition value, so with several partitions in one
 	// term a lookup was not queried (PowerSync queries it) and a request
@@ -128,12 +136,15 @@ const (
 	// (PowerSync reports it). Skipped: terms with an array or subquery
 	// partition and another partition.
 	diffMissingValue
-	// diffSubqueryVariantOrder (fixed; the filter stays for bisecting):
-	// PowerSync numbers a term that is a subquery alone (a join plus its
-	// condition) among the terms of several factors, before single
-	// partitions; syncpipe numbered it as a single partition, so the
-	// buckets of `a IN arr OR b IN (SELECT ...)` or `b IN (SELECT ...) OR
-	// (x = 1 AND c = auth.user_id())` were numbered differently. Skipped: a lone-subquery term among others.
+	// diffSubqueryVariantOrder (fixed: syncpipe now counts a lookup's key
+	// conditions and filter as factors of the term, as PowerSync's join
+	// does, so it is out of the skip list; its filter stays for
+	// bisecting): PowerSync numbers a term that is a subquery alone (a
+	// join plus its condition) among the terms of several factors, before
+	// single partitions; syncpipe numbered it as a single partition, so
+	// the buckets of `a IN arr OR b IN (SELECT ...)` or `b IN (SELECT ...)
+	// OR (x = 1 AND c = auth.user_id())` were numbered differently.
+	// Skipped: a lone-subquery term among others.
 	diffSubqueryVariantOrder
 	// diffLookupOrder (fixed; the filter stays for bisecting): PowerSync
 	// numbers lookups in the file's order of streams; syncpipe numbered
@@ -181,6 +192,9 @@ type sgen struct {
 	tables map[string][]string // the case's tables: columns, id first
 	used   map[string]bool     // request keys read: "auth:k", "conn:k", "sub:k"
 	names  []string            // stream names
+	// CTEs: the top-level ones by name, every one's name by its SQL, and
+	// the stream-level ones of the query being drawn.
+	globals, cteNames, qctes map[string]string
 }
 
 // sfKind is the kind of a WHERE factor.
@@ -217,9 +231,10 @@ type snode struct {
 // squery is a generated query and the OR-ed terms of its WHERE.
 type squery struct {
 	sql   string
-	side  string       // table, output name and columns
-	terms [][]*sfactor // as syncpipe orders them (sdnf)
-	ps    [][]*sfactor // as PowerSync orders them (psdnf)
+	ctes  map[string]string // stream-level CTEs it names, by name
+	side  string            // table, output name and columns
+	terms [][]*sfactor      // as syncpipe orders them (sdnf)
+	ps    [][]*sfactor      // as PowerSync orders them (psdnf)
 }
 
 // variants are the identities of the query's OR-ed terms.
@@ -297,6 +312,7 @@ func (s *sgen) streamCase(fam string) refCase {
 	for {
 		s.tables = map[string][]string{}
 		s.used = map[string]bool{}
+		s.globals, s.cteNames = map[string]string{}, map[string]string{}
 		streams := s.streams()
 		if s.skip.has(diffFactorOrder) && !orderAgrees(streams) {
 			continue
@@ -372,7 +388,15 @@ func (s *sgen) streams() []*sstream {
 // caseOf renders the streams and draws rows and requests.
 func (s *sgen) caseOf(streams []*sstream) refCase {
 	var b strings.Builder
-	b.WriteString("config:\n  edition: 3\nstreams:\n")
+	b.WriteString("config:\n  edition: 3\n")
+	if s.chance(0.1) {
+		s.globals["unused_"+s.pick("a", "b")] = "SELECT " + s.pick("code FROM teams", "role FROM members WHERE user_id = auth.user_id()")
+	}
+	if len(s.globals) > 0 {
+		b.WriteString("with:\n")
+		writeCTEs(&b, "  ", s.globals)
+	}
+	b.WriteString("streams:\n")
 	for _, st := range streams {
 		s.renderStream(&b, st)
 	}
@@ -487,9 +511,36 @@ func (s *sgen) renderStream(b *strings.Builder, st *sstream) {
 		q = "    query: " + yamlQuery(st.queries[0].sql) + "\n"
 	}
 	lines := append(slices.Clone(st.opts), q)
+	local := map[string]string{}
+	for _, x := range st.queries {
+		for k, v := range x.ctes {
+			local[k] = v
+		}
+	}
+	if s.chance(0.05) {
+		local["unused_local"] = "SELECT team FROM teams"
+	}
+	if len(local) > 0 {
+		var w strings.Builder
+		w.WriteString("    with:\n")
+		writeCTEs(&w, "      ", local)
+		lines = append(lines, w.String())
+	}
 	s.r.Shuffle(len(lines), func(i, j int) { lines[i], lines[j] = lines[j], lines[i] })
 	for _, l := range lines {
 		b.WriteString(l)
+	}
+}
+
+// writeCTEs writes a with: mapping's entries, sorted by name.
+func writeCTEs(b *strings.Builder, indent string, ctes map[string]string) {
+	names := make([]string, 0, len(ctes))
+	for k := range ctes {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		b.WriteString(indent + k + ": " + yamlQuery(ctes[k]) + "\n")
 	}
 }
 
@@ -512,14 +563,21 @@ func (s *sgen) useTable(name string, pool map[string][]string) []string {
 
 // query draws one stream query.
 func (s *sgen) query() squery {
+	s.qctes = map[string]string{}
 	table := s.pick("items", "docs")
 	cols := s.useTable(table, streamTables)
 	alias := ""
 	if s.chance(0.2) {
 		alias = s.pick("t", "x", "it")
 	}
+	join := s.w[sfSub] > 0 && s.chance(0.3)
+	if join {
+		alias = s.pick("t", "x", "it")
+	}
 	ref := func(c string) string {
 		switch {
+		case join:
+			return alias + "." + c
 		case alias != "" && s.chance(0.5):
 			return alias + "." + c
 		case alias == "" && s.chance(0.15):
@@ -528,6 +586,9 @@ func (s *sgen) query() squery {
 		return c
 	}
 	sel, side := "*", "*"
+	if join {
+		sel = alias + ".*"
+	}
 	if s.chance(0.5) {
 		parts := []string{ref("id")}
 		for _, c := range cols[1:] {
@@ -543,15 +604,65 @@ func (s *sgen) query() squery {
 		s.r.Shuffle(len(parts), func(i, j int) { parts[i], parts[j] = parts[j], parts[i] })
 		sel, side = strings.Join(parts, ", "), unqualified(strings.Join(parts, ", "))
 	}
-	q := squery{sql: "SELECT " + sel + " FROM " + table, side: table + " " + alias + " " + side}
+	q := squery{sql: "SELECT " + sel + " FROM " + table, side: table + " " + alias + " " + side, ctes: s.qctes}
 	if alias != "" {
 		q.sql += s.pick(" AS ", " ") + alias
+	}
+	if join {
+		return s.joinQuery(q, cols, ref)
 	}
 	if s.fam == "global" && s.chance(0.3) {
 		return q
 	}
-	w, n, terms := s.whereClause(cols, ref)
+	w, n, terms := s.whereClause(cols, ref, nil)
 	q.sql += " WHERE " + w
+	q.terms = terms
+	q.ps = psTerms(psdnf(n, false))
+	return q
+}
+
+// joinQuery makes q a join of its table to a parameter table: the lookup
+// `col IN (SELECT out FROM p WHERE key = <value>)` would be, written as
+// `JOIN p m ON …` or `, p m WHERE …`, AND-ed with a WHERE without
+// subqueries (one lookup per term).
+func (s *sgen) joinQuery(q squery, cols []string, ref func(string) string) squery {
+	col := cols[s.r.IntN(len(cols))]
+	f := &sfactor{kind: sfSub, col: col}
+	table, out, key, v, filter := s.lookupParts(f, "m.")
+	f.key = col + " IN " + f.key
+	on := ref(col) + " = m." + out
+	if s.chance(0.3) {
+		on = "m." + out + " = " + ref(col)
+	}
+	keyCond := "m." + key + " = " + v
+	if filter != "" {
+		keyCond += " AND " + filter
+	}
+	var conds []string
+	if s.chance(0.5) {
+		if s.chance(0.4) {
+			on += " AND " + keyCond
+		} else {
+			conds = append(conds, keyCond)
+		}
+		q.sql += " " + s.pick("JOIN", "INNER JOIN") + " " + table + s.pick(" AS ", " ") + "m ON " + on
+	} else {
+		q.sql += ", " + table + s.pick(" AS ", " ") + "m"
+		conds = append(conds, on, keyCond)
+		s.r.Shuffle(len(conds), func(i, j int) { conds[i], conds[j] = conds[j], conds[i] })
+	}
+	n := &snode{f: f}
+	terms := [][]*sfactor{{f}}
+	if !(s.fam == "global" && s.chance(0.3)) {
+		var w string
+		var where *snode
+		w, where, terms = s.whereClause(cols, ref, f)
+		conds = append(conds, "("+w+")")
+		n = &snode{op: "AND", kids: []*snode{n, where}}
+	}
+	if len(conds) > 0 {
+		q.sql += " WHERE " + strings.Join(conds, " AND ")
+	}
 	q.terms = terms
 	q.ps = psTerms(psdnf(n, false))
 	return q
@@ -559,8 +670,14 @@ func (s *sgen) query() squery {
 
 // whereClause draws a WHERE tree within the subset and without the
 // skipped shapes: it retries until every OR-ed term passes termOK and the
-// terms are few.
-func (s *sgen) whereClause(cols []string, ref func(string) string) (string, *snode, [][]*sfactor) {
+// terms are few. join is a joined table's factor, AND-ed to every term
+// (nil for none; with one, no subquery is drawn).
+func (s *sgen) whereClause(cols []string, ref func(string) string, join *sfactor) (string, *snode, [][]*sfactor) {
+	if join != nil {
+		w := s.w
+		s.w[sfSub] = 0
+		defer func() { s.w = w }()
+	}
 	for {
 		used := s.used
 		s.used = map[string]bool{}
@@ -569,6 +686,11 @@ func (s *sgen) whereClause(cols []string, ref func(string) string) (string, *sno
 		}
 		n := s.wnode(2+s.r.IntN(2), true, false, cols, ref)
 		terms := sdnf(n, false)
+		if join != nil {
+			for i := range terms {
+				terms[i] = append([]*sfactor{join}, terms[i]...)
+			}
+		}
 		ok := len(terms) <= 12
 		seen := map[string]bool{}
 		for _, t := range terms {
@@ -862,7 +984,11 @@ func (s *sgen) factor(parts bool, cols []string, ref func(string) string) *sfact
 		return f
 	case sfSub:
 		f := &sfactor{kind: sfSub, col: col}
-		f.sql = ref(col) + " IN (" + s.subquery(f) + ")"
+		sub := s.subquery(f)
+		if strings.HasPrefix(sub, "SELECT") {
+			sub = "(" + sub + ")"
+		}
+		f.sql = ref(col) + " IN " + sub
 		f.key = col + " IN " + f.key
 		return f
 	case sfReq:
@@ -919,23 +1045,64 @@ func (s *sgen) use(src, key string) string {
 	return "subscription.parameter('" + key + "')"
 }
 
-// subquery is `SELECT out FROM <parameter table> WHERE key = <value>`,
-// its value's kind and its identity (f.key) marked on f.
+// subquery is `SELECT out FROM <parameter table> WHERE key = <value>
+// [AND filter]`, or a CTE holding it: `cte` or `SELECT out FROM cte`, its
+// value's kind and its identity (f.key) marked on f.
 func (s *sgen) subquery(f *sfactor) string {
-	table := s.pick("members", "teams")
-	cols := s.useTable(table, paramTables)
-	out, key := cols[s.r.IntN(len(cols))], cols[s.r.IntN(len(cols))]
-	from, q := table, ""
+	q := ""
 	if s.chance(0.15) {
-		from, q = table+" AS p", "p."
+		q = "p."
 	}
-	v := s.reqValue(f, s.eqValue()).sql
-	f.key = fmt.Sprintf("(%s.%s WHERE %s = %s)", table, out, key, v)
+	table, out, key, v, filter := s.lookupParts(f, q)
+	from := table
+	if q != "" {
+		from = table + " AS p"
+	}
 	cond := q + key + " = " + v
 	if s.chance(0.25) {
 		cond = v + " = " + q + key
 	}
-	return "SELECT " + q + out + " FROM " + from + " WHERE " + cond
+	if filter != "" {
+		cond += " AND " + filter
+	}
+	sql := "SELECT " + q + out + " FROM " + from + " WHERE " + cond
+	if !s.chance(0.35) {
+		return sql
+	}
+	name, ok := s.cteNames[sql]
+	if !ok {
+		name = fmt.Sprintf("cte%d", len(s.cteNames))
+		s.cteNames[sql] = name
+	}
+	if s.chance(0.5) {
+		s.globals[name] = sql
+	} else {
+		s.qctes[name] = sql
+	}
+	switch s.r.IntN(3) {
+	case 0:
+		return "SELECT " + out + " FROM " + name
+	case 1:
+		return "SELECT c." + out + " FROM " + name + " c"
+	}
+	return name // written `col IN cte`, without parentheses (see factor)
+}
+
+// lookupParts draws a lookup on a parameter table: its output and key
+// columns, the request value (marked on f) and, now and then, a filter
+// on the table (q: its qualifier); f.key is set to its identity.
+func (s *sgen) lookupParts(f *sfactor, q string) (table, out, key, v, filter string) {
+	table = s.pick("members", "teams")
+	cols := s.useTable(table, paramTables)
+	out, key = cols[s.r.IntN(len(cols))], cols[s.r.IntN(len(cols))]
+	v = s.reqValue(f, s.eqValue()).sql
+	f.key = fmt.Sprintf("(%s.%s WHERE %s = %s)", table, out, key, v)
+	if s.chance(0.2) {
+		c := cols[s.r.IntN(len(cols))]
+		filter = q + c + " IS NOT NULL"
+		f.key += " filter " + c
+	}
+	return table, out, key, v, filter
 }
 
 // reqCond is a condition on request values alone; notNOT: it is not

@@ -31,8 +31,10 @@ const streamCasesPerSeed = 50
 // queries (merged and shared buckets), SELECT * or aliased columns from
 // one table, WHERE in any AND/OR/NOT shape whose factors are row-only,
 // column = request value, a column IN a one-table subquery on a request
-// value, or conditions on request values alone; subscriptions, defaults
-// and priorities; and the YAML errors around them.
+// value (or a CTE: x IN cte, x IN (SELECT col FROM cte)), inner joins of
+// one more table (JOIN … ON, comma joins), or conditions on request
+// values alone; subscriptions, defaults and priorities; and the YAML
+// errors around them.
 func TestReferenceStreams(t *testing.T) {
 	ref := requireReference(t)
 	cases := loadRefCases(t, "streams.jsonl")

@@ -1,7 +1,9 @@
 package syncrules
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +47,73 @@ streams:
 	}
 	if lists.HasData() || !lists.HasParameters() {
 		t.Errorf("lists: HasData %v, HasParameters %v; want only parameters", lists.HasData(), lists.HasParameters())
+	}
+}
+
+// TestStreamRefusals: the join and CTE shapes syncpipe does not compile are
+// refused at load time, each error located (line and column) in the query
+// or the CTE, never compiled into something else.
+func TestStreamRefusals(t *testing.T) {
+	const head = "config:\n  edition: 3\nwith:\n  o: SELECT org FROM m WHERE u = auth.user_id()\n  two: SELECT org, team FROM m\nstreams:\n  s:\n    query: "
+	cases := map[string]string{
+		"SELECT c.* FROM c LEFT JOIN m ON c.org = m.org":                                                   "joins are not supported",
+		"SELECT c.* FROM c CROSS JOIN m WHERE c.org = m.org":                                               "joins are not supported",
+		"SELECT c.* FROM c JOIN m USING (org)":                                                             "only [INNER] JOIN … ON",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org JOIN n ON c.team = n.team":                              "may join one table",
+		"SELECT * FROM c JOIN m ON c.org = m.org":                                                          "select the synced table's columns as c.*",
+		"SELECT c.id, m.role FROM c JOIN m ON c.org = m.org":                                               "only select from a single table",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org WHERE u = auth.user_id()":                               "Invalid unqualified reference",
+		"SELECT c.* FROM c, m WHERE m.u = auth.user_id()":                                                  "must be joined with `=`",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org AND c.team = m.org":                                     "equal to two columns",
+		"SELECT c.* FROM c JOIN m ON lower(c.org) = m.org":                                                 "must compare a column of each",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org AND m.u = auth.user_id() AND m.u = 'x'":                 "",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org WHERE m.u = auth.user_id() OR c.pub = 1":                "",
+		"SELECT c.* FROM c, m WHERE (c.org = m.org AND m.u = auth.user_id()) OR c.pub = 1":                 "must join it",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org WHERE c.team IN (SELECT t FROM n)":                      "subquery in a query with a joined table",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org AND m.u = auth.user_id() AND m.u = auth.parameter('u')": "two request values",
+		"SELECT c.* FROM c JOIN c ON c.org = c.org":                                                        "a name of its own",
+		"SELECT * FROM c WHERE NOT org IN o":                                                               "column IN cte",
+		"SELECT * FROM c WHERE org IN two":                                                                 "single column",
+		"SELECT * FROM o":                                                                                  "not a common table expression",
+		"SELECT * FROM c WHERE org IN (SELECT nope FROM o)":                                                "has no column",
+		"SELECT * FROM c WHERE org IN (SELECT org FROM m WHERE u = auth.user_id() OR u = 'x')":             "OR (or NOT over AND)",
+		"SELECT * FROM c WHERE org IN (SELECT org FROM m WHERE team IN (SELECT t FROM n))":                 "compared with a subquery",
+		"SELECT * FROM c WHERE org IN (SELECT org FROM m, n WHERE m.x = n.x)":                              "select from one table",
+	}
+	for q, want := range cases {
+		r, err := Parse([]byte(head+yamlQuote(q)+"\n"), Options{GroupID: "1", File: "f.yaml"})
+		if want == "" { // accepted
+			if err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+			continue
+		}
+		var es RuleErrors
+		if !errors.As(err, &es) || r != nil && len(es) == 0 {
+			t.Errorf("%s: accepted, want %q", q, want)
+			continue
+		}
+		if !strings.Contains(es.Error(), want) || es[0].Line != 8 || es[0].Column <= 12 {
+			t.Errorf("%s:\n got  %v\n want %q at line 8 in the query", q, es, want)
+		}
+	}
+	// Errors in a CTE point into it, used or not.
+	for with, want := range map[string]string{
+		"x: SELECT org FROM m WHERE nosuch(u)":    "nosuch",
+		"x: SELECT org FROM m, n":                 "must select from one table",
+		"x: SELECT org FROM m WHERE org IN other": "IN in a condition",
+		"x: SELECT * FROM m":                      "* columns are not allowed",
+		"x: SELECT lower(org) AS o FROM m":        "columns of its table",
+		"x: [SELECT org FROM m]":                  "Expected a scalar value here.",
+	} {
+		_, err := Parse([]byte("config:\n  edition: 3\nwith:\n  "+with+"\nstreams:\n  s:\n    query: SELECT * FROM c\n"), Options{GroupID: "1"})
+		var es RuleErrors
+		if !errors.As(err, &es) || !strings.Contains(es.Error(), want) || es[0].Line != 4 {
+			t.Errorf("%s:\n got  %v\n want %q at line 4", with, err, want)
+		}
+	}
+	_, err := Parse([]byte("with:\n  x: SELECT org FROM m\nbucket_definitions:\n  b:\n    data: [SELECT * FROM c]\n"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "2:") || !strings.Contains(err.Error(), "Common table expressions are not supported") {
+		t.Errorf("with: in edition 1: %v", err)
 	}
 }

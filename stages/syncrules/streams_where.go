@@ -15,7 +15,7 @@ import (
 
 // pendings compiles one query of stream s into its resolvers (one per
 // variant of its WHERE), numbered from n.
-func (sc *streamCompiler) pendings(s *stream, base *queryBase, n int) ([]*pending, []*sqlError) {
+func (sc *streamCompiler) pendings(s *stream, base *queryBase, ctes cteScope, n int) ([]*pending, []*sqlError) {
 	st, perr := parseStreamSelect(base.sql)
 	if perr != nil {
 		return nil, []*sqlError{perr}
@@ -23,26 +23,26 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, n int) ([]*pendin
 	if st.from == nil || st.from.call != nil {
 		return nil, []*sqlError{{pos: st.pos, token: "SELECT", msg: "a stream query must select FROM one table"}}
 	}
+	notEqualAsNot(st)
+	q, err := sc.fromJoins(st, ctes)
+	if err != nil {
+		return nil, []*sqlError{err}
+	}
 	table := tableRef{schema: st.from.schema, name: st.from.name}
 	if table.schema == "" {
 		table.schema = sc.ld.opts.defaultSchema()
 	}
-	outName := st.from.name
-	if st.from.alias != "" {
-		outName = st.from.alias
-	}
-	notEqualAsNot(st)
 	terms, err := dnf(st.where)
 	if err != nil {
 		return nil, []*sqlError{err}
 	}
-	vs, errs := sc.variants(base.sql, terms, outName)
+	vs, errs := sc.variants(base.sql, terms, q, st.pos)
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	var out []*pending
 	for i, v := range vs {
-		p, errs := sc.pending(s, base, st, table, outName, v, n+i)
+		p, errs := sc.pending(s, base, st, table, q.outName, v, n+i)
 		if len(errs) > 0 {
 			return nil, errs
 		}
@@ -97,54 +97,47 @@ func rewriteNotEqual(n node) node {
 }
 
 // variant is one OR-ed way a query's WHERE holds: row conditions,
-// partitions and request conditions, all AND-ed.
+// partitions, request conditions and the lookup its partitions may come
+// from, all AND-ed.
 type variant struct {
 	rows    []node
 	parts   []partition
 	filters []reqFilter
+	lookup  *lookupUse
 }
 
 // variants classifies the factors of each DNF term and orders the
-// variants as PowerSync numbers them: terms of two or more kinds of
-// factor (or two or more partitions, or a subquery) first, in DNF order; then the terms
-// of one partition, in order; then every term of request conditions
-// alone, merged into one variant (OR); then every term of row conditions
-// alone, merged likewise.
-func (sc *streamCompiler) variants(sql string, terms [][]node, outName string) ([]variant, []*sqlError) {
+// variants as PowerSync numbers them: terms of two or more factors (a
+// lookup's key conditions, and its conditions on its table, count; row
+// conditions count once, request conditions once) first, in DNF order;
+// then the terms of one partition, in order; then every term of request
+// conditions alone, merged into one variant (OR); then every term of row
+// conditions alone, merged likewise.
+func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int) ([]variant, []*sqlError) {
 	var multi, single []variant
 	var reqOnly, rowOnly []node
 	var errs []*sqlError
 	for _, t := range terms {
-		var v variant
-		var reqs []node
-		failed := false
-		for _, f := range t {
-			p, isPart, err := sc.factor(f, outName)
-			switch {
-			case err == errRequestOnly:
-				reqs = append(reqs, f)
-			case err != nil:
-				errs, failed = append(errs, err), true
-			case isPart:
-				v.parts = append(v.parts, p)
-			default:
-				v.rows = append(v.rows, f)
-			}
+		v, reqs, err := sc.term(t, q, at)
+		if err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		kinds := len(v.parts)
+		n := len(v.parts)
 		if len(v.rows) > 0 {
-			kinds++
+			n++
 		}
 		if len(reqs) > 0 {
-			kinds++
+			n++
 		}
-		// A subquery alone is two factors to PowerSync, which adds the
-		// subquery's condition to the term: it is numbered as such.
-		loneLookup := kinds == 1 && len(v.parts) == 1 && v.parts[0].lookup != nil
+		if lu := v.lookup; lu != nil {
+			n += len(lu.keys)
+			if len(lu.filters) > 0 {
+				n++
+			}
+		}
 		switch {
-		case failed:
-			continue
-		case kinds >= 2 || kinds == 0 || len(terms) == 1 || loneLookup:
+		case n >= 2 || n == 0 || len(terms) == 1:
 			if len(reqs) > 0 {
 				flt, ferrs := requestFilter(sql, andOf(reqs))
 				errs = append(errs, ferrs...)
@@ -171,6 +164,71 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, outName string) (
 	return out, errs
 }
 
+// term classifies the factors of one DNF term, subqueries expanded into
+// theirs; reqs are its conditions on request values alone. at is the
+// query's position, for errors about the term as a whole.
+func (sc *streamCompiler) term(t []node, q *qscope, at int) (v variant, reqs []node, err *sqlError) {
+	var fs []node
+	for _, f := range t {
+		ex, ok, err := q.expand(sc, f)
+		switch {
+		case err != nil:
+			return v, nil, err
+		case ok:
+			fs = append(fs, ex...)
+		default:
+			fs = append(fs, f)
+		}
+	}
+	use := func(src *qsource, at node) *sqlError {
+		if v.lookup == nil {
+			v.lookup = &lookupUse{src: src}
+		} else if v.lookup.src != src {
+			return &sqlError{pos: at.position(), msg: "a stream query with more than one subquery or joined table in one OR-ed term is not supported yet"}
+		}
+		return nil
+	}
+	for _, f := range fs {
+		c, err := q.classify(f)
+		if err == errRequestOnly {
+			reqs = append(reqs, f)
+			continue
+		}
+		if err != nil {
+			return v, nil, err
+		}
+		if c.src != nil {
+			if err := use(c.src, f); err != nil {
+				return v, nil, err
+			}
+		}
+		switch c.kind {
+		case fRow:
+			v.rows = append(v.rows, f)
+		case fPart:
+			v.parts = append(v.parts, c.part)
+		case fJoin:
+			if slices.Contains(v.lookup.outs, c.mcol) {
+				return v, nil, &sqlError{pos: f.position(), msg: "a column of the joined table equal to two columns of the synced table is not supported yet"}
+			}
+			c.part.lookup, c.part.out = v.lookup, len(v.lookup.outs)
+			v.lookup.outs = append(v.lookup.outs, c.mcol)
+			v.parts = append(v.parts, c.part)
+		case fKey:
+			v.lookup.keys = append(v.lookup.keys, c.key)
+		case fFilter:
+			v.lookup.filters = append(v.lookup.filters, f)
+		}
+	}
+	switch {
+	case v.lookup != nil && len(v.lookup.outs) == 0:
+		return v, nil, &sqlError{pos: at, msg: "the joined table (or subquery) must be joined with `=` on a column of the synced table"}
+	case q.join != nil && v.lookup == nil:
+		return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
+	}
+	return v, reqs, nil
+}
+
 // andOf and orOf join nodes with AND and OR.
 func andOf(ns []node) node { return joinNodes(ns, "AND") }
 func orOf(ns []node) node  { return joinNodes(ns, "OR") }
@@ -184,13 +242,14 @@ func joinNodes(ns []node, op string) node {
 }
 
 // pending compiles one variant of a query of stream s, its resolver
-// number n.
+// number n; its lookup is made (or found) now, in PowerSync's order.
 func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, table tableRef, outName string, v variant, n int) (*pending, []*sqlError) {
 	rowFactors, parts, filters := v.rows, v.parts, v.filters
-	if lookups := slices.DeleteFunc(slices.Clone(parts), func(p partition) bool { return p.lookup == nil }); len(lookups) > 1 {
-		return nil, []*sqlError{{pos: lookups[1].pos, msg: "a stream query with more than one subquery is not supported yet"}}
+	if v.lookup != nil {
+		if err := sc.registerLookup(v.lookup); err != nil {
+			return nil, []*sqlError{err}
+		}
 	}
-	warn := dangerous(s, parts, filters) // before merging: an authenticated value may end up in also
 	parts, err := mergeSameColumn(parts)
 	if err != nil {
 		return nil, []*sqlError{err}
@@ -216,8 +275,8 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, ta
 			r: &refNode{pos: p.pos, table: "bucket", name: names[i], raw: "bucket." + names[i]}})
 	}
 	stmt := *st
-	stmt.where = where
-	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts, filters: filters, warn: warn,
+	stmt.where, stmt.joins = where, nil
+	return &pending{name: s.name + "|" + strconv.Itoa(n), base: base, stmt: &stmt, parts: parts, filters: filters, warn: dangerous(s, parts, filters),
 		inst: instantiation(parts, filters), rowID: rowIdentity(base.sql, st, table, outName, rowFactors, parts)}, nil
 }
 
@@ -254,8 +313,11 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		for _, a := range p.also {
 			fmt.Fprintf(&b, "%d:%s,", a.src, a.key)
 		}
-		if p.lookup != nil {
-			fmt.Fprintf(&b, "lookup %d", p.lookup.index)
+		if lu := p.lookup; lu != nil {
+			fmt.Fprintf(&b, "lookup %d.%d", lu.lk.index, p.out)
+			for _, k := range lu.keys {
+				fmt.Fprintf(&b, " %d:%s", k.req.src, k.req.key)
+			}
 		}
 		if p.array {
 			b.WriteString("[]")
@@ -278,7 +340,7 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 		}
 		switch {
 		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with an array, or with two subqueries, and with another value is not supported yet"}
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with an array, or with two columns of a joined table (or subquery), and with another value is not supported yet"}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
 			p.also = append(p.also, out[i].req)
 			p.also = append(p.also, out[i].also...)
@@ -290,209 +352,41 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 	return out, nil
 }
 
-// factor classifies one AND-ed factor of a stream's WHERE: a partition
-// (isPart), a row-only predicate (neither), or an unsupported form (err).
-func (sc *streamCompiler) factor(f node, outName string) (partition, bool, *sqlError) {
-	if b, ok := f.(*binaryNode); ok {
-		switch b.op {
-		case "=":
-			col, req, ok := colEqualsReq(b.l, b.r, outName)
-			if !ok {
-				col, req, ok = colEqualsReq(b.r, b.l, outName)
-			}
-			if ok {
-				return partition{req: req, col: col, hash: streamHash("?", col), pos: b.start}, true, nil
-			}
-		case "IN":
-			if col, ok := rowColumn(b.l, outName); ok {
-				if req, ok := requestValue(b.r); ok { // column IN <request array>
-					return partition{req: req, col: col, array: true, hash: streamHash("?", col), pos: b.start}, true, nil
-				}
-			}
-			if sub, ok := b.r.(*subqueryNode); ok {
-				col, ok := rowColumn(b.l, outName)
-				if !ok {
-					return partition{}, false, &sqlError{pos: b.l.position(), msg: "only a column of the table may be compared with a subquery (not supported yet)"}
-				}
-				lk, req, err := sc.lookup(sub)
-				if err != nil {
-					return partition{}, false, err
-				}
-				return partition{lookup: lk, req: req, col: col, hash: streamHash("?", col), pos: b.start}, true, nil
-			}
-		}
-	}
-	if n, what := findStreamOnly(f); n != nil {
-		if _, isSub := n.(*subqueryNode); !isSub && !hasColumn(f) {
-			return partition{}, false, errRequestOnly
-		}
-		return partition{}, false, &sqlError{pos: n.position(), msg: what + " is not supported here yet: compare a column of the table with it (column = value)"}
-	}
-	return partition{}, false, nil
-}
-
-// colEqualsReq matches `column = <request value>`.
-func colEqualsReq(l, r node, outName string) (string, streamReq, bool) {
-	col, ok := rowColumn(l, outName)
-	if !ok {
-		return "", streamReq{}, false
-	}
-	req, ok := requestValue(r)
-	return col, req, ok
-}
-
-// rowColumn matches a plain column of the query's table.
-func rowColumn(n node, outName string) (string, bool) {
-	r, ok := n.(*refNode)
-	if !ok || r.schema != "" || (r.table != "" && r.table != outName) || r.name == "*" {
-		return "", false
-	}
-	return r.name, true
-}
-
-// requestValue matches the request values a partition can be keyed by.
-func requestValue(n node) (streamReq, bool) {
-	c, ok := n.(*callNode)
-	if !ok {
-		return streamReq{}, false
-	}
-	key := ""
-	if len(c.args) == 1 {
-		lit, ok := c.args[0].(*litNode)
-		if !ok || lit.v.kind != KindText {
-			return streamReq{}, false
-		}
-		key = lit.v.s
-	}
-	switch {
-	case c.schema == "auth" && c.name == "user_id" && len(c.args) == 0:
-		return streamReq{src: srcAuthUserID}, true
-	case c.schema == "auth" && c.name == "parameter" && len(c.args) == 1:
-		return streamReq{src: srcAuthParam, key: key}, true
-	case c.schema == "connection" && c.name == "parameter" && len(c.args) == 1:
-		return streamReq{src: srcConnParam, key: key}, true
-	case c.schema == "subscription" && c.name == "parameter" && len(c.args) == 1:
-		return streamReq{src: srcSubParam, key: key}, true
-	case c.name == "parameters" && len(c.args) == 0:
-		switch c.schema {
-		case "auth":
-			return streamReq{src: srcAuthParams}, true
-		case "connection":
-			return streamReq{src: srcConnParams}, true
-		case "subscription":
-			return streamReq{src: srcSubParams}, true
-		}
-	}
-	return streamReq{}, false
-}
-
-// findStreamOnly finds a request function or subquery in n outside the
-// forms streams support so far.
-func findStreamOnly(n node) (node, string) {
-	switch n := n.(type) {
-	case *subqueryNode:
-		return n, "a subquery"
-	case *callNode:
-		switch n.schema {
-		case "auth", "connection", "subscription":
-			return n, n.schema + "." + n.name + "()"
-		}
-		for _, a := range n.args {
-			if f, w := findStreamOnly(a); f != nil {
-				return f, w
-			}
-		}
-	case *binaryNode:
-		if f, w := findStreamOnly(n.l); f != nil {
-			return f, w
-		}
-		return findStreamOnly(n.r)
-	case *unaryNode:
-		return findStreamOnly(n.x)
-	case *isNullNode:
-		return findStreamOnly(n.x)
-	case *castNode:
-		return findStreamOnly(n.x)
-	}
-	return nil, ""
-}
-
-// hasColumn reports whether n reads a column.
-func hasColumn(n node) bool {
-	switch n := n.(type) {
-	case *refNode:
-		return true
-	case *callNode:
-		return slices.ContainsFunc(n.args, hasColumn)
-	case *binaryNode:
-		return hasColumn(n.l) || hasColumn(n.r)
-	case *unaryNode:
-		return hasColumn(n.x)
-	case *isNullNode:
-		return hasColumn(n.x)
-	case *castNode:
-		return hasColumn(n.x)
-	case *subqueryNode:
-		return true
-	}
-	return false
-}
-
-// lookup compiles `(SELECT out FROM table WHERE key = <request value>)`.
-func (sc *streamCompiler) lookup(sub *subqueryNode) (*streamLookup, streamReq, *sqlError) {
-	s := sub.stmt
-	if s.from == nil || s.from.call != nil || len(s.cols) != 1 || s.cols[0].star {
-		return nil, streamReq{}, &sqlError{pos: s.pos, msg: "a stream subquery must select one column FROM one table (other forms are not supported yet)"}
-	}
-	inner := s.from.name
-	if s.from.alias != "" {
-		inner = s.from.alias
-	}
-	out, ok := rowColumn(s.cols[0].expr, inner)
-	if !ok {
-		return nil, streamReq{}, &sqlError{pos: s.cols[0].pos, msg: "a stream subquery must select a column (expressions are not supported yet)"}
-	}
-	b, ok := s.where.(*binaryNode)
-	var keyCol string
-	var req streamReq
-	if ok && b.op == "=" {
-		keyCol, req, ok = colEqualsReq(b.l, b.r, inner)
-		if !ok {
-			keyCol, req, ok = colEqualsReq(b.r, b.l, inner)
-		}
-	}
-	if !ok {
-		return nil, streamReq{}, &sqlError{pos: s.pos, msg: "a stream subquery must filter with one `column = <request value>` (other forms are not supported yet)"}
-	}
-	table := tableRef{schema: s.from.schema, name: s.from.name}
-	if table.schema == "" {
-		table.schema = sc.ld.opts.defaultSchema()
-	}
-	id := fmt.Sprintf("%s\x00%s\x00%s", table, out, keyCol)
-	lk, ok := sc.lookups[id]
-	if !ok {
-		// A provisional number, unique in the file: request sides compare
-		// lookups by it until loadStreams numbers them in file order.
-		lk = &streamLookup{index: len(sc.lookups), table: table, out: out, keyCol: keyCol, id: id}
-		sc.lookups[id] = lk
-	}
-	sc.used = append(sc.used, lk)
-	return lk, req, nil
-}
-
 // dangerous is PowerSync's warning for a stream whose buckets depend only
-// on values the client chooses.
+// on values the client chooses: an authenticated value among a
+// partition's (its request values, or its lookup's keys) silences it; a
+// lookup without keys counts as neither; with none of either, the request
+// filters decide. It points at the first unauthenticated value in bucket
+// parameter order, which may be in a CTE.
 func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 	if s.acceptDangerous {
 		return nil
 	}
 	pos := -1
-	for _, p := range parts {
-		if !p.req.unauth() {
-			return nil // an authenticated partition constrains the buckets
+	note := func(r streamReq, at int) bool {
+		if !r.unauth() {
+			return true
 		}
 		if pos < 0 {
-			pos = p.pos
+			pos = at
+		}
+		return false
+	}
+	for _, p := range parts {
+		if p.lookup == nil && note(p.req, p.pos) {
+			return nil
+		}
+		if p.lookup != nil {
+			for _, k := range p.lookup.keys {
+				if note(k.req, k.pos) {
+					return nil
+				}
+			}
+		}
+		for _, r := range p.also {
+			if note(r, p.pos) {
+				return nil
+			}
 		}
 	}
 	for _, f := range filters {
