@@ -66,6 +66,9 @@ type compiler struct {
 	// streams allows Sync Streams' request functions (auth.*,
 	// connection.*, subscription.*).
 	streams bool
+	// jsonEach expands `bucket.x IN <row value>` as a stream does
+	// (streams_rowexpr.go).
+	jsonEach bool
 }
 
 func newCompiler(mode qmode, rowName string) *compiler {
@@ -400,7 +403,7 @@ func (c *compiler) in(n *binaryNode, l, r clause) clause {
 	if l.kind == ckParam && r.kind == ckRow {
 		// bucket.x IN row.array / token_parameters.x IN row.array
 		p := c.param(l.key, l.e, false, false)
-		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, unbounded: true, node: &mParamInRow{row: r.e, p: p}}, use: l.use}
+		return clause{kind: ckMatch, m: &matchSpec{params: []*inputParam{p}, unbounded: true, node: c.paramInRow(r.e, p)}, use: l.use}
 	}
 	if c.mode == modeParamTable && l.rowCap() && r.kind == ckParam {
 		// row.x IN request array: one lookup per array element

@@ -264,6 +264,8 @@ func bindMatch(n matchNode, b *binder) matchNode {
 		return &mRowInParam{row: m.row.bind(b), p: m.p}
 	case *mParamInRow:
 		return &mParamInRow{row: m.row.bind(b), p: m.p}
+	case *mParamEach:
+		return &mParamEach{row: m.row.bind(b), p: m.p}
 	case *mAnd:
 		return &mAnd{a: bindMatch(m.a, b), b: bindMatch(m.b, b)}
 	case *mOr:

@@ -167,6 +167,7 @@ func compileDataStmt(def *definition, q *dataQuery, s *selectStmt, defaultSchema
 		q.outName = s.from.alias
 	}
 	c := newCompiler(modeData, q.outName)
+	c.jsonEach = def.stream
 	q.filter = c.whereSpec(s.where)
 	if q.filter != nil {
 		checkSlots(c, s, q.filter)

@@ -81,7 +81,11 @@ type partition struct {
 	// per element.
 	array bool
 	hash  uint32 // streamHash of the row expression: the order of parameters
-	col   string // row column
+	col   string // row column (or, with expr, a key naming the expression)
+	// expr is the row side when it is more than the column col; each: the
+	// request value is an element of it, a JSON array (streams_rowexpr.go).
+	expr node
+	each bool
 	pos   int    // of the factor in the query, for the row-side filter
 }
 

@@ -30,6 +30,9 @@ type fclass struct {
 // classify classifies one AND-ed factor of a stream's WHERE (subqueries
 // expanded); errRequestOnly marks a condition on request values alone.
 func (q *qscope) classify(f node) (fclass, *sqlError) {
+	if c, ok, err := q.rowExprPart(f); ok || err != nil {
+		return c, err
+	}
 	if b, ok := f.(*binaryNode); ok {
 		switch b.op {
 		case "=":

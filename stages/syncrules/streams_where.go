@@ -271,8 +271,7 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, ta
 	names := make([]string, len(parts))
 	for i, p := range parts {
 		names[i] = "p" + strconv.Itoa(i)
-		add(&binaryNode{pos: p.pos, op: "=", start: p.pos, l: &refNode{pos: p.pos, name: p.col, raw: p.col},
-			r: &refNode{pos: p.pos, table: "bucket", name: names[i], raw: "bucket." + names[i]}})
+		add(p.rowFilter(names[i]))
 	}
 	stmt := *st
 	stmt.where, stmt.joins = where, nil
