@@ -86,7 +86,7 @@ type partition struct {
 	// request value is an element of it, a JSON array (streams_rowexpr.go).
 	expr node
 	each bool
-	pos   int    // of the factor in the query, for the row-side filter
+	pos  int // of the factor in the query, for the row-side filter
 }
 
 // reqSource is where a stream request value comes from.

@@ -217,6 +217,7 @@ type sfactor struct {
 	auth   bool   // reads auth.*
 	unauth bool   // reads connection.* or subscription.*
 	key    string // identity: the same for factors that PowerSync compiles alike
+	each   bool   // <request value> IN <column> (streams_gen_rowexpr_test.go)
 }
 
 func (f *sfactor) partition() bool { return f.kind == sfEq || f.kind == sfArr || f.kind == sfSub }
@@ -737,7 +738,7 @@ func (s *sgen) termOK(t []*sfactor, n int) bool {
 			subs++
 		}
 	}
-	if subs > 1 {
+	if subs > 1 || !eachOK(t) {
 		return false
 	}
 	for _, f := range t {
@@ -970,15 +971,20 @@ func (s *sgen) factor(parts bool, cols []string, ref func(string) string) *sfact
 	switch kind {
 	case sfEq:
 		f := s.reqValue(&sfactor{kind: sfEq, col: col}, s.eqValue())
-		f.key = col + " = " + f.sql
+		row, _ := s.rowExprEq(f, col, ref)
+		f.key = f.col + " = " + f.sql
 		if s.chance(0.3) {
-			f.sql += " = " + ref(col)
+			f.sql += " = " + row
 		} else {
-			f.sql = ref(col) + " = " + f.sql
+			f.sql = row + " = " + f.sql
 		}
 		return f
 	case sfArr:
-		f := s.reqValue(&sfactor{kind: sfArr, col: col}, s.arrValue())
+		f := &sfactor{kind: sfArr, col: col}
+		if s.rowArrayIn(f, col, ref) {
+			return f
+		}
+		f = s.reqValue(f, s.arrValue())
 		f.sql = ref(col) + " IN " + f.sql
 		f.key = unqualified(f.sql)
 		return f
@@ -1193,6 +1199,8 @@ func (s *sgen) rowValue() [2]string {
 		return [2]string{"i", s.pick("1", "2", "0")}
 	case 3:
 		return [2]string{"r", s.pick("1.5", "2")}
+	case 4:
+		return s.rowArrayValue()
 	}
 	return [2]string{"t", s.pick("u1", "u2", "u3", "t1", "t2", "l1", "l2", "1", "admin", "")}
 }
