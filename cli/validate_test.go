@@ -209,7 +209,8 @@ sync_rules:
 	}
 }
 
-// TestReadmeStreamsExample: the README's Sync Streams example compiles.
+// TestReadmeStreamsExample: the README's examples of both forms of sync
+// rules, Sync Streams and bucket_definitions, compile without warnings.
 func TestReadmeStreamsExample(t *testing.T) {
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -226,5 +227,17 @@ func TestReadmeStreamsExample(t *testing.T) {
 	}
 	if n := len(rules.StreamNames()); n != 3 || len(rules.Warnings()) != 0 {
 		t.Errorf("README's streams example: %d streams, warnings %v; want 3 and none", n, rules.Warnings())
+	}
+	_, block, ok = strings.Cut(string(b), "```yaml\nbucket_definitions:\n")
+	block, _, ok2 = strings.Cut(block, "```")
+	if !ok || !ok2 {
+		t.Fatal("README has no bucket_definitions example (a yaml block starting bucket_definitions:)")
+	}
+	rules, err = syncrules.Parse([]byte("bucket_definitions:\n"+block), syncrules.Options{File: "README.md", GroupID: "1"})
+	if err != nil {
+		t.Fatalf("README's bucket_definitions example: %v", err)
+	}
+	if n := len(rules.Definitions()); n != 2 || len(rules.Warnings()) != 0 {
+		t.Errorf("README's bucket_definitions example: %d definitions, warnings %v; want 2 and none", n, rules.Warnings())
 	}
 }
