@@ -24,8 +24,11 @@ func TestStreamTakesOverTheConnection(t *testing.T) {
 	e.commit(e.upsert("lists", "a", "A", "u1"))
 	addr := e.http.Listener.Addr().String()
 
-	// The token expires a second from now: the server ends the stream.
-	tok := token(t, "u1", func(c jwt.MapClaims) { c["exp"] = time.Now().Add(time.Second).Unix() })
+	// The token expires in two to three seconds (exp is whole seconds: one
+	// second from now could be a few milliseconds away, and the stream
+	// would end before its first sync on a loaded machine): the server
+	// ends the stream.
+	tok := token(t, "u1", func(c jwt.MapClaims) { c["exp"] = time.Now().Unix() + 3 })
 	c := dial(t, addr)
 	postStream(t, c, "Token "+tok, "Origin: https://app.example\r\n", len(`{"raw_data":true}`), `{"raw_data":true}`)
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
