@@ -93,8 +93,9 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 	// to get their grace period (shutdown), not be cut off.
 	a.srv, err = syncapi.New(context.WithoutCancel(ctx), syncapi.Config{
 		Store: store, Auth: api.Auth,
-		MaxBucketsPerConnection: api.MaxBucketsPerConnection, MaxConcurrentConnections: api.MaxConcurrentConnections,
-		MaxDataFetchConcurrency: api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,
+		MaxBucketsPerConnection: api.MaxBucketsPerConnection, MaxParameterQueryResults: api.MaxParameterQueryResults,
+		MaxConcurrentConnections: api.MaxConcurrentConnections,
+		MaxDataFetchConcurrency:  api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,
 		MaxRequestBytes: int64(api.MaxRequestBytes), SourceLSN: a.sourceLSN, Logger: log,
 		MeterProvider: tel.MeterProvider, TracerProvider: tel.TracerProvider,
 		CORSOrigins: api.CORSOrigins,

@@ -176,6 +176,8 @@ streams:
   picked:
     accept_potentially_dangerous_queries: true
     query: SELECT * FROM todos WHERE list_id IN subscription.parameter('ids')
+  owned_todos:
+    query: SELECT * FROM todos WHERE list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id())
 `
 
 // TestRunStreamsBucketLimit: `syncpipe run` with Sync Streams and
@@ -186,17 +188,21 @@ streams:
 // subscription's streams[].errors, and the other streams are not served
 // without it. Within the limit, a subscription with bad parameters and
 // one to an undefined stream get their errors in streams[].errors and
-// the rest is served.
+// the rest is served. With max_parameter_query_results 1, a subscription
+// whose subquery matches two stored rows (user1's two lists) fails the
+// connection with "Too many parameter query results (limit of 1)", though
+// its two buckets are within max_buckets_per_connection.
 func TestRunStreamsBucketLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	e := newStreamEnv(t, envOptions{rules: limitStreamRules, api: "max_buckets_per_connection: 3"})
+	e := newStreamEnv(t, envOptions{rules: limitStreamRules, api: "max_buckets_per_connection: 3\nmax_parameter_query_results: 1"})
 	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 12, Todos: 120, Seed: 5}); err != nil {
 		t.Fatal(err)
 	}
+	e.exec(ctx, "INSERT INTO lists (id, name, owner_id) VALUES (gen_random_uuid(), 'second', 'user1')")
 	e.start()
 	e.waitCaughtUp(ctx)
 	var ids []string
@@ -208,14 +214,7 @@ func TestRunStreamsBucketLimit(t *testing.T) {
 	idsJSON, _ := json.Marshal(ids)
 	over := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"picked","parameters":{"ids":%s}}]}}`, idsJSON)
 	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), over)
-	first := ""
-	for first == "" || strings.HasPrefix(first, `{"token_expires_in":`) {
-		var open bool
-		if first, open = <-s.lines; !open {
-			t.Fatal("over the limit: the stream ended without a line")
-		}
-	}
-	if !strings.HasPrefix(first, `{"error":{"code":"PSYNC_S2305","message":"Too many buckets: 4 (limit of 3)`) {
+	if first := firstLine(t, s); !strings.HasPrefix(first, `{"error":{"code":"PSYNC_S2305","message":"Too many buckets: 4 (limit of 3)`) {
 		t.Fatalf("over the limit: first line %.300s, want PSYNC_S2305 \"Too many buckets: 4 (limit of 3)…\"", first)
 	}
 	if l, open := <-s.lines; open {
@@ -234,6 +233,27 @@ func TestRunStreamsBucketLimit(t *testing.T) {
 	}
 	if n := strings.Count(cp, `{"bucket":`); n != 3 || todoRows != picked || picked == 0 {
 		t.Errorf("within the limit: %d buckets, %d todos; want 3 and %d", n, todoRows, picked)
+	}
+
+	owned := `{"raw_data":true,"streams":{"include_defaults":false,"subscriptions":[{"stream":"owned_todos","parameters":null}]}}`
+	s = openRawStreamWith(t, ctx, e.api, e.token("user1"), owned)
+	if first := firstLine(t, s); !strings.HasPrefix(first, `{"error":{"code":"PSYNC_S2305","message":"Too many parameter query results (limit of 1)`) {
+		t.Fatalf("over the parameter limit: first line %.300s, want PSYNC_S2305 \"Too many parameter query results (limit of 1)…\"", first)
+	}
+}
+
+// firstLine is the first line of s that is not a token_expires_in
+// keepalive.
+func firstLine(t *testing.T, s *rawStream) string {
+	t.Helper()
+	for {
+		l, open := <-s.lines
+		switch {
+		case !open:
+			t.Fatal("the stream ended without a line")
+		case !strings.HasPrefix(l, `{"token_expires_in":`):
+			return l
+		}
 	}
 }
 

@@ -99,6 +99,7 @@ type API struct {
 	Listen                   string        `koanf:"listen" doc:"host:port the sync API listens on (\":8080\" = all interfaces)."`
 	Auth                     Auth          `koanf:"auth" doc:"Client JWT verification."`
 	MaxBucketsPerConnection  int           `koanf:"max_buckets_per_connection" doc:"A client entitled to more buckets gets a clear error instead of a partial sync."`
+	MaxParameterQueryResults int           `koanf:"max_parameter_query_results" doc:"A client whose parameter queries (subqueries of streams) match more stored rows gets a clear error instead of a partial sync (PowerSync's limit of the same name)."`
 	MaxConcurrentConnections int           `koanf:"max_concurrent_connections" doc:"Concurrent sync streams; more are refused with 429 and Retry-After: 5."`
 	MaxDataFetchConcurrency  int           `koanf:"max_data_fetch_concurrency" doc:"Concurrent bucket data queries against storage, across all connections."`
 	ChecksumCacheSize        int           `koanf:"checksum_cache_size" doc:"Entries in the (bucket, checkpoint) checksum LRU cache."`
@@ -184,6 +185,7 @@ func Default() *Config {
 			Listen:                   "127.0.0.1:8080",
 			Auth:                     Auth{MaxLifetime: 24 * time.Hour},
 			MaxBucketsPerConnection:  1000,
+			MaxParameterQueryResults: 1000,
 			MaxConcurrentConnections: 200,
 			MaxDataFetchConcurrency:  10,
 			ChecksumCacheSize:        100000,

@@ -268,6 +268,7 @@ func (v *validator) api() {
 	}
 	v.positive("api.auth.max_lifetime", au.MaxLifetime)
 	v.atLeast("api.max_buckets_per_connection", a.MaxBucketsPerConnection, 1)
+	v.atLeast("api.max_parameter_query_results", a.MaxParameterQueryResults, 1)
 	v.atLeast("api.max_concurrent_connections", a.MaxConcurrentConnections, 1)
 	v.atLeast("api.max_data_fetch_concurrency", a.MaxDataFetchConcurrency, 1)
 	v.atLeast("api.checksum_cache_size", a.ChecksumCacheSize, 1)

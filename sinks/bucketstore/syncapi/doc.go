@@ -82,7 +82,7 @@
 // {"token_expires_in":n} goes out every KeepaliveInterval; the stream
 // ends when the token expires. A client entitled to more than
 // max_buckets_per_connection buckets, or whose parameter lookups match
-// more stored rows than that, gets an error line (PSYNC_S2305, "Too many
+// more than max_parameter_query_results stored rows, gets an error line (PSYNC_S2305, "Too many
 // buckets: n (limit of m)…" or "Too many parameter query results…") at
 // whichever checkpoint goes over, and the stream ends. With Sync Streams
 // the count is over all the connection's subscriptions and default

@@ -317,7 +317,7 @@ func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 
 func TestMaxBucketsPerConnection(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection = 2 })
+	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 2, 2 })
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"),
 		e.upsert("lists", "c", "C", "u2"), e.upsert("lists", "d", "D", "u2"), e.upsert("lists", "e", "E", "u2"))
 	// u1: 3 buckets; u2: 3 parameter rows. The messages start as

@@ -52,10 +52,12 @@ type Config struct {
 	// and one key source are required.
 	Auth config.Auth
 	// MaxBucketsPerConnection: a client entitled to more buckets (over
-	// all its stream subscriptions), or whose parameter lookups match more
-	// stored rows, gets an error (PowerSync PSYNC_S2305) instead of a
-	// partial sync.
+	// all its stream subscriptions) gets an error (PowerSync PSYNC_S2305)
+	// instead of a partial sync.
 	MaxBucketsPerConnection int
+	// MaxParameterQueryResults: likewise for a client whose parameter
+	// lookups match more stored rows.
+	MaxParameterQueryResults int
 	// MaxConcurrentConnections: streams beyond it are refused with 429.
 	MaxConcurrentConnections int
 	// MaxDataFetchConcurrency bounds concurrent bucket data queries across
@@ -173,6 +175,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	def := config.Default().API
 	if cfg.MaxBucketsPerConnection <= 0 {
 		cfg.MaxBucketsPerConnection = def.MaxBucketsPerConnection
+	}
+	if cfg.MaxParameterQueryResults <= 0 {
+		cfg.MaxParameterQueryResults = def.MaxParameterQueryResults
 	}
 	if cfg.MaxConcurrentConnections <= 0 {
 		cfg.MaxConcurrentConnections = def.MaxConcurrentConnections

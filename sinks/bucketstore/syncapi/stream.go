@@ -420,12 +420,13 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 	limit := c.s.cfg.MaxBucketsPerConnection
 	refs := append([]syncrules.BucketRef(nil), c.plan.Static...)
 	if len(c.keys) > 0 {
-		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, c.keys, limit)
+		paramLimit := c.s.cfg.MaxParameterQueryResults
+		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, c.keys, paramLimit)
 		if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
 			// The store stops counting past the limit, so unlike
 			// PowerSync's the message cannot give the total.
 			return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
-				"Too many parameter query results (limit of %d); narrow the parameter queries or raise max_buckets_per_connection, which bounds them too", limit)}
+				"Too many parameter query results (limit of %d); narrow the parameter queries or raise max_parameter_query_results", paramLimit)}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("parameter lookups at checkpoint %d: %w", cp.OpID, err)

@@ -149,13 +149,13 @@ func TestStreamsTooManyBucketsLater(t *testing.T) {
 }
 
 // TestStreamsTooManyParameterResults: the parameter rows a connection's
-// stream lookups match are bounded too (by the same setting here;
-// PowerSync's max_parameter_query_results, also 1000 by default), and
-// past it the connection fails with PSYNC_S2305 "Too many parameter
-// query results".
+// stream lookups match are bounded too, by max_parameter_query_results
+// (PowerSync's, also 1000 by default), and past it the connection fails
+// with PSYNC_S2305 "Too many parameter query results" — even within
+// max_buckets_per_connection.
 func TestStreamsTooManyParameterResults(t *testing.T) {
 	t.Parallel()
-	e := newFakeEnv(t, limitStreamRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection = 2 })
+	e := newFakeEnv(t, limitStreamRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 10, 2 })
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "c", "C", "u1"))
 	ls := e.open(token(t, "u1", nil), subscribe()).end()
 	if len(ls) == 0 || ls[len(ls)-1].Error == nil || ls[len(ls)-1].Error.Code != codeTooManyBuckets ||
