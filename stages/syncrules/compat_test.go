@@ -40,10 +40,10 @@ func TestCompatibilityErrors(t *testing.T) {
 	const streams = "streams: {s: {auto_subscribe: true, query: SELECT * FROM t}}\n"
 	for src, want := range map[string]string{
 		"config: {edition: 3, timestamps_iso8601: false, timestamp_max_precision: seconds}\n" + streams: "'timestamp_max_precision' requires 'timestamps_iso8601' to be enabled.",
-		"config: {edition: 1, timestamp_max_precision: milliseconds}\nbucket_definitions: {}":        "'timestamp_max_precision' requires 'timestamps_iso8601' to be enabled.",
-		"config: {edition: 3, timestamp_max_precision: minutes}\n" + streams:                          "timestamp_max_precision must be",
-		"config: {edition: 3, fixed_json_extract: maybe}\n" + streams:                                 "fixed_json_extract must be true or false",
-		"config: {edition: 3, versioned_bucket_ids: false}\n" + streams:                               `config option "versioned_bucket_ids" is not supported`,
+		"config: {edition: 1, timestamp_max_precision: milliseconds}\nbucket_definitions: {}":           "'timestamp_max_precision' requires 'timestamps_iso8601' to be enabled.",
+		"config: {edition: 3, timestamp_max_precision: minutes}\n" + streams:                            "timestamp_max_precision must be",
+		"config: {edition: 3, fixed_json_extract: maybe}\n" + streams:                                   "fixed_json_extract must be true or false",
+		"config: {edition: 3, versioned_bucket_ids: false}\n" + streams:                                 `config option "versioned_bucket_ids" is not supported`,
 	} {
 		_, err := Parse([]byte(src), Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {
