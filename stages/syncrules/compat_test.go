@@ -22,7 +22,7 @@ func TestCompatibility(t *testing.T) {
 		{"config: {edition: 3, fixed_json_extract: false, custom_postgres_types: false}\n" + streams, Compatibility{Edition: 3, TimestampsISO8601: true, TimestampDigits: 9}},
 		{"config: {edition: 3, timestamp_max_precision: milliseconds}\n" + streams, Compatibility{Edition: 3, TimestampsISO8601: true, TimestampDigits: 3, FixedJSONExtract: true, CustomPostgresTypes: true}},
 		{"config: {edition: 3, timestamp_max_precision: seconds}\n" + streams, Compatibility{Edition: 3, TimestampsISO8601: true, TimestampDigits: 0, FixedJSONExtract: true, CustomPostgresTypes: true}},
-		{"config: {edition: 1, timestamps_iso8601: true, fixed_json_extract: true}\n" + buckets, Compatibility{Edition: 1, TimestampsISO8601: true, TimestampDigits: 9, FixedJSONExtract: true}},
+		{"config: {edition: 1, timestamps_iso8601: true, fixed_json_extract: false}\n" + buckets, Compatibility{Edition: 1, TimestampsISO8601: true, TimestampDigits: 9}},
 	}
 	for _, c := range cases {
 		r, err := Parse([]byte(c.src), Options{})
@@ -44,6 +44,8 @@ func TestCompatibilityErrors(t *testing.T) {
 		"config: {edition: 3, timestamp_max_precision: minutes}\n" + streams:                            "timestamp_max_precision must be",
 		"config: {edition: 3, fixed_json_extract: maybe}\n" + streams:                                   "fixed_json_extract must be true or false",
 		"config: {edition: 3, versioned_bucket_ids: false}\n" + streams:                                 `config option "versioned_bucket_ids" is not supported`,
+		"config: {edition: 1, fixed_json_extract: true}\nbucket_definitions: {}":                        "fixed_json_extract: true is not supported in edition 1",
+		"config: {edition: 1, custom_postgres_types: true}\nbucket_definitions: {}":                     "custom_postgres_types: true is not supported in edition 1",
 	} {
 		_, err := Parse([]byte(src), Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {
