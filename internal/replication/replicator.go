@@ -187,6 +187,9 @@ type group struct {
 	remaining int // snapshot ranges not yet done
 }
 
+// timeStyle is how the group's rules render temporal values (rulesBinder).
+func (g *group) timeStyle() postgres.TimeStyle { return timeStyle(g.rules) }
+
 // spec binds the group's rules to a table's columns (see rulesBinder).
 func (g *group) spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error) {
 	return stages.NewTableSpec(t, g.rules, columns, identity)
@@ -380,7 +383,7 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	} else if err != nil {
 		return err
 	}
-	if g.tables, err = r.registerTables(ctx, g, infos); err != nil {
+	if g.tables, err = r.registerTables(ctx, g, styled(infos, g.rules)); err != nil {
 		return err
 	}
 	r.mu.Lock()

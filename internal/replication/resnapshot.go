@@ -82,7 +82,7 @@ func (s *streamer) discover(ctx context.Context, ts *tableState) (postgres.Table
 	if len(infos) != 1 {
 		return postgres.TableInfo{}, fmt.Errorf("discover %s after a schema change: %w", name, postgres.ErrTableNotFound)
 	}
-	return infos[0], nil
+	return styled(infos, s.g.rules)[0], nil
 }
 
 // startResnap (re)starts the re-read of ts after key after.
@@ -180,6 +180,7 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 		return err // a table without a key, the connection gone, …
 	}
 	infos, err := postgres.Discover(ctx, s.side, names)
+	infos = styled(infos, s.g.rules)
 	if err != nil && len(infos) == 0 {
 		return fmt.Errorf("check the source tables: %w", err)
 	}

@@ -103,7 +103,7 @@ func newLayout(t *stages.Table, r rulesBinder, sh shape, info postgres.TableInfo
 	var names []string
 	var toast []int
 	for _, sc := range sh.Columns {
-		col := postgres.Column{Name: sc.Name, TypeOID: sc.Type}
+		col := postgres.Column{Name: sc.Name, TypeOID: sc.Type, Times: r.timeStyle()}
 		if i := columnIndex(info, sc.Name); i >= 0 && info.Columns[i].TypeOID == sc.Type {
 			col = info.Columns[i]
 		}
@@ -135,6 +135,8 @@ func newLayout(t *stages.Table, r rulesBinder, sh shape, info postgres.TableInfo
 // rulesBinder makes table specs; the group's rules implement it.
 type rulesBinder interface {
 	spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error)
+	// timeStyle is how the rules render temporal values.
+	timeStyle() postgres.TimeStyle
 }
 
 func columnIndex(info postgres.TableInfo, name string) int {

@@ -351,6 +351,7 @@ func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
+	infos = styled(infos, r.rules)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tables = map[string]*sinkTable{}

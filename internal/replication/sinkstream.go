@@ -109,7 +109,7 @@ func (r *SinkRunner) bind(_ context.Context, rel *logrepl.Relation) (*postgres.S
 	names := make([]string, len(rel.Columns))
 	var identity []string
 	for i, c := range rel.Columns {
-		cols[i] = postgres.Column{Name: c.Name, TypeOID: c.TypeOID}
+		cols[i] = postgres.Column{Name: c.Name, TypeOID: c.TypeOID, Times: timeStyle(r.rules)}
 		if j := columnIndex(t.info, c.Name); j >= 0 && t.info.Columns[j].TypeOID == c.TypeOID {
 			cols[i] = t.info.Columns[j]
 		}

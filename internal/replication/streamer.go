@@ -289,6 +289,7 @@ func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, 
 	if err != nil {
 		return nil, err
 	}
+	infos = styled(infos, g.rules)
 	for _, t := range g.tables {
 		st, ok := byID[t.stored.ID]
 		if !ok || st.Shape == nil {

@@ -13,9 +13,10 @@ var errBadArray = errors.New("malformed array literal")
 
 // appendArrayJSON converts a Postgres array literal as array_out prints it
 // ("{1,2}", "{{a,\"b c\"},{NULL,\"\"}}", "[0:1]={1,2}") into the JSON array
-// PowerSync derives from it, element by element per elem (see DecodeText).
-func appendArrayJSON(dst, s []byte, elem codec, delim byte) ([]byte, error) {
-	p := arrayParser{s: s, elem: elem, delim: delim, out: dst}
+// PowerSync derives from it, element by element per elem (see DecodeText),
+// temporal elements in style st.
+func appendArrayJSON(dst, s []byte, elem codec, delim byte, st TimeStyle) ([]byte, error) {
+	p := arrayParser{s: s, elem: elem, delim: delim, out: dst, times: st}
 	p.skipSpace()
 	if p.i < len(s) && s[p.i] == '[' { // explicit bounds: "[1:2][0:1]="
 		for p.i < len(s) && s[p.i] != '=' {
@@ -42,6 +43,7 @@ type arrayParser struct {
 	i       int
 	elem    codec
 	delim   byte
+	times   TimeStyle
 	out     []byte
 	scratch []byte
 }
@@ -199,7 +201,7 @@ func (p *arrayParser) element(v []byte) error {
 	case codecTimestamptz:
 		start := len(p.out)
 		p.out = append(p.out, '"')
-		out, ok, err := decodeTimestamptzText(p.out, v)
+		out, ok, err := decodeTimestamptzText(p.out, v, p.times)
 		if err != nil {
 			return errBadArray
 		}
@@ -207,6 +209,14 @@ func (p *arrayParser) element(v []byte) error {
 			p.out = append(out, '"')
 		} else {
 			p.out = append(p.out[:start], "null"...)
+		}
+	case codecTimestamp, codecTime:
+		// PowerSync maps text it cannot read as a time to NULL; ISO text
+		// needs no JSON escaping.
+		if out, ok := appendTemporalISO(append(p.out, '"'), p.elem, v, p.times); ok {
+			p.out = append(out, '"')
+		} else {
+			p.out = append(p.out, "null"...)
 		}
 	case codecJSON:
 		if !json.Valid(v) {

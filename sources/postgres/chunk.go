@@ -53,7 +53,7 @@ func newChunkBuilder(cols []Column, keyCols []int) *chunkBuilder {
 	}
 	for i, c := range cols {
 		b.codecs[i] = c.codec()
-		b.elems[i] = codecOf(c.ElemOID)
+		b.elems[i] = c.elemCodec()
 		b.binary[i] = b.codecs[i].binaryFormat()
 	}
 	return b
@@ -111,7 +111,7 @@ func (b *chunkBuilder) decode(ri int32, i int, row []syncrules.Value, r []byte) 
 		return nil
 	case b.binary[i] && (c == codecUUID || c == codecTimestamptz):
 		var ok bool
-		b.text, ok, err = appendBinaryBytes(b.text, c, r)
+		b.text, ok, err = appendBinaryBytes(b.text, c, r, b.cols[i].Times)
 		if err != nil || !ok {
 			return err
 		}
@@ -121,11 +121,16 @@ func (b *chunkBuilder) decode(ri int32, i int, row []syncrules.Value, r []byte) 
 	case c == codecText:
 		b.text = append(b.text, r...)
 	case c == codecArray:
-		out, err := appendArrayJSON(b.text, r, b.elems[i], b.cols[i].elemDelim())
+		out, err := appendArrayJSON(b.text, r, b.elems[i], b.cols[i].elemDelim(), b.cols[i].Times)
 		if err != nil {
 			return err
 		}
 		b.text = out
+	case c == codecTimestamp || c == codecTime:
+		var ok bool
+		if b.text, ok = appendTemporalISO(b.text, c, r, b.cols[i].Times); !ok {
+			return nil // NULL, as in PowerSync
+		}
 	default: // a binary-capable type delivered as text
 		row[i], err = decodeText(b.cols[i], c, r)
 		return err

@@ -26,6 +26,8 @@ const (
 	oidFloat8      = 701
 	oidBPChar      = 1042
 	oidBit         = 1560
+	oidTimestamp   = 1114
+	oidTime        = 1083
 	oidTimestamptz = 1184
 	oidUUID        = 2950
 	oidJSONB       = 3802
@@ -50,6 +52,9 @@ const (
 	codecTimestamptz
 	codecJSON  // only as an array element: embedded as JSON, not as a string
 	codecArray // TEXT holding a JSON array
+	// Only in the ISO time styles (in TimeLegacy these are codecText):
+	codecTimestamp // timestamp without time zone, from its text
+	codecTime      // time without time zone, from its text
 )
 
 func codecOf(oid uint32) codec {
@@ -80,15 +85,33 @@ func codecOf(oid uint32) codec {
 	return codecText
 }
 
+// styledCodec is codecOf for values rendered in time style st: timestamp
+// and time need converting only in the ISO styles, so edition 1 keeps
+// copying their text as is.
+func styledCodec(oid uint32, st TimeStyle) codec {
+	if st != TimeLegacy {
+		switch oid {
+		case oidTimestamp:
+			return codecTimestamp
+		case oidTime:
+			return codecTime
+		}
+	}
+	return codecOf(oid)
+}
+
 func (c Column) codec() codec {
 	if c.IsArray {
 		return codecArray
 	}
-	if c := codecOf(c.TypeOID); c != codecJSON {
+	if c := styledCodec(c.TypeOID, c.Times); c != codecJSON {
 		return c
 	}
 	return codecText // json/jsonb columns are TEXT holding the JSON
 }
+
+// elemCodec is the codec of an array column's elements.
+func (c Column) elemCodec() codec { return styledCodec(c.ElemOID, c.Times) }
 
 func (c Column) elemDelim() byte {
 	if c.ElemDelim == 0 {
@@ -161,13 +184,19 @@ func decodeText(col Column, c codec, data []byte) (syncrules.Value, error) {
 		}
 		return syncrules.Blob(b), nil
 	case codecTimestamptz:
-		b, ok, err := decodeTimestamptzText(nil, data)
+		b, ok, err := decodeTimestamptzText(nil, data, col.Times)
 		if err != nil || !ok {
 			return syncrules.Null(), err
 		}
 		return syncrules.Text(string(b)), nil
+	case codecTimestamp, codecTime:
+		b, ok := appendTemporalISO(nil, c, data, col.Times)
+		if !ok {
+			return syncrules.Null(), nil
+		}
+		return syncrules.Text(string(b)), nil
 	case codecArray:
-		b, err := appendArrayJSON(nil, data, codecOf(col.ElemOID), col.elemDelim())
+		b, err := appendArrayJSON(nil, data, col.elemCodec(), col.elemDelim(), col.Times)
 		if err != nil {
 			return syncrules.Null(), err
 		}
@@ -193,7 +222,7 @@ func DecodeBinary(col Column, data []byte) (syncrules.Value, error) {
 	if err == nil && (c == codecBytea || c == codecUUID || c == codecTimestamptz) {
 		var b []byte
 		var ok bool
-		b, ok, err = appendBinaryBytes(nil, c, data)
+		b, ok, err = appendBinaryBytes(nil, c, data, col.Times)
 		switch {
 		case err != nil || !ok:
 			v = syncrules.Null()
@@ -257,8 +286,8 @@ func decodeBinaryScalar(c codec, data []byte) (syncrules.Value, error) {
 }
 
 // appendBinaryBytes appends the payload of a binary bytea (raw bytes), uuid
-// or timestamptz (TEXT). ok is false for a NULL result.
-func appendBinaryBytes(dst []byte, c codec, data []byte) (out []byte, ok bool, err error) {
+// or timestamptz (TEXT, in style st). ok is false for a NULL result.
+func appendBinaryBytes(dst []byte, c codec, data []byte, st TimeStyle) (out []byte, ok bool, err error) {
 	switch c {
 	case codecBytea:
 		return append(dst, data...), true, nil
@@ -271,7 +300,7 @@ func appendBinaryBytes(dst []byte, c codec, data []byte) (out []byte, ok bool, e
 		if len(data) != 8 {
 			return dst, false, errBadBinary
 		}
-		out, ok = appendTimestamptzBinary(dst, int64(binary.BigEndian.Uint64(data)))
+		out, ok = appendTimestamptzBinary(dst, int64(binary.BigEndian.Uint64(data)), st)
 		return out, ok, nil
 	}
 	return dst, false, errBadBinary

@@ -41,6 +41,10 @@ type Column struct {
 	// PostgreSQL move large values out of line (TOAST). pgoutput omits such
 	// a value from an UPDATE that leaves it unchanged.
 	Toastable bool
+	// Times is how timestamptz, timestamp and time values (and arrays of
+	// them) render; the zero value is edition 1's text. It comes from the
+	// sync rules, not the catalog: see TableInfo.WithTimeStyle.
+	Times TimeStyle
 }
 
 // ReplicaIdentity is a table's REPLICA IDENTITY setting (relreplident).

@@ -12,7 +12,9 @@ import (
 // fixed strings. Values PowerSync cannot represent (BC dates and years after
 // 9999: its JavaScript date parser rejects them) become NULL, as in
 // PowerSync. Both the binary snapshot path and the text stream path go
-// through appendTimestamptzValue, so they agree byte for byte.
+// through appendTimestamptzValue, so they agree byte for byte. The ISO
+// styles (edition 2+, see TimeStyle) put a 'T' between date and time and
+// always print the style's fraction digits: "2024-01-02T03:04:05.100000Z".
 
 const (
 	pgEpochUnixMicros = 946684800 * 1000000 // 2000-01-01 00:00:00 UTC in Unix µs
@@ -31,29 +33,48 @@ const (
 var errBadTimestamp = errors.New("malformed timestamptz")
 
 // appendTimestamptzBinary formats a binary timestamptz (µs since 2000-01-01
-// UTC). ok is false when the value maps to NULL.
-func appendTimestamptzBinary(dst []byte, pgMicros int64) (out []byte, ok bool) {
+// UTC) in style st. ok is false when the value maps to NULL.
+func appendTimestamptzBinary(dst []byte, pgMicros int64, st TimeStyle) (out []byte, ok bool) {
 	switch {
 	case pgMicros == math.MaxInt64:
-		return append(dst, tsInfinity...), true
+		return appendTimestamptzInfinity(dst, tsInfinity, st), true
 	case pgMicros == math.MinInt64:
-		return append(dst, tsNegInfinity...), true
+		return appendTimestamptzInfinity(dst, tsNegInfinity, st), true
 	case pgMicros < pgMinMicros || pgMicros > pgMaxMicros:
 		return dst, false
 	}
-	return appendTimestamptzValue(dst, pgMicros+pgEpochUnixMicros)
+	return appendTimestamptzValue(dst, pgMicros+pgEpochUnixMicros, st)
 }
 
-// appendTimestamptzValue formats Unix microseconds in the SPEC form.
-func appendTimestamptzValue(dst []byte, unixMicros int64) ([]byte, bool) {
+// appendTimestamptzInfinity appends the fixed text of ±infinity (legacy
+// form) in style st: PowerSync pads it like any value without a fraction.
+func appendTimestamptzInfinity(dst []byte, legacy string, st TimeStyle) []byte {
+	if st == TimeLegacy {
+		return append(dst, legacy...)
+	}
+	dst = append(dst, legacy[:10]...)
+	dst = append(dst, 'T')
+	dst = append(dst, legacy[11:19]...)
+	dst = appendISOFraction(dst, nil, st)
+	return append(dst, 'Z')
+}
+
+// appendTimestamptzValue formats Unix microseconds in style st.
+func appendTimestamptzValue(dst []byte, unixMicros int64, st TimeStyle) ([]byte, bool) {
 	sec, us := floorDivMod(unixMicros, 1000000)
 	t := time.Unix(sec, 0).UTC()
 	y, mo, d := t.Date()
 	if y < 1 || y > 9999 {
 		return dst, false
 	}
-	dst = appendDateTime(dst, y, int(mo), d, t)
-	dst = appendFraction(dst, us)
+	if st == TimeLegacy {
+		dst = appendDateTime(dst, y, int(mo), d, t, ' ')
+		dst = appendFraction(dst, us)
+	} else {
+		dst = appendDateTime(dst, y, int(mo), d, t, 'T')
+		var f [6]byte
+		dst = appendISOFraction(dst, appendPadded(f[:0], int(us), 6), st)
+	}
 	return append(dst, 'Z'), true
 }
 
@@ -73,7 +94,7 @@ func appendTimestamptzKey(dst []byte, pgMicros int64) []byte {
 	if bc {
 		y = 1 - y
 	}
-	dst = appendDateTime(dst, y, int(mo), d, t)
+	dst = appendDateTime(dst, y, int(mo), d, t, ' ')
 	dst = appendFraction(dst, us)
 	dst = append(dst, "+00"...)
 	if bc {
@@ -82,14 +103,15 @@ func appendTimestamptzKey(dst []byte, pgMicros int64) []byte {
 	return dst
 }
 
-func appendDateTime(dst []byte, y, mo, d int, t time.Time) []byte {
+// appendDateTime appends "YYYY-MM-DD<sep>HH:MM:SS".
+func appendDateTime(dst []byte, y, mo, d int, t time.Time, sep byte) []byte {
 	hh, mi, ss := t.Clock()
 	dst = appendPadded(dst, y, 4)
 	dst = append(dst, '-')
 	dst = appendPadded(dst, mo, 2)
 	dst = append(dst, '-')
 	dst = appendPadded(dst, d, 2)
-	dst = append(dst, ' ')
+	dst = append(dst, sep)
 	dst = appendPadded(dst, hh, 2)
 	dst = append(dst, ':')
 	dst = appendPadded(dst, mi, 2)
@@ -141,13 +163,13 @@ func floorDivMod(a, b int64) (q, r int64) {
 
 // decodeTimestamptzText converts Postgres's ISO text output of a
 // timestamptz ("2026-01-01 09:00:00.5+00", any offset, optional " BC",
-// "infinity", "-infinity") to the SPEC form. ok is false for NULL results.
-func decodeTimestamptzText(dst, s []byte) (out []byte, ok bool, err error) {
+// "infinity", "-infinity") to style st. ok is false for NULL results.
+func decodeTimestamptzText(dst, s []byte, st TimeStyle) (out []byte, ok bool, err error) {
 	switch string(s) {
 	case "infinity":
-		return append(dst, tsInfinity...), true, nil
+		return appendTimestamptzInfinity(dst, tsInfinity, st), true, nil
 	case "-infinity":
-		return append(dst, tsNegInfinity...), true, nil
+		return appendTimestamptzInfinity(dst, tsNegInfinity, st), true, nil
 	}
 	p := tsParser{s: s, ok: true}
 	year := p.digits(1, 7)
@@ -206,7 +228,7 @@ func decodeTimestamptzText(dst, s []byte) (out []byte, ok bool, err error) {
 		year = 1 - year
 	}
 	sec := time.Date(year, time.Month(month), day, hour, minute, second, 0, time.UTC).Unix() - int64(offset)
-	out, ok = appendTimestamptzValue(dst, sec*1000000+micros)
+	out, ok = appendTimestamptzValue(dst, sec*1000000+micros, st)
 	return out, ok, nil
 }
 

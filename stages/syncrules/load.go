@@ -93,13 +93,15 @@ func (ld *loader) load(src []byte) {
 	}
 	var buckets, streams, with *yaml.Node
 	edition := 1
+	ld.rules.compat = ld.compatibility(1, nil, nil)
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
 		case "bucket_definitions":
 			buckets = v
 		case "config":
-			edition = ld.config(v)
+			ld.rules.compat = ld.config(v)
+			edition = ld.rules.compat.Edition
 		case "streams":
 			streams = v
 			ld.rules.streamsAt = k.Line
@@ -143,14 +145,16 @@ func (ld *loader) load(src []byte) {
 	}
 }
 
-// config reads the config section and returns the edition: 1 (bucket
-// definitions) or 3 (Sync Streams).
-func (ld *loader) config(v *yaml.Node) int {
+// config reads the config section: the edition, 1 (bucket definitions)
+// or 3 (Sync Streams), and the compatibility options.
+func (ld *loader) config(v *yaml.Node) Compatibility {
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, "", "", "config", "config must be a mapping")
-		return 1
+		return ld.compatibility(1, nil, nil)
 	}
 	edition := 1
+	overrides := map[string]bool{}
+	var precision *yaml.Node
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], v.Content[i+1]
 		switch k.Value {
@@ -164,11 +168,22 @@ func (ld *loader) config(v *yaml.Node) int {
 			default:
 				ld.errAt(val, "", "", val.Value, "edition must be 1 (bucket_definitions) or 3 (streams)")
 			}
+		case "timestamp_max_precision":
+			precision = val
 		default:
-			ld.errAt(k, "", "", k.Value, "config option %q is not supported", k.Value)
+			if _, ok := compatOptions[k.Value]; !ok {
+				ld.errAt(k, "", "", k.Value, "config option %q is not supported", k.Value)
+				continue
+			}
+			b, err := strconv.ParseBool(val.Value)
+			if val.Kind != yaml.ScalarNode || err != nil {
+				ld.errAt(val, "", "", val.Value, "%s must be true or false", k.Value)
+				continue
+			}
+			overrides[k.Value] = b
 		}
 	}
-	return edition
+	return ld.compatibility(edition, overrides, precision)
 }
 
 // edition3 loads an edition-3 file: streams and their CTEs only.

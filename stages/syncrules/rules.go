@@ -37,6 +37,7 @@ type Rules struct {
 	streamDefs []*definition // their buckets, each once
 	lookups    []*streamLookup
 	streamsAt  int // line of the streams: key, 0 if none
+	compat     Compatibility
 }
 
 // StreamNames lists the Sync Streams of the file, in the order PowerSync
