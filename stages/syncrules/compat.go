@@ -55,8 +55,9 @@ func (ld *loader) compatibility(edition int, overrides map[string]bool, precisio
 		FixedJSONExtract:    on("fixed_json_extract"),
 		CustomPostgresTypes: on("custom_postgres_types"),
 	}
-	// Not applied yet (README): turning them on where edition 1 has them
-	// off would silently differ from PowerSync, so it is refused.
+	// Applied to streams only (fixed_json_extract) or not at all
+	// (custom_postgres_types): turning them on in edition 1 would
+	// silently differ from PowerSync, so it is refused.
 	for _, key := range []string{"fixed_json_extract", "custom_postgres_types"} {
 		if edition < compatOptions[key] && overrides[key] {
 			ld.errAt(nil, "", "", key, "config option %s: true is not supported in edition %d", key, edition)

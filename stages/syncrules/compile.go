@@ -69,6 +69,8 @@ type compiler struct {
 	// jsonEach expands `bucket.x IN <row value>` as a stream does
 	// (streams_rowexpr.go).
 	jsonEach bool
+	// fixedJSON reads JSON as fixed_json_extract does (see jsonExtract).
+	fixedJSON bool
 }
 
 func newCompiler(mode qmode, rowName string) *compiler {
@@ -212,6 +214,9 @@ func (c *compiler) call(n *callNode) clause {
 		return c.errorf(n.pos, n.raw, "aggregate function %q is not supported", n.name)
 	}
 	fn := builtins[n.name]
+	if f := fixedJSONBuiltins[n.name]; f != nil && c.fixedJSON {
+		fn = f
+	}
 	if fn == nil {
 		return c.errorf(n.pos, n.raw, "unknown function %q", n.name)
 	}
@@ -361,8 +366,9 @@ func (c *compiler) binary(n *binaryNode) clause {
 			return c.errorf(n.r.position(), n.op, "the right side of %s must be a string literal", n.op)
 		}
 		text := n.op == "->>"
+		fixed := c.fixedJSON
 		return c.compose(n.pos, n.op, "json"+n.op+lit.v.String(), []clause{l},
-			func(a []expr) expr { return &jsonOpE{x: a[0], path: lit.v.s, text: text} })
+			func(a []expr) expr { return &jsonOpE{x: a[0], path: lit.v.s, text: text, fixed: fixed} })
 	case "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "||":
 		op := n.op
 		return c.compose(n.pos, op, op, []clause{l, r}, func(a []expr) expr { return &binE{op: op, l: a[0], r: a[1]} })

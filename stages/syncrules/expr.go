@@ -168,11 +168,13 @@ func (e *castE) eval(c *evalCtx) (Value, error) {
 }
 func (e *castE) bind(b *binder) expr { return &castE{x: e.x.bind(b), to: e.to} }
 
-// jsonOpE is x -> 'path' or x ->> 'path' with edition-1 path rules.
+// jsonOpE is x -> 'path' or x ->> 'path', with edition-1 path rules or
+// fixed_json_extract's.
 type jsonOpE struct {
-	x    expr
-	path string
-	text bool // ->>
+	x     expr
+	path  string
+	text  bool // ->>
+	fixed bool // fixed_json_extract
 }
 
 func (e *jsonOpE) eval(c *evalCtx) (Value, error) {
@@ -184,9 +186,11 @@ func (e *jsonOpE) eval(c *evalCtx) (Value, error) {
 	if e.text {
 		op = "->>"
 	}
-	return jsonExtract(v, Text(e.path), op)
+	return jsonExtract(v, Text(e.path), op, e.fixed)
 }
-func (e *jsonOpE) bind(b *binder) expr { return &jsonOpE{x: e.x.bind(b), path: e.path, text: e.text} }
+func (e *jsonOpE) bind(b *binder) expr {
+	return &jsonOpE{x: e.x.bind(b), path: e.path, text: e.text, fixed: e.fixed}
+}
 
 // callE calls a scalar function. All arguments are evaluated first, as in
 // PowerSync (so ifnull/iif are not short-circuiting).
@@ -302,7 +306,11 @@ func (e *reqE) describe() string {
 // jsonExtract implements json_extract, -> and ->> with edition-1 semantics:
 // the path is split on '.', a leading '$' component is dropped (and
 // required by json_extract), and each component indexes the parsed value.
-func jsonExtract(src, path Value, op string) (Value, error) {
+// With fixed (PowerSync's fixed_json_extract, on from edition 2) a path
+// without '$' is one key, as in SQLite (x ->> 'a.b' reads the key "a.b"),
+// and a JSON null found is 'null' for -> and NULL for ->> and
+// json_extract (edition 1 has it the other way round).
+func jsonExtract(src, path Value, op string, fixed bool) (Value, error) {
 	if src.kind == KindNull || path.kind == KindNull {
 		return Null(), nil
 	}
@@ -317,7 +325,9 @@ func jsonExtract(src, path Value, op string) (Value, error) {
 		return Null(), nil
 	}
 	comps := strings.Split(textOf(path), ".")
-	if strings.HasPrefix(comps[0], "$") {
+	if fixed && !strings.HasPrefix(comps[0], "$") && op != "json_extract" {
+		comps = []string{textOf(path)}
+	} else if strings.HasPrefix(comps[0], "$") {
 		comps = comps[1:] // "$", but also "$x": PowerSync drops the part that starts with $
 	} else if op == "json_extract" {
 		return Value{}, ErrJSONPath
@@ -336,10 +346,13 @@ func jsonExtract(src, path Value, op string) (Value, error) {
 		return Null(), nil // undefined
 	}
 	if op == "->" {
-		if cur.k == jNull {
+		if cur.k == jNull && !fixed {
 			return Null(), nil // edition 1: -> gives NULL for JSON null
 		}
 		return Text(string(appendJSONBig(nil, &cur, false))), nil
+	}
+	if cur.k == jNull && fixed {
+		return Null(), nil
 	}
 	return cur.toSQLiteLegacy(false), nil
 }

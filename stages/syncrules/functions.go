@@ -44,7 +44,17 @@ func init() {
 	} {
 		builtins[b.name] = b
 	}
+	for _, b := range []*builtin{
+		{"json_extract", 2, 2, fnJSONExtractFixed},
+		{"json_array_length", 1, 2, fnJSONArrayLengthFixed},
+	} {
+		fixedJSONBuiltins[b.name] = b
+	}
 }
+
+// fixedJSONBuiltins replace builtins of the same name where
+// fixed_json_extract is on (see jsonExtract).
+var fixedJSONBuiltins = map[string]*builtin{}
 
 // aggregates get a specific "not supported" message instead of "unknown".
 var aggregates = map[string]bool{
@@ -218,12 +228,18 @@ func fnIif(a []Value) (Value, error) {
 	return a[2], nil
 }
 
-func fnJSONExtract(a []Value) (Value, error) { return jsonExtract(a[0], a[1], "json_extract") }
+func fnJSONExtract(a []Value) (Value, error) { return jsonExtract(a[0], a[1], "json_extract", false) }
+func fnJSONExtractFixed(a []Value) (Value, error) {
+	return jsonExtract(a[0], a[1], "json_extract", true)
+}
 
-func fnJSONArrayLength(a []Value) (Value, error) {
+func fnJSONArrayLength(a []Value) (Value, error)      { return jsonArrayLength(a, false) }
+func fnJSONArrayLengthFixed(a []Value) (Value, error) { return jsonArrayLength(a, true) }
+
+func jsonArrayLength(a []Value, fixed bool) (Value, error) {
 	j := a[0]
 	if len(a) == 2 && !a[1].IsNull() {
-		v, err := jsonExtract(j, a[1], "json_extract")
+		v, err := jsonExtract(j, a[1], "json_extract", fixed)
 		if err != nil {
 			return Value{}, err
 		}

@@ -130,6 +130,8 @@ type definition struct {
 	// stream: a Sync Streams bucket (streams.go), compiled from a stream
 	// query's row side.
 	stream bool
+	// fixedJSON: its queries read JSON as fixed_json_extract does.
+	fixedJSON bool
 }
 
 func outputName(col selectCol) (string, bool) {
@@ -167,7 +169,7 @@ func compileDataStmt(def *definition, q *dataQuery, s *selectStmt, defaultSchema
 		q.outName = s.from.alias
 	}
 	c := newCompiler(modeData, q.outName)
-	c.jsonEach = def.stream
+	c.jsonEach, c.fixedJSON = def.stream, def.fixedJSON
 	q.filter = c.whereSpec(s.where)
 	if q.filter != nil {
 		checkSlots(c, s, q.filter)

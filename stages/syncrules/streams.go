@@ -352,7 +352,8 @@ func (sc *streamCompiler) bucket(g []*pending) *definition {
 	for i := range names {
 		names[i] = "p" + strconv.Itoa(i)
 	}
-	def := &definition{name: first.name, priority: first.base.def.priority, stream: true, bucketParams: names, hasParams: len(names) > 0}
+	def := &definition{name: first.name, priority: first.base.def.priority, stream: true, bucketParams: names, hasParams: len(names) > 0,
+		fixedJSON: sc.ld.rules.compat.FixedJSONExtract}
 	def.prefix = def.name
 	if gid := sc.ld.opts.GroupID; gid != "" {
 		def.prefix = gid + "#" + def.name
