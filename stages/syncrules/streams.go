@@ -80,6 +80,9 @@ type partition struct {
 	// array: the request value is an array (column IN <value>), a bucket
 	// per element.
 	array bool
+	// inter: the column is also compared with an array, or with more
+	// values: its values are their intersection (streams_intersect.go).
+	inter []member
 	hash  uint32 // streamHash of the row expression: the order of parameters
 	col   string // row column
 	pos   int    // of the factor in the query, for the row-side filter

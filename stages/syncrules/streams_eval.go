@@ -283,7 +283,16 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [][]Value, lookup bool, err error) {
 	lists = make([][]Value, len(parts))
 	empty := false
+	none := false // an intersection without values: no bucket
 	for i, p := range parts {
+		if p.inter != nil {
+			var stop bool
+			if lists[i], stop, err = st.intersection(p, sub); err != nil {
+				return nil, false, err
+			}
+			empty, none = empty || stop, none || len(lists[i]) == 0
+			continue
+		}
 		if !p.array {
 			continue
 		}
@@ -298,6 +307,9 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [
 	}
 	if empty {
 		return nil, false, nil
+	}
+	if none {
+		return nil, true, nil
 	}
 	for i, p := range parts {
 		switch {

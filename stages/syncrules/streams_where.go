@@ -322,6 +322,9 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		if p.array {
 			b.WriteString("[]")
 		}
+		if p.inter != nil {
+			b.WriteString(interText(p.inter))
+		}
 		b.WriteByte(0)
 	}
 	return b.String()
@@ -339,8 +342,10 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 			continue
 		}
 		switch {
+		case (p.array || out[i].array) && p.lookup == nil && out[i].lookup == nil:
+			out[i] = intersect(out[i], p)
 		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with an array, or with two columns of a joined table (or subquery), and with another value is not supported yet"}
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery (or a joined table's column) and with an array, or with two of them, is not supported yet"}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
 			p.also = append(p.also, out[i].req)
 			p.also = append(p.also, out[i].also...)
