@@ -184,13 +184,23 @@ func (sc *streamCompiler) source(f *fromItem, ctes cteScope) (*qsource, []node, 
 		}
 		return &qsource{table: t, name: name}, nil, nil
 	}
-	cs, err := sc.checkCTE(c)
+	shape := c
+	if c.variants != nil {
+		// Its variants have its table and columns; its WHERE, ORs and
+		// all, is the query's to expand (streams_subor.go).
+		shape = c.variants[0]
+	}
+	cs, err := sc.checkCTE(shape)
 	if err != nil {
 		return nil, nil, err
 	}
 	src := &qsource{table: cs.table, name: name, cols: cs.cols}
+	where := cs.where
+	if c.variants != nil {
+		where = []node{c.stmt.where}
+	}
 	var conds []node
-	for _, w := range cs.where {
+	for _, w := range where {
 		n, err := mapRefs(w, func(r *refNode) (node, *sqlError) {
 			if r.schema == "" && (r.table == "" || r.table == cs.inner) {
 				return &refNode{pos: r.pos, table: name, name: r.name, raw: r.raw}, nil

@@ -32,6 +32,9 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, ctes cteScope, n 
 	if table.schema == "" {
 		table.schema = sc.ld.opts.defaultSchema()
 	}
+	if st.where, err = splitSubqueryOr(st.where, ctes); err != nil {
+		return nil, []*sqlError{err}
+	}
 	terms, err := dnf(st.where)
 	if err != nil {
 		return nil, []*sqlError{err}
