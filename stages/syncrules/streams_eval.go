@@ -204,6 +204,13 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				Message: "Error evaluating bucket ids: " + err.Error()})
 			continue
 		}
+		if isStaged(rv.parts) {
+			if lists != nil || lookup {
+				u := streamUse{def: rv.bucket, why: why, priority: priority, overridden: overridden}
+				plan.Staged = append(plan.Staged, st.newStaged(rv, u, valueSets(lists), sub))
+			}
+			continue
+		}
 		lk := resolverLookup(rv.parts)
 		var key []byte
 		if lk != nil {

@@ -38,13 +38,18 @@ type lookupUse struct {
 	outs    []string    // columns the synced table's are equal to, in order of use
 	filters []node      // conditions on the table alone
 	lk      *streamLookup
+	depth   int  // its stage: 1 for a table joined to the synced one (streams_graph.go)
+	root    bool // its outputs are bucket parameters (not another lookup's keys)
 }
 
-// lookupKey is a key column of a lookup and the request value it equals.
+// lookupKey is a key column of a lookup and the request value it equals,
+// or (from) the output of another lookup.
 type lookupKey struct {
-	col string
-	req streamReq
-	pos int // of the request value, for the dangerous-query warning
+	col  string
+	req  streamReq
+	pos  int        // of the request value, for the dangerous-query warning
+	from *lookupUse // a nested lookup's: its output out
+	out  int
 }
 
 // streamLookup is a parameter lookup, evaluated at replication time into
@@ -336,9 +341,6 @@ func (q *qscope) expandIn(sc *streamCompiler, b *binaryNode, sub *selectStmt) ([
 				return nil, err
 			}
 		}
-	}
-	if q.join != nil {
-		return nil, &sqlError{pos: b.r.position(), msg: "a subquery in a query with a joined table is not supported yet"}
 	}
 	q.srcs[name] = src
 	eq := &binaryNode{pos: b.pos, op: "=", l: b.l, r: &refNode{pos: b.r.position(), table: name, name: out, raw: out}, start: b.start}

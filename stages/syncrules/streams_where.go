@@ -106,7 +106,7 @@ type variant struct {
 	rows    []node
 	parts   []partition
 	filters []reqFilter
-	lookup  *lookupUse
+	lookups []*lookupUse // in PowerSync's order (streams_graph.go)
 }
 
 // variants classifies the factors of each DNF term and orders the
@@ -133,7 +133,7 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 		if len(reqs) > 0 {
 			n++
 		}
-		if lu := v.lookup; lu != nil {
+		for _, lu := range v.lookups {
 			n += len(lu.keys)
 			if len(lu.filters) > 0 {
 				n++
@@ -171,62 +171,28 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 // theirs; reqs are its conditions on request values alone. at is the
 // query's position, for errors about the term as a whole.
 func (sc *streamCompiler) term(t []node, q *qscope, at int) (v variant, reqs []node, err *sqlError) {
-	var fs []node
-	for _, f := range t {
-		ex, ok, err := q.expand(sc, f)
-		switch {
-		case err != nil:
-			return v, nil, err
-		case ok:
-			fs = append(fs, ex...)
-		default:
-			fs = append(fs, f)
-		}
+	fs, err := q.expandAll(sc, t)
+	if err != nil {
+		return v, nil, err
 	}
-	use := func(src *qsource, at node) *sqlError {
-		if v.lookup == nil {
-			v.lookup = &lookupUse{src: src}
-		} else if v.lookup.src != src {
-			return &sqlError{pos: at.position(), msg: "a stream query with more than one subquery or joined table in one OR-ed term is not supported yet"}
-		}
-		return nil
-	}
+	var facs []graphFactor
 	for _, f := range fs {
 		c, err := q.classify(f)
-		if err == errRequestOnly {
+		switch {
+		case err == errRequestOnly:
 			reqs = append(reqs, f)
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			return v, nil, err
-		}
-		if c.src != nil {
-			if err := use(c.src, f); err != nil {
-				return v, nil, err
-			}
-		}
-		switch c.kind {
-		case fRow:
+		case c.kind == fRow:
 			v.rows = append(v.rows, f)
-		case fPart:
-			v.parts = append(v.parts, c.part)
-		case fJoin:
-			if slices.Contains(v.lookup.outs, c.mcol) {
-				return v, nil, &sqlError{pos: f.position(), msg: "a column of the joined table equal to two columns of the synced table is not supported yet"}
-			}
-			c.part.lookup, c.part.out = v.lookup, len(v.lookup.outs)
-			v.lookup.outs = append(v.lookup.outs, c.mcol)
-			v.parts = append(v.parts, c.part)
-		case fKey:
-			v.lookup.keys = append(v.lookup.keys, c.key)
-		case fFilter:
-			v.lookup.filters = append(v.lookup.filters, f)
+		default:
+			facs = append(facs, graphFactor{c: c, f: f})
 		}
 	}
-	switch {
-	case v.lookup != nil && len(v.lookup.outs) == 0:
-		return v, nil, &sqlError{pos: at, msg: "the joined table (or subquery) must be joined with `=` on a column of the synced table"}
-	case q.join != nil && v.lookup == nil:
+	if v.parts, v.lookups, err = linkLookups(facs, at); err != nil {
+		return v, nil, err
+	}
+	if q.join != nil && !slices.ContainsFunc(v.lookups, func(lu *lookupUse) bool { return lu.src == q.join }) {
 		return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
 	}
 	return v, reqs, nil
@@ -248,8 +214,8 @@ func joinNodes(ns []node, op string) node {
 // number n; its lookup is made (or found) now, in PowerSync's order.
 func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, table tableRef, outName string, v variant, n int) (*pending, []*sqlError) {
 	rowFactors, parts, filters := v.rows, v.parts, v.filters
-	if v.lookup != nil {
-		if err := sc.registerLookup(v.lookup); err != nil {
+	for _, lu := range v.lookups {
+		if err := sc.registerLookup(lu); err != nil {
 			return nil, []*sqlError{err}
 		}
 	}
@@ -319,7 +285,7 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		if lu := p.lookup; lu != nil {
 			fmt.Fprintf(&b, "lookup %d.%d", lu.lk.index, p.out)
 			for _, k := range lu.keys {
-				fmt.Fprintf(&b, " %d:%s", k.req.src, k.req.key)
+				b.WriteString(keyText(k))
 			}
 		}
 		if p.array {
@@ -385,7 +351,7 @@ func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 			return nil
 		}
 		if p.lookup != nil {
-			for _, k := range p.lookup.keys {
+			for _, k := range reqKeys(p.lookup) {
 				if note(k.req, k.pos) {
 					return nil
 				}
