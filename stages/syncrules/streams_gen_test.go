@@ -673,7 +673,7 @@ func (s *sgen) joinQuery(q squery, cols []string, ref func(string) string) squer
 // terms are few. join is a joined table's factor, AND-ed to every term
 // (nil for none; with one, no subquery is drawn).
 func (s *sgen) whereClause(cols []string, ref func(string) string, join *sfactor) (string, *snode, [][]*sfactor) {
-	if join != nil {
+	if join != nil && s.chance(0.6) {
 		w := s.w
 		s.w[sfSub] = 0
 		defer func() { s.w = w }()
@@ -725,8 +725,8 @@ var qualifier = regexp.MustCompile(`\b(items|docs|t|x|it)\.`)
 func unqualified(sql string) string { return qualifier.ReplaceAllString(sql, "") }
 
 // termOK reports whether an OR-ed term (of n) is inside the subset — at
-// most one subquery, its column compared with nothing else — and has none
-// of the skipped shapes.
+// most two subqueries (or a join and a subquery), each column compared
+// with nothing else — and has none of the skipped shapes.
 func (s *sgen) termOK(t []*sfactor, n int) bool {
 	subs, parts := 0, 0
 	for _, f := range t {
@@ -737,7 +737,7 @@ func (s *sgen) termOK(t []*sfactor, n int) bool {
 			subs++
 		}
 	}
-	if subs > 1 {
+	if subs > 2 {
 		return false
 	}
 	for _, f := range t {
@@ -1062,11 +1062,25 @@ func (s *sgen) subquery(f *sfactor) string {
 	if s.chance(0.25) {
 		cond = v + " = " + q + key
 	}
+	nested := s.chance(0.15)
+	if nested { // the key from a lookup of its own, one level deeper
+		inner := &sfactor{}
+		itable, iout, ikey, iv, _ := s.lookupParts(inner, "")
+		cond = q + key + " IN (SELECT " + iout + " FROM " + itable + " WHERE " + ikey + " = " + iv + ")"
+		f.key += " nested " + inner.key
+		f.auth, f.unauth = inner.auth, inner.unauth
+	}
 	if filter != "" {
 		cond += " AND " + filter
 	}
+	if s.chance(0.15) { // an OR inside: a variant (and lookup) per term
+		cols := s.useTable(table, paramTables)
+		c := cols[s.r.IntN(len(cols))]
+		cond = "(" + cond + ") OR " + q + c + s.pick(" = 'x'", " IS NULL")
+		f.key += " or " + c
+	}
 	sql := "SELECT " + q + out + " FROM " + from + " WHERE " + cond
-	if !s.chance(0.35) {
+	if nested || !s.chance(0.35) {
 		return sql
 	}
 	name, ok := s.cteNames[sql]

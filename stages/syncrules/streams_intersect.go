@@ -75,7 +75,7 @@ func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Valu
 			stop = true
 			continue
 		}
-		bools := jsonEachBools(v)
+		bools := jsonEachBools(st.nestedJSON(m.req, v))
 		lists[i], keys[i] = elems, make([]string, len(elems))
 		for j, e := range elems {
 			keys[i][j] = interKey(e, j < len(bools) && bools[j])
@@ -113,10 +113,32 @@ func inAll(k string, lists [][]string) bool {
 	return true
 }
 
-// jsonEachBools marks which of the values jsonEachValues returns for v
-// were JSON booleans (it gives them as 1 and 0).
-func jsonEachBools(v Value) []bool {
-	doc, err := parseJSON(v.s)
+// nestedJSON is the JSON text of request value r (v) with its booleans:
+// a nested array or object of the claims, connection or subscription
+// parameters is v with booleans written as 1/0 (fillParams), but
+// PowerSync still tells them from numbers when it intersects.
+func (st *reqState) nestedJSON(r streamReq, v Value) string {
+	var doc jval
+	switch r.src {
+	case srcAuthParam:
+		doc, _ = parseJSON(st.rawClaims)
+	case srcConnParam:
+		doc = st.params
+	case srcSubParam:
+		doc, _ = parseJSON(st.subRaw)
+	default:
+		return v.s
+	}
+	if i := doc.index(r.key); i >= 0 && (doc.vals[i].k == jArr || doc.vals[i].k == jObj) {
+		return string(appendJSONBig(nil, &doc.vals[i], true))
+	}
+	return v.s
+}
+
+// jsonEachBools marks which of the values jsonEachValues returns for the
+// JSON text s were JSON booleans (it gives them as 1 and 0).
+func jsonEachBools(s string) []bool {
+	doc, err := parseJSON(s)
 	if err != nil {
 		return nil
 	}

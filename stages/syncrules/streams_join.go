@@ -231,6 +231,8 @@ func (q *qscope) qualify(n node) (node, *sqlError) {
 		switch {
 		case r.schema != "":
 			return r, nil
+		case r.table == "" && q.ctes[r.name] != nil:
+			return r, nil // `x IN cte`: a bare name there is the CTE's (expand)
 		case r.table == "":
 			return nil, &sqlError{pos: r.pos, token: r.raw, msg: "Invalid unqualified reference since multiple tables are in scope"}
 		case r.table == q.join.name && q.join.cols != nil:

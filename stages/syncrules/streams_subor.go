@@ -89,7 +89,8 @@ func splitFromCTE(b *binaryNode, sq *subqueryNode, ctes cteScope) (node, *sqlErr
 		g := *f
 		g.name, g.alias = v.name, itemName(f)
 		st.from = &g
-		in, err := splitIn(b, &subqueryNode{pos: sq.pos, stmt: &st})
+		nsq := &subqueryNode{pos: sq.pos, stmt: &st}
+		in, err := splitIn(&binaryNode{pos: b.pos, op: "IN", l: b.l, r: nsq, start: b.start}, nsq)
 		if err != nil {
 			return nil, err
 		}
