@@ -86,6 +86,8 @@ type partition struct {
 	hash  uint32 // streamHash of the row expression: the order of parameters
 	col   string // row column
 	pos   int    // of the factor in the query, for the row-side filter
+	// ands are lookup outputs the column also equals (streams_graph.go).
+	ands []lookupRef
 }
 
 // reqSource is where a stream request value comes from.

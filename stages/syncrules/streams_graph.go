@@ -192,3 +192,45 @@ func (q *qscope) expandAll(sc *streamCompiler, t []node) ([]node, *sqlError) {
 	}
 	return fs, nil
 }
+
+// lookupRef is a lookup output a partition's column is also compared with.
+type lookupRef struct {
+	lu  *lookupUse
+	out int
+}
+
+// mergeLookups merges partition p into a, both of the same column and
+// each from a lookup: the column's values are those both lookups give
+// (PowerSync's intersection), so a bucket needs one row of each with the
+// same value. Only lookups of one output are merged: PowerSync ties the
+// rows of one with several outputs in a way syncpipe does not follow.
+func mergeLookups(a, p partition) (partition, *sqlError) {
+	if len(a.lookup.outs) > 1 || len(p.lookup.outs) > 1 {
+		return a, &sqlError{pos: p.pos, msg: "a column compared with two joined tables (or subqueries), one of which gives several columns, is not supported yet"}
+	}
+	a.ands = append(a.ands, lookupRef{lu: p.lookup, out: p.out})
+	a.also = append(a.also, p.also...)
+	return a, nil
+}
+
+// partKeys are the request values the lookups of a partition are keyed by.
+func partKeys(p partition) []lookupKey {
+	ks := reqKeys(p.lookup)
+	for _, r := range p.ands {
+		ks = append(ks, reqKeys(r.lu)...)
+	}
+	return ks
+}
+
+// alsoText is the lookups a partition is also compared with, for the
+// resolver's identity.
+func alsoText(p partition) string {
+	var b []byte
+	for _, r := range p.ands {
+		b = fmt.Appendf(b, " ∩ lookup %d.%d", r.lu.lk.index, r.out)
+		for _, k := range r.lu.keys {
+			b = append(b, keyText(k)...)
+		}
+	}
+	return string(b)
+}

@@ -56,6 +56,9 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 		if p.lookup != nil {
 			walk(p.lookup)
 		}
+		for _, r := range p.ands {
+			walk(r.lu)
+		}
 	}
 	for _, lu := range all {
 		s.stages = max(s.stages, lu.depth)
@@ -80,6 +83,8 @@ func isStaged(parts []partition) bool {
 	var first *lookupUse
 	for _, p := range parts {
 		switch {
+		case len(p.ands) > 0:
+			return true
 		case p.lookup == nil:
 		case first == nil:
 			first = p.lookup
@@ -219,16 +224,20 @@ func (r *stagedRun) buckets(dst []BucketRef) []BucketRef {
 			roots = append(roots, l.lu)
 		}
 	}
+	cur := map[*lookupUse]*jval{} // the row of each root lookup
 	for _, vs := range s.valsets {
 		vals := append([]Value(nil), vs...)
 		var walk func(i int)
 		walk = func(i int) {
 			if i == len(roots) {
-				dst = s.appendBucket(dst, vals)
+				if s.agree(vals, cur) {
+					dst = s.appendBucket(dst, vals)
+				}
 				return
 			}
 			for _, obj := range r.rows[roots[i]] {
 				if s.fill(vals, roots[i], obj) {
+					cur[roots[i]] = obj
 					walk(i + 1)
 				}
 			}
@@ -236,6 +245,29 @@ func (r *stagedRun) buckets(dst []BucketRef) []BucketRef {
 		walk(0)
 	}
 	return dst
+}
+
+// agree reports whether the rows picked of the lookups a partition is
+// also compared with (partition.ands) give its value.
+func (s *StagedLookup) agree(vals []Value, cur map[*lookupUse]*jval) bool {
+	for i, p := range s.parts {
+		want, _ := appendParamValue(nil, vals[i])
+		for _, a := range p.ands {
+			obj := cur[a.lu]
+			if obj == nil {
+				return false
+			}
+			j := obj.index(strconv.Itoa(a.out))
+			if j < 0 {
+				return false
+			}
+			got, _ := appendParamValue(nil, obj.vals[j].storedValue())
+			if string(got) != string(want) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // fill puts a stored row of lookup lu into the partitions it gives;

@@ -294,6 +294,7 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		if p.inter != nil {
 			b.WriteString(interText(p.inter))
 		}
+		b.WriteString(alsoText(p))
 		b.WriteByte(0)
 	}
 	return b.String()
@@ -313,6 +314,11 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 		switch {
 		case (p.array || out[i].array) && p.lookup == nil && out[i].lookup == nil:
 			out[i] = intersect(out[i], p)
+		case !p.array && !out[i].array && p.lookup != nil && out[i].lookup != nil:
+			var err *sqlError
+			if out[i], err = mergeLookups(out[i], p); err != nil {
+				return nil, err
+			}
 		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
 			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery (or a joined table's column) and with an array, or with two of them, is not supported yet"}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
@@ -351,7 +357,7 @@ func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 			return nil
 		}
 		if p.lookup != nil {
-			for _, k := range reqKeys(p.lookup) {
+			for _, k := range partKeys(p) {
 				if note(k.req, k.pos) {
 					return nil
 				}
