@@ -320,7 +320,7 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 				return nil, err
 			}
 		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery (or a joined table's column) and with an array, or with two of them, is not supported yet"}
+			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery (or a joined table's column) and with an array is not supported yet"}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
 			p.also = append(p.also, out[i].req)
 			p.also = append(p.also, out[i].also...)
