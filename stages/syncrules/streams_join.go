@@ -15,10 +15,11 @@ import (
 // (its outputs) — make a parameter lookup (streamLookup) whose stored rows
 // give bucket parameters.
 //
-// syncpipe supports one such table per OR-ed term, joined to the synced
-// table directly (no chains of tables), its outputs plain columns each
-// giving one bucket parameter; CTEs and subqueries of one table whose
-// WHERE is AND-ed conditions. Other shapes are refused.
+// syncpipe supports one joined table, and subqueries (nested ones too,
+// streams_graph.go), their outputs plain columns each giving one bucket
+// parameter or another lookup's key; CTEs and subqueries of one table
+// whose WHERE is AND-ed conditions (ORs split first, streams_subor.go).
+// Other shapes are refused.
 
 // qsource is a table a lookup reads: the joined table, or a subquery's or
 // a CTE's table.
