@@ -38,9 +38,9 @@ import (
 // value>`, `column IN <request value>` (a JSON array: a bucket per
 // element), lookups, or conditions on request values alone (checked at
 // request time); `with:` CTEs (streams_cte.go) and inner joins of one
-// more table, several lookups in one variant (streams_graph.go). Other
-// forms (functions on the partition side, arrays in rows, chains of
-// joins, outer joins) are rejected as not supported.
+// more tables, several lookups in one variant (streams_graph.go). Other
+// forms (functions on the partition side, arrays in rows, outer joins)
+// are rejected as not supported.
 
 // stream is one entry of streams:.
 type stream struct {

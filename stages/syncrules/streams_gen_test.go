@@ -623,8 +623,8 @@ func (s *sgen) query() squery {
 
 // joinQuery makes q a join of its table to a parameter table: the lookup
 // `col IN (SELECT out FROM p WHERE key = <value>)` would be, written as
-// `JOIN p m ON …` or `, p m WHERE …`, AND-ed with a WHERE without
-// subqueries (one lookup per term).
+// `JOIN p m ON …` or `, p m WHERE …` (now and then keyed by a third
+// table n: a chain), AND-ed with a WHERE (with subqueries now and then).
 func (s *sgen) joinQuery(q squery, cols []string, ref func(string) string) squery {
 	col := cols[s.r.IntN(len(cols))]
 	f := &sfactor{kind: sfSub, col: col}
@@ -635,20 +635,35 @@ func (s *sgen) joinQuery(q squery, cols []string, ref func(string) string) squer
 		on = "m." + out + " = " + ref(col)
 	}
 	keyCond := "m." + key + " = " + v
+	chain, link := "", "" // a third table n the key comes from (a chain of joins)
+	if s.chance(0.25) {
+		inner := &sfactor{}
+		itable, iout, ikey, iv, _ := s.lookupParts(inner, "n.")
+		chain, link, keyCond = itable, "m."+key+" = n."+iout, "n."+ikey+" = "+iv
+		f.key += " chain " + inner.key
+		f.auth, f.unauth = inner.auth, inner.unauth
+	}
 	if filter != "" {
 		keyCond += " AND " + filter
 	}
 	var conds []string
 	if s.chance(0.5) {
-		if s.chance(0.4) {
+		if s.chance(0.4) && chain == "" {
 			on += " AND " + keyCond
 		} else {
 			conds = append(conds, keyCond)
 		}
 		q.sql += " " + s.pick("JOIN", "INNER JOIN") + " " + table + s.pick(" AS ", " ") + "m ON " + on
+		if chain != "" {
+			q.sql += " JOIN " + chain + " n ON " + link
+		}
 	} else {
 		q.sql += ", " + table + s.pick(" AS ", " ") + "m"
 		conds = append(conds, on, keyCond)
+		if chain != "" {
+			q.sql += ", " + chain + " n"
+			conds = append(conds, link)
+		}
 		s.r.Shuffle(len(conds), func(i, j int) { conds[i], conds[j] = conds[j], conds[i] })
 	}
 	n := &snode{f: f}

@@ -192,8 +192,10 @@ func (sc *streamCompiler) term(t []node, q *qscope, at int) (v variant, reqs []n
 	if v.parts, v.lookups, err = linkLookups(facs, at); err != nil {
 		return v, nil, err
 	}
-	if q.join != nil && !slices.ContainsFunc(v.lookups, func(lu *lookupUse) bool { return lu.src == q.join }) {
-		return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
+	for _, j := range q.joins {
+		if !slices.ContainsFunc(v.lookups, func(lu *lookupUse) bool { return lu.src == j }) {
+			return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
+		}
 	}
 	return v, reqs, nil
 }
