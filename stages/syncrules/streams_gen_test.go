@@ -763,13 +763,12 @@ func (s *sgen) termOK(t []*sfactor, n int) bool {
 			if o == f || !o.partition() {
 				continue
 			}
-			// A subquery's column compared with another subquery is drawn.
-			// With an array it is refused; with a value, PowerSync's
-			// dangerous-query warning sometimes points at the subquery's
-			// value where syncpipe points at the other (a known gap), so
-			// neither is drawn.
-			subOther := (f.kind == sfSub) != (o.kind == sfSub)
-			if o.col == f.col && (subOther || s.skip.has(diffArrayAndValue) && f.kind != o.kind) {
+			// A subquery's column compared with another subquery or an
+			// array is drawn. With a value, PowerSync's dangerous-query
+			// warning sometimes points at the subquery's value where
+			// syncpipe points at the other (a known gap): not drawn.
+			subEq := f.kind == sfSub && o.kind == sfEq || f.kind == sfEq && o.kind == sfSub
+			if o.col == f.col && (subEq || s.skip.has(diffArrayAndValue) && f.kind != o.kind) {
 				return false
 			}
 			if s.skip.has(diffMissingValue) {

@@ -12,7 +12,7 @@ import (
 // values of the first of them (in the order the query names them), first
 // occurrence first and each once, that every other one holds too. Values
 // are equal as bucket parameters and as JSON: a boolean equals only a
-// boolean, 1 equals 1.0, '1' does not equal 1.
+// boolean (or a stored INTEGER), 1 equals 1.0, '1' does not equal 1.
 
 // member is one of the request values of an intersection.
 type member struct {
@@ -55,7 +55,7 @@ func interText(ms []member) string {
 // values, or stop when one of its arrays is NULL, missing or empty (which
 // stops the whole term, as an empty table-valued stage does in
 // PowerSync), or an error when one is not an array.
-func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Value, stop bool, err error) {
+func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Value, vkeys []string, stop bool, err error) {
 	lists := make([][]Value, len(p.inter))
 	keys := make([][]string, len(p.inter))
 	for i, m := range p.inter {
@@ -69,7 +69,7 @@ func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Valu
 		}
 		elems, err := jsonEachValues(v)
 		if err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if len(elems) == 0 {
 			stop = true
@@ -82,25 +82,68 @@ func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Valu
 		}
 	}
 	if stop {
-		return nil, true, nil
+		return nil, nil, true, nil
 	}
 	seen := map[string]bool{}
 	for j, k := range keys[0] {
 		if !seen[k] && inAll(k, keys[1:]) {
 			seen[k] = true
-			vals = append(vals, lists[0][j])
+			vals, vkeys = append(vals, lists[0][j]), append(vkeys, k)
 		}
 	}
-	return vals, false, nil
+	return vals, vkeys, false, nil
 }
 
-// interKey is a value's identity in an intersection.
+// lookupInter merges a partition from a lookup and one of the same column
+// compared with an array (and values): the lookup's outputs must be among
+// the values they all hold, and every one of them is a member of the
+// intersection (also lists them for the dangerous-query check). Only a
+// lookup of one output: PowerSync does not tie the rows of one with
+// several to such a value.
+func lookupInter(a, p partition) (partition, *sqlError) {
+	lk, other := a, p
+	if p.lookup != nil {
+		lk, other = p, a
+	}
+	if len(lk.lookup.outs) > 1 {
+		return a, &sqlError{pos: p.pos, msg: "a column compared with an array and with a joined table (or subquery) that gives several columns is not supported yet"}
+	}
+	var ms []member
+	if lk.inter == nil { // the values merged so far join the intersection
+		for _, r := range lk.also {
+			ms = append(ms, member{req: r})
+		}
+	}
+	if other.inter != nil {
+		ms = append(ms, other.inter...)
+	} else {
+		ms = append(ms, member{req: other.req, array: other.array})
+		for _, r := range other.also {
+			ms = append(ms, member{req: r})
+		}
+	}
+	lk.inter = append(lk.inter, ms...)
+	lk.also = append(append(lk.also, other.req), other.also...)
+	return lk, nil
+}
+
+// interKey is a value's identity in an intersection, as a JavaScript
+// Map tells PowerSync's values apart: a boolean is a BigInt (1n, 0n),
+// every other number of a request a Number, so true equals no number.
 func interKey(v Value, isBool bool) string {
 	b, _ := appendParamValue(nil, v)
 	if isBool {
-		return "b" + string(b)
+		return "n" + string(b)
 	}
 	return "v" + string(b)
+}
+
+// storedKey is the identity of a lookup's stored output in an
+// intersection: PowerSync reads a stored INTEGER as a BigInt, which
+// equals a request boolean but no request number and no stored REAL,
+// however equal in value.
+func storedKey(v Value) string {
+	return interKey(v, v.kind == KindInteger)
 }
 
 // inAll reports whether every list holds k.

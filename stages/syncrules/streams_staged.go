@@ -13,9 +13,12 @@ import (
 // resolver without buckets, as in PowerSync. RequestPlan.ResolveStaged
 // runs them.
 type StagedLookup struct {
-	use     streamUse // the bucket, why and priority
-	parts   []partition
-	equals  [][]Value  // per partition: request values a lookup output must equal
+	use    streamUse // the bucket, why and priority
+	parts  []partition
+	equals [][]Value // per partition: request values a lookup output must equal
+	// allowed are, per partition, the values (interKey) an intersection
+	// with arrays leaves its lookup outputs; nil: any.
+	allowed []map[string]bool
 	valsets [][]Value  // the partition values; a lookup's to fill (none: queried for no bucket)
 	lookups []stagedLU // deepest stage first
 	stages  int
@@ -48,11 +51,20 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 		all = append(all, lu)
 	}
 	for _, p := range rv.parts {
-		e := make([]Value, len(p.also))
-		for j, r := range p.also {
-			e[j] = st.streamValue(r, sub)
+		var e []Value
+		var allowed map[string]bool
+		if p.inter != nil { // the intersection covers the values in also
+			allowed = map[string]bool{}
+			_, keys, _, _ := st.intersection(p, sub) // its error is partValues'
+			for _, k := range keys {
+				allowed[k] = true
+			}
+		} else {
+			for _, r := range p.also {
+				e = append(e, st.streamValue(r, sub))
+			}
 		}
-		s.equals = append(s.equals, e)
+		s.equals, s.allowed = append(s.equals, e), append(s.allowed, allowed)
 		if p.lookup != nil {
 			walk(p.lookup)
 		}
@@ -83,7 +95,7 @@ func isStaged(parts []partition) bool {
 	var first *lookupUse
 	for _, p := range parts {
 		switch {
-		case len(p.ands) > 0:
+		case len(p.ands) > 0, p.lookup != nil && p.inter != nil:
 			return true
 		case p.lookup == nil:
 		case first == nil:
@@ -251,7 +263,7 @@ func (r *stagedRun) buckets(dst []BucketRef) []BucketRef {
 // also compared with (partition.ands) give its value.
 func (s *StagedLookup) agree(vals []Value, cur map[*lookupUse]*jval) bool {
 	for i, p := range s.parts {
-		want, _ := appendParamValue(nil, vals[i])
+		want := storedKey(vals[i])
 		for _, a := range p.ands {
 			obj := cur[a.lu]
 			if obj == nil {
@@ -261,8 +273,7 @@ func (s *StagedLookup) agree(vals []Value, cur map[*lookupUse]*jval) bool {
 			if j < 0 {
 				return false
 			}
-			got, _ := appendParamValue(nil, obj.vals[j].storedValue())
-			if string(got) != string(want) {
+			if storedKey(obj.vals[j].storedValue()) != want {
 				return false
 			}
 		}
@@ -282,7 +293,7 @@ func (s *StagedLookup) fill(vals []Value, lu *lookupUse, obj *jval) bool {
 			return false
 		}
 		v := obj.vals[j].storedValue()
-		if !allParamsEqual(v, s.equals[i]) {
+		if !allParamsEqual(v, s.equals[i]) || s.allowed[i] != nil && !s.allowed[i][storedKey(v)] {
 			return false
 		}
 		vals[i] = v

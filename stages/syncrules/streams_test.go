@@ -82,7 +82,8 @@ func TestStreamRefusals(t *testing.T) {
 		"SELECT * FROM c WHERE org IN (SELECT org FROM m WHERE team IN (SELECT t FROM n WHERE a OR b))":    "OR (or NOT over AND)",
 		"SELECT * FROM c WHERE org IN (SELECT org FROM m) AND org IN (SELECT org FROM n)":                  "",
 		"SELECT c.* FROM c JOIN m ON c.org = m.org AND c.team = m.team WHERE c.org IN (SELECT org FROM n)": "gives several columns",
-		"SELECT * FROM c WHERE org IN (SELECT org FROM m) AND org IN auth.parameter('o')":                  "and with an array",
+		"SELECT * FROM c WHERE org IN (SELECT org FROM m) AND org IN auth.parameter('o')":                  "",
+		"SELECT c.* FROM c JOIN m ON c.org = m.org AND c.team = m.team WHERE c.org IN auth.parameter('o')": "an array and with a joined table",
 		"SELECT c.* FROM c JOIN m ON c.org = m.org WHERE c.team IN (SELECT t FROM n WHERE n.x = m.x)":      "joined both to the synced table",
 		"SELECT * FROM c WHERE org IN (SELECT org FROM m, n WHERE m.x = n.x)":                              "select from one table",
 	}

@@ -316,13 +316,17 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 		switch {
 		case (p.array || out[i].array) && p.lookup == nil && out[i].lookup == nil:
 			out[i] = intersect(out[i], p)
-		case !p.array && !out[i].array && p.lookup != nil && out[i].lookup != nil:
+		case (p.array || out[i].array) && (p.lookup == nil) != (out[i].lookup == nil),
+			p.lookup == nil && out[i].lookup != nil && out[i].inter != nil:
+			var err *sqlError
+			if out[i], err = lookupInter(out[i], p); err != nil {
+				return nil, err
+			}
+		case p.lookup != nil && out[i].lookup != nil: // neither is an array here
 			var err *sqlError
 			if out[i], err = mergeLookups(out[i], p); err != nil {
 				return nil, err
 			}
-		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with a subquery (or a joined table's column) and with an array is not supported yet"}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
 			p.also = append(p.also, out[i].req)
 			p.also = append(p.also, out[i].also...)
