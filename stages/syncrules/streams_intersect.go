@@ -146,6 +146,26 @@ func storedKey(v Value) string {
 	return interKey(v, v.kind == KindInteger)
 }
 
+// reqKey is the key of request value r in an intersection; "" (equal to
+// nothing) when it is NULL or a BLOB.
+func (st *reqState) reqKey(r streamReq, sub map[string]Value) string {
+	v := st.streamValue(r, sub)
+	if v.IsNull() || v.kind == KindBlob {
+		return ""
+	}
+	return interKey(v, st.isBool(r))
+}
+
+// keysEqual reports whether every key of ks is k.
+func keysEqual(k string, ks []string) bool {
+	for _, o := range ks {
+		if o != k {
+			return false
+		}
+	}
+	return true
+}
+
 // inAll reports whether every list holds k.
 func inAll(k string, lists [][]string) bool {
 	for _, l := range lists {

@@ -15,7 +15,7 @@ import (
 type StagedLookup struct {
 	use    streamUse // the bucket, why and priority
 	parts  []partition
-	equals [][]Value // per partition: request values a lookup output must equal
+	equals [][]string // per partition: keys (reqKey) of the request values a lookup output must equal
 	// allowed are, per partition, the values (interKey) an intersection
 	// with arrays leaves its lookup outputs; nil: any.
 	allowed []map[string]bool
@@ -51,7 +51,7 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 		all = append(all, lu)
 	}
 	for _, p := range rv.parts {
-		var e []Value
+		var e []string
 		var allowed map[string]bool
 		if p.inter != nil { // the intersection covers the values in also
 			allowed = map[string]bool{}
@@ -61,7 +61,7 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 			}
 		} else {
 			for _, r := range p.also {
-				e = append(e, st.streamValue(r, sub))
+				e = append(e, st.reqKey(r, sub))
 			}
 		}
 		s.equals, s.allowed = append(s.equals, e), append(s.allowed, allowed)
@@ -293,7 +293,7 @@ func (s *StagedLookup) fill(vals []Value, lu *lookupUse, obj *jval) bool {
 			return false
 		}
 		v := obj.vals[j].storedValue()
-		if !allParamsEqual(v, s.equals[i]) || s.allowed[i] != nil && !s.allowed[i][storedKey(v)] {
+		if !keysEqual(storedKey(v), s.equals[i]) || s.allowed[i] != nil && !s.allowed[i][storedKey(v)] {
 			return false
 		}
 		vals[i] = v
