@@ -51,19 +51,7 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 		all = append(all, lu)
 	}
 	for _, p := range rv.parts {
-		var e []string
-		var allowed map[string]bool
-		if p.inter != nil { // the intersection covers the values in also
-			allowed = map[string]bool{}
-			_, keys, _, _ := st.intersection(p, sub) // its error is partValues'
-			for _, k := range keys {
-				allowed[k] = true
-			}
-		} else {
-			for _, r := range p.also {
-				e = append(e, st.reqKey(r, sub))
-			}
-		}
+		e, allowed := st.outputChecks(p, sub)
 		s.equals, s.allowed = append(s.equals, e), append(s.allowed, allowed)
 		if p.lookup != nil {
 			walk(p.lookup)
@@ -87,6 +75,24 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 		s.lookups = append(s.lookups, l)
 	}
 	return s
+}
+
+// outputChecks are what a lookup output filling partition p must match:
+// the keys of the request values it must equal, or the values an
+// intersection with arrays (which covers those) allows.
+func (st *reqState) outputChecks(p partition, sub map[string]Value) (equals []string, allowed map[string]bool) {
+	if p.inter == nil {
+		for _, r := range p.also {
+			equals = append(equals, st.reqKey(r, sub))
+		}
+		return equals, nil
+	}
+	allowed = map[string]bool{}
+	_, keys, _, _ := st.intersection(p, sub) // its error is partValues'
+	for _, k := range keys {
+		allowed[k] = true
+	}
+	return nil, allowed
 }
 
 // isStaged reports whether a resolver's partitions need a StagedLookup:
