@@ -150,6 +150,9 @@ func FuzzStreamQuery(f *testing.F) {
 		"SELECT t.* FROM t JOIN u ON t.a = u.a AND u.b = auth.user_id() WHERE u.owner IS NOT NULL OR t.done = 1",
 		"SELECT d.id FROM u, t d WHERE d.a = u.a AND d.b = u.owner AND u.b = subscription.parameter('b')",
 		"SELECT t.* FROM t, c WHERE t.a = c.a",
+		"SELECT * FROM t WHERE a IN (SELECT a FROM u WHERE b IN (SELECT a FROM c)) AND b IN (SELECT b FROM u WHERE a = auth.user_id())",
+		"SELECT t.* FROM t, u, v WHERE t.a = u.a AND u.b = v.b AND v.a = auth.user_id()",
+		"SELECT * FROM t WHERE a IN (SELECT a FROM u WHERE b = auth.user_id() OR owner = 1) AND a IN c AND b IN auth.parameter('o')",
 	} {
 		f.Add(s)
 	}
@@ -178,8 +181,19 @@ func FuzzStreamQuery(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := rules.Request(Request{UserID: "u", Claims: []byte(`{"sub":"u","o":"u"}`),
-			Streams: &StreamsRequest{IncludeDefaults: true, Subscriptions: []StreamSubscription{{Stream: "s", Parameters: []byte(`{"list_id":"l"}`), OverridePriority: -1}}}}); err != nil {
+		plan, err := rules.Request(Request{UserID: "u", Claims: []byte(`{"sub":"u","o":"u"}`),
+			Streams: &StreamsRequest{IncludeDefaults: true, Subscriptions: []StreamSubscription{{Stream: "s", Parameters: []byte(`{"list_id":"l"}`), OverridePriority: -1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Staged lookups find a row under every key.
+		if _, _, err := plan.ResolveStaged(func(keys [][]byte) ([][][]byte, error) {
+			sets := make([][][]byte, len(keys))
+			for i := range sets {
+				sets[i] = [][]byte{[]byte(`[{"0":"l","1":2.5}]`)}
+			}
+			return sets, nil
+		}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})

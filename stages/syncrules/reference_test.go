@@ -429,6 +429,19 @@ func syncpipeEvaluate(c *refCase) refResult {
 				}
 			}
 		}
+		refs, bad, err := plan.ResolveStaged(func(keys [][]byte) ([][][]byte, error) {
+			sets := make([][][]byte, len(keys))
+			for i, k := range keys {
+				qr.Lookups = append(qr.Lookups, string(k))
+				for _, rows := range stored[string(k)] {
+					sets[i] = append(sets[i], []byte(rows))
+				}
+			}
+			return sets, nil
+		}, refs)
+		if bad != nil || err != nil {
+			qr.Failed = true
+		}
 		for _, b := range MergeBuckets(refs) {
 			qr.Buckets = append(qr.Buckets, refBucket{Bucket: b.ID, Priority: b.Priority})
 		}

@@ -255,6 +255,9 @@ type Lookup struct {
 type RequestPlan struct {
 	Static  []BucketRef // buckets known without storage
 	Lookups []Lookup    // parameter lookups to resolve in storage
+	// Staged are Sync Streams resolvers with several parameter lookups,
+	// resolved in stages (ResolveStaged) after Lookups.
+	Staged []*StagedLookup
 	// StreamErrors are the subscriptions that could not be evaluated
 	// (their buckets are missing; the request goes on).
 	StreamErrors []StreamError

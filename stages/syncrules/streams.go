@@ -38,9 +38,9 @@ import (
 // value>`, `column IN <request value>` (a JSON array: a bucket per
 // element), lookups, or conditions on request values alone (checked at
 // request time); `with:` CTEs (streams_cte.go) and inner joins of one
-// more table. Other forms (functions on the partition side, arrays in
-// rows, two lookups in one variant, chains of joins, outer joins) are
-// rejected as not supported.
+// more tables, several lookups in one variant (streams_graph.go). Other
+// forms (functions on the partition side, arrays in rows, outer joins)
+// are rejected as not supported.
 
 // stream is one entry of streams:.
 type stream struct {
@@ -80,6 +80,9 @@ type partition struct {
 	// array: the request value is an array (column IN <value>), a bucket
 	// per element.
 	array bool
+	// inter: the column is also compared with an array, or with more
+	// values: its values are their intersection (streams_intersect.go).
+	inter []member
 	hash  uint32 // streamHash of the row expression: the order of parameters
 	col   string // row column (or, with expr, a key naming the expression)
 	// expr is the row side when it is more than the column col; each: the
@@ -87,6 +90,8 @@ type partition struct {
 	expr node
 	each bool
 	pos  int // of the factor in the query, for the row-side filter
+	// ands are lookup outputs the column also equals (streams_graph.go).
+	ands []lookupRef
 }
 
 // reqSource is where a stream request value comes from.

@@ -25,6 +25,9 @@ type cte struct {
 	off  int
 	stmt *selectStmt // nil: its SQL does not parse (reported)
 	used bool
+	// variants are the CTE split at the ORs of its WHERE, one per OR-ed
+	// term (nil: none; streams_subor.go).
+	variants []*cte
 }
 
 // cteOffset spaces the offsets of CTE texts apart from queries' (a query
@@ -190,6 +193,9 @@ func (sc *streamCompiler) checkCTE(c *cte) (*cteShape, *sqlError) {
 // (column = <request value>), conditions on its table alone or on request
 // values alone, each of which compiles.
 func (sc *streamCompiler) validateCTE(c *cte) *sqlError {
+	if err := splitCTE(c); err != nil || c.variants != nil {
+		return sc.validateVariants(c, err)
+	}
 	cs, err := sc.checkCTE(c)
 	if err != nil {
 		return err

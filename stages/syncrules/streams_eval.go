@@ -115,9 +115,9 @@ type streamUse struct {
 
 // hole is a bucket parameter a stored lookup row fills.
 type hole struct {
-	part   int     // in the bucket's parameters
-	key    string  // of the stored output: "0", "1", …
-	equals []Value // values it must equal (the column also compared with them)
+	part   int      // in the bucket's parameters
+	key    string   // of the stored output: "0", "1", …
+	equals []string // keys (reqKey) of the values it must equal (the column also compared with them)
 }
 
 // requestStreams adds the buckets and lookups of the streams the request
@@ -204,6 +204,13 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				Message: "Error evaluating bucket ids: " + err.Error()})
 			continue
 		}
+		if isStaged(rv.parts) {
+			if lists != nil || lookup {
+				u := streamUse{def: rv.bucket, why: why, priority: priority, overridden: overridden}
+				plan.Staged = append(plan.Staged, st.newStaged(rv, u, valueSets(lists), sub))
+			}
+			continue
+		}
 		lk := resolverLookup(rv.parts)
 		var key []byte
 		if lk != nil {
@@ -235,9 +242,9 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 				if p.lookup == nil {
 					continue
 				}
-				h := hole{part: i, key: strconv.Itoa(p.out), equals: make([]Value, len(p.also))}
+				h := hole{part: i, key: strconv.Itoa(p.out), equals: make([]string, len(p.also))}
 				for j, r := range p.also {
-					h.equals[j] = st.streamValue(r, sub)
+					h.equals[j] = st.reqKey(r, sub)
 				}
 				holes = append(holes, h)
 			}
@@ -283,7 +290,16 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [][]Value, lookup bool, err error) {
 	lists = make([][]Value, len(parts))
 	empty := false
+	none := false // an intersection without values: no bucket
 	for i, p := range parts {
+		if p.inter != nil {
+			var stop bool
+			if lists[i], _, stop, err = st.intersection(p, sub); err != nil {
+				return nil, false, err
+			}
+			empty, none = empty || stop, none || len(lists[i]) == 0
+			continue
+		}
 		if !p.array {
 			continue
 		}
@@ -298,6 +314,9 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [
 	}
 	if empty {
 		return nil, false, nil
+	}
+	if none {
+		return nil, true, nil
 	}
 	for i, p := range parts {
 		switch {
@@ -415,19 +434,6 @@ func (s *reqState) isBool(r streamReq) bool {
 	return s.bools[r]
 }
 
-// allParamsEqual reports whether v equals each of vs as a bucket
-// parameter (a NULL one equals nothing).
-func allParamsEqual(v Value, vs []Value) bool {
-	want, _ := appendParamValue(nil, v)
-	for _, e := range vs {
-		got, _ := appendParamValue(nil, e)
-		if e.IsNull() || string(got) != string(want) {
-			return false
-		}
-	}
-	return true
-}
-
 // streamValue is a stream request value for this request and
 // subscription: NULL when absent.
 func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
@@ -483,7 +489,7 @@ func (l *Lookup) streamBuckets(rows []byte, dst []BucketRef) ([]BucketRef, error
 				break
 			}
 			out := obj.vals[j].storedValue()
-			if !allParamsEqual(out, h.equals) {
+			if !keysEqual(storedKey(out), h.equals) {
 				filled = false
 				break
 			}

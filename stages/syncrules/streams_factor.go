@@ -16,6 +16,7 @@ const (
 	fJoin                // column = a lookup table's column
 	fKey                 // a lookup table's column = <request value>
 	fFilter              // a condition on a lookup table alone
+	fLink                // a lookup table's column = another's (streams_graph.go)
 )
 
 // fclass is a classified factor.
@@ -25,6 +26,9 @@ type fclass struct {
 	src  *qsource  // fJoin, fKey, fFilter: the lookup table
 	mcol string    // fJoin: the lookup table's column
 	key  lookupKey // fKey
+	// fLink: the other table and its column
+	src2  *qsource
+	mcol2 string
 }
 
 // classify classifies one AND-ed factor of a stream's WHERE (subqueries
@@ -49,6 +53,9 @@ func (q *qscope) classify(f node) (fclass, *sqlError) {
 				if src, mcol, ok := q.lookupColumn(l); ok {
 					if req, ok := requestValue(r); ok {
 						return fclass{kind: fKey, src: src, key: lookupKey{col: mcol, req: req, pos: r.position()}}, nil
+					}
+					if src2, mcol2, ok := q.lookupColumn(r); ok && src2 != src {
+						return fclass{kind: fLink, src: src, mcol: mcol, src2: src2, mcol2: mcol2}, nil
 					}
 				}
 			}

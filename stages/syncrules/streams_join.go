@@ -15,10 +15,12 @@ import (
 // (its outputs) — make a parameter lookup (streamLookup) whose stored rows
 // give bucket parameters.
 //
-// syncpipe supports one such table per OR-ed term, joined to the synced
-// table directly (no chains of tables), its outputs plain columns each
-// giving one bucket parameter; CTEs and subqueries of one table whose
-// WHERE is AND-ed conditions. Other shapes are refused.
+// syncpipe supports inner joins of any number of tables (chains too,
+// streams_graph.go), and subqueries (nested ones too,
+// streams_graph.go), their outputs plain columns each giving one bucket
+// parameter or another lookup's key; CTEs and subqueries of one table
+// whose WHERE is AND-ed conditions (ORs split first, streams_subor.go).
+// Other shapes are refused.
 
 // qsource is a table a lookup reads: the joined table, or a subquery's or
 // a CTE's table.
@@ -38,13 +40,18 @@ type lookupUse struct {
 	outs    []string    // columns the synced table's are equal to, in order of use
 	filters []node      // conditions on the table alone
 	lk      *streamLookup
+	depth   int  // its stage: 1 for a table joined to the synced one (streams_graph.go)
+	root    bool // its outputs are bucket parameters (not another lookup's keys)
 }
 
-// lookupKey is a key column of a lookup and the request value it equals.
+// lookupKey is a key column of a lookup and the request value it equals,
+// or (from) the output of another lookup.
 type lookupKey struct {
-	col string
-	req streamReq
-	pos int // of the request value, for the dangerous-query warning
+	col  string
+	req  streamReq
+	pos  int        // of the request value, for the dangerous-query warning
+	from *lookupUse // a nested lookup's: its output out
+	out  int
 }
 
 // streamLookup is a parameter lookup, evaluated at replication time into
@@ -59,8 +66,8 @@ type streamLookup struct {
 
 // qscope is what a stream query's names resolve to.
 type qscope struct {
-	outName string   // the synced table's name in the query
-	join    *qsource // the joined table; nil for none
+	outName string     // the synced table's name in the query
+	joins   []*qsource // the joined tables
 	ctes    cteScope
 	subs    map[node]*expansion // subqueries expanded so far
 	srcs    map[string]*qsource // lookup tables by qualified name
@@ -73,21 +80,19 @@ type expansion struct {
 	err     *sqlError
 }
 
-// fromJoins resolves a query's FROM: the synced table and at most one
-// joined table, whose ON conditions (and a joined CTE's WHERE) are AND-ed
+// fromJoins resolves a query's FROM: the synced table and the joined
+// tables, whose ON conditions (and a joined CTE's WHERE) are AND-ed
 // before the WHERE, in PowerSync's order.
 func (sc *streamCompiler) fromJoins(st *selectStmt, ctes cteScope) (*qscope, *sqlError) {
-	if len(st.joins) > 1 {
-		j := st.joins[1].item
-		return nil, &sqlError{pos: j.pos, token: j.name, msg: "a stream query may join one table (more are not supported yet)"}
-	}
-	var j joinItem
-	if len(st.joins) == 1 {
-		j = st.joins[0]
-		if syncedName(st) == itemName(j.item) {
-			// The synced table is the one the columns are selected
-			// from, wherever it is in FROM.
-			st.from, j.item = j.item, st.from
+	joins := slices.Clone(st.joins)
+	if name := syncedName(st); name != "" {
+		for i := range joins {
+			if itemName(joins[i].item) == name {
+				// The synced table is the one the columns are selected
+				// from, wherever it is in FROM.
+				st.from, joins[i].item = joins[i].item, st.from
+				break
+			}
 		}
 	}
 	f := st.from
@@ -95,23 +100,19 @@ func (sc *streamCompiler) fromJoins(st *selectStmt, ctes cteScope) (*qscope, *sq
 		return nil, &sqlError{pos: f.pos, token: f.name, msg: "a stream query must select from a table, not a common table expression (not supported)"}
 	}
 	q := &qscope{outName: itemName(f), ctes: ctes, subs: map[node]*expansion{}, srcs: map[string]*qsource{}}
-	if j.item == nil {
+	if len(joins) == 0 {
 		return q, nil
 	}
-	if j.item.call != nil {
-		return nil, &sqlError{pos: j.item.pos, token: j.item.name, msg: "joining a table-valued function is not supported"}
+	var conds, ons []node
+	for _, j := range joins {
+		cs, err := sc.joinTable(q, j.item)
+		if err != nil {
+			return nil, err
+		}
+		conds, ons = append(conds, cs...), append(ons, j.on)
 	}
-	src, conds, err := sc.source(j.item, ctes)
-	if err != nil {
-		return nil, err
-	}
-	if src.name == q.outName {
-		return nil, &sqlError{pos: j.item.pos, token: j.item.name, msg: "the joined table needs a name of its own (an alias)"}
-	}
-	q.join = src
-	q.srcs[src.name] = src
 	// The CTE's conditions are qualified already; the query's are not.
-	for _, n := range []node{j.on, st.where} {
+	for _, n := range append(ons, st.where) {
 		if n == nil {
 			continue
 		}
@@ -125,21 +126,48 @@ func (sc *streamCompiler) fromJoins(st *selectStmt, ctes cteScope) (*qscope, *sq
 	if len(conds) > 0 {
 		st.where = andOf(conds)
 	}
+	if err := q.checkColumns(st); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// joinTable adds a joined table (or CTE) to q and returns a joined CTE's
+// conditions.
+func (sc *streamCompiler) joinTable(q *qscope, item *fromItem) ([]node, *sqlError) {
+	if item.call != nil {
+		return nil, &sqlError{pos: item.pos, token: item.name, msg: "joining a table-valued function is not supported"}
+	}
+	src, conds, err := sc.source(item, q.ctes)
+	if err != nil {
+		return nil, err
+	}
+	if src.name == q.outName || q.srcs[src.name] != nil {
+		return nil, &sqlError{pos: item.pos, token: item.name, msg: "the joined table needs a name of its own (an alias)"}
+	}
+	q.joins = append(q.joins, src)
+	q.srcs[src.name] = src
+	return conds, nil
+}
+
+// checkColumns checks that a join query selects the synced table's
+// columns only.
+func (q *qscope) checkColumns(st *selectStmt) *sqlError {
 	for _, c := range st.cols {
 		if c.star {
 			if c.starTbl != q.outName {
-				return nil, &sqlError{pos: c.pos, token: "*", msg: "with a joined table, select the synced table's columns as " + q.outName + ".*"}
+				return &sqlError{pos: c.pos, token: "*", msg: "with a joined table, select the synced table's columns as " + q.outName + ".*"}
 			}
 			continue
 		}
 		if _, err := q.qualify(c.expr); err != nil {
-			return nil, err
+			return err
 		}
-		if hasRefTo(c.expr, src.name) {
-			return nil, &sqlError{pos: c.pos, msg: "Sync streams can only select from a single table: the joined table's columns cannot be synced"}
+		if slices.ContainsFunc(q.joins, func(src *qsource) bool { return hasRefTo(c.expr, src.name) }) {
+			return &sqlError{pos: c.pos, msg: "Sync streams can only select from a single table: the joined table's columns cannot be synced"}
 		}
 	}
-	return q, nil
+	return nil
 }
 
 // itemName is the name a FROM item has in the query.
@@ -184,13 +212,23 @@ func (sc *streamCompiler) source(f *fromItem, ctes cteScope) (*qsource, []node, 
 		}
 		return &qsource{table: t, name: name}, nil, nil
 	}
-	cs, err := sc.checkCTE(c)
+	shape := c
+	if c.variants != nil {
+		// Its variants have its table and columns; its WHERE, ORs and
+		// all, is the query's to expand (streams_subor.go).
+		shape = c.variants[0]
+	}
+	cs, err := sc.checkCTE(shape)
 	if err != nil {
 		return nil, nil, err
 	}
 	src := &qsource{table: cs.table, name: name, cols: cs.cols}
+	where := cs.where
+	if c.variants != nil {
+		where = []node{c.stmt.where}
+	}
 	var conds []node
-	for _, w := range cs.where {
+	for _, w := range where {
 		n, err := mapRefs(w, func(r *refNode) (node, *sqlError) {
 			if r.schema == "" && (r.table == "" || r.table == cs.inner) {
 				return &refNode{pos: r.pos, table: name, name: r.name, raw: r.raw}, nil
@@ -209,17 +247,19 @@ func (sc *streamCompiler) source(f *fromItem, ctes cteScope) (*qsource, []node, 
 // table; unqualified ones are ambiguous there, and a joined CTE's output
 // names become its table's columns.
 func (q *qscope) qualify(n node) (node, *sqlError) {
-	if n == nil || q.join == nil {
+	if n == nil || len(q.joins) == 0 {
 		return n, nil
 	}
 	return mapRefs(n, func(r *refNode) (node, *sqlError) {
 		switch {
 		case r.schema != "":
 			return r, nil
+		case r.table == "" && q.ctes[r.name] != nil:
+			return r, nil // `x IN cte`: a bare name there is the CTE's (expand)
 		case r.table == "":
 			return nil, &sqlError{pos: r.pos, token: r.raw, msg: "Invalid unqualified reference since multiple tables are in scope"}
-		case r.table == q.join.name && q.join.cols != nil:
-			col, ok := q.join.cols[r.name]
+		case q.srcs[r.table] != nil && q.srcs[r.table].cols != nil:
+			col, ok := q.srcs[r.table].cols[r.name]
 			if !ok {
 				return nil, &sqlError{pos: r.pos, token: r.raw, msg: "the common table expression has no column " + strconv.Quote(r.name)}
 			}
@@ -326,9 +366,6 @@ func (q *qscope) expandIn(sc *streamCompiler, b *binaryNode, sub *selectStmt) ([
 				return nil, err
 			}
 		}
-	}
-	if q.join != nil {
-		return nil, &sqlError{pos: b.r.position(), msg: "a subquery in a query with a joined table is not supported yet"}
 	}
 	q.srcs[name] = src
 	eq := &binaryNode{pos: b.pos, op: "=", l: b.l, r: &refNode{pos: b.r.position(), table: name, name: out, raw: out}, start: b.start}

@@ -32,6 +32,9 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, ctes cteScope, n 
 	if table.schema == "" {
 		table.schema = sc.ld.opts.defaultSchema()
 	}
+	if st.where, err = splitSubqueryOr(st.where, ctes); err != nil {
+		return nil, []*sqlError{err}
+	}
 	terms, err := dnf(st.where)
 	if err != nil {
 		return nil, []*sqlError{err}
@@ -103,7 +106,7 @@ type variant struct {
 	rows    []node
 	parts   []partition
 	filters []reqFilter
-	lookup  *lookupUse
+	lookups []*lookupUse // in PowerSync's order (streams_graph.go)
 }
 
 // variants classifies the factors of each DNF term and orders the
@@ -130,7 +133,7 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 		if len(reqs) > 0 {
 			n++
 		}
-		if lu := v.lookup; lu != nil {
+		for _, lu := range v.lookups {
 			n += len(lu.keys)
 			if len(lu.filters) > 0 {
 				n++
@@ -168,63 +171,31 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 // theirs; reqs are its conditions on request values alone. at is the
 // query's position, for errors about the term as a whole.
 func (sc *streamCompiler) term(t []node, q *qscope, at int) (v variant, reqs []node, err *sqlError) {
-	var fs []node
-	for _, f := range t {
-		ex, ok, err := q.expand(sc, f)
-		switch {
-		case err != nil:
-			return v, nil, err
-		case ok:
-			fs = append(fs, ex...)
-		default:
-			fs = append(fs, f)
-		}
+	fs, err := q.expandAll(sc, t)
+	if err != nil {
+		return v, nil, err
 	}
-	use := func(src *qsource, at node) *sqlError {
-		if v.lookup == nil {
-			v.lookup = &lookupUse{src: src}
-		} else if v.lookup.src != src {
-			return &sqlError{pos: at.position(), msg: "a stream query with more than one subquery or joined table in one OR-ed term is not supported yet"}
-		}
-		return nil
-	}
+	var facs []graphFactor
 	for _, f := range fs {
 		c, err := q.classify(f)
-		if err == errRequestOnly {
+		switch {
+		case err == errRequestOnly:
 			reqs = append(reqs, f)
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			return v, nil, err
-		}
-		if c.src != nil {
-			if err := use(c.src, f); err != nil {
-				return v, nil, err
-			}
-		}
-		switch c.kind {
-		case fRow:
+		case c.kind == fRow:
 			v.rows = append(v.rows, f)
-		case fPart:
-			v.parts = append(v.parts, c.part)
-		case fJoin:
-			if slices.Contains(v.lookup.outs, c.mcol) {
-				return v, nil, &sqlError{pos: f.position(), msg: "a column of the joined table equal to two columns of the synced table is not supported yet"}
-			}
-			c.part.lookup, c.part.out = v.lookup, len(v.lookup.outs)
-			v.lookup.outs = append(v.lookup.outs, c.mcol)
-			v.parts = append(v.parts, c.part)
-		case fKey:
-			v.lookup.keys = append(v.lookup.keys, c.key)
-		case fFilter:
-			v.lookup.filters = append(v.lookup.filters, f)
+		default:
+			facs = append(facs, graphFactor{c: c, f: f})
 		}
 	}
-	switch {
-	case v.lookup != nil && len(v.lookup.outs) == 0:
-		return v, nil, &sqlError{pos: at, msg: "the joined table (or subquery) must be joined with `=` on a column of the synced table"}
-	case q.join != nil && v.lookup == nil:
-		return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
+	if v.parts, v.lookups, err = linkLookups(facs, at); err != nil {
+		return v, nil, err
+	}
+	for _, j := range q.joins {
+		if !slices.ContainsFunc(v.lookups, func(lu *lookupUse) bool { return lu.src == j }) {
+			return v, nil, &sqlError{pos: at, msg: "every OR-ed term of a query with a joined table must join it (not supported yet)"}
+		}
 	}
 	return v, reqs, nil
 }
@@ -245,8 +216,8 @@ func joinNodes(ns []node, op string) node {
 // number n; its lookup is made (or found) now, in PowerSync's order.
 func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, table tableRef, outName string, v variant, n int) (*pending, []*sqlError) {
 	rowFactors, parts, filters := v.rows, v.parts, v.filters
-	if v.lookup != nil {
-		if err := sc.registerLookup(v.lookup); err != nil {
+	for _, lu := range v.lookups {
+		if err := sc.registerLookup(lu); err != nil {
 			return nil, []*sqlError{err}
 		}
 	}
@@ -315,12 +286,16 @@ func instantiation(parts []partition, filters []reqFilter) string {
 		if lu := p.lookup; lu != nil {
 			fmt.Fprintf(&b, "lookup %d.%d", lu.lk.index, p.out)
 			for _, k := range lu.keys {
-				fmt.Fprintf(&b, " %d:%s", k.req.src, k.req.key)
+				b.WriteString(keyText(k))
 			}
 		}
 		if p.array {
 			b.WriteString("[]")
 		}
+		if p.inter != nil {
+			b.WriteString(interText(p.inter))
+		}
+		b.WriteString(alsoText(p))
 		b.WriteByte(0)
 	}
 	return b.String()
@@ -338,8 +313,19 @@ func mergeSameColumn(parts []partition) ([]partition, *sqlError) {
 			continue
 		}
 		switch {
-		case p.array || out[i].array || p.lookup != nil && out[i].lookup != nil:
-			return nil, &sqlError{pos: p.pos, msg: "a column compared with an array, or with two columns of a joined table (or subquery), and with another value is not supported yet"}
+		case (p.array || out[i].array) && p.lookup == nil && out[i].lookup == nil:
+			out[i] = intersect(out[i], p)
+		case (p.array || out[i].array) && (p.lookup == nil) != (out[i].lookup == nil),
+			p.lookup == nil && out[i].lookup != nil && out[i].inter != nil:
+			var err *sqlError
+			if out[i], err = lookupInter(out[i], p); err != nil {
+				return nil, err
+			}
+		case p.lookup != nil && out[i].lookup != nil: // neither is an array here
+			var err *sqlError
+			if out[i], err = mergeLookups(out[i], p); err != nil {
+				return nil, err
+			}
 		case p.lookup != nil: // the subquery's partition, which must also equal the value
 			p.also = append(p.also, out[i].req)
 			p.also = append(p.also, out[i].also...)
@@ -362,21 +348,24 @@ func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 		return nil
 	}
 	pos := -1
-	note := func(r streamReq, at int) bool {
-		if !r.unauth() {
-			return true
-		}
-		if pos < 0 {
-			pos = at
-		}
-		return false
-	}
 	for _, p := range parts {
+		// Within a partition the warning points at the value written
+		// first: a query's own before a CTE's (cteOffset).
+		at := -1
+		note := func(r streamReq, rpos int) bool {
+			if !r.unauth() {
+				return true
+			}
+			if at < 0 || rpos < at {
+				at = rpos
+			}
+			return false
+		}
 		if p.lookup == nil && note(p.req, p.pos) {
 			return nil
 		}
 		if p.lookup != nil {
-			for _, k := range p.lookup.keys {
+			for _, k := range partKeys(p) {
 				if note(k.req, k.pos) {
 					return nil
 				}
@@ -386,6 +375,9 @@ func dangerous(s *stream, parts []partition, filters []reqFilter) *sqlError {
 			if note(r, p.pos) {
 				return nil
 			}
+		}
+		if pos < 0 {
+			pos = at
 		}
 	}
 	for _, f := range filters {

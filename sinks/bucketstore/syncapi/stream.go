@@ -420,16 +420,9 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 	limit := c.s.cfg.MaxBucketsPerConnection
 	refs := append([]syncrules.BucketRef(nil), c.plan.Static...)
 	if len(c.keys) > 0 {
-		paramLimit := c.s.cfg.MaxParameterQueryResults
-		rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, c.keys, paramLimit)
-		if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
-			// The store stops counting past the limit, so unlike
-			// PowerSync's the message cannot give the total.
-			return nil, &apiError{code: codeTooManyBuckets, msg: fmt.Sprintf(
-				"Too many parameter query results (limit of %d); narrow the parameter queries or raise max_parameter_query_results", paramLimit)}
-		}
+		rows, err := c.parameterRows(ctx, cp, c.keys, c.s.cfg.MaxParameterQueryResults)
 		if err != nil {
-			return nil, fmt.Errorf("parameter lookups at checkpoint %d: %w", cp.OpID, err)
+			return nil, err
 		}
 		for i := range c.plan.Lookups {
 			for _, r := range rows[i] {
@@ -437,6 +430,12 @@ func (c *conn) resolveBuckets(ctx context.Context, cp bucketstore.Checkpoint) ([
 					c.log.Warn("sync rules: bad stored parameter row", "err", err)
 				}
 			}
+		}
+	}
+	if len(c.plan.Staged) > 0 {
+		var err error
+		if refs, err = c.resolveStaged(ctx, cp, refs, c.s.cfg.MaxParameterQueryResults); err != nil {
+			return nil, err
 		}
 	}
 	// The stream keeps the list until the next evaluation: an exact copy

@@ -1,0 +1,139 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// multiLookupRules are Sync Streams whose buckets need several parameter
+// lookups: team_todos nests a subquery in a subquery (the user's teams,
+// then the lists shared with them), done_todos has two subqueries whose
+// results multiply (the user's lists × the completion states they chose).
+const multiLookupRules = `config:
+  edition: 3
+streams:
+  team_todos:
+    auto_subscribe: true
+    query: >-
+      SELECT * FROM todos WHERE list_id IN (SELECT list_id FROM team_lists
+      WHERE team IN (SELECT team FROM members WHERE user_id = auth.user_id()))
+  done_todos:
+    auto_subscribe: true
+    query: >-
+      SELECT * FROM todos WHERE list_id IN (SELECT id FROM lists WHERE owner_id = auth.user_id())
+      AND completed IN (SELECT done FROM prefs WHERE user_id = auth.user_id())
+`
+
+// TestRunServesMultiLookupStreams: `syncpipe run` serves streams with two
+// subqueries and with nested ones from real PostgreSQL: the checkpoint has
+// a team_todos bucket for each list shared with one of the user's teams
+// (the inner lookup's rows key the outer one) and a done_todos bucket for
+// each of the user's lists with each completion state they chose (both),
+// and the data lines hold exactly the todos each bucket's query selects.
+func TestRunServesMultiLookupStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: multiLookupRules})
+	lists, err := todos.Load(ctx, e.src, todos.Size{Lists: 30, Todos: 300, Seed: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(ctx, `CREATE TABLE members (id text PRIMARY KEY, user_id text NOT NULL, team text NOT NULL);
+		CREATE TABLE team_lists (id text PRIMARY KEY, team text NOT NULL, list_id uuid NOT NULL);
+		CREATE TABLE prefs (id text PRIMARY KEY, user_id text NOT NULL, done boolean NOT NULL);
+		INSERT INTO members VALUES ('m1', 'user1', 'red'), ('m2', 'user1', 'blue'), ('m3', 'user2', 'green');
+		INSERT INTO prefs VALUES ('p1', 'user1', true), ('p2', 'user2', false), ('p3', 'user1', false)`)
+	shared := []string{lists[0].String(), lists[5].String(), lists[7].String()}
+	e.exec(ctx, `INSERT INTO team_lists VALUES ('t1', 'red', '`+shared[0]+`'), ('t2', 'red', '`+shared[1]+`'),
+		('t3', 'blue', '`+shared[2]+`'), ('t4', 'green', '`+lists[9].String()+`')`)
+	e.start()
+	e.waitCaughtUp(ctx)
+	var teamTodos, doneTodos, ownLists int
+	if err := e.src.QueryRow(ctx, `SELECT (SELECT count(*) FROM todos WHERE list_id::text = ANY($1)),
+		(SELECT count(*) FROM todos t JOIN lists l ON t.list_id = l.id WHERE l.owner_id = 'user1'),
+		(SELECT count(*) FROM lists WHERE owner_id = 'user1')`, shared).Scan(&teamTodos, &doneTodos, &ownLists); err != nil {
+		t.Fatal(err)
+	}
+	buckets, puts := multiLookupCheckpoint(t, ctx, e)
+	var teamBuckets []string
+	done := 0
+	for _, b := range buckets {
+		switch {
+		case strings.HasPrefix(b, `1#team_todos|0["`):
+			teamBuckets = append(teamBuckets, strings.TrimSuffix(strings.TrimPrefix(b, `1#team_todos|0["`), `"]`))
+		case strings.HasPrefix(b, "1#done_todos|0["):
+			done++
+		default:
+			t.Errorf("unexpected bucket %s", b)
+		}
+	}
+	slices.Sort(teamBuckets)
+	want := slices.Sorted(slices.Values(shared))
+	if !slices.Equal(teamBuckets, want) {
+		t.Errorf("team_todos buckets for lists %v, want %v", teamBuckets, want)
+	}
+	if done != 2*ownLists {
+		t.Errorf("%d done_todos buckets, want one per list of user1 (%d) and completion state of theirs (2)", done, ownLists)
+	}
+	if puts["team_todos"] != teamTodos || puts["done_todos"] != doneTodos {
+		t.Errorf("data: %v, want %d team_todos and %d done_todos rows", puts, teamTodos, doneTodos)
+	}
+}
+
+// multiLookupCheckpoint opens a stream for user1 and reads it to its
+// first checkpoint_complete: the checkpoint's buckets and the PUTs per
+// stream.
+func multiLookupCheckpoint(t *testing.T, ctx context.Context, e *streamEnv) ([]string, map[string]int) {
+	t.Helper()
+	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), `{"raw_data":true}`)
+	var buckets []string
+	puts := map[string]int{}
+	for {
+		select {
+		case l, open := <-s.lines:
+			if !open {
+				t.Fatal("the stream ended before checkpoint_complete")
+			}
+			switch {
+			case strings.HasPrefix(l, `{"checkpoint":`):
+				var cp struct {
+					Checkpoint struct {
+						Buckets []struct {
+							Bucket string `json:"bucket"`
+						} `json:"buckets"`
+					} `json:"checkpoint"`
+				}
+				if err := json.Unmarshal([]byte(l), &cp); err != nil {
+					t.Fatal(err)
+				}
+				for _, b := range cp.Checkpoint.Buckets {
+					buckets = append(buckets, b.Bucket)
+				}
+			case strings.HasPrefix(l, `{"data":`):
+				var d struct {
+					Data struct {
+						Bucket string `json:"bucket"`
+					} `json:"data"`
+				}
+				if err := json.Unmarshal([]byte(l), &d); err != nil {
+					t.Fatal(err)
+				}
+				stream, _, _ := strings.Cut(strings.TrimPrefix(d.Data.Bucket, "1#"), "|")
+				puts[stream] += strings.Count(l, `"op":"PUT"`)
+			case strings.HasPrefix(l, `{"checkpoint_complete":`):
+				return buckets, puts
+			}
+		case <-ctx.Done():
+			t.Fatal("no checkpoint_complete")
+		}
+	}
+}
