@@ -183,7 +183,7 @@ func TestDocumentErrors(t *testing.T) {
 		"config: {edition: 3}\nstreams: {s: {with: {a: SELECT 1}, query: SELECT * FROM t}}":                "a common table expression must select from one table",
 		"config: {edition: 3}\nstreams: {s: {priority: 1}}":                                                "One of `queries` or `query` must be given.",
 		"config: {edition: 3}\nstreams: {s: {query: SELECT * FROM t, priority: 4}}":                        "Invalid priority",
-		"config: {edition: 3}\nstreams: {s: {query: \"SELECT * FROM t WHERE a ->>'k' = auth.user_id()\"}}": `"->>" is not supported in an expression compared`,
+		"config: {edition: 3}\nstreams: {s: {query: \"SELECT * FROM t WHERE a = upper(auth.user_id())\"}}": `auth.user_id() is not supported here yet`,
 		"config: {edition: 2}\nbucket_definitions: {}":                                                     "edition 2",
 		"config: {edition: 1, foo: 1}\nbucket_definitions: {}":                                             `config option "foo"`,
 		"{}": "bucket_definitions is required",

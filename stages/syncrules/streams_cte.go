@@ -217,7 +217,7 @@ func (sc *streamCompiler) validateCTE(c *cte) *sqlError {
 		k, err := q.classify(f)
 		switch {
 		case err == errRequestOnly:
-			if _, errs := requestFilter("", f); len(errs) > 0 {
+			if _, errs := requestFilter("", f, false); len(errs) > 0 { // checked only, likewise
 				return errs[0]
 			}
 		case err != nil:
@@ -228,6 +228,6 @@ func (sc *streamCompiler) validateCTE(c *cte) *sqlError {
 			return &sqlError{pos: f.position(), msg: "a common table expression's condition must read its table (other forms are not supported yet)"}
 		}
 	}
-	_, _, err = lookupFilter(self, filters)
+	_, _, err = lookupFilter(self, filters, false) // checked only: uses compile it again
 	return err
 }

@@ -478,7 +478,7 @@ func (sc *streamCompiler) registerLookup(lu *lookupUse) *sqlError {
 		}
 		keys[i] = k.col
 	}
-	filter, texts, err := lookupFilter(lu.src.name, lu.filters)
+	filter, texts, err := lookupFilter(lu.src.name, lu.filters, sc.ld.rules.compat.FixedJSONExtract)
 	if err != nil {
 		return err
 	}
@@ -497,12 +497,13 @@ func (sc *streamCompiler) registerLookup(lu *lookupUse) *sqlError {
 
 // lookupFilter compiles the conditions of a lookup on its table alone
 // (nil: none) and returns their canonical texts, sorted, for its identity.
-func lookupFilter(table string, filters []node) (expr, []string, *sqlError) {
+// fixedJSON is the rules' fixed_json_extract.
+func lookupFilter(table string, filters []node, fixedJSON bool) (expr, []string, *sqlError) {
 	if len(filters) == 0 {
 		return nil, nil, nil
 	}
 	c := newCompiler(modeData, table)
-	c.streams = true
+	c.streams, c.fixedJSON = true, fixedJSON
 	cl := c.compile(andOf(filters))
 	if len(c.errs) > 0 {
 		return nil, nil, c.errs[0]

@@ -26,7 +26,7 @@ import (
 // call: those PowerSync's sync plan and this package's engine both know.
 var rowExprFunctions = map[string]bool{
 	"lower": true, "upper": true, "length": true, "substring": true, "hex": true, "typeof": true,
-	"instr": true, "ifnull": true, "iif": true,
+	"instr": true, "ifnull": true, "iif": true, "json_extract": true,
 }
 
 // rowExprOps are the binary operators a partition's row expression may
@@ -121,10 +121,17 @@ func rowExprSQL(n node) (string, []string, *sqlError) {
 }
 
 // rowExprBinary prints an operator, parenthesized where the outer
-// operator binds as tight or tighter. JSON operators (and json_extract)
-// are refused: edition 3 reads JSON null and dotted keys otherwise than
-// this package's edition-1 engine.
+// operator binds as tight or tighter; PowerSync prints the JSON operators
+// as functions ("->>"(?, 'k')).
 func rowExprBinary(n *binaryNode, outer int, walk func(node, int) (string, *sqlError)) (string, *sqlError) {
+	if n.op == "->" || n.op == "->>" {
+		l, err := walk(n.l, 0)
+		if err != nil {
+			return "", err
+		}
+		r, err := walk(n.r, 0)
+		return `"` + n.op + `"(` + l + ", " + r + ")", err
+	}
 	prec, ok := rowExprOps[n.op]
 	if !ok {
 		return "", rowExprRefusal(n)

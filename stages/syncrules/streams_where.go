@@ -142,7 +142,7 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 		switch {
 		case n >= 2 || n == 0 || len(terms) == 1:
 			if len(reqs) > 0 {
-				flt, ferrs := requestFilter(sql, andOf(reqs))
+				flt, ferrs := requestFilter(sql, andOf(reqs), sc.ld.rules.compat.FixedJSONExtract)
 				errs = append(errs, ferrs...)
 				v.filters = []reqFilter{flt}
 			}
@@ -157,7 +157,7 @@ func (sc *streamCompiler) variants(sql string, terms [][]node, q *qscope, at int
 	}
 	out := append(multi, single...)
 	if len(reqOnly) > 0 {
-		flt, ferrs := requestFilter(sql, orOf(reqOnly))
+		flt, ferrs := requestFilter(sql, orOf(reqOnly), sc.ld.rules.compat.FixedJSONExtract)
 		errs = append(errs, ferrs...)
 		out = append(out, variant{filters: []reqFilter{flt}})
 	}
@@ -254,10 +254,11 @@ func (sc *streamCompiler) pending(s *stream, base *queryBase, st *selectStmt, ta
 // column: a request filter.
 var errRequestOnly = &sqlError{msg: "request-only condition"}
 
-// requestFilter compiles a factor on request values alone.
-func requestFilter(sql string, f node) (reqFilter, []*sqlError) {
+// requestFilter compiles a factor on request values alone; fixedJSON is
+// the rules' fixed_json_extract.
+func requestFilter(sql string, f node, fixedJSON bool) (reqFilter, []*sqlError) {
 	c := newCompiler(modeStatic, "")
-	c.streams = true
+	c.streams, c.fixedJSON = true, fixedJSON
 	cl := c.compile(f)
 	if len(c.errs) > 0 || cl.kind == ckErr {
 		return reqFilter{}, c.errs
