@@ -6,6 +6,38 @@ package syncrules
 
 type node interface{ position() int }
 
+// mapChildren copies an operator or call node with each operand replaced
+// by f's result; other nodes (literals, references, subqueries) are
+// returned as they are. Rewrites of a tree apply it recursively.
+func mapChildren(n node, f func(node) node) node {
+	switch n := n.(type) {
+	case *binaryNode:
+		c := *n
+		c.l, c.r = f(n.l), f(n.r)
+		return &c
+	case *unaryNode:
+		c := *n
+		c.x = f(n.x)
+		return &c
+	case *isNullNode:
+		c := *n
+		c.x = f(n.x)
+		return &c
+	case *castNode:
+		c := *n
+		c.x = f(n.x)
+		return &c
+	case *callNode:
+		c := *n
+		c.args = make([]node, len(n.args))
+		for i, a := range n.args {
+			c.args[i] = f(a)
+		}
+		return &c
+	}
+	return n
+}
+
 type litNode struct {
 	pos int
 	v   Value

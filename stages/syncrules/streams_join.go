@@ -418,39 +418,12 @@ func mapRefs(n node, f func(*refNode) (node, *sqlError)) (node, *sqlError) {
 		if err != nil {
 			return n
 		}
-		switch n := n.(type) {
-		case *refNode:
-			if n.name == "*" {
-				return n
-			}
+		if r, ok := n.(*refNode); ok && r.name != "*" {
 			var out node
-			out, err = f(n)
+			out, err = f(r)
 			return out
-		case *binaryNode:
-			c := *n
-			c.l, c.r = walk(n.l), walk(n.r)
-			return &c
-		case *unaryNode:
-			c := *n
-			c.x = walk(n.x)
-			return &c
-		case *isNullNode:
-			c := *n
-			c.x = walk(n.x)
-			return &c
-		case *castNode:
-			c := *n
-			c.x = walk(n.x)
-			return &c
-		case *callNode:
-			c := *n
-			c.args = make([]node, len(n.args))
-			for i, a := range n.args {
-				c.args[i] = walk(a)
-			}
-			return &c
 		}
-		return n
+		return mapChildren(n, walk)
 	}
 	out := walk(n)
 	return out, err

@@ -67,34 +67,9 @@ func notEqualAsNot(st *selectStmt) {
 }
 
 func rewriteNotEqual(n node) node {
-	switch n := n.(type) {
-	case *binaryNode:
-		l, r := rewriteNotEqual(n.l), rewriteNotEqual(n.r)
-		if n.op == "!=" {
-			return &unaryNode{pos: n.start, op: "NOT", x: &binaryNode{pos: n.pos, op: "=", l: l, r: r, start: n.start}}
-		}
-		c := *n
-		c.l, c.r = l, r
-		return &c
-	case *unaryNode:
-		c := *n
-		c.x = rewriteNotEqual(n.x)
-		return &c
-	case *isNullNode:
-		c := *n
-		c.x = rewriteNotEqual(n.x)
-		return &c
-	case *castNode:
-		c := *n
-		c.x = rewriteNotEqual(n.x)
-		return &c
-	case *callNode:
-		c := *n
-		c.args = make([]node, len(n.args))
-		for i, a := range n.args {
-			c.args[i] = rewriteNotEqual(a)
-		}
-		return &c
+	n = mapChildren(n, rewriteNotEqual)
+	if b, ok := n.(*binaryNode); ok && b.op == "!=" {
+		return &unaryNode{pos: b.start, op: "NOT", x: &binaryNode{pos: b.pos, op: "=", l: b.l, r: b.r, start: b.start}}
 	}
 	return n
 }
