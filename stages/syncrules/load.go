@@ -120,8 +120,13 @@ func (ld *loader) load(src []byte) {
 	if with != nil {
 		ld.errAt(with, "", "", "with", "Common table expressions are not supported without the `sync_config_compiler` option.")
 	}
-	if streams != nil {
+	if streams != nil && edition < 2 {
 		ld.streamsNeedEdition(streams)
+	}
+	if edition == 2 && streams != nil {
+		// Streams come after the bucket definitions, whose names they
+		// may not take.
+		defer ld.loadStreams2(streams)
 	}
 	if buckets == nil {
 		if streams == nil {
@@ -161,12 +166,10 @@ func (ld *loader) config(v *yaml.Node) Compatibility {
 		case "edition":
 			n, err := strconv.Atoi(val.Value)
 			switch {
-			case err == nil && (n == 1 || n == 3):
+			case err == nil && n >= 1 && n <= 3:
 				edition = n
-			case err == nil && n == 2:
-				ld.errAt(val, "", "", val.Value, "edition 2 (the alpha of Sync Streams, with its own bucket ids) is not supported: use edition 3 for streams or 1 for bucket_definitions")
 			default:
-				ld.errAt(val, "", "", val.Value, "edition must be 1 (bucket_definitions) or 3 (streams)")
+				ld.errAt(val, "", "", val.Value, "edition must be 1 (bucket_definitions), 2 (the alpha of streams) or 3 (streams)")
 			}
 		case "timestamp_max_precision":
 			precision = val

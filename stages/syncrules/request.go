@@ -280,6 +280,11 @@ func (r *Rules) Request(req Request) (*RequestPlan, error) {
 	plan := &RequestPlan{}
 	ctx := &evalCtx{req: st}
 	for _, d := range r.defs {
+		// Beside edition-2 streams, bucket definitions are default
+		// sources: include_defaults false drops them.
+		if r.compat.Edition == 2 && req.Streams != nil && !req.Streams.IncludeDefaults {
+			break
+		}
 		if !d.hasParams {
 			plan.Static = append(plan.Static, BucketRef{ID: d.globalID, Definition: d.name, Priority: d.priority})
 			continue

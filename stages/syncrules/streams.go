@@ -45,6 +45,7 @@ import (
 // stream is one entry of streams:.
 type stream struct {
 	name            string
+	ed2             bool // edition 2: NULL request values and defaults as the alpha treats them
 	auto            bool // auto_subscribe
 	priority        int
 	acceptDangerous bool
@@ -144,6 +145,7 @@ type streamCompiler struct {
 	lookups map[string]*streamLookup
 	used    []*streamLookup // by the stream being compiled, in the order its subqueries are met
 	ctes    []*cte          // every CTE of the file, in YAML order
+	ed2     bool            // edition 2: the alpha's own engine (streams_ed2.go)
 }
 
 // loadStreams compiles the streams: mapping (edition 3), with the
@@ -221,7 +223,7 @@ func arrayIndexKey(name string) (int64, bool) {
 // stream compiles one stream entry; global are the top-level CTEs.
 func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 	ld := sc.ld
-	s := &stream{name: k.Value, priority: 3}
+	s := &stream{name: k.Value, priority: 3, ed2: sc.ed2}
 	if v.Kind != yaml.MappingNode {
 		ld.errAt(v, s.name, "", "", "a stream must be a mapping with a query")
 		return nil
@@ -246,6 +248,14 @@ func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 			s.acceptDangerous = ld.boolean(val, s.name, key.Value)
 		}
 		// Other keys: PowerSync's schema allows any in a stream.
+	}
+	if sc.ed2 {
+		// The alpha reads a stream's priority (and refuses a bad one)
+		// but never gives it to its buckets.
+		s.priority = 3
+		if sc.refuseEd2(s, query, queries, with) {
+			return nil
+		}
 	}
 	ctes := global
 	if with != nil {
@@ -288,6 +298,9 @@ func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 	if ok {
 		s.resolvers = sc.merge(s, pend)
 	}
+	if sc.ed2 && s.auto && query != nil && usesSubParams(query.Value) && len(bases) > 0 {
+		sc.warn(bases[0], []*sqlError{{pos: 0, msg: autoSubParamWarning}})
+	}
 	for _, b := range bases {
 		sc.warn(b, b.warns)
 	}
@@ -314,6 +327,22 @@ type pending struct {
 // share one bucket (named after the first of them), and a bucket with the
 // same row side as another stream's is that stream's.
 func (sc *streamCompiler) merge(s *stream, pend []*pending) []*resolver {
+	if sc.ed2 {
+		// Every edition-2 variant has a bucket of its own.
+		var out []*resolver
+		for _, p := range pend {
+			def := sc.bucket([]*pending{p})
+			if def == nil {
+				return nil
+			}
+			if len(out) == 0 {
+				// The alpha checks the query's identifiers once.
+				sc.ld.queryWarnings(&def.data[0].queryBase)
+			}
+			out = append(out, &resolver{bucket: def, parts: p.parts, filters: p.filters})
+		}
+		return out
+	}
 	var groups [][]*pending
 	for _, p := range pend {
 		i := slices.IndexFunc(groups, func(g []*pending) bool { return g[0].inst == p.inst })

@@ -129,8 +129,9 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 		subs = sr.Subscriptions
 	}
 	for _, s := range r.streams {
+		subscribed := slices.ContainsFunc(subs, func(sub StreamSubscription) bool { return sub.Stream == s.name })
 		def := s.auto && defaults
-		if def || slices.ContainsFunc(subs, func(sub StreamSubscription) bool { return sub.Stream == s.name }) {
+		if def || subscribed {
 			plan.Streams = append(plan.Streams, StreamState{Name: s.name, Default: s.auto})
 		}
 		for i, sub := range subs {
@@ -149,7 +150,9 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 			st.subRaw, st.subBools = raw, bools
 			s.request(plan, st, params, StreamReason{Stream: s.name, Subscription: i}, p, sub.OverridePriority >= 0)
 		}
-		if def {
+		// The alpha (edition 2) gives an auto-subscribed stream its
+		// default subscription whenever it is considered at all.
+		if def || (s.ed2 && s.auto && subscribed) {
 			st.subRaw, st.subBools = "{}", nil
 			s.request(plan, st, nil, StreamReason{Stream: s.name, Subscription: -1}, s.priority, false)
 		}
@@ -198,7 +201,7 @@ func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, 
 		if !filtersHold(rv.filters, ctx) {
 			continue
 		}
-		lists, lookup, err := st.partValues(rv.parts, sub)
+		lists, lookup, err := st.partValues(rv.parts, sub, s.ed2)
 		if err != nil {
 			plan.StreamErrors = append(plan.StreamErrors, StreamError{Stream: s.name, Subscription: why.Subscription,
 				Message: "Error evaluating bucket ids: " + err.Error()})
@@ -287,7 +290,7 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 // where they must be equal, give no lists (no bucket, no error) — but
 // lookup: the variant's lookup is still queried, as PowerSync's lookup
 // stage comes before it instantiates the bucket.
-func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [][]Value, lookup bool, err error) {
+func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool) (lists [][]Value, lookup bool, err error) {
 	lists = make([][]Value, len(parts))
 	empty := false
 	none := false // an intersection without values: no bucket
@@ -305,7 +308,11 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [
 		}
 		// Every array is expanded: one that is not an array is an error
 		// even when another is NULL.
-		elems, err := jsonEachValues(st.streamValue(p.req, sub))
+		each := jsonEachValues
+		if ed2 {
+			each = jsonEachValues2
+		}
+		elems, err := each(st.streamValue(p.req, sub))
 		if err != nil {
 			return nil, false, err
 		}
@@ -325,6 +332,10 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value) (lists [
 			lists[i] = []Value{Null()} // filled from the lookup's rows
 		default:
 			v := st.streamValue(p.req, sub)
+			if ed2 && v.IsNull() { // the alpha makes a NULL parameter of it
+				lists[i] = []Value{v}
+				continue
+			}
 			if v.IsNull() || v.kind == KindBlob || !st.allEqual(p.req, v, p.also, sub) {
 				return nil, true, nil
 			}

@@ -23,7 +23,10 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, ctes cteScope, n 
 	if st.from == nil || st.from.call != nil {
 		return nil, []*sqlError{{pos: st.pos, token: "SELECT", msg: "a stream query must select FROM one table"}}
 	}
-	notEqualAsNot(st)
+	if !sc.ed2 {
+		// The alpha compiles != as SQL does (NULL when an operand is).
+		notEqualAsNot(st)
+	}
 	q, err := sc.fromJoins(st, ctes)
 	if err != nil {
 		return nil, []*sqlError{err}
@@ -31,6 +34,9 @@ func (sc *streamCompiler) pendings(s *stream, base *queryBase, ctes cteScope, n 
 	table := tableRef{schema: st.from.schema, name: st.from.name}
 	if table.schema == "" {
 		table.schema = sc.ld.opts.defaultSchema()
+	}
+	if sc.ed2 {
+		return sc.pendings2(s, base, st, q, table)
 	}
 	if st.where, err = splitSubqueryOr(st.where, ctes); err != nil {
 		return nil, []*sqlError{err}
