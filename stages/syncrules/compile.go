@@ -69,6 +69,9 @@ type compiler struct {
 	// jsonEach expands `bucket.x IN <row value>` as a stream does
 	// (streams_rowexpr.go).
 	jsonEach bool
+	// skipNullIn drops NULL elements of `bucket.x IN <row value>`, as
+	// edition-2 streams do.
+	skipNullIn bool
 	// fixedJSON reads JSON as fixed_json_extract does (see jsonExtract).
 	fixedJSON bool
 }

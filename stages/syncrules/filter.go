@@ -136,8 +136,9 @@ func (m *mRowInParam) filter(c *evalCtx, a *setArena) (int, int, error) {
 // mParamInRow is parameter IN row_array: one set per element of the row's
 // JSON array (parsed like JSON.parse), null elements included.
 type mParamInRow struct {
-	row expr
-	p   *inputParam
+	row      expr
+	p        *inputParam
+	skipNull bool // NULL elements match nothing (edition-2 streams)
 }
 
 var errNotArray = errors.New("not a JSON array")
@@ -162,6 +163,9 @@ func (m *mParamInRow) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, errNotArray
 	}
 	for i := range doc.arr {
+		if m.skipNull && doc.arr[i].k == jNull {
+			continue
+		}
 		a.set(a.add(), m.p.slot, jsElementValue(&doc.arr[i]))
 	}
 	return lo, a.count(), nil
@@ -263,7 +267,7 @@ func bindMatch(n matchNode, b *binder) matchNode {
 	case *mRowInParam:
 		return &mRowInParam{row: m.row.bind(b), p: m.p}
 	case *mParamInRow:
-		return &mParamInRow{row: m.row.bind(b), p: m.p}
+		return &mParamInRow{row: m.row.bind(b), p: m.p, skipNull: m.skipNull}
 	case *mParamEach:
 		return &mParamEach{row: m.row.bind(b), p: m.p}
 	case *mAnd:

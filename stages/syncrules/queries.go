@@ -130,6 +130,8 @@ type definition struct {
 	// stream: a Sync Streams bucket (streams.go), compiled from a stream
 	// query's row side.
 	stream bool
+	// alpha: an edition-2 stream's bucket (streams_ed2.go).
+	alpha bool
 	// fixedJSON: its queries read JSON as fixed_json_extract does.
 	fixedJSON bool
 }
@@ -169,7 +171,7 @@ func compileDataStmt(def *definition, q *dataQuery, s *selectStmt, defaultSchema
 		q.outName = s.from.alias
 	}
 	c := newCompiler(modeData, q.outName)
-	c.jsonEach, c.fixedJSON = def.stream, def.fixedJSON
+	c.jsonEach, c.fixedJSON, c.skipNullIn = def.stream, def.fixedJSON, def.alpha
 	q.filter = c.whereSpec(s.where)
 	if q.filter != nil {
 		checkSlots(c, s, q.filter)

@@ -386,7 +386,9 @@ func (sc *streamCompiler) bucket(g []*pending) *definition {
 	for i := range names {
 		names[i] = "p" + strconv.Itoa(i)
 	}
-	def := &definition{name: first.name, priority: first.base.def.priority, stream: true, bucketParams: names, hasParams: len(names) > 0,
+	// The alpha compiles a stream's data query as a bucket definition's:
+	// a row array is read with JSON.parse and the id column is required.
+	def := &definition{name: first.name, priority: first.base.def.priority, stream: !sc.ed2, alpha: sc.ed2, bucketParams: names, hasParams: len(names) > 0,
 		fixedJSON: sc.ld.rules.compat.FixedJSONExtract}
 	def.prefix = def.name
 	if gid := sc.ld.opts.GroupID; gid != "" {

@@ -90,6 +90,9 @@ func (sc *streamCompiler) pendings2(s *stream, base *queryBase, st *selectStmt, 
 	if len(st.joins) > 0 {
 		return nil, []*sqlError{{pos: st.pos, token: "SELECT", msg: "joins in edition-2 streams are not supported: use edition 3"}}
 	}
+	if err := q.notOverMixed(st.where); err != nil {
+		return nil, []*sqlError{err}
+	}
 	hidden := map[node]node{}
 	terms, err := dnf(q.foldSimple(st.where, hidden))
 	if err != nil {
@@ -158,11 +161,9 @@ func jsonEachValues2(v Value) ([]Value, error) {
 	for i := range doc.arr {
 		el := &doc.arr[i]
 		switch el.k {
-		case jArr, jObj:
+		case jArr, jObj, jBool: // not SQLite values: the alpha drops them
 		case jNull:
 			out = append(out, Null())
-		case jBool:
-			out = append(out, Bool(el.b))
 		case jStr:
 			out = append(out, Text(el.s))
 		case jNum:
@@ -259,4 +260,63 @@ func restore(terms [][]node, hidden map[node]node) {
 			}
 		}
 	}
+}
+
+// notOverMixed refuses NOT above a condition the alpha cannot negate: a
+// partition, or an AND or OR with one among its operands (it negates one
+// level only, and a negated partition is no partition).
+func (q *qscope) notOverMixed(n node) *sqlError {
+	switch x := n.(type) {
+	case *binaryNode:
+		if x.op == "AND" || x.op == "OR" {
+			if err := q.notOverMixed(x.l); err != nil {
+				return err
+			}
+			return q.notOverMixed(x.r)
+		}
+	case *unaryNode:
+		if x.op != "NOT" || q.kindOf(x.x) != notSimple {
+			return nil
+		}
+		mixed := &sqlError{pos: x.pos, token: "NOT", msg: "Cannot use table values and parameters in the same clauses"}
+		b, ok := x.x.(*binaryNode)
+		if !ok || (b.op != "AND" && b.op != "OR") {
+			return mixed
+		}
+		for _, o := range []node{b.l, b.r} {
+			if q.kindOf(o) != notSimple {
+				continue
+			}
+			if ob, ok := o.(*binaryNode); ok && (ob.op == "AND" || ob.op == "OR") {
+				return &sqlError{pos: x.pos, token: "NOT", msg: "An OR operator can only appear at the highest level of the filter chain"}
+			}
+			return mixed
+		}
+	}
+	return nil
+}
+
+// arrayValue2 is the request value an edition-2 `column IN <value>`
+// expands. The alpha reads claims and subscription parameters as parsed,
+// so booleans in their arrays stay booleans (and jsonEachValues2 drops
+// them); connection parameters reach it with booleans as 1/0 already.
+func (s *reqState) arrayValue2(r streamReq, sub map[string]Value) Value {
+	raw := ""
+	switch r.src {
+	case srcAuthParam:
+		raw = s.rawClaims
+	case srcSubParam:
+		raw = s.subRaw
+	default:
+		return s.streamValue(r, sub)
+	}
+	doc, err := parseJSON(raw)
+	if err != nil || doc.k != jObj {
+		return s.streamValue(r, sub)
+	}
+	i := doc.index(r.key)
+	if i < 0 || doc.vals[i].k != jArr {
+		return s.streamValue(r, sub)
+	}
+	return Text(string(appendJSONBig(nil, &doc.vals[i], true)))
 }

@@ -308,11 +308,12 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool
 		}
 		// Every array is expanded: one that is not an array is an error
 		// even when another is NULL.
-		each := jsonEachValues
+		var elems []Value
 		if ed2 {
-			each = jsonEachValues2
+			elems, err = jsonEachValues2(st.arrayValue2(p.req, sub))
+		} else {
+			elems, err = jsonEachValues(st.streamValue(p.req, sub))
 		}
-		elems, err := each(st.streamValue(p.req, sub))
 		if err != nil {
 			return nil, false, err
 		}

@@ -175,8 +175,13 @@ func generateStreamCases(seed uint64, n int, skip knownDiffs) []refCase {
 	out := make([]refCase, 0, n)
 	for i := 0; i < n; i++ {
 		fam := streamGenFamilies[i%len(streamGenFamilies)]
+		// Every fourth case is edition 2 (streams_ed2.go).
+		s.ed2 = i%4 == 3
 		c := s.streamCase(fam)
 		c.Name = fmt.Sprintf("streams seed %d #%d %s", seed, i, fam)
+		if s.ed2 {
+			c.Name += " edition 2"
+		}
 		out = append(out, c)
 	}
 	return out
@@ -187,6 +192,7 @@ func generateStreamCases(seed uint64, n int, skip knownDiffs) []refCase {
 type sgen struct {
 	*gen
 	skip   knownDiffs
+	ed2    bool // an edition-2 case: no subqueries, joins, CTEs or queries lists
 	fam    string
 	w      factorWeights
 	tables map[string][]string // the case's tables: columns, id first
@@ -310,6 +316,9 @@ type sstream struct {
 // streamCase draws one case of family fam.
 func (s *sgen) streamCase(fam string) refCase {
 	s.fam, s.w = fam, familyWeights[fam]
+	if s.ed2 {
+		s.w[sfSub] = 0 // no subqueries, hence no joins or CTEs either
+	}
 	for {
 		s.tables = map[string][]string{}
 		s.used = map[string]bool{}
@@ -342,10 +351,10 @@ func (s *sgen) streams() []*sstream {
 		st := &sstream{name: name}
 		s.streamOptions(st)
 		nq := 1
-		if fam == "multi" || s.chance(0.25) {
+		if !s.ed2 && (fam == "multi" || s.chance(0.25)) {
 			nq = 1 + s.r.IntN(3)
 		}
-		st.list = nq > 1 || s.chance(0.15)
+		st.list = !s.ed2 && (nq > 1 || s.chance(0.15))
 		for len(st.queries) < nq {
 			var q squery
 			if len(all) > 0 && s.chance(0.2) {
@@ -389,8 +398,12 @@ func (s *sgen) streams() []*sstream {
 // caseOf renders the streams and draws rows and requests.
 func (s *sgen) caseOf(streams []*sstream) refCase {
 	var b strings.Builder
-	b.WriteString("config:\n  edition: 3\n")
-	if s.chance(0.1) {
+	if s.ed2 {
+		b.WriteString("config:\n  edition: 2\n")
+	} else {
+		b.WriteString("config:\n  edition: 3\n")
+	}
+	if !s.ed2 && s.chance(0.1) {
 		s.globals["unused_"+s.pick("a", "b")] = "SELECT " + s.pick("code FROM teams", "role FROM members WHERE user_id = auth.user_id()")
 	}
 	if len(s.globals) > 0 {

@@ -245,5 +245,5 @@ func (c *compiler) paramInRow(row expr, p *inputParam) matchNode {
 	if c.jsonEach {
 		return &mParamEach{row: row, p: p}
 	}
-	return &mParamInRow{row: row, p: p}
+	return &mParamInRow{row: row, p: p, skipNull: c.skipNullIn}
 }
