@@ -263,8 +263,9 @@ func restore(terms [][]node, hidden map[node]node) {
 }
 
 // notOverMixed refuses NOT above a condition the alpha cannot negate: a
-// partition, or an AND or OR with one among its operands (it negates one
-// level only, and a negated partition is no partition).
+// partition, or an AND or OR with a partition or a mixed AND among its
+// operands (the negated AND would be an OR below the top; a negated
+// partition is no partition).
 func (q *qscope) notOverMixed(n node) *sqlError {
 	switch x := n.(type) {
 	case *binaryNode:
@@ -287,7 +288,10 @@ func (q *qscope) notOverMixed(n node) *sqlError {
 			if q.kindOf(o) != notSimple {
 				continue
 			}
-			if ob, ok := o.(*binaryNode); ok && (ob.op == "AND" || ob.op == "OR") {
+			if ob, ok := o.(*binaryNode); ok && ob.op == "OR" {
+				continue // NOT of an OR is an AND: still one term
+			}
+			if ob, ok := o.(*binaryNode); ok && ob.op == "AND" {
 				return &sqlError{pos: x.pos, token: "NOT", msg: "An OR operator can only appear at the highest level of the filter chain"}
 			}
 			return mixed
@@ -319,4 +323,27 @@ func (s *reqState) arrayValue2(r streamReq, sub map[string]Value) Value {
 		return s.streamValue(r, sub)
 	}
 	return Text(string(appendJSONBig(nil, &doc.vals[i], true)))
+}
+
+// partValues2 is partValues for an edition-2 resolver, which has neither
+// lookups nor intersections: the alpha takes the partitions in order, a
+// NULL request value a NULL parameter, and stops at the first array
+// without elements, before the next is read (or fails).
+func (st *reqState) partValues2(parts []partition, sub map[string]Value) ([][]Value, bool, error) {
+	lists := make([][]Value, len(parts))
+	for i, p := range parts {
+		if !p.array {
+			lists[i] = []Value{st.streamValue(p.req, sub)}
+			continue
+		}
+		elems, err := jsonEachValues2(st.arrayValue2(p.req, sub))
+		if err != nil {
+			return nil, false, err
+		}
+		if len(elems) == 0 {
+			return nil, false, nil
+		}
+		lists[i] = elems
+	}
+	return lists, true, nil
 }

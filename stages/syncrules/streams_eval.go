@@ -291,6 +291,9 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 // lookup: the variant's lookup is still queried, as PowerSync's lookup
 // stage comes before it instantiates the bucket.
 func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool) (lists [][]Value, lookup bool, err error) {
+	if ed2 {
+		return st.partValues2(parts, sub)
+	}
 	lists = make([][]Value, len(parts))
 	empty := false
 	none := false // an intersection without values: no bucket
@@ -308,12 +311,7 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool
 		}
 		// Every array is expanded: one that is not an array is an error
 		// even when another is NULL.
-		var elems []Value
-		if ed2 {
-			elems, err = jsonEachValues2(st.arrayValue2(p.req, sub))
-		} else {
-			elems, err = jsonEachValues(st.streamValue(p.req, sub))
-		}
+		elems, err := jsonEachValues(st.streamValue(p.req, sub))
 		if err != nil {
 			return nil, false, err
 		}
@@ -333,10 +331,6 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool
 			lists[i] = []Value{Null()} // filled from the lookup's rows
 		default:
 			v := st.streamValue(p.req, sub)
-			if ed2 && v.IsNull() { // the alpha makes a NULL parameter of it
-				lists[i] = []Value{v}
-				continue
-			}
 			if v.IsNull() || v.kind == KindBlob || !st.allEqual(p.req, v, p.also, sub) {
 				return nil, true, nil
 			}

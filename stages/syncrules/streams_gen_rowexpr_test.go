@@ -26,7 +26,7 @@ func (s *sgen) rowExprEq(f *sfactor, col string, ref func(string) string) (strin
 // rowArrayIn draws, now and then, `<request value> IN <column>` for an
 // array partition: the row's column holds the array.
 func (s *sgen) rowArrayIn(f *sfactor, col string, ref func(string) string) bool {
-	if !s.chance(0.25) {
+	if (s.ed2 && s.skip.has(diffEd2RowArrayErrors)) || !s.chance(0.25) {
 		return false
 	}
 	s.reqValue(f, s.eqValue())
