@@ -1,5 +1,5 @@
 // Package syncrules compiles PowerSync sync rules (edition-1
-// bucket_definitions, and edition-3 Sync Streams in part) and evaluates
+// bucket_definitions, and edition-2 and edition-3 Sync Streams in part) and evaluates
 // source rows and sync requests against them, bit for bit as PowerSync
 // does (SPEC §3), so unmodified PowerSync clients accept the buckets and
 // checksums syncpipe serves.
@@ -77,7 +77,8 @@
 // request's StreamsRequest (defaults, subscriptions with their parameters
 // and priority override). The supported forms so far are listed in
 // streams.go; the rest is rejected at load time. Edition 2, PowerSync's
-// alpha of streams with other bucket ids, is not supported.
+// alpha of streams, is served with its own bucket ids, beside bucket
+// definitions (streams_ed2.go); its subqueries and joins are not yet.
 //
 // # The reference
 //

@@ -150,7 +150,8 @@ func (ld *loader) load(src []byte) {
 	}
 }
 
-// config reads the config section: the edition, 1 (bucket definitions)
+// config reads the config section: the edition, 1 (bucket definitions),
+// 2 (the alpha of Sync Streams, beside bucket definitions: streams_ed2.go)
 // or 3 (Sync Streams), and the compatibility options.
 func (ld *loader) config(v *yaml.Node) Compatibility {
 	if v.Kind != yaml.MappingNode {

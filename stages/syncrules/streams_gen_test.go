@@ -46,7 +46,10 @@ import (
 //     unknown one, parameters with the keys read or others or null,
 //     override_priority null or 0–3.
 //
-// Not drawn (outside the subset): edition 2, functions on a partition's
+// Every fourth case is edition 2 (streams_ed2.go), drawn without
+// subqueries, joins, CTEs or `queries`, which syncpipe refuses there.
+//
+// Not drawn (outside the subset): functions on a partition's
 // column side, `<value> IN column`, joins on two columns or chains of
 // them, a join and a subquery in one term, several streams of one name,
 // requests without sub. (streams.jsonl's hand-made cases cover joins on

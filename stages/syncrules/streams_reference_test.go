@@ -20,7 +20,7 @@ var streamDefaultSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 const streamCasesPerSeed = 50
 
 // TestReferenceStreams is the differential test for Sync Streams (edition 3
-// `streams:`): every case of testdata/reference/streams.jsonl, and the
+// `streams:`, and edition 2's, streams_ed2.go): every case of testdata/reference/streams.jsonl, and the
 // cases generateStreamCases (streams_gen_test.go) makes from the seeds
 // above and -reference.streamseeds, is evaluated by syncpipe and by the
 // reference compiler (see TestReferenceCompiler), and each case whose
