@@ -256,6 +256,7 @@ func (sc *streamCompiler) stream(k, v *yaml.Node, global cteScope) *stream {
 		if sc.refuseEd2(s, query, queries, with) {
 			return nil
 		}
+		with = nil
 	}
 	ctes := global
 	if with != nil {

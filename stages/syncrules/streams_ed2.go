@@ -67,7 +67,9 @@ func (ld *loader) loadStreams2(v *yaml.Node) {
 
 // refuseEd2 reports the stream keys edition 2 does not compile: queries
 // (PowerSync refuses several queries without its new compiler) and with,
-// and a missing query, which the alpha reports at the file's start.
+// and a missing query, which the alpha reports at the file's start. It
+// reports whether the query cannot be compiled; with: can be ignored, as
+// the alpha does, going on to the query's own errors.
 func (sc *streamCompiler) refuseEd2(s *stream, query, queries, with *yaml.Node) bool {
 	if query == nil {
 		sc.ld.errs = append(sc.ld.errs, &RuleError{File: sc.ld.opts.File, Line: 1, Column: 1, Bucket: s.name, Msg: "Must be a string."})
@@ -80,7 +82,7 @@ func (sc *streamCompiler) refuseEd2(s *stream, query, queries, with *yaml.Node) 
 	if with != nil {
 		sc.ld.errAt(with, s.name, "with", "", "Common table expressions are not supported without the `sync_config_compiler` option.")
 	}
-	return query == nil || query.Kind != yaml.ScalarNode || queries != nil || with != nil
+	return query == nil || query.Kind != yaml.ScalarNode || queries != nil
 }
 
 // pendings2 compiles the WHERE of an edition-2 stream query: a resolver
