@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -84,29 +83,12 @@ func edition2Checkpoint(t *testing.T, ctx context.Context, s *rawStream) (map[st
 		} `json:"checkpoint"`
 	}
 	rows := map[string]int{}
-	for {
-		select {
-		case l, open := <-s.lines:
-			if !open {
-				t.Fatal("the stream ended before checkpoint_complete")
-			}
-			switch {
-			case strings.HasPrefix(l, `{"checkpoint":`):
-				if err := json.Unmarshal([]byte(l), &cp); err != nil {
-					t.Fatal(err)
-				}
-			case strings.HasPrefix(l, `{"data":`):
-				rows["lists"] += strings.Count(l, `"object_type":"lists"`)
-				rows["todos"] += strings.Count(l, `"object_type":"todos"`)
-			case strings.HasPrefix(l, `{"checkpoint_complete":`):
-				buckets := map[string]int{}
-				for _, b := range cp.Checkpoint.Buckets {
-					buckets[b.Bucket] = b.Priority
-				}
-				return buckets, rows
-			}
-		case <-ctx.Done():
-			t.Fatal("no checkpoint_complete")
-		}
+	if err := json.Unmarshal([]byte(syncUntilComplete(t, ctx, s, countPuts(rows))), &cp); err != nil {
+		t.Fatal(err)
 	}
+	buckets := map[string]int{}
+	for _, b := range cp.Checkpoint.Buckets {
+		buckets[b.Bucket] = b.Priority
+	}
+	return buckets, rows
 }

@@ -95,45 +95,32 @@ func TestRunServesMultiLookupStreams(t *testing.T) {
 func multiLookupCheckpoint(t *testing.T, ctx context.Context, e *streamEnv) ([]string, map[string]int) {
 	t.Helper()
 	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), `{"raw_data":true}`)
-	var buckets []string
 	puts := map[string]int{}
-	for {
-		select {
-		case l, open := <-s.lines:
-			if !open {
-				t.Fatal("the stream ended before checkpoint_complete")
-			}
-			switch {
-			case strings.HasPrefix(l, `{"checkpoint":`):
-				var cp struct {
-					Checkpoint struct {
-						Buckets []struct {
-							Bucket string `json:"bucket"`
-						} `json:"buckets"`
-					} `json:"checkpoint"`
-				}
-				if err := json.Unmarshal([]byte(l), &cp); err != nil {
-					t.Fatal(err)
-				}
-				for _, b := range cp.Checkpoint.Buckets {
-					buckets = append(buckets, b.Bucket)
-				}
-			case strings.HasPrefix(l, `{"data":`):
-				var d struct {
-					Data struct {
-						Bucket string `json:"bucket"`
-					} `json:"data"`
-				}
-				if err := json.Unmarshal([]byte(l), &d); err != nil {
-					t.Fatal(err)
-				}
-				stream, _, _ := strings.Cut(strings.TrimPrefix(d.Data.Bucket, "1#"), "|")
-				puts[stream] += strings.Count(l, `"op":"PUT"`)
-			case strings.HasPrefix(l, `{"checkpoint_complete":`):
-				return buckets, puts
-			}
-		case <-ctx.Done():
-			t.Fatal("no checkpoint_complete")
+	line := syncUntilComplete(t, ctx, s, func(l string) {
+		var d struct {
+			Data struct {
+				Bucket string `json:"bucket"`
+			} `json:"data"`
 		}
+		if err := json.Unmarshal([]byte(l), &d); err != nil {
+			t.Fatal(err)
+		}
+		stream, _, _ := strings.Cut(strings.TrimPrefix(d.Data.Bucket, "1#"), "|")
+		puts[stream] += strings.Count(l, `"op":"PUT"`)
+	})
+	var cp struct {
+		Checkpoint struct {
+			Buckets []struct {
+				Bucket string `json:"bucket"`
+			} `json:"buckets"`
+		} `json:"checkpoint"`
 	}
+	if err := json.Unmarshal([]byte(line), &cp); err != nil {
+		t.Fatal(err)
+	}
+	var buckets []string
+	for _, b := range cp.Checkpoint.Buckets {
+		buckets = append(buckets, b.Bucket)
+	}
+	return buckets, puts
 }

@@ -59,26 +59,8 @@ func TestRunServesStreams(t *testing.T) {
 		} `json:"checkpoint"`
 	}
 	rows := map[string]int{} // object type → PUTs received
-	for done := false; !done; {
-		select {
-		case l, open := <-s.lines:
-			if !open {
-				t.Fatal("the stream ended before checkpoint_complete")
-			}
-			switch {
-			case strings.HasPrefix(l, `{"checkpoint":`):
-				if err := json.Unmarshal([]byte(l), &cp); err != nil {
-					t.Fatal(err)
-				}
-			case strings.HasPrefix(l, `{"data":`):
-				rows["lists"] += strings.Count(l, `"object_type":"lists"`)
-				rows["todos"] += strings.Count(l, `"object_type":"todos"`)
-			case strings.HasPrefix(l, `{"checkpoint_complete":`):
-				done = true
-			}
-		case <-ctx.Done():
-			t.Fatal("no checkpoint_complete")
-		}
+	if err := json.Unmarshal([]byte(syncUntilComplete(t, ctx, s, countPuts(rows))), &cp); err != nil {
+		t.Fatal(err)
 	}
 	c := cp.Checkpoint
 	if len(c.Streams) != 3 || c.Streams[0].Name != "my_lists" || !c.Streams[0].IsDefault || c.Streams[1].Name != "list_todos" || c.Streams[1].IsDefault ||
@@ -224,7 +206,9 @@ func TestRunStreamsBucketLimit(t *testing.T) {
 	idsJSON, _ = json.Marshal(ids[:2])
 	within := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"picked","parameters":{"ids":%s}},
 		{"stream":"picked","parameters":{"ids":5}},{"stream":"nope","parameters":null}]}}`, idsJSON)
-	cp, todoRows := syncStreamsOnce(t, ctx, openRawStreamWith(t, ctx, e.api, e.token("user1"), within))
+	withinRows := map[string]int{}
+	cp := syncUntilComplete(t, ctx, openRawStreamWith(t, ctx, e.api, e.token("user1"), within), countPuts(withinRows))
+	todoRows := withinRows["todos"]
 	for _, want := range []string{`"streams":[{"name":"my_lists","is_default":true,"errors":[]},{"name":"picked","is_default":false,` +
 		`"errors":[{"subscription":1,"message":"Error evaluating bucket ids: `, `{"name":"nope","is_default":false,"errors":[{"subscription":2,"message":"unknown stream \"nope\"`} {
 		if !strings.Contains(cp, want) {
@@ -257,9 +241,9 @@ func firstLine(t *testing.T, s *rawStream) string {
 	}
 }
 
-// syncStreamsOnce reads s to its first checkpoint_complete and returns the
-// checkpoint line and the number of todos PUT.
-func syncStreamsOnce(t *testing.T, ctx context.Context, s *rawStream) (checkpoint string, todoRows int) {
+// syncUntilComplete reads s to its first checkpoint_complete and returns
+// the last checkpoint line before it; onData sees every data line.
+func syncUntilComplete(t *testing.T, ctx context.Context, s *rawStream, onData func(line string)) (checkpoint string) {
 	t.Helper()
 	for {
 		select {
@@ -270,12 +254,21 @@ func syncStreamsOnce(t *testing.T, ctx context.Context, s *rawStream) (checkpoin
 			case strings.HasPrefix(l, `{"checkpoint":`):
 				checkpoint = l
 			case strings.HasPrefix(l, `{"data":`):
-				todoRows += strings.Count(l, `"object_type":"todos"`)
+				onData(l)
 			case strings.HasPrefix(l, `{"checkpoint_complete":`):
-				return checkpoint, todoRows
+				return checkpoint
 			}
 		case <-ctx.Done():
 			t.Fatal("no checkpoint_complete")
 		}
+	}
+}
+
+// countPuts adds the PUTs of a data line to rows by object type (lists,
+// todos).
+func countPuts(rows map[string]int) func(line string) {
+	return func(l string) {
+		rows["lists"] += strings.Count(l, `"object_type":"lists"`)
+		rows["todos"] += strings.Count(l, `"object_type":"todos"`)
 	}
 }

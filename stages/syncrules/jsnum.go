@@ -259,6 +259,16 @@ func floatToInt64(f float64) int64 {
 	return int64(f)
 }
 
+// jsNumberValue is a JSON number as the service reads it (JSON.parse: a
+// double): INTEGER when integral and within int64, REAL otherwise.
+func jsNumberValue(v *jval) Value {
+	f := v.numFloat()
+	if isSafeIntegral(f) {
+		return Int(int64(f))
+	}
+	return Real(f)
+}
+
 // isSafeIntegral reports whether f is an integer that int64 represents
 // exactly, so it can be normalised to INTEGER.
 func isSafeIntegral(f float64) bool {

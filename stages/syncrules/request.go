@@ -132,12 +132,7 @@ func fillParams(dst map[string]Value, obj *jval) {
 		case jStr:
 			dst[k] = Text(v.s)
 		case jNum:
-			f := v.numFloat()
-			if isSafeIntegral(f) {
-				dst[k] = Int(int64(f))
-			} else {
-				dst[k] = Real(f)
-			}
+			dst[k] = jsNumberValue(v)
 		default:
 			dst[k] = Text(string(appendJSONBigOpt(nil, v, true, true)))
 		}

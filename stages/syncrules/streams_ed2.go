@@ -169,11 +169,7 @@ func jsonEachValues2(v Value) ([]Value, error) {
 		case jStr:
 			out = append(out, Text(el.s))
 		case jNum:
-			if f := el.numFloat(); isSafeIntegral(f) {
-				out = append(out, Int(int64(f)))
-			} else {
-				out = append(out, Real(f))
-			}
+			out = append(out, jsNumberValue(el))
 		}
 	}
 	return out, nil
