@@ -43,12 +43,7 @@ func TestRunServesEdition2Streams(t *testing.T) {
 	}
 	e.start()
 	e.waitCaughtUp(ctx)
-	var list string
-	var listTodos, userLists int
-	if err := e.src.QueryRow(ctx, `SELECT l.id::text, (SELECT count(*) FROM todos WHERE list_id = l.id),
-		(SELECT count(*) FROM lists WHERE owner_id = 'user1') FROM lists l WHERE owner_id = 'user1' ORDER BY id LIMIT 1`).Scan(&list, &listTodos, &userLists); err != nil {
-		t.Fatal(err)
-	}
+	list, listTodos, userLists := user1List(t, ctx, e)
 	todosBucket := `1#list_todos|0["` + list + `"]`
 	for _, tc := range []struct {
 		defaults bool

@@ -34,12 +34,7 @@ func TestRunServesStreams(t *testing.T) {
 	}
 	e.start()
 	e.waitCaughtUp(ctx)
-	var list string
-	var listTodos, userLists int
-	if err := e.src.QueryRow(ctx, `SELECT l.id::text, (SELECT count(*) FROM todos WHERE list_id = l.id),
-		(SELECT count(*) FROM lists WHERE owner_id = 'user1') FROM lists l WHERE owner_id = 'user1' ORDER BY id LIMIT 1`).Scan(&list, &listTodos, &userLists); err != nil {
-		t.Fatal(err)
-	}
+	list, listTodos, userLists := user1List(t, ctx, e)
 	body := fmt.Sprintf(`{"raw_data":true,"streams":{"include_defaults":true,"subscriptions":[{"stream":"list_todos","parameters":{"list_id":%q},"override_priority":1},
 		{"stream":"nope","parameters":null,"override_priority":null}]}}`, list)
 	s := openRawStreamWith(t, ctx, e.api, e.token("user1"), body)
@@ -239,6 +234,17 @@ func firstLine(t *testing.T, s *rawStream) string {
 			return l
 		}
 	}
+}
+
+// user1List is user1's first list (by id), its todo count, and how many
+// lists user1 owns.
+func user1List(t *testing.T, ctx context.Context, e *streamEnv) (list string, listTodos, userLists int) {
+	t.Helper()
+	if err := e.src.QueryRow(ctx, `SELECT l.id::text, (SELECT count(*) FROM todos WHERE list_id = l.id),
+		(SELECT count(*) FROM lists WHERE owner_id = 'user1') FROM lists l WHERE owner_id = 'user1' ORDER BY id LIMIT 1`).Scan(&list, &listTodos, &userLists); err != nil {
+		t.Fatal(err)
+	}
+	return list, listTodos, userLists
 }
 
 // syncUntilComplete reads s to its first checkpoint_complete and returns

@@ -374,7 +374,7 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	if err := postgres.Preflight(ctx, conn, postgres.PreflightOptions{Publication: r.pl.Source.Publication, Tables: names, CreatePublication: true}); err != nil {
 		return err
 	}
-	infos, err := postgres.Discover(ctx, conn, names)
+	infos, err := discover(ctx, conn, names, g.rules)
 	if err != nil {
 		return err
 	}
@@ -383,7 +383,7 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 	} else if err != nil {
 		return err
 	}
-	if g.tables, err = r.registerTables(ctx, g, styled(infos, g.rules)); err != nil {
+	if g.tables, err = r.registerTables(ctx, g, infos); err != nil {
 		return err
 	}
 	r.mu.Lock()

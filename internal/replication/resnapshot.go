@@ -75,14 +75,14 @@ func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, txn *l
 // discover reads ts's table from the source catalog.
 func (s *streamer) discover(ctx context.Context, ts *tableState) (postgres.TableInfo, error) {
 	name := ts.t.info.QualifiedName()
-	infos, err := postgres.Discover(ctx, s.side, []string{name})
+	infos, err := discover(ctx, s.side, []string{name}, s.g.rules)
 	if err != nil {
 		return postgres.TableInfo{}, fmt.Errorf("discover %s after a schema change: %w", name, err)
 	}
 	if len(infos) != 1 {
 		return postgres.TableInfo{}, fmt.Errorf("discover %s after a schema change: %w", name, postgres.ErrTableNotFound)
 	}
-	return styled(infos, s.g.rules)[0], nil
+	return infos[0], nil
 }
 
 // startResnap (re)starts the re-read of ts after key after.
@@ -179,8 +179,7 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 	if err != nil {
 		return err // a table without a key, the connection gone, …
 	}
-	infos, err := postgres.Discover(ctx, s.side, names)
-	infos = styled(infos, s.g.rules)
+	infos, err := discover(ctx, s.side, names, s.g.rules)
 	if err != nil && len(infos) == 0 {
 		return fmt.Errorf("check the source tables: %w", err)
 	}

@@ -347,11 +347,10 @@ func CreatePublications(ctx context.Context, cfg *config.Config, log *slog.Logge
 // loadTables binds the rules to the pipeline's tables (checked by
 // preflight).
 func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {
-	infos, err := postgres.Discover(ctx, conn, pipelineTables(r.pl, r.rules))
+	infos, err := discover(ctx, conn, pipelineTables(r.pl, r.rules), r.rules)
 	if err != nil {
 		return err
 	}
-	infos = styled(infos, r.rules)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tables = map[string]*sinkTable{}

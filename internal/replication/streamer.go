@@ -285,11 +285,10 @@ func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, 
 	for _, t := range g.tables {
 		names = append(names, t.info.QualifiedName())
 	}
-	infos, err := postgres.Discover(ctx, side, names)
+	infos, err := discover(ctx, side, names, g.rules)
 	if err != nil {
 		return nil, err
 	}
-	infos = styled(infos, g.rules)
 	for _, t := range g.tables {
 		st, ok := byID[t.stored.ID]
 		if !ok || st.Shape == nil {

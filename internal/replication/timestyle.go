@@ -1,6 +1,10 @@
 package replication
 
 import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -14,11 +18,14 @@ func timeStyle(rules *syncrules.Rules) postgres.TimeStyle {
 	return postgres.TimeStyleFor(c.TimestampsISO8601, c.TimestampDigits)
 }
 
-// styled gives discovered tables the rules' time style, in place.
-func styled(infos []postgres.TableInfo, rules *syncrules.Rules) []postgres.TableInfo {
+// discover reads tables from the source catalog as rules decode them:
+// with the rules' time style. Like postgres.Discover it returns the
+// tables it found alongside an error about the others.
+func discover(ctx context.Context, conn *pgx.Conn, names []string, rules *syncrules.Rules) ([]postgres.TableInfo, error) {
+	infos, err := postgres.Discover(ctx, conn, names)
 	st := timeStyle(rules)
 	for i := range infos {
 		infos[i] = infos[i].WithTimeStyle(st)
 	}
-	return infos
+	return infos, err
 }
