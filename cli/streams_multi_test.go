@@ -124,3 +124,69 @@ func multiLookupCheckpoint(t *testing.T, ctx context.Context, e *streamEnv) ([]s
 	}
 	return buckets, puts
 }
+
+// shapeRules are Sync Streams in the forms a user writes besides plain
+// subqueries: a top-level CTE, an inner join (its rows typed by the alias),
+// an expression on the column side, and ->> on a JSON column, which edition
+// 3 reads with fixed_json_extract ('org.unit' is one key, not a path).
+const shapeRules = `config:
+  edition: 3
+with:
+  my_lists: SELECT id FROM lists WHERE owner_id = auth.user_id()
+streams:
+  cte_todos:
+    auto_subscribe: true
+    query: SELECT * FROM todos WHERE list_id IN my_lists
+  joined:
+    auto_subscribe: true
+    query: SELECT t.* FROM todos t JOIN lists l ON t.list_id = l.id WHERE l.owner_id = auth.user_id()
+  by_owner:
+    auto_subscribe: true
+    query: SELECT * FROM lists WHERE lower(owner_id) = auth.user_id()
+  tagged:
+    auto_subscribe: true
+    query: SELECT * FROM tags WHERE meta ->> 'org.unit' = auth.user_id()
+`
+
+// TestRunServesStreamShapes: `syncpipe run` serves a CTE, a join, a
+// column-side expression and a JSON key from real PostgreSQL: a bucket per
+// list of user1 for the CTE and the join streams with exactly their todos,
+// user1's lists, and the one tag whose key "org.unit" is user1 (read as
+// the path org → unit, edition 1's way, two other tags would match).
+func TestRunServesStreamShapes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: shapeRules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 30, Todos: 300, Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(ctx, `CREATE TABLE tags (id text PRIMARY KEY, meta jsonb NOT NULL);
+		INSERT INTO tags VALUES ('dotted', '{"org.unit": "user1"}'), ('nested', '{"org": {"unit": "user1"}}'),
+			('nested2', '{"org": {"unit": "user1"}}'), ('other', '{"org.unit": "user2"}')`)
+	e.start()
+	e.waitCaughtUp(ctx)
+	var ownLists, ownTodos int
+	if err := e.src.QueryRow(ctx, `SELECT (SELECT count(*) FROM lists WHERE owner_id = 'user1'),
+		(SELECT count(*) FROM todos t JOIN lists l ON t.list_id = l.id WHERE l.owner_id = 'user1')`).Scan(&ownLists, &ownTodos); err != nil {
+		t.Fatal(err)
+	}
+	buckets, puts := multiLookupCheckpoint(t, ctx, e)
+	perStream := map[string]int{}
+	for _, b := range buckets {
+		stream, _, _ := strings.Cut(strings.TrimPrefix(b, "1#"), "|")
+		perStream[stream]++
+	}
+	wantBuckets := map[string]int{"cte_todos": ownLists, "joined": ownLists, "by_owner": 1, "tagged": 1}
+	wantPuts := map[string]int{"cte_todos": ownTodos, "joined": ownTodos, "by_owner": ownLists, "tagged": 1}
+	for s := range wantBuckets {
+		if perStream[s] != wantBuckets[s] || puts[s] != wantPuts[s] {
+			t.Errorf("%s: %d buckets, %d rows; want %d and %d (buckets %v)", s, perStream[s], puts[s], wantBuckets[s], wantPuts[s], buckets)
+		}
+	}
+	if ownLists == 0 || ownTodos == 0 {
+		t.Fatalf("user1 has %d lists and %d todos: the data set tests nothing", ownLists, ownTodos)
+	}
+}
