@@ -166,6 +166,11 @@ func TestRunServesStreamShapes(t *testing.T) {
 	e.exec(ctx, `CREATE TABLE tags (id text PRIMARY KEY, meta jsonb NOT NULL);
 		INSERT INTO tags VALUES ('dotted', '{"org.unit": "user1"}'), ('nested', '{"org": {"unit": "user1"}}'),
 			('nested2', '{"org": {"unit": "user1"}}'), ('other', '{"org.unit": "user2"}')`)
+	// validate, a child process like run, accepts the forms against the
+	// source's tables.
+	if out := e.runOnce(ctx, "validate"); !strings.Contains(out, "4 sync stream(s) over 3 table(s)") {
+		t.Fatalf("validate: %s, want 4 streams over 3 tables", out)
+	}
 	e.start()
 	e.waitCaughtUp(ctx)
 	var ownLists, ownTodos int
