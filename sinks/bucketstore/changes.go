@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -27,35 +28,6 @@ const streamLockClass = 0x5359 // "SY"
 // longer produces: the newest entry per (lookup, row) wins, and it is empty.
 var emptyParams = []byte("[]")
 
-// previous is a row's stored state before the batch.
-type previous struct {
-	tid     pgtype.TID // where the row is, to delete it without an index probe
-	buckets []string
-	lookups [][]byte
-	data    []byte
-}
-
-// same reports whether c leaves the stored row as it is: same bucket
-// memberships, lookups and row data. Most updates only change the data of
-// the ops (a todo completed), so their current row need not be rewritten.
-func (p *previous) same(c *stages.Change) bool {
-	if c.Kind != stages.Upsert || len(p.buckets) != len(c.Puts) || len(p.lookups) != len(c.Lookups) ||
-		!bytes.Equal(p.data, c.RowData) {
-		return false
-	}
-	for _, m := range p.buckets {
-		if !hasPut(c.Puts, m) {
-			return false
-		}
-	}
-	for _, lk := range p.lookups {
-		if !hasLookup(c.Lookups, lk) {
-			return false
-		}
-	}
-	return true
-}
-
 // WriteChanges persists streamed changes of any tables. For every row it
 // writes a PUT in each bucket the row is in now and a REMOVE in each bucket
 // it was in before and is not any more (from the stored previous
@@ -70,13 +42,14 @@ func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Res
 // transaction as the ops (see WriteStream).
 func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *StreamProgress) (Result, error) {
 	start := time.Now()
-	final := collapse(changes)
+	w.final, w.byRow = collapse(w.final, w.byRow, changes)
+	final := w.final
 	var res Result
 	tables, keys := probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
-	var prev map[rowKey]previous
+	prev := &w.prev
 	head := func(b *pgx.Batch) {
 		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", streamLockClass, w.group)
-		prev = make(map[rowKey]previous, len(final))
+		prev.reset(len(final))
 		b.Queue(loadPreviousSQL, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
 		w.queueAllocate(b, estimateIDs(final))
 	}
@@ -86,9 +59,9 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 			return err
 		}
 		need := 0
-		for _, c := range final {
-			p := prev[rowKey{c.Table.ID, c.Key}]
-			need += len(c.Puts) + len(c.Lookups) + len(p.buckets) + len(p.lookups)
+		for i, c := range final {
+			p := &prev.rows[i]
+			need += len(c.Puts) + len(c.Lookups) + count(prev.bytes(p.buckets)) + count(prev.bytes(p.lookups))
 		}
 		// need over-counts (kept buckets get no REMOVE); unused ids are gaps.
 		if err := w.allocate(ctx, tx, need); err != nil {
@@ -104,27 +77,27 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		// FULL) leaves its object under the old id and enters it under the
 		// new one, and the client, which knows objects by type and id, must
 		// see the PUT last whatever order the two ids sort in.
-		for _, c := range final {
-			p := prev[rowKey{c.Table.ID, c.Key}]
-			for _, m := range p.buckets {
+		for i, c := range final {
+			elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
 				if !hasPut(c.Puts, m) {
 					bucket, typ, id := splitMember(m)
 					w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
 					w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), &res)
 				}
-			}
+				return true
+			})
 		}
-		for _, c := range final {
-			p := prev[rowKey{c.Table.ID, c.Key}]
+		for i, c := range final {
 			res.Rows++
 			for j := range c.Puts {
 				w.encodePut(c, &c.Puts[j], take(), &res)
 			}
-			for _, lk := range p.lookups {
+			elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
 				if !hasLookup(c.Lookups, lk) {
 					w.encodeParam(c, lk, emptyParams, take(), &res)
 				}
-			}
+				return true
+			})
 			for j := range c.Lookups {
 				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
 			}
@@ -137,6 +110,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		}
 		return nil
 	})
+	clear(w.final) // its pointers would keep the batch's memory alive
 	if err != nil {
 		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
 	}
@@ -146,70 +120,38 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 
 // collapse keeps the last change per row, ordered by (table id, key): the
 // previous-state probes and current row writes then walk the primary key
-// in order.
-func collapse(changes []stages.Change) []*stages.Change {
-	last := make(map[rowKey]int, len(changes))
+// in order. It reuses the memory of dst and of byRow (scratch space).
+func collapse(dst []*stages.Change, byRow []int32, changes []stages.Change) ([]*stages.Change, []int32) {
+	byRow = byRow[:0]
 	for i := range changes {
-		last[rowKey{changes[i].Table.ID, changes[i].Key}] = i
+		byRow = append(byRow, int32(i))
 	}
-	final := make([]*stages.Change, 0, len(last))
-	for _, i := range last {
-		final = append(final, &changes[i])
+	// The batch position breaks ties, so that a row's last change ends
+	// its run.
+	slices.SortFunc(byRow, func(a, b int32) int {
+		if c := compareRow(&changes[a], &changes[b]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	dst = dst[:0]
+	for i, j := range byRow {
+		if i+1 < len(byRow) && compareRow(&changes[j], &changes[byRow[i+1]]) == 0 {
+			continue
+		}
+		dst = append(dst, &changes[j])
 	}
-	slices.SortFunc(final, func(a, b *stages.Change) int {
+	return dst, byRow
+}
+
+// compareRow orders changes by (table id, key).
+func compareRow(a, b *stages.Change) int {
+	if a.Table != b.Table {
 		if c := strings.Compare(a.Table.ID, b.Table.ID); c != 0 {
 			return c
 		}
-		return bytes.Compare(a.Key[:], b.Key[:])
-	})
-	return final
-}
-
-// currentProbe reads the current_data rows of group $1 named by the
-// (table, key) pairs in $2 and $3 as c, with k the pair: one primary key
-// probe per pair. LATERAL … OFFSET 0 keeps it that way: joined plainly, the
-// planner (which guesses the size of unnest) may instead hash every stored
-// row of the group and spill to disk, paying for the whole group per batch.
-const currentProbe = `
-	FROM unnest($2::text[], $3::uuid[]) AS k (t, key)
-	CROSS JOIN LATERAL (
-		SELECT ctid, buckets, lookups, data FROM current_data
-		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
-		OFFSET 0) c`
-
-// loadPreviousSQL reads the stored state of a batch's rows.
-const loadPreviousSQL = `SELECT c.ctid, k.t, k.key, c.buckets, c.lookups, c.data` + currentProbe
-
-// probeArgs are currentProbe's $2 and $3 for the rows ref names.
-func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgtype.UUID) {
-	tables := make([]string, len(rows))
-	keys := make([]pgtype.UUID, len(rows))
-	for i, r := range rows {
-		var k [16]byte
-		tables[i], k = ref(r)
-		keys[i] = pgtype.UUID{Bytes: k, Valid: true}
 	}
-	return tables, keys
-}
-
-// scanPrevious reads the stored state of a batch's rows (loadPreviousSQL)
-// into prev. It takes no row locks: the transaction holds the group's
-// stream lock (see streamLockClass), and no other writer changes stored
-// rows of a streaming group — snapshot writes only insert, and an insert
-// racing ours fails on the primary key and is retried.
-func scanPrevious(rows pgx.Rows, prev map[rowKey]previous) error {
-	for rows.Next() {
-		var k rowKey
-		var p previous
-		if err := rows.Scan(&p.tid, &k.table, &k.key, &p.buckets, &p.lookups, &p.data); err != nil {
-			return fmt.Errorf("load previous row state: %w", err)
-		}
-		prev[k] = p
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("load previous row state: %w", err)
-	}
-	return nil
+	return bytes.Compare(a.Key[:], b.Key[:])
 }
 
 // estimateIDs guesses, before the rows' stored state is read, how many op
@@ -227,13 +169,13 @@ func estimateIDs(final []*stages.Change) int {
 // replaceCurrent deletes the stored state of rows that had one and writes
 // the new state of rows that still exist, leaving rows whose state stays
 // the same untouched.
-func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.Change, prev map[rowKey]previous) error {
+func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.Change, prev *prevState) error {
 	var tids []pgtype.TID
 	w.cur.reset()
 	upserts := 0
-	for _, c := range final {
-		if p, ok := prev[rowKey{c.Table.ID, c.Key}]; ok {
-			if p.same(c) {
+	for i, c := range final {
+		if p := &prev.rows[i]; p.found {
+			if prev.same(p, c) {
 				continue
 			}
 			tids = append(tids, p.tid)
@@ -257,37 +199,6 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.
 		}
 	}
 	return nil
-}
-
-// hasPut reports whether puts contains the membership element m.
-func hasPut(puts []stages.Put, m string) bool {
-	for i := range puts {
-		p := &puts[i]
-		if len(m) == len(p.Bucket)+len(p.ObjectType)+len(p.ObjectID)+2 &&
-			strings.HasPrefix(m, p.Bucket) && m[len(p.Bucket)] == memberSep &&
-			m[len(p.Bucket)+1:len(p.Bucket)+1+len(p.ObjectType)] == p.ObjectType &&
-			m[len(p.Bucket)+1+len(p.ObjectType)] == memberSep &&
-			m[len(m)-len(p.ObjectID):] == p.ObjectID {
-			return true
-		}
-	}
-	return false
-}
-
-func hasLookup(lookups []stages.Lookup, key []byte) bool {
-	for i := range lookups {
-		if bytes.Equal(lookups[i].Key, key) {
-			return true
-		}
-	}
-	return false
-}
-
-// splitMember splits a membership element written by copyBuf.elemMember.
-func splitMember(m string) (bucket, objectType, objectID string) {
-	bucket, rest, _ := strings.Cut(m, string(memberSep))
-	objectType, objectID, _ = strings.Cut(rest, string(memberSep))
-	return bucket, objectType, objectID
 }
 
 // Truncate removes every row of a source table from the group: REMOVEs for

@@ -55,9 +55,12 @@ type Writer struct {
 	blocks           []int64 // allocate's nextval results
 	fresh            []bool
 	subkey           []byte
-	changed          changeRecord // what this transaction touched (changerecords.go)
-	order            []putRef     // a snapshot batch's PUTs in bucket order
-	home             *writeBufs   // where Close returns the buffers; nil = dropped
+	changed          changeRecord     // what this transaction touched (changerecords.go)
+	order            []putRef         // a snapshot batch's PUTs in bucket order
+	final            []*stages.Change // a stream batch's changes, one per row (collapse)
+	byRow            []int32          // collapse's scratch space
+	prev             prevState        // the stored state of final's rows
+	home             *writeBufs       // where Close returns the buffers; nil = dropped
 
 	// beforeCommit, when set by tests, runs just before each commit, to
 	// widen race windows.
@@ -117,6 +120,7 @@ func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBu
 	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home}
 	if home != nil {
 		w.cur, w.ops, w.params, w.ids, w.order = home.cur, home.ops, home.params, home.ids, home.order
+		w.final, w.byRow, w.prev = home.final, home.byRow, home.prev
 	}
 	return w, nil
 }
@@ -126,6 +130,9 @@ type writeBufs struct {
 	cur, ops, params copyBuf
 	ids              []int64
 	order            []putRef
+	final            []*stages.Change
+	byRow            []int32
+	prev             prevState
 }
 
 // maxSpareBufs bounds the store's shelf of encode buffers kept between
@@ -158,9 +165,11 @@ func (w *Writer) Close() {
 	w.conn = nil
 	if w.home != nil {
 		clear(w.order) // its strings would keep the batch's memory alive
-		*w.home = writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0]}
+		*w.home = writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0],
+			final: w.final[:0], byRow: w.byRow[:0], prev: w.prev}
 	}
 	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
+	w.final, w.byRow, w.prev = nil, nil, prevState{}
 }
 
 // write runs a write transaction (batchTx: head queues statements sent

@@ -1,0 +1,251 @@
+package bucketstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// previous is a row's stored state before the batch. Its arrays and data
+// are spans of the writer's previous-state arena (prevState.arena), in
+// PostgreSQL's binary form, so that reading a batch's stored state makes
+// no allocation per row: most rows' state is only compared with the new
+// one, and only the memberships a row left are ever turned into strings.
+type previous struct {
+	found   bool
+	tid     pgtype.TID // where the row is, to delete it without an index probe
+	buckets span       // text[] of membership elements (copyBuf.elemMember)
+	lookups span       // bytea[] of lookup keys; empty span: NULL
+	data    span       // bytea; NULL and empty alike (as Change.RowData)
+}
+
+// span is a slice of the arena: [start, end); zero is empty.
+type span struct{ start, end int32 }
+
+// prevState is a stream write's previous state of its rows, indexed like
+// the batch's collapsed changes.
+type prevState struct {
+	rows  []previous
+	arena []byte
+}
+
+// reset makes room for n rows, none found.
+func (s *prevState) reset(n int) {
+	s.rows = append(s.rows[:0], make([]previous, n)...)
+	s.arena = s.arena[:0]
+}
+
+func (s *prevState) bytes(sp span) []byte { return s.arena[sp.start:sp.end] }
+
+// keep copies b into the arena.
+func (s *prevState) keep(b []byte) span {
+	start := int32(len(s.arena))
+	s.arena = append(s.arena, b...)
+	return span{start, int32(len(s.arena))}
+}
+
+// currentProbe reads the current_data rows of group $1 named by the
+// (table, key) pairs in $2 and $3 as c, with k the pair and k.i its
+// 1-based position: one primary key probe per pair. LATERAL … OFFSET 0
+// keeps it that way: joined plainly, the planner (which guesses the size
+// of unnest) may instead hash every stored row of the group and spill to
+// disk, paying for the whole group per batch.
+const currentProbe = `
+	FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
+	CROSS JOIN LATERAL (
+		SELECT ctid, buckets, lookups, data FROM current_data
+		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
+		OFFSET 0) c`
+
+// loadPreviousSQL reads the stored state of a batch's rows.
+const loadPreviousSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data` + currentProbe
+
+// probeArgs are currentProbe's $2 and $3 for the rows ref names.
+func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgtype.UUID) {
+	tables := make([]string, len(rows))
+	keys := make([]pgtype.UUID, len(rows))
+	for i, r := range rows {
+		var k [16]byte
+		tables[i], k = ref(r)
+		keys[i] = pgtype.UUID{Bytes: k, Valid: true}
+	}
+	return tables, keys
+}
+
+var errPreviousFormat = errors.New("unexpected format of stored row state")
+
+// scanPrevious reads the stored state of a batch's rows (loadPreviousSQL)
+// into s, which reset sized for the batch. It takes no row locks: the
+// transaction holds the group's stream lock (see streamLockClass), and no
+// other writer changes stored rows of a streaming group — snapshot writes
+// only insert, and an insert racing ours fails on the primary key and is
+// retried.
+//
+// It reads the columns' binary forms as sent rather than through Scan,
+// which would allocate a string per bucket and a slice per value of every
+// row of the batch.
+func scanPrevious(rows pgx.Rows, s *prevState) error {
+	for _, fd := range rows.FieldDescriptions() {
+		if fd.Format != pgx.BinaryFormatCode {
+			rows.Close()
+			return fmt.Errorf("load previous row state: %w: column %s in text", errPreviousFormat, fd.Name)
+		}
+	}
+	for rows.Next() {
+		if err := s.add(rows.RawValues()); err != nil {
+			rows.Close()
+			return fmt.Errorf("load previous row state: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load previous row state: %w", err)
+	}
+	return nil
+}
+
+// add records one row of loadPreviousSQL: ordinal, ctid, buckets,
+// lookups, data.
+func (s *prevState) add(v [][]byte) error {
+	if len(v) != 5 || len(v[0]) != 8 || len(v[1]) != 6 || v[2] == nil {
+		return errPreviousFormat
+	}
+	i := int64(binary.BigEndian.Uint64(v[0])) - 1
+	if i < 0 || i >= int64(len(s.rows)) {
+		return fmt.Errorf("%w: ordinal %d of %d", errPreviousFormat, i+1, len(s.rows))
+	}
+	if _, err := arrayLen(v[2]); err != nil {
+		return err
+	}
+	p := &s.rows[i]
+	p.found = true
+	p.tid = pgtype.TID{BlockNumber: binary.BigEndian.Uint32(v[1]), OffsetNumber: binary.BigEndian.Uint16(v[1][4:]), Valid: true}
+	p.buckets = s.keep(v[2])
+	p.lookups, p.data = span{}, span{}
+	if v[3] != nil {
+		if _, err := arrayLen(v[3]); err != nil {
+			return err
+		}
+		p.lookups = s.keep(v[3])
+	}
+	if v[4] != nil {
+		p.data = s.keep(v[4])
+	}
+	return nil
+}
+
+// arrayLen checks a one-dimensional binary array (or an empty one) and
+// returns its element count.
+func arrayLen(a []byte) (int, error) {
+	if len(a) < 12 {
+		return 0, fmt.Errorf("%w: array of %d bytes", errPreviousFormat, len(a))
+	}
+	switch binary.BigEndian.Uint32(a) {
+	case 0:
+		return 0, nil
+	case 1:
+		if len(a) < 20 {
+			return 0, fmt.Errorf("%w: array of %d bytes", errPreviousFormat, len(a))
+		}
+		n := int(int32(binary.BigEndian.Uint32(a[12:])))
+		if n < 0 {
+			return 0, fmt.Errorf("%w: array of %d elements", errPreviousFormat, n)
+		}
+		// Walk it once, so that elems never reads past its end.
+		p := 20
+		for range n {
+			if p+4 > len(a) {
+				return 0, fmt.Errorf("%w: array cut short", errPreviousFormat)
+			}
+			l := int(int32(binary.BigEndian.Uint32(a[p:])))
+			p += 4
+			if l < 0 || p+l > len(a) {
+				return 0, fmt.Errorf("%w: array element of %d bytes", errPreviousFormat, l)
+			}
+			p += l
+		}
+		return n, nil
+	default:
+		return 0, fmt.Errorf("%w: array of %d dimensions", errPreviousFormat, binary.BigEndian.Uint32(a))
+	}
+}
+
+// elems calls f with each element of a binary array arrayLen accepted.
+func elems(a []byte, f func(e []byte) bool) {
+	if len(a) < 20 || binary.BigEndian.Uint32(a) != 1 {
+		return
+	}
+	n := int(binary.BigEndian.Uint32(a[12:]))
+	p := 20
+	for range n {
+		l := int(binary.BigEndian.Uint32(a[p:]))
+		p += 4
+		if !f(a[p : p+l]) {
+			return
+		}
+		p += l
+	}
+}
+
+// count is the element count of a binary array arrayLen accepted.
+func count(a []byte) int {
+	if len(a) < 20 || binary.BigEndian.Uint32(a) != 1 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint32(a[12:]))
+}
+
+// same reports whether c leaves the stored row p as it is: same bucket
+// memberships, lookups and row data. Most updates only change the data of
+// the ops (a todo completed), so their current row need not be rewritten.
+func (s *prevState) same(p *previous, c *stages.Change) bool {
+	buckets, lookups := s.bytes(p.buckets), s.bytes(p.lookups)
+	if c.Kind != stages.Upsert || count(buckets) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
+		!bytes.Equal(s.bytes(p.data), c.RowData) {
+		return false
+	}
+	same := true
+	elems(buckets, func(m []byte) bool { same = hasPut(c.Puts, m); return same })
+	if !same {
+		return false
+	}
+	elems(lookups, func(k []byte) bool { same = hasLookup(c.Lookups, k); return same })
+	return same
+}
+
+// hasPut reports whether puts contains the membership element m.
+func hasPut(puts []stages.Put, m []byte) bool {
+	for i := range puts {
+		p := &puts[i]
+		nb, nt := len(p.Bucket), len(p.ObjectType)
+		// string(m[…]) == s compares without allocating.
+		if len(m) == nb+nt+len(p.ObjectID)+2 &&
+			string(m[:nb]) == p.Bucket && m[nb] == memberSep &&
+			string(m[nb+1:nb+1+nt]) == p.ObjectType && m[nb+1+nt] == memberSep &&
+			string(m[nb+2+nt:]) == p.ObjectID {
+			return true
+		}
+	}
+	return false
+}
+
+func hasLookup(lookups []stages.Lookup, key []byte) bool {
+	for i := range lookups {
+		if bytes.Equal(lookups[i].Key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitMember splits a membership element written by copyBuf.elemMember.
+func splitMember(m []byte) (bucket, objectType, objectID string) {
+	b, rest, _ := bytes.Cut(m, []byte{memberSep})
+	t, id, _ := bytes.Cut(rest, []byte{memberSep})
+	return string(b), string(t), string(id)
+}

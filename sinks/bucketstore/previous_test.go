@@ -1,0 +1,141 @@
+package bucketstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// binaryArray encodes elements as PostgreSQL's binary array of oid, the
+// way the server sends one and copyBuf writes one (without the length).
+func binaryArray(oid uint32, elements ...[]byte) []byte {
+	var c copyBuf
+	start := c.beginArray(oid, len(elements))
+	for _, e := range elements {
+		c.elem(e)
+	}
+	c.endArray(start)
+	return c.buf[4:]
+}
+
+func TestArrayElements(t *testing.T) {
+	for _, want := range [][][]byte{nil, {[]byte("a")}, {[]byte("1#by_list[\"x\"]\x1ftodos\x1f7"), {}, []byte("z")}} {
+		a := binaryArray(oidText, want...)
+		n, err := arrayLen(a)
+		if err != nil || n != len(want) || count(a) != len(want) {
+			t.Fatalf("arrayLen(%v) = %d, %v; count %d", want, n, err, count(a))
+		}
+		var got [][]byte
+		elems(a, func(e []byte) bool { got = append(got, e); return true })
+		if len(got) != len(want) {
+			t.Fatalf("elems gave %q, want %q", got, want)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("elems gave %q, want %q", got, want)
+			}
+		}
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 11), binary.BigEndian.AppendUint32(nil, 2)} {
+		if _, err := arrayLen(append(bad, make([]byte, 20)...)[:len(bad)]); err == nil {
+			t.Errorf("arrayLen(%x) accepted it", bad)
+		}
+	}
+	cut := binaryArray(oidText, []byte("abc"))
+	if _, err := arrayLen(cut[:len(cut)-1]); err == nil {
+		t.Error("arrayLen accepted an array cut short")
+	}
+}
+
+// FuzzArrayLen feeds arbitrary bytes to the stored-state decoder: it must
+// never panic, and whatever it accepts, elems and count walk in full.
+func FuzzArrayLen(f *testing.F) {
+	f.Add(binaryArray(oidText, []byte("a\x1fb\x1fc")))
+	f.Add(binaryArray(oidBytea))
+	f.Add(binaryArray(oidBytea, []byte{0, 1}, nil, []byte("k")))
+	f.Fuzz(func(t *testing.T, a []byte) {
+		n, err := arrayLen(a)
+		if err != nil {
+			return
+		}
+		seen := 0
+		elems(a, func([]byte) bool { seen++; return true })
+		if seen != n || count(a) != n {
+			t.Fatalf("arrayLen %d, elems %d, count %d", n, seen, count(a))
+		}
+	})
+}
+
+func TestPrevStateSame(t *testing.T) {
+	todos := &stages.Table{ID: "t1"}
+	put := stages.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "7"}
+	member := []byte(put.Bucket + "\x1f" + put.ObjectType + "\x1f" + put.ObjectID)
+	var s prevState
+	s.reset(1)
+	ctid := []byte{0, 0, 0, 3, 0, 9}
+	ord := binary.BigEndian.AppendUint64(nil, 1)
+	if err := s.add([][]byte{ord, ctid, binaryArray(oidText, member), nil, nil}); err != nil {
+		t.Fatal(err)
+	}
+	p := &s.rows[0]
+	if !p.found || p.tid.BlockNumber != 3 || p.tid.OffsetNumber != 9 {
+		t.Fatalf("stored state %+v", p)
+	}
+	same := stages.Change{Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}}
+	if !s.same(p, &same) {
+		t.Error("the same membership reads as changed")
+	}
+	moved := put
+	moved.Bucket = `1#by_list["b"]`
+	for name, c := range map[string]stages.Change{
+		"other bucket": {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{moved}},
+		"one more":     {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put, moved}},
+		"deleted":      {Table: todos, Kind: stages.Delete},
+		"lookup added": {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}, Lookups: []stages.Lookup{{Key: []byte("k")}}},
+		"row data":     {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}, RowData: []byte{1}},
+	} {
+		if s.same(p, &c) {
+			t.Errorf("%s: reads as the same", name)
+		}
+	}
+	if b, typ, id := splitMember(member); b != put.Bucket || typ != put.ObjectType || id != put.ObjectID {
+		t.Errorf("splitMember = %q %q %q", b, typ, id)
+	}
+	for _, bad := range [][][]byte{
+		{binary.BigEndian.AppendUint64(nil, 2), ctid, binaryArray(oidText), nil, nil}, // ordinal past the batch
+		{ord, ctid[:5], binaryArray(oidText), nil, nil},
+		{ord, ctid, nil, nil, nil},
+	} {
+		if err := s.add(bad); err == nil {
+			t.Errorf("add(%x) accepted it", bad)
+		}
+	}
+}
+
+func TestCollapseKeepsLastChangePerRow(t *testing.T) {
+	a, b := &stages.Table{ID: "a"}, &stages.Table{ID: "b"}
+	b2 := &stages.Table{ID: "b"} // the same table id from another pointer
+	changes := []stages.Change{
+		{Table: b, Key: key(2), Kind: stages.Upsert},
+		{Table: a, Key: key(1), Kind: stages.Upsert},
+		{Table: b2, Key: key(2), Kind: stages.Delete},
+		{Table: a, Key: key(3), Kind: stages.Upsert},
+		{Table: a, Key: key(1), Kind: stages.Delete},
+		{Table: b, Key: key(2), Kind: stages.Upsert, RowData: []byte("last")},
+	}
+	final, _ := collapse(nil, nil, changes)
+	want := []*stages.Change{&changes[4], &changes[3], &changes[5]}
+	if k1, k3 := key(1), key(3); bytes.Compare(k1[:], k3[:]) > 0 {
+		want[0], want[1] = want[1], want[0]
+	}
+	if len(final) != len(want) {
+		t.Fatalf("collapse kept %d changes, want %d", len(final), len(want))
+	}
+	for i := range want {
+		if final[i] != want[i] {
+			t.Errorf("collapse[%d] = %+v, want %+v", i, *final[i], *want[i])
+		}
+	}
+}
