@@ -87,11 +87,27 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 				return true
 			})
 		}
+		// PUTs go in bucket order, as in a snapshot write: each bucket's
+		// ops of the batch then share heap pages, and the primary key's
+		// inserts walk its leaves in order instead of at random.
+		w.order = w.order[:0]
+		for i, c := range final {
+			for j := range c.Puts {
+				w.order = append(w.order, putRef{c.Puts[j].Bucket, int32(i), int32(j)})
+			}
+		}
+		slices.SortFunc(w.order, func(a, b putRef) int {
+			if c := strings.Compare(a.bucket, b.bucket); c != 0 {
+				return c
+			}
+			return cmp.Or(cmp.Compare(a.change, b.change), cmp.Compare(a.put, b.put))
+		})
+		for _, r := range w.order {
+			c := final[r.change]
+			w.encodePut(c, &c.Puts[r.put], take(), &res)
+		}
 		for i, c := range final {
 			res.Rows++
-			for j := range c.Puts {
-				w.encodePut(c, &c.Puts[j], take(), &res)
-			}
 			elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
 				if !hasLookup(c.Lookups, lk) {
 					w.encodeParam(c, lk, emptyParams, take(), &res)
