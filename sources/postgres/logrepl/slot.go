@@ -1,18 +1,28 @@
 package logrepl
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // OutputPlugin is the logical decoding plugin every slot of this package uses.
 const OutputPlugin = "pgoutput"
+
+// streamReadBuffer is how much a replication connection reads from its
+// socket at once. pgx reads 8 kB at a time, a few dozen changes of a
+// catching-up stream, and on a busy machine every read system call of the
+// stream costs about as much as decoding a change; a stream that is
+// behind has far more than that waiting in the socket.
+const streamReadBuffer = 256 << 10
 
 // Connect opens a replication connection (replication=database) for
 // CreateSlot, DropSlot, LookupSlot and Start. The session runs with
@@ -32,6 +42,9 @@ func Connect(ctx context.Context, connString string) (*pgconn.PgConn, error) {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
+	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, streamReadBuffer), w)
+	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, classifyConnect(err, cfg.User)
