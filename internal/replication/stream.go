@@ -147,8 +147,8 @@ func maxInFlight(lim logrepl.BatchLimits) int {
 }
 
 // runStream builds and runs the stream pipeline: the streamer's batches →
-// decode → eval → build → one storage writer → ordered commit with
-// checkpoint and acknowledgement.
+// decode → eval → build → probe (the rows' stored state) → one storage
+// writer → ordered commit with checkpoint and acknowledgement.
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
 	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
 		Depth: r.pl.Stages.ChannelDepth, MaxInFlight: maxInFlight(s.lim)})
@@ -188,13 +188,23 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	actx, stopAcks := context.WithCancel(ctx)
 	var acks sync.WaitGroup
 	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
+	// The stored state of a batch's rows is read while the batch before
+	// it is written (bucketstore.Prepared).
+	probed := pipeline.Process(built, pipeline.StageConfig{Name: bucketstore.StageProbe},
+		func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) (pipeline.Batch[stages.Change, streamPos], error) {
+			ctx, cancel := r.storageCtx(ctx)
+			defer cancel()
+			var err error
+			b.Progress.prepared, err = w.Prepare(ctx, b.Items)
+			return b, err
+		})
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
-		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress)
+		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress, b.Progress.prepared)
 		return err
 	})
-	flushed := pipeline.Flush(built, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
+	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
 	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		s.toast.committed(b.Progress.seq)
 		if b.Progress.TxnLSN != 0 {

@@ -35,22 +35,40 @@ var emptyParams = []byte("[]")
 // replaces the row's stored state. Several changes of one row in a batch
 // collapse to the last: storage only ever shows batch boundaries.
 func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Result, error) {
-	return w.writeChanges(ctx, changes, nil)
+	return w.writeChanges(ctx, changes, nil, nil)
 }
 
 // writeChanges is WriteChanges recording p, when set, in the same
-// transaction as the ops (see WriteStream).
-func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *StreamProgress) (Result, error) {
+// transaction as the ops (see WriteStream), and using the state of the
+// rows read ahead when ahead is set (Prepared).
+func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *StreamProgress, ahead *readAhead) (Result, error) {
 	start := time.Now()
-	w.final, w.byRow = collapse(w.final, w.byRow, changes)
-	final := w.final
+	var final []*stages.Change
+	var prev *prevState
+	var tables []string
+	var keys []pgtype.UUID
+	if ahead != nil {
+		final, prev, tables, keys = ahead.p.final, &ahead.p.prev, ahead.p.tables, ahead.p.keys
+	} else {
+		w.final, w.byRow = collapse(w.final, w.byRow, changes)
+		final, prev = w.final, &w.prev
+		tables, keys = probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	}
 	var res Result
-	tables, keys := probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
-	prev := &w.prev
+	attempts := 0
 	head := func(b *pgx.Batch) {
 		b.Queue("SELECT pg_advisory_xact_lock($1, $2)", streamLockClass, w.group)
-		prev.reset(len(final))
-		b.Queue(loadPreviousSQL, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+		switch {
+		case ahead == nil || ahead.all || attempts > 0:
+			prev.reset(len(final))
+			b.Queue(loadPreviousSQL, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+		case len(ahead.stale) > 0:
+			// Rows a write since the read ahead changed: read again.
+			prev.forget(ahead.stale)
+			st, sk := probeSubset(final, ahead.stale)
+			b.Queue(loadPreviousSQL, w.group, st, sk).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+		}
+		attempts++
 		w.queueAllocate(b, estimateIDs(final))
 	}
 	err := w.write(ctx, head, func(tx pgx.Tx, tail *pgx.Batch) error {
@@ -126,7 +144,6 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		}
 		return nil
 	})
-	clear(w.final) // its pointers would keep the batch's memory alive
 	if err != nil {
 		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
 	}

@@ -33,12 +33,25 @@ type span struct{ start, end int32 }
 type prevState struct {
 	rows  []previous
 	arena []byte
+	// at, when set, maps a probe's ordinals to rows: the probe read the
+	// rows at these positions only (forget).
+	at []int32
 }
 
 // reset makes room for n rows, none found.
 func (s *prevState) reset(n int) {
 	s.rows = append(s.rows[:0], make([]previous, n)...)
 	s.arena = s.arena[:0]
+	s.at = nil
+}
+
+// forget drops what s holds of the rows at pos, for a probe that reads
+// them again (the next add calls number them in pos order).
+func (s *prevState) forget(pos []int32) {
+	for _, i := range pos {
+		s.rows[i] = previous{}
+	}
+	s.at = pos
 }
 
 func (s *prevState) bytes(sp span) []byte { return s.arena[sp.start:sp.end] }
@@ -116,6 +129,12 @@ func (s *prevState) add(v [][]byte) error {
 		return errPreviousFormat
 	}
 	i := int64(binary.BigEndian.Uint64(v[0])) - 1
+	if s.at != nil {
+		if i < 0 || i >= int64(len(s.at)) {
+			return fmt.Errorf("%w: ordinal %d of %d", errPreviousFormat, i+1, len(s.at))
+		}
+		i = int64(s.at[i])
+	}
 	if i < 0 || i >= int64(len(s.rows)) {
 		return fmt.Errorf("%w: ordinal %d of %d", errPreviousFormat, i+1, len(s.rows))
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/internal/freelist"
 	"github.com/syncpipe/syncpipe/stages"
 )
 
@@ -72,12 +74,12 @@ func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p Str
 	for {
 		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
 		if i < 0 {
-			res, err := w.writeChanges(ctx, items, &p)
+			res, err := w.writeChanges(ctx, items, &p, nil)
 			total.add(res)
 			return total, err
 		}
 		if i > 0 {
-			res, err := w.writeChanges(ctx, items[:i], nil)
+			res, err := w.writeChanges(ctx, items[:i], nil, nil)
 			total.add(res)
 			if err != nil {
 				return total, err
@@ -153,28 +155,65 @@ func (s *Store) StreamResume(ctx context.Context, group int) (p StreamProgress, 
 
 // StreamWriter writes one group's stream batches, one at a time, taking a
 // storage connection per batch and keeping its encode buffers grown from
-// batch to batch.
+// batch to batch. Prepare may read the next batch's stored state while a
+// Write runs.
 type StreamWriter struct {
 	s     *Store
 	group int
 	fence Fence
 	bufs  writeBufs
+
+	// done counts completed writes; history remembers the last ones, for
+	// judging what a Prepared read before they completed. Only Write
+	// changes them (Prepare reads done), and broken, set by a failed
+	// write, makes every later write read its rows itself.
+	done     atomic.Uint64
+	history  [writtenKept]written
+	broken   bool
+	prepared freelist.List[*Prepared]
 }
 
 // NewStreamWriter returns a stream writer for group whose writes carry f
 // (see Fence; the zero Fence checks nothing).
 func (s *Store) NewStreamWriter(group int, f Fence) *StreamWriter {
-	return &StreamWriter{s: s, group: group, fence: f}
+	return &StreamWriter{s: s, group: group, fence: f, prepared: freelist.List[*Prepared]{Max: writtenKept}}
 }
 
 // Write persists one stream batch durably with its progress (WriteStream).
-func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p StreamProgress) (Result, error) {
+// prep, when set, is the batch's stored state read ahead by Prepare (of
+// this writer and these changes); Write takes it over.
+func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p StreamProgress, prep *Prepared) (Result, error) {
+	if prep != nil {
+		defer sw.release(prep)
+	}
+	// After any failure, whether a write committed is unknown: nothing
+	// read ahead can be judged any more.
 	w, err := sw.s.newWriter(ctx, sw.group, sw.fence, &sw.bufs)
 	if err != nil {
+		sw.broken = true
 		return Result{}, err
 	}
 	defer w.Close()
-	return w.WriteStream(ctx, changes, p)
+	var res Result
+	if prep != nil {
+		stale, all := sw.stale(prep)
+		res, err = w.writeChanges(ctx, changes, &p, &readAhead{p: prep, stale: stale, all: all})
+	} else {
+		res, err = w.WriteStream(ctx, changes, p)
+	}
+	if err != nil {
+		sw.broken = true
+		return res, err
+	}
+	switch {
+	case prep != nil:
+		sw.remember(prep.final, false)
+	case slices.ContainsFunc(changes, func(c stages.Change) bool { return c.Kind == stages.Truncate }):
+		sw.remember(nil, true)
+	default:
+		sw.remember(w.final, false)
+	}
+	return res, nil
 }
 
 // Commit publishes a checkpoint of the writer's group at source position

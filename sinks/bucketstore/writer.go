@@ -165,6 +165,7 @@ func (w *Writer) Close() {
 	w.conn = nil
 	if w.home != nil {
 		clear(w.order) // its strings would keep the batch's memory alive
+		clear(w.final) // and its pointers
 		*w.home = writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0],
 			final: w.final[:0], byRow: w.byRow[:0], prev: w.prev}
 	}

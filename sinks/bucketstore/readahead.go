@@ -1,0 +1,160 @@
+package bucketstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// StageProbe names the pipeline stage that calls Prepare, in stage errors,
+// spans and summaries.
+const StageProbe = "probe"
+
+// Prepared is a stream batch's stored row state read ahead of its write
+// (StreamWriter.Prepare), while the batch before it is being written.
+//
+// Why: reading a row's stored state is an index probe per row, about half
+// of what storage spends on a stream change, and the single stream writer
+// is the stream's busiest stage. Read ahead, on a connection of its own,
+// the probe overlaps the previous batch's write instead of adding to it.
+//
+// The state read is exact for every row no write has touched since the
+// read began. The writes that have are known to the writer (they are its
+// own: a group's stream has one writer, see streamLockClass), so its write
+// reads those rows again, inside its transaction.
+type Prepared struct {
+	seq    uint64 // the writer's completed writes when the read began
+	final  []*stages.Change
+	byRow  []int32
+	prev   prevState
+	tables []string // the probe's arguments
+	keys   []pgtype.UUID
+}
+
+// readAhead is how a write uses a Prepared: the state it read, and which
+// of its rows (stale) or whether all of them a later write may have
+// changed.
+type readAhead struct {
+	p     *Prepared
+	stale []int32
+	all   bool
+}
+
+// written is what one completed stream write changed, for judging the
+// state read ahead of later writes.
+type written struct {
+	seq   uint64
+	rows  []rowKey // in collapse order
+	every bool     // it may have changed any row (a TRUNCATE)
+}
+
+// writtenKept is how many completed writes a StreamWriter remembers; a
+// Prepared older than that is read again in full (never in practice: a
+// stream has a few batches in flight).
+const writtenKept = 16
+
+// Prepare reads the stored state of changes' rows for a later Write of the
+// same changes. It returns nil, reading nothing, for a batch the write
+// must read itself (one with a TRUNCATE). Safe to call concurrently with
+// Write (that is its purpose), not with another Prepare.
+func (sw *StreamWriter) Prepare(ctx context.Context, changes []stages.Change) (*Prepared, error) {
+	for i := range changes {
+		if changes[i].Kind == stages.Truncate {
+			return nil, nil
+		}
+	}
+	p, ok := sw.prepared.Get()
+	if !ok {
+		p = &Prepared{}
+	}
+	p.seq = sw.done.Load() // before the read: a later write is judged stale
+	p.final, p.byRow = collapse(p.final, p.byRow, changes)
+	p.tables, p.keys = probeArgs(p.final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	p.prev.reset(len(p.final))
+	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "read stored row state")
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, loadPreviousSQL, sw.group, p.tables, p.keys)
+	if err != nil {
+		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
+	}
+	if err := scanPrevious(rows, &p.prev); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// stale returns the positions of p's rows that a write completed since p
+// was read may have changed, or all when it cannot tell.
+func (sw *StreamWriter) stale(p *Prepared) (pos []int32, all bool) {
+	done := sw.done.Load()
+	if sw.broken || done-p.seq > uint64(len(sw.history)) {
+		return nil, true
+	}
+	for i := range sw.history {
+		h := &sw.history[i]
+		if h.seq <= p.seq || h.seq > done {
+			continue
+		}
+		if h.every {
+			return nil, true
+		}
+		pos = appendCommon(pos, p.final, h.rows)
+	}
+	return pos, false
+}
+
+// appendCommon appends the positions of the rows of final that rows also
+// holds: both are in collapse order, so one merge walk finds them.
+func appendCommon(pos []int32, final []*stages.Change, rows []rowKey) []int32 {
+	i, j := 0, 0
+	for i < len(final) && j < len(rows) {
+		c := strings.Compare(final[i].Table.ID, rows[j].table)
+		if c == 0 {
+			c = bytes.Compare(final[i].Key[:], rows[j].key[:])
+		}
+		switch {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			pos = append(pos, int32(i))
+			i++
+			j++
+		}
+	}
+	return pos
+}
+
+// remember records a completed write of final (every: it may have
+// changed any row) as the writer's next.
+func (sw *StreamWriter) remember(final []*stages.Change, every bool) {
+	seq := sw.done.Load() + 1
+	h := &sw.history[seq%writtenKept]
+	h.seq, h.every, h.rows = seq, every, h.rows[:0]
+	for _, c := range final {
+		h.rows = append(h.rows, rowKey{c.Table.ID, c.Key})
+	}
+	sw.done.Store(seq)
+}
+
+// release gives p's memory back for another Prepare.
+func (sw *StreamWriter) release(p *Prepared) {
+	clear(p.final)
+	p.final, p.tables, p.keys = p.final[:0], nil, nil
+	sw.prepared.Put(p)
+}
+
+// probeSubset returns loadPreviousSQL's $2 and $3 for the rows of final at
+// pos.
+func probeSubset(final []*stages.Change, pos []int32) ([]string, []pgtype.UUID) {
+	return probeArgs(pos, func(i int32) (string, [16]byte) { return final[i].Table.ID, final[i].Key })
+}

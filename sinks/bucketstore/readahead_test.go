@@ -1,0 +1,117 @@
+package bucketstore
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/stages"
+)
+
+// TestPreparedStateReadBeforeAWrite checks state read ahead of writes that
+// complete before its own: rows those writes changed are read again inside
+// the write, so REMOVEs name the buckets rows are in when their batch is
+// applied — not those they were in when the state was read — and rows no
+// write touched use the state read ahead as is.
+func TestPreparedStateReadBeforeAWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	todos := registerTable(t, s, g.ID, "todos")
+	sw := s.NewStreamWriter(g.ID, Fence{})
+	in := func(bucket string, rows ...int) []stages.Change {
+		var cs []stages.Change
+		for _, i := range rows {
+			cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
+				Puts: []stages.Put{put(bucket, "todos", string(rune('a'+i)), `{}`)}})
+		}
+		return cs
+	}
+	lsn := StreamProgress{}
+	write := func(cs []stages.Change, prep *Prepared) {
+		t.Helper()
+		lsn.LSN += 10
+		if _, err := sw.Write(ctx, cs, lsn, prep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prepare := func(cs []stages.Change) *Prepared {
+		t.Helper()
+		p, err := sw.Prepare(ctx, cs)
+		if err != nil || p == nil {
+			t.Fatalf("Prepare: %v, %v", p, err)
+		}
+		return p
+	}
+	write(in("1#b1[]", 1, 2, 3), nil)
+
+	// Rows 1 and 2 move to b2 after the state of this batch was read: the
+	// batch must take them out of b2, and row 3 (untouched) out of b1.
+	third := in("1#b3[]", 1, 3)
+	early := prepare(third)
+	write(in("1#b2[]", 1, 2), nil)
+	before := len(ops(t, s, g.ID))
+	write(third, early)
+	got := opSummary(ops(t, s, g.ID)[before:])
+	want := []string{"REMOVE 1#b2[] b", "REMOVE 1#b1[] d", "PUT 1#b3[] b", "PUT 1#b3[] d"}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("ops of the batch read ahead: %q, want %q", got, want)
+	}
+
+	// A TRUNCATE in between may have changed any row.
+	back := in("1#b1[]", 1)
+	early = prepare(back)
+	if _, err := sw.Prepare(ctx, []stages.Change{{Table: todos, Kind: stages.Truncate}}); err != nil {
+		t.Fatal(err)
+	}
+	write([]stages.Change{{Table: todos, Kind: stages.Truncate}}, nil)
+	before = len(ops(t, s, g.ID))
+	write(back, early)
+	if got := opSummary(ops(t, s, g.ID)[before:]); !slices.Equal(got, []string{"PUT 1#b1[] b"}) {
+		t.Fatalf("ops after a truncate: %q, want the PUT alone", got)
+	}
+
+	// After a failed write nothing read ahead is trusted.
+	early = prepare(in("1#b2[]", 1))
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := sw.Write(cctx, in("1#b4[]", 1), lsn, nil); err == nil {
+		t.Fatal("write with a cancelled context succeeded")
+	}
+	if stale, all := sw.stale(early); !all {
+		t.Fatalf("after a failed write: stale %v, want all", stale)
+	}
+}
+
+// TestAppendCommon checks the merge walk that finds a batch's rows in a
+// completed write.
+func TestAppendCommon(t *testing.T) {
+	a, b := &stages.Table{ID: "a"}, &stages.Table{ID: "b"}
+	var changes []stages.Change
+	for _, tk := range []struct {
+		t *stages.Table
+		k int
+	}{{a, 1}, {a, 2}, {a, 3}, {b, 1}, {b, 4}} {
+		changes = append(changes, stages.Change{Table: tk.t, Key: key(tk.k)})
+	}
+	final, _ := collapse(nil, nil, changes)
+	var rows []rowKey
+	for _, c := range final {
+		if c.Key == key(2) || c.Table == b {
+			rows = append(rows, rowKey{c.Table.ID, c.Key})
+		}
+	}
+	rows = append(rows, rowKey{"c", key(9)})
+	got := appendCommon(nil, final, rows)
+	var want []int32
+	for i, c := range final {
+		if c.Key == key(2) || c.Table == b {
+			want = append(want, int32(i))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("appendCommon = %v, want %v", got, want)
+	}
+}
