@@ -16,7 +16,8 @@
 // read (postgres.SnapshotReader) → stages.Eval → stages.Build → flush →
 // ordered commit, the stream is read (the slot, with relation binding,
 // re-shapes and re-reads: streamer.go) → decode (streamdecode.go) →
-// stages.Eval → stages.Build → one writer → commit. This package keeps the
+// stages.Eval → stages.Build → probe (the rows' stored state, read while
+// the batch before is written) → one writer → commit. This package keeps the
 // assembly: groups, units, scheduling, checkpoints, errors.
 //
 // Pipelines with a sink other than bucket storage run in a SinkRunner

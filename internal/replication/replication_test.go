@@ -213,6 +213,26 @@ func TestStreamAppliesChanges(t *testing.T) {
 	e.waitCheckpoint(t, ctx)
 	sameBuckets(t, e.buckets(t), e.expected(t))
 
+	// A burst of transactions moving the same rows back and forth between
+	// two lists: batches queue up, so a batch's stored state is read ahead
+	// while earlier batches that move the same rows are still being
+	// written — and the state read then looks the same as the batch's own
+	// (the list of two moves ago), which must not spare the REMOVE from
+	// the list in between.
+	for i := range 150 {
+		if _, err := e.src.Exec(ctx, `UPDATE todos SET list_id = (SELECT id FROM lists ORDER BY id OFFSET $1 LIMIT 1)
+			WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 10 OFFSET $2)`, i%2, i%3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitCheckpoint(t, ctx)
+	sameBuckets(t, e.buckets(t), e.expected(t))
+	st := e.store.Stats()
+	if st.StateReadAhead == 0 {
+		t.Errorf("no stream row was written with its stored state read ahead (stats %+v)", st)
+	}
+	t.Logf("stream rows with state read ahead: %d, read again: %d", st.StateReadAhead, st.StateReadAgain)
+
 	if _, err := e.src.Exec(ctx, `TRUNCATE todos`); err != nil {
 		t.Fatal(err)
 	}

@@ -75,8 +75,8 @@ func closeCtx() (context.Context, context.CancelFunc) {
 }
 
 // stream applies the group's slot to storage until ctx ends: read →
-// decode → eval → build → one writer (changes of a row must apply in
-// order) → commit: publish a checkpoint, make storage durable, then
+// decode → eval → build → probe → one writer (changes of a row must apply
+// in order) → commit: publish a checkpoint, make storage durable, then
 // acknowledge the LSN to the source. Every connection it opens is closed
 // on every way out, with bounded I/O.
 func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) (err error) {
@@ -189,19 +189,27 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	var acks sync.WaitGroup
 	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
 	// The stored state of a batch's rows is read while the batch before
-	// it is written (bucketstore.Prepared).
+	// it is written (bucketstore.Prepared), and handed to the writer by
+	// the batch's seq: stages carry items, not side data.
+	var prepared sync.Map // seq → *bucketstore.Prepared
 	probed := pipeline.Process(built, pipeline.StageConfig{Name: bucketstore.StageProbe},
 		func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) (pipeline.Batch[stages.Change, streamPos], error) {
 			ctx, cancel := r.storageCtx(ctx)
 			defer cancel()
-			var err error
-			b.Progress.prepared, err = w.Prepare(ctx, b.Items)
+			prep, err := w.Prepare(ctx, b.Items)
+			if prep != nil {
+				prepared.Store(b.Seq, prep)
+			}
 			return b, err
 		})
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
-		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress, b.Progress.prepared)
+		var prep *bucketstore.Prepared
+		if v, ok := prepared.LoadAndDelete(b.Seq); ok {
+			prep = v.(*bucketstore.Prepared)
+		}
+		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress, prep)
 		return err
 	})
 	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})

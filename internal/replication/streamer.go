@@ -20,9 +20,6 @@ import (
 type streamPos struct {
 	bucketstore.StreamProgress
 	seq uint64
-	// prepared is the batch's stored row state, read by the probe stage
-	// for the writer.
-	prepared *bucketstore.Prepared
 }
 
 // streamBatch is one batch of the stream pipeline as its read stage makes

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -108,7 +109,9 @@ func (sw *StreamWriter) stale(p *Prepared) (pos []int32, all bool) {
 		}
 		pos = appendCommon(pos, p.final, h.rows)
 	}
-	return pos, false
+	// A row written twice since is read again once.
+	slices.Sort(pos)
+	return slices.Compact(pos), false
 }
 
 // appendCommon appends the positions of the rows of final that rows also

@@ -60,8 +60,19 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 		t.Fatalf("ops of the batch read ahead: %q, want %q", got, want)
 	}
 
+	// Back where the state read ahead saw it: the same membership must
+	// not spare the REMOVE from where the write in between put it.
+	back := in("1#b3[]", 2)
+	early = prepare(in("1#b2[]", 2))
+	write(back, nil)
+	before = len(ops(t, s, g.ID))
+	write(in("1#b2[]", 2), early)
+	if got := opSummary(ops(t, s, g.ID)[before:]); !slices.Equal(got, []string{"REMOVE 1#b3[] c", "PUT 1#b2[] c"}) {
+		t.Fatalf("ops of a row moved back: %q, want its REMOVE from 1#b3[] and PUT", got)
+	}
+
 	// A TRUNCATE in between may have changed any row.
-	back := in("1#b1[]", 1)
+	back = in("1#b1[]", 1)
 	early = prepare(back)
 	if _, err := sw.Prepare(ctx, []stages.Change{{Table: todos, Kind: stages.Truncate}}); err != nil {
 		t.Fatal(err)

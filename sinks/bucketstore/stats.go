@@ -21,10 +21,15 @@ type Stats struct {
 	// ParameterQueries counts parameter lookup queries (ParameterRows
 	// calls that reached storage).
 	ParameterQueries int64
+	// StateReadAhead counts stream rows written with their stored state
+	// read ahead (StreamWriter.Prepare), StateReadAgain those of them a
+	// write read again because a write in between may have changed them.
+	StateReadAhead, StateReadAgain int64
 }
 
 type counters struct {
 	rows, ops, params, bytes, writes, writeNanos, retries, paramQueries atomic.Int64
+	readAhead, readAgain                                                atomic.Int64
 }
 
 func (c *counters) record(r Result, d time.Duration) {
@@ -43,6 +48,7 @@ func (s *Store) Stats() Stats {
 		Rows: c.rows.Load(), Ops: c.ops.Load(), Params: c.params.Load(), Bytes: c.bytes.Load(),
 		Writes: c.writes.Load(), WriteTime: time.Duration(c.writeNanos.Load()), Retries: c.retries.Load(),
 		ParameterQueries: c.paramQueries.Load(),
+		StateReadAhead:   c.readAhead.Load(), StateReadAgain: c.readAgain.Load(),
 	}
 }
 

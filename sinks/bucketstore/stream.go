@@ -195,8 +195,13 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 	}
 	defer w.Close()
 	var res Result
+	again := 0 // rows of prep read again
 	if prep != nil {
 		stale, all := sw.stale(prep)
+		again = len(stale)
+		if all {
+			again = len(prep.final)
+		}
 		res, err = w.writeChanges(ctx, changes, &p, &readAhead{p: prep, stale: stale, all: all})
 	} else {
 		res, err = w.WriteStream(ctx, changes, p)
@@ -207,6 +212,8 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 	}
 	switch {
 	case prep != nil:
+		sw.s.counters.readAhead.Add(int64(len(prep.final)))
+		sw.s.counters.readAgain.Add(int64(again))
 		sw.remember(prep.final, false)
 	case slices.ContainsFunc(changes, func(c stages.Change) bool { return c.Kind == stages.Truncate }):
 		sw.remember(nil, true)
