@@ -96,6 +96,9 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		// new one, and the client, which knows objects by type and id, must
 		// see the PUT last whatever order the two ids sort in.
 		for i, c := range final {
+			if prev.rows[i].unchanged {
+				continue
+			}
 			elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
 				if !hasPut(c.Puts, m) {
 					bucket, typ, id := splitMember(m)
@@ -126,12 +129,14 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		}
 		for i, c := range final {
 			res.Rows++
-			elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
-				if !hasLookup(c.Lookups, lk) {
-					w.encodeParam(c, lk, emptyParams, take(), &res)
-				}
-				return true
-			})
+			if !prev.rows[i].unchanged {
+				elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
+					if !hasLookup(c.Lookups, lk) {
+						w.encodeParam(c, lk, emptyParams, take(), &res)
+					}
+					return true
+				})
+			}
 			for j := range c.Lookups {
 				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
 			}
@@ -208,7 +213,7 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.
 	upserts := 0
 	for i, c := range final {
 		if p := &prev.rows[i]; p.found {
-			if prev.same(p, c) {
+			if p.unchanged = prev.same(p, c); p.unchanged {
 				continue
 			}
 			tids = append(tids, p.tid)

@@ -23,6 +23,9 @@ type previous struct {
 	buckets span       // text[] of membership elements (copyBuf.elemMember)
 	lookups span       // bytea[] of lookup keys; empty span: NULL
 	data    span       // bytea; NULL and empty alike (as Change.RowData)
+	// unchanged is set by the write once it found the row's new state
+	// the same (prevState.same): it then has nothing to remove.
+	unchanged bool
 }
 
 // span is a slice of the arena: [start, end); zero is empty.
