@@ -60,10 +60,14 @@ type written struct {
 const writtenKept = 16
 
 // Prepare reads the stored state of changes' rows for a later Write of the
-// same changes. It returns nil, reading nothing, for a batch the write
-// must read itself (one with a TRUNCATE). Safe to call concurrently with
-// Write (that is its purpose), not with another Prepare.
+// same changes. It returns nil, reading nothing, for a batch with nothing
+// to read and for one the write must read itself (one with a TRUNCATE).
+// Safe to call concurrently with Write (that is its purpose), not with
+// another Prepare.
 func (sw *StreamWriter) Prepare(ctx context.Context, changes []stages.Change) (*Prepared, error) {
+	if len(changes) == 0 {
+		return nil, nil
+	}
 	for i := range changes {
 		if changes[i].Kind == stages.Truncate {
 			return nil, nil
