@@ -146,7 +146,7 @@ func TestReplicationMetrics(t *testing.T) {
 	check(fmt.Sprintf("slot %s wal_status: reserved %v, lost %v", slot, reserved, lost), reserved == 1 && lostOK && lost == 0)
 	active, _ := sample(ss, "syncpipe_slot_active", "slot", slot)
 	check(fmt.Sprintf("slot %s active %v, want 1", slot, active), active == 1)
-	for _, stage := range []string{"read", "decode", "eval", "build", "flush", "commit"} {
+	for _, stage := range []string{"read", "decode", "eval", "build", "probe", "flush", "commit"} {
 		busy, _ := sample(ss, "syncpipe_stage_busy_seconds_total", "phase", "stream", "stage", stage)
 		check(fmt.Sprintf("stream stage %s busy %v s, want > 0", stage, busy), busy > 0)
 	}

@@ -36,7 +36,7 @@ func (s span) attr(key string) string {
 
 // TestRunTraceShowsEveryStreamStage runs `syncpipe run -trace stdout` and
 // streams a few transactions: every streamed batch must have one span per
-// stage — read, decode, eval, build, flush and commit — and the stage-time
+// stage — read, decode, eval, build, probe, flush and commit — and the stage-time
 // summary at exit must list them.
 func TestRunTraceShowsEveryStreamStage(t *testing.T) {
 	if testing.Short() {
@@ -81,7 +81,7 @@ func TestRunTraceShowsEveryStreamStage(t *testing.T) {
 		}
 		stages[seq][s.Name[strings.LastIndex(s.Name, "/")+1:]] = true // spans are named pipeline/stage
 	}
-	want := []string{"read", "decode", "eval", "build", "flush", "commit"}
+	want := []string{"read", "decode", "eval", "build", "probe", "flush", "commit"}
 	full := 0
 	for _, seen := range stages {
 		all := true
