@@ -85,62 +85,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 		if err := w.allocate(ctx, tx, need); err != nil {
 			return err
 		}
-		w.ops.reset()
-		w.params.reset()
-		w.changed.reset(true)
-		next := 0
-		take := func() int64 { id := w.ids[next]; next++; return id }
-		// Every REMOVE of the batch precedes every PUT: a row whose replica
-		// id changed (a key update, or any update under REPLICA IDENTITY
-		// FULL) leaves its object under the old id and enters it under the
-		// new one, and the client, which knows objects by type and id, must
-		// see the PUT last whatever order the two ids sort in.
-		for i, c := range final {
-			if prev.rows[i].unchanged {
-				continue
-			}
-			elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
-				if !hasPut(c.Puts, m) {
-					bucket, typ, id := splitMember(m)
-					w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
-					w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), &res)
-				}
-				return true
-			})
-		}
-		// PUTs go in bucket order, as in a snapshot write: each bucket's
-		// ops of the batch then share heap pages, and the primary key's
-		// inserts walk its leaves in order instead of at random.
-		w.order = w.order[:0]
-		for i, c := range final {
-			for j := range c.Puts {
-				w.order = append(w.order, putRef{c.Puts[j].Bucket, int32(i), int32(j)})
-			}
-		}
-		slices.SortFunc(w.order, func(a, b putRef) int {
-			if c := strings.Compare(a.bucket, b.bucket); c != 0 {
-				return c
-			}
-			return cmp.Or(cmp.Compare(a.change, b.change), cmp.Compare(a.put, b.put))
-		})
-		for _, r := range w.order {
-			c := final[r.change]
-			w.encodePut(c, &c.Puts[r.put], take(), &res)
-		}
-		for i, c := range final {
-			res.Rows++
-			if !prev.rows[i].unchanged {
-				elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
-					if !hasLookup(c.Lookups, lk) {
-						w.encodeParam(c, lk, emptyParams, take(), &res)
-					}
-					return true
-				})
-			}
-			for j := range c.Lookups {
-				w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), &res)
-			}
-		}
+		w.encodeStream(final, prev, &res)
 		if err := w.flushOps(ctx, tx, tail, &res); err != nil {
 			return err
 		}
@@ -154,6 +99,67 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 	}
 	w.s.counters.record(res, time.Since(start))
 	return res, nil
+}
+
+// encodeStream encodes the ops and parameter entries of a stream write of
+// final, whose rows' stored state is prev, taking op ids from w.ids.
+func (w *Writer) encodeStream(final []*stages.Change, prev *prevState, res *Result) {
+	w.ops.reset()
+	w.params.reset()
+	w.changed.reset(true)
+	next := 0
+	take := func() int64 { id := w.ids[next]; next++; return id }
+	// Every REMOVE of the batch precedes every PUT: a row whose replica
+	// id changed (a key update, or any update under REPLICA IDENTITY
+	// FULL) leaves its object under the old id and enters it under the
+	// new one, and the client, which knows objects by type and id, must
+	// see the PUT last whatever order the two ids sort in.
+	for i, c := range final {
+		if prev.rows[i].unchanged {
+			continue
+		}
+		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
+			if !hasPut(c.Puts, m) {
+				bucket, typ, id := splitMember(m)
+				w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
+				w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), res)
+			}
+			return true
+		})
+	}
+	// PUTs go in bucket order, as in a snapshot write: each bucket's ops
+	// of the batch then share heap pages, and the primary key's inserts
+	// walk its leaves in order instead of at random.
+	w.order = w.order[:0]
+	for i, c := range final {
+		for j := range c.Puts {
+			w.order = append(w.order, putRef{c.Puts[j].Bucket, int32(i), int32(j)})
+		}
+	}
+	slices.SortFunc(w.order, func(a, b putRef) int {
+		if c := strings.Compare(a.bucket, b.bucket); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.change, b.change), cmp.Compare(a.put, b.put))
+	})
+	for _, r := range w.order {
+		c := final[r.change]
+		w.encodePut(c, &c.Puts[r.put], take(), res)
+	}
+	for i, c := range final {
+		res.Rows++
+		if !prev.rows[i].unchanged {
+			elems(prev.bytes(prev.rows[i].lookups), func(lk []byte) bool {
+				if !hasLookup(c.Lookups, lk) {
+					w.encodeParam(c, lk, emptyParams, take(), res)
+				}
+				return true
+			})
+		}
+		for j := range c.Lookups {
+			w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), res)
+		}
+	}
 }
 
 // collapse keeps the last change per row, ordered by (table id, key): the
