@@ -68,10 +68,8 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []stages.Change) (*
 	if len(changes) == 0 {
 		return nil, nil
 	}
-	for i := range changes {
-		if changes[i].Kind == stages.Truncate {
-			return nil, nil
-		}
+	if slices.ContainsFunc(changes, isTruncate) {
+		return nil, nil
 	}
 	p, ok := sw.prepared.Get()
 	if !ok {

@@ -72,7 +72,7 @@ func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p Str
 	var total Result
 	items := changes
 	for {
-		i := slices.IndexFunc(items, func(c stages.Change) bool { return c.Kind == stages.Truncate })
+		i := slices.IndexFunc(items, isTruncate)
 		if i < 0 {
 			res, err := w.writeChanges(ctx, items, &p, nil)
 			total.add(res)
@@ -93,6 +93,10 @@ func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p Str
 		items = items[i+1:]
 	}
 }
+
+// isTruncate reports whether c is a TRUNCATE item, which WriteStream
+// writes apart from the changes around it.
+func isTruncate(c stages.Change) bool { return c.Kind == stages.Truncate }
 
 // queueProgress queues writing p on tail, the statements that run last in
 // their transaction, so the group row is locked only for the commit
@@ -215,7 +219,7 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 		sw.s.counters.readAhead.Add(int64(len(prep.final)))
 		sw.s.counters.readAgain.Add(int64(again))
 		sw.remember(prep.final, false)
-	case slices.ContainsFunc(changes, func(c stages.Change) bool { return c.Kind == stages.Truncate }):
+	case slices.ContainsFunc(changes, isTruncate):
 		sw.remember(nil, true)
 	default:
 		sw.remember(w.final, false)

@@ -50,17 +50,12 @@ type Writer struct {
 	conn   *pgxpool.Conn
 	broken bool
 
-	cur, ops, params copyBuf
-	ids              []int64
-	blocks           []int64 // allocate's nextval results
-	fresh            []bool
-	subkey           []byte
-	changed          changeRecord     // what this transaction touched (changerecords.go)
-	order            []putRef         // a snapshot batch's PUTs in bucket order
-	final            []*stages.Change // a stream batch's changes, one per row (collapse)
-	byRow            []int32          // collapse's scratch space
-	prev             prevState        // the stored state of final's rows
-	home             *writeBufs       // where Close returns the buffers; nil = dropped
+	writeBufs
+	blocks  []int64 // allocate's nextval results
+	fresh   []bool
+	subkey  []byte
+	changed changeRecord // what this transaction touched (changerecords.go)
+	home    *writeBufs   // where Close returns the buffers; nil = dropped
 
 	// beforeCommit, when set by tests, runs just before each commit, to
 	// widen race windows.
@@ -119,8 +114,7 @@ func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBu
 	}
 	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home}
 	if home != nil {
-		w.cur, w.ops, w.params, w.ids, w.order = home.cur, home.ops, home.params, home.ids, home.order
-		w.final, w.byRow, w.prev = home.final, home.byRow, home.prev
+		w.writeBufs = *home
 	}
 	return w, nil
 }
@@ -129,10 +123,10 @@ func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBu
 type writeBufs struct {
 	cur, ops, params copyBuf
 	ids              []int64
-	order            []putRef
-	final            []*stages.Change
-	byRow            []int32
-	prev             prevState
+	order            []putRef         // a snapshot batch's PUTs in bucket order
+	final            []*stages.Change // a stream batch's changes, one per row (collapse)
+	byRow            []int32          // collapse's scratch space
+	prev             prevState        // the stored state of final's rows
 }
 
 // maxSpareBufs bounds the store's shelf of encode buffers kept between
@@ -166,11 +160,11 @@ func (w *Writer) Close() {
 	if w.home != nil {
 		clear(w.order) // its strings would keep the batch's memory alive
 		clear(w.final) // and its pointers
-		*w.home = writeBufs{cur: w.cur, ops: w.ops, params: w.params, ids: w.ids[:0], order: w.order[:0],
-			final: w.final[:0], byRow: w.byRow[:0], prev: w.prev}
+		b := &w.writeBufs
+		b.ids, b.order, b.final, b.byRow = b.ids[:0], b.order[:0], b.final[:0], b.byRow[:0]
+		*w.home = *b
 	}
-	w.cur, w.ops, w.params, w.ids, w.order = copyBuf{}, copyBuf{}, copyBuf{}, nil, nil
-	w.final, w.byRow, w.prev = nil, nil, prevState{}
+	w.writeBufs = writeBufs{}
 }
 
 // write runs a write transaction (batchTx: head queues statements sent
