@@ -9,10 +9,12 @@ import (
 )
 
 // TestBatchesHoldWholeTransactions commits five 3-row transactions and reads
-// them with MaxTxns 2: batches of 2, 2 and 1 transactions, none split.
+// them with MaxTxns 2: batches of 2, 2 and 1 transactions, none split. The
+// first two calls wait up to 30 s, so only MaxTxns can end them however
+// slowly a loaded machine's walsender sends; the last ends on MaxWait.
 func TestBatchesHoldWholeTransactions(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t, time.Minute)
+	ctx := ctxT(t, 2*time.Minute)
 	e := newEnv(ctx, t, "CREATE TABLE items (id int PRIMARY KEY, txn int)")
 	s := e.stream(ctx, Config{StartLSN: e.start})
 	for i := range 5 {
@@ -21,10 +23,13 @@ func TestBatchesHoldWholeTransactions(t *testing.T) {
 			fmt.Sprintf("INSERT INTO items VALUES (%d, %d)", 3*i+1, i),
 			fmt.Sprintf("INSERT INTO items VALUES (%d, %d)", 3*i+2, i))
 	}
-	lim := BatchLimits{MaxTxns: 2, MaxWait: 300 * time.Millisecond}
 	var sizes []int
 	next := 0
 	for next < 5 {
+		lim := BatchLimits{MaxTxns: 2, MaxWait: 30 * time.Second}
+		if next == 4 {
+			lim.MaxWait = 300 * time.Millisecond
+		}
 		b, err := s.Next(ctx, lim)
 		if err != nil {
 			t.Fatal(err)
