@@ -1,6 +1,7 @@
 package logrepl
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -163,5 +164,45 @@ func TestResumeFromAcknowledged(t *testing.T) {
 		if err := s2.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestCloseReachesAnIdleReader closes a stream whose reader waits on a
+// socket that will stay silent for minutes (status interval and receive
+// timeout far off): Close must reach the blocked receive through its read
+// deadline at once, and leave the connection usable for a command after
+// the final status update.
+func TestCloseReachesAnIdleReader(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t, time.Minute)
+	e := newEnv(ctx, t, "CREATE TABLE items (id int PRIMARY KEY)")
+	rc := e.replConn(ctx)
+	s, err := Start(ctx, rc, Config{Slot: e.slot, StartLSN: e.start, StatusInterval: 10 * time.Minute, ReceiveTimeout: 20 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(ctx, "INSERT INTO items VALUES (1)")
+	for got := 0; got == 0; {
+		b, err := s.Next(ctx, BatchLimits{MaxWait: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = b.Changes
+		s.Ack(b.EndLSN)
+	}
+	// The reader now waits for a message that nothing will send.
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	// Unstopped, the receive waited for the server's next keepalive (about
+	// 10 s here); stopped, it returns in well under a millisecond.
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("Close took %s: the blocked receive was not interrupted", d)
+	}
+	if _, err := LookupSlot(ctx, rc, e.slot); err != nil {
+		t.Fatalf("connection after Close: %v", err)
 	}
 }

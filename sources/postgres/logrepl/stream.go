@@ -116,6 +116,7 @@ type Stream struct {
 
 	ctx    context.Context // reader lifetime, cancelled by Close
 	cancel context.CancelFunc
+	recv   *recvDeadline // bounds the reader's receives; Close stops it
 	done   chan struct{} // closed when the reader has exited
 	err    error         // reader's exit error, readable after done
 
@@ -202,6 +203,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 		entries:        make(chan []segment, entryDepth),
 		dec:            newDecoder(start, cfg.Relations),
 		delivered:      start,
+		recv:           &recvDeadline{conn: conn.Conn()},
 	}
 	if cfg.segmentChanges > 0 {
 		s.dec.segChanges = cfg.segmentChanges
@@ -282,6 +284,7 @@ func (s *Stream) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.cancel()
+		s.recv.stop()
 		<-s.done
 		s.closeErr = s.finish(ctx)
 	})
@@ -335,11 +338,10 @@ func (s *Stream) sendStatus(askReply bool) error {
 func (s *Stream) run() {
 	defer close(s.done)
 	s.err = s.loop()
+	s.recv.release()
 }
 
 func (s *Stream) loop() error {
-	var rt recvTimer
-	defer rt.stop()
 	lastRecv := time.Now()
 	nextStatus := lastRecv // report the start position at once
 	for s.ctx.Err() == nil {
@@ -363,13 +365,18 @@ func (s *Stream) loop() error {
 		if len(s.dec.out) > 0 {
 			wake = earliest(wake, time.Now().Add(retryDelay))
 		}
-		recvCtx := rt.until(s.ctx, wake)
-		msg, err := s.conn.ReceiveMessage(recvCtx)
+		if ok, err := s.recv.arm(wake); !ok {
+			return nil // Close
+		} else if err != nil {
+			return fmt.Errorf("receive from replication slot %s: set deadline: %w", s.cfg.Slot, err)
+		}
+		// No context: the deadline bounds the receive (see recvDeadline).
+		msg, err := s.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return nil // Close
 			}
-			if pgconn.Timeout(err) || recvCtx.Err() != nil {
+			if pgconn.Timeout(err) {
 				if time.Since(lastRecv) >= s.receiveTimeout {
 					return &Error{Kind: ErrReceiveTimeout, Err: err, Msg: fmt.Sprintf(
 						"no data from the source for %s: reconnecting", s.receiveTimeout.Round(time.Millisecond))}
@@ -472,27 +479,4 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// recvTimer reuses one deadline context for many receives: a new one is made
-// only when the old expired or an earlier wake-up is needed.
-type recvTimer struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	deadline time.Time
-}
-
-func (r *recvTimer) until(parent context.Context, wake time.Time) context.Context {
-	if r.ctx == nil || r.ctx.Err() != nil || wake.Before(r.deadline) {
-		r.stop()
-		r.ctx, r.cancel = context.WithDeadline(parent, wake)
-		r.deadline = wake
-	}
-	return r.ctx
-}
-
-func (r *recvTimer) stop() {
-	if r.cancel != nil {
-		r.cancel()
-	}
 }
