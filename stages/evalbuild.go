@@ -116,16 +116,19 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 		e := &in[i]
 		spec := e.Spec
 		t := spec.Table
-		switch e.Kind {
-		case Truncate:
+		if e.Kind == Truncate {
 			out = append(out, Change{Table: t, Kind: Truncate})
 			continue
-		case Delete:
-			out = append(out, Change{Table: t, Kind: Delete, Key: ReplicaID(rk, spec, e.Row),
+		}
+		key := e.Key
+		if !e.KeyKnown {
+			key = ReplicaID(rk, spec, e.Row)
+		}
+		if e.Kind == Delete {
+			out = append(out, Change{Table: t, Kind: Delete, Key: key,
 				TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			continue
 		}
-		key := ReplicaID(rk, spec, e.Row)
 		if e.Old != nil {
 			if old := ReplicaID(rk, spec, e.Old); old != key {
 				out = append(out, Change{Table: t, Kind: Delete, Key: old,

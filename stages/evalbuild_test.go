@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -101,4 +102,24 @@ func normal(c Change) Change {
 		c.Lookups = nil
 	}
 	return c
+}
+
+// TestBuildTakesAKnownKey: a row change whose decoder already computed its
+// replica id (KeyKnown) is built under that id, not hashed again; one
+// without is hashed.
+func TestBuildTakesAKnownKey(t *testing.T) {
+	_, todoSpec := todoSpecs(t)
+	row := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"), syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
+	var rk checksum.ReplicaKey
+	hashed := ReplicaID(&rk, todoSpec, row)
+	known := [16]byte{1, 2, 3} // not the row's hash: shows which one build used
+	in := []Evaluated{
+		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row, Key: known, KeyKnown: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: Delete, Row: row, Key: known, KeyKnown: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row}},
+	}
+	got := build(&rk, in, 0)
+	if len(got) != 3 || got[0].Key != known || got[1].Key != known || got[2].Key != hashed {
+		t.Fatalf("keys %x, want %x, %x, %x", []any{got[0].Key, got[1].Key, got[2].Key}, known, known, hashed)
+	}
 }

@@ -83,7 +83,8 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 			return rc, err
 		}
 		rc.Kind, rc.Row = stages.Delete, row
-		d.toast.remember(lay.spec, d.replicaID(lay, row), nil, seq)
+		rc.Key, rc.KeyKnown = d.replicaID(lay, row), true
+		d.toast.remember(lay.spec, rc.Key, nil, seq)
 		return rc, nil
 	}
 	row, missing, err := postgres.DecodeTuple(&lay.st, c.New)
@@ -109,6 +110,8 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 		}
 	}
 	rc.Row = row
+	// A merge may have filled identity columns the key was made without.
+	rc.Key, rc.KeyKnown = key, len(missing) == 0
 	if prev != key { // after the merge, which read the row under its old key
 		d.toast.remember(lay.spec, prev, nil, seq)
 	}
