@@ -211,6 +211,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 	s.acked.Store(uint64(start))
 	s.deliveredMax.Store(uint64(start))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	pace(conn, true)
 	go s.run()
 	return s, nil
 }
@@ -339,6 +340,7 @@ func (s *Stream) run() {
 	defer close(s.done)
 	s.err = s.loop()
 	s.recv.release()
+	pace(s.conn, false) // Close's exchange and later commands are not paced
 }
 
 func (s *Stream) loop() error {
