@@ -42,16 +42,16 @@ func Connect(ctx context.Context, connString string) (*pgconn.PgConn, error) {
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
-	var paced *pacedReader // the last connection attempt's
+	var batching *batchingReader // the last connection attempt's
 	cfg.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		paced = &pacedReader{r: r}
-		return pgproto3.NewFrontend(bufio.NewReaderSize(paced, streamReadBuffer), w)
+		batching = &batchingReader{r: r}
+		return pgproto3.NewFrontend(bufio.NewReaderSize(batching, streamReadBuffer), w)
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, classifyConnect(err, cfg.User)
 	}
-	conn.CustomData()[pacedReaderKey] = paced
+	conn.CustomData()[batchingReaderKey] = batching
 	return conn, nil
 }
 

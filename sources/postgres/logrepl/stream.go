@@ -116,9 +116,10 @@ type Stream struct {
 
 	ctx    context.Context // reader lifetime, cancelled by Close
 	cancel context.CancelFunc
-	recv   *recvDeadline // bounds the reader's receives; Close stops it
-	done   chan struct{} // closed when the reader has exited
-	err    error         // reader's exit error, readable after done
+	recv   *recvDeadline   // bounds the reader's receives; Close stops it
+	batch  *batchingReader // batches the reads of a busy stream; may be nil
+	done   chan struct{}   // closed when the reader has exited
+	err    error           // reader's exit error, readable after done
 
 	entries chan []segment
 
@@ -204,6 +205,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 		dec:            newDecoder(start, cfg.Relations),
 		delivered:      start,
 		recv:           &recvDeadline{conn: conn.Conn()},
+		batch:          batchingFor(conn),
 	}
 	if cfg.segmentChanges > 0 {
 		s.dec.segChanges = cfg.segmentChanges
@@ -211,7 +213,9 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 	s.acked.Store(uint64(start))
 	s.deliveredMax.Store(uint64(start))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	pace(conn, true)
+	if s.batch != nil {
+		s.batch.start(conn.Conn())
+	}
 	go s.run()
 	return s, nil
 }
@@ -339,8 +343,10 @@ func (s *Stream) sendStatus(askReply bool) error {
 func (s *Stream) run() {
 	defer close(s.done)
 	s.err = s.loop()
+	if s.batch != nil {
+		s.batch.stop() // Close's exchange and later commands read small replies
+	}
 	s.recv.release()
-	pace(s.conn, false) // Close's exchange and later commands are not paced
 }
 
 func (s *Stream) loop() error {
@@ -366,6 +372,9 @@ func (s *Stream) loop() error {
 		wake := earliest(nextStatus, lastRecv.Add(s.receiveTimeout))
 		if len(s.dec.out) > 0 {
 			wake = earliest(wake, time.Now().Add(retryDelay))
+		}
+		if s.batch != nil && s.batch.busy.Load() {
+			wake = earliest(wake, time.Now().Add(lowatTick)) // what came short of lowatBytes
 		}
 		if ok, err := s.recv.arm(wake); !ok {
 			return nil // Close
