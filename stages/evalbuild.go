@@ -121,7 +121,7 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 			continue
 		}
 		key := e.Key
-		if !e.KeyKnown {
+		if !e.Derived {
 			key = ReplicaID(rk, spec, e.Row)
 		}
 		if e.Kind == Delete {
@@ -136,7 +136,10 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 			}
 		}
 		c := Change{Table: t, Kind: Upsert, Key: key, TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex}
-		if len(spec.Toast) > 0 && estimateSize(e.Row) >= RowDataMinBytes {
+		switch {
+		case e.Derived:
+			c.RowData = e.RowData
+		case len(spec.Toast) > 0 && estimateSize(e.Row) >= RowDataMinBytes:
 			if buf == nil {
 				buf = make([]byte, 0, bytes+1024)
 			}

@@ -104,22 +104,26 @@ func normal(c Change) Change {
 	return c
 }
 
-// TestBuildTakesAKnownKey: a row change whose decoder already computed its
-// replica id (KeyKnown) is built under that id, not hashed again; one
-// without is hashed.
+// TestBuildTakesAKnownKey: a row change whose decoder already derived its
+// replica id and row data (Derived) is built with them, not hashed and
+// encoded again; one without is hashed.
 func TestBuildTakesAKnownKey(t *testing.T) {
 	_, todoSpec := todoSpecs(t)
 	row := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"), syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
 	var rk checksum.ReplicaKey
 	hashed := ReplicaID(&rk, todoSpec, row)
 	known := [16]byte{1, 2, 3} // not the row's hash: shows which one build used
+	data := []byte("derived")  // not the row's encoding (a small row has none)
 	in := []Evaluated{
-		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row, Key: known, KeyKnown: true}},
-		{RowChange: &RowChange{Spec: todoSpec, Kind: Delete, Row: row, Key: known, KeyKnown: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row, Key: known, RowData: data, Derived: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: Delete, Row: row, Key: known, Derived: true}},
 		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row}},
 	}
 	got := build(&rk, in, 0)
 	if len(got) != 3 || got[0].Key != known || got[1].Key != known || got[2].Key != hashed {
 		t.Fatalf("keys %x, want %x, %x, %x", []any{got[0].Key, got[1].Key, got[2].Key}, known, known, hashed)
+	}
+	if string(got[0].RowData) != "derived" || got[2].RowData != nil {
+		t.Fatalf("row data %q and %q, want the derived one and none", got[0].RowData, got[2].RowData)
 	}
 }

@@ -17,11 +17,13 @@ type RowChange struct {
 	// row's previous identity: when it gives another replica id than Row,
 	// op build retracts the row under the old one first.
 	Old []syncrules.Value
-	// Key, when KeyKnown is set, is Row's replica id, which the decode
-	// stage computed already (it tracks TOAST state by it): op build uses
-	// it rather than hashing the identity columns a second time.
-	Key      [16]byte
-	KeyKnown bool
+	// Key and RowData, when Derived is set, are Row's replica id and its
+	// RowData (see Change), which the decode stage computed already: it
+	// tracks TOAST state by them. Op build then uses them rather than
+	// hashing the identity columns and encoding the row a second time.
+	Key     [16]byte
+	RowData []byte
+	Derived bool
 	// TxnLSN and TxnIndex place a streamed change in its source: the
 	// commit LSN of its transaction and the change's index in it (from 0).
 	// Both are zero for snapshot rows.

@@ -59,8 +59,9 @@ func (d *streamDecoder) decode(ctx context.Context, b streamBatch) (pipeline.Bat
 	for i := range b.Items {
 		it := &b.Items[i]
 		if it.c == nil {
-			if it.rc.Kind == stages.Upsert {
-				d.toast.remember(it.rc.Spec, d.replicaID(it.lay, it.rc.Row), stages.RowDataFor(it.rc.Spec, it.rc.Row), seq)
+			if rc := &it.rc; rc.Kind == stages.Upsert {
+				rc.Key, rc.RowData, rc.Derived = d.replicaID(it.lay, rc.Row), stages.RowDataFor(rc.Spec, rc.Row), true
+				d.toast.remember(rc.Spec, rc.Key, rc.RowData, seq)
 			}
 			out = append(out, it.rc)
 			continue
@@ -83,7 +84,7 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 			return rc, err
 		}
 		rc.Kind, rc.Row = stages.Delete, row
-		rc.Key, rc.KeyKnown = d.replicaID(lay, row), true
+		rc.Key, rc.Derived = d.replicaID(lay, row), true
 		d.toast.remember(lay.spec, rc.Key, nil, seq)
 		return rc, nil
 	}
@@ -110,11 +111,12 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 		}
 	}
 	rc.Row = row
-	// A merge may have filled identity columns the key was made without.
-	rc.Key, rc.KeyKnown = key, len(missing) == 0
+	// A merge may have filled identity columns the key was made without:
+	// op build then derives both itself.
+	rc.Key, rc.RowData, rc.Derived = key, stages.RowDataFor(lay.spec, row), len(missing) == 0
 	if prev != key { // after the merge, which read the row under its old key
 		d.toast.remember(lay.spec, prev, nil, seq)
 	}
-	d.toast.remember(lay.spec, key, stages.RowDataFor(lay.spec, row), seq)
+	d.toast.remember(lay.spec, key, rc.RowData, seq)
 	return rc, nil
 }
