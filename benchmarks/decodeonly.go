@@ -42,17 +42,46 @@ func newDecodeOnly(ctx context.Context, uri, slot string) (*decodeOnly, error) {
 // one large transaction: the walsender decodes all of it first).
 func (d *decodeOnly) consume(ctx context.Context, publication string, updates int64) (total, first time.Duration, err error) {
 	start := time.Now()
-	err = pglogrepl.StartReplication(ctx, d.conn, d.slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"}})
-	if err != nil {
-		return 0, 0, fmt.Errorf("decode-only consumer: start: %w", err)
+	if err := d.start(ctx, publication); err != nil {
+		return 0, 0, err
 	}
 	var seen int64
 	var last pglogrepl.LSN
 	for seen < updates {
+		m, err := d.next(ctx, last)
+		if err != nil {
+			return 0, 0, fmt.Errorf("decode-only consumer: after %d updates: %w", seen, err)
+		}
+		switch m := m.(type) {
+		case *pglogrepl.UpdateMessage:
+			if seen == 0 {
+				first = time.Since(start)
+			}
+			seen++
+		case *pglogrepl.CommitMessage:
+			last = m.TransactionEndLSN
+		}
+	}
+	return time.Since(start), first, nil
+}
+
+// start sends START_REPLICATION for the slot from its position on.
+func (d *decodeOnly) start(ctx context.Context, publication string) error {
+	err := pglogrepl.StartReplication(ctx, d.conn, d.slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + publication + "'"}})
+	if err != nil {
+		return fmt.Errorf("decode-only consumer: start: %w", err)
+	}
+	return nil
+}
+
+// next receives until the next pgoutput message and parses it, answering
+// the keepalives that ask for a reply with the position last.
+func (d *decodeOnly) next(ctx context.Context, last pglogrepl.LSN) (pglogrepl.Message, error) {
+	for {
 		msg, err := d.conn.ReceiveMessage(ctx)
 		if err != nil {
-			return 0, 0, fmt.Errorf("decode-only consumer: receive after %d updates: %w", seen, err)
+			return nil, fmt.Errorf("receive: %w", err)
 		}
 		cd, ok := msg.(*pgproto3.CopyData)
 		if !ok || len(cd.Data) == 0 {
@@ -61,35 +90,24 @@ func (d *decodeOnly) consume(ctx context.Context, publication string, updates in
 		switch cd.Data[0] {
 		case pglogrepl.PrimaryKeepaliveMessageByteID:
 			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
-			if err != nil {
-				return 0, 0, err
+			if err == nil && ka.ReplyRequested {
+				err = pglogrepl.SendStandbyStatusUpdate(ctx, d.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: last})
 			}
-			if ka.ReplyRequested {
-				if err := pglogrepl.SendStandbyStatusUpdate(ctx, d.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: last}); err != nil {
-					return 0, 0, err
-				}
+			if err != nil {
+				return nil, fmt.Errorf("keepalive: %w", err)
 			}
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(cd.Data[1:])
 			if err != nil {
-				return 0, 0, err
+				return nil, err
 			}
 			m, err := pglogrepl.Parse(xld.WALData)
 			if err != nil {
-				return 0, 0, fmt.Errorf("decode-only consumer: parse: %w", err)
+				return nil, fmt.Errorf("parse: %w", err)
 			}
-			switch m := m.(type) {
-			case *pglogrepl.UpdateMessage:
-				if seen == 0 {
-					first = time.Since(start)
-				}
-				seen++
-			case *pglogrepl.CommitMessage:
-				last = m.TransactionEndLSN
-			}
+			return m, nil
 		}
 	}
-	return time.Since(start), first, nil
 }
 
 // Close ends the connection, which drops the temporary slot.

@@ -297,6 +297,7 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 
 	var rows rowSet
 	var decodeWalsender time.Duration // the walsender's CPU for the baseline
+	ceilCosts := ceilingCosts{}       // the ceilings' CPU (two clusters)
 	var ownWAL []int64                // per run: the WAL the 1k-row updates wrote
 	var settles []time.Duration
 	for r := range opt.Runs {
@@ -304,16 +305,23 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 		if err != nil {
 			return res, targets, err
 		}
-		wal0, err := walPos(ctx, src)
+		var ceils []*storageCeiling
+		if primary.twoClusters() {
+			ceils, err = sr.newCeilings(ctx, primary)
+		}
+		var wal0, wal1 int64
+		if err == nil {
+			wal0, err = walPos(ctx, src)
+		}
 		if err == nil {
 			err = sr.update(ctx, r)
 		}
-		var wal1 int64
 		if err == nil {
 			wal1, err = walPos(ctx, src)
 		}
 		if err != nil {
 			dec.Close(ctx)
+			closeCeilings(ctx, ceils)
 			return res, targets, err
 		}
 		ownWAL = append(ownWAL, wal1-wal0)
@@ -329,10 +337,14 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 		}
 		rows.add(streamBaseline, "", Sample{Duration: d, Rows: int64(opt.Updates)})
 		logf(opt.Log, "run %d: decode-only: %.0f changes/s", r+1, float64(opt.Updates)/d.Seconds())
+		for _, c := range ceils {
+			rows.reserve(c.name(), streamBaseline) // listed next to the baseline
+		}
 
 		for _, t := range sr.order(r) {
 			cu, err := sr.catchUp(ctx, t, &t.smallCost, int64(opt.Updates), false)
 			if err != nil {
+				closeCeilings(ctx, ceils)
 				return res, targets, err
 			}
 			t.stages.Add(cu.Child.Stages)
@@ -342,6 +354,19 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 			t.slotLags = append(t.slotLags, cu.slotWAL)
 			logf(opt.Log, "run %d: %s: %.0f changes/s (%d ops; slot restart_lsn %s behind, the updates wrote %s), peak RSS %s",
 				r+1, t.name(), rate(cu.Sample), cu.Ops, fmtBytes(cu.slotWAL), fmtBytes(wal1-wal0), fmtBytes(cu.Child.PeakRSS))
+		}
+		// The ceilings after syncpipe, so that storage's housekeeping after
+		// their writes never falls into syncpipe's measurement; their slots
+		// were created before the updates, like the baseline's.
+		for i, c := range ceils {
+			s, err := sr.runCeiling(ctx, c, primary, ceilCosts.of(c.name()))
+			c.Close(context.WithoutCancel(ctx))
+			if err != nil {
+				closeCeilings(ctx, ceils[i+1:])
+				return res, targets, err
+			}
+			rows.add(c.name(), streamBaseline, s)
+			logf(opt.Log, "run %d: %s: %.0f changes/s", r+1, c.name(), rate(s))
 		}
 		// Untimed, uncounted: the next catch-ups decode their own WAL only.
 		st, err := sr.settle(ctx)
@@ -364,10 +389,18 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 			settles = append(settles, st)
 		}
 	}
+	if primary.twoClusters() {
+		if err := dropRawOps(ctx, primary); err != nil {
+			return res, targets, err
+		}
+	}
 	res.Rows = rows.list()
 	res.Stages = &primary.stages
 	res.StagesOf = fmt.Sprintf("of %s over its %d 1k-row catch-ups", primary.name(), opt.Runs)
 	res.Notes = append(res.Notes, sr.costTable(res, decodeWalsender, medianInt64(ownWAL)))
+	if n := ceilingNote(res, primary, ceilCosts); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	for _, t := range targets[1:] {
 		var sb strings.Builder
 		_ = t.stages.WriteTable(&sb)
@@ -437,7 +470,8 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 // untimed: after the catch-ups every todo has dead versions on the source
 // and storage has millions of fresh rows, and an autovacuum of them
 // (with the WAL it writes, which every walsender reads) would otherwise
-// land in the lag measurement of whichever target comes first.
+// land in the lag measurement of whichever target comes first; then a
+// CHECKPOINT of each cluster.
 func (sr *streamRun) vacuum(ctx context.Context) error {
 	start := time.Now()
 	if _, err := sr.src.Exec(ctx, "VACUUM ANALYZE"); err != nil {
@@ -448,7 +482,19 @@ func (sr *streamRun) vacuum(ctx context.Context) error {
 			return fmt.Errorf("vacuum %s: %w", t.storageDB, err)
 		}
 	}
-	logf(sr.opt.Log, "source and storage vacuumed in %s", time.Since(start).Round(time.Millisecond))
+	// Then a checkpoint of each cluster, so that the one of what the
+	// catch-ups and the vacuum wrote does not fall into a lag measurement
+	// (the next timed one is 5 minutes away).
+	conns := []*pgx.Conn{sr.src}
+	if len(sr.targets) > 0 && sr.targets[0].twoClusters() {
+		conns = append(conns, sr.targets[0].storage)
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, "CHECKPOINT"); err != nil {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	logf(sr.opt.Log, "source and storage vacuumed and checkpointed in %s", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -616,6 +662,10 @@ func (sr *streamRun) streamingBars(res Result, primary *streamTarget, decodeWals
 		{ID: "P3", Measure: "replication lag", Bar: "p99 < 100 ms at 5k changes/s steady",
 			Value: lagValue, Met: p99 < 100*time.Millisecond && lag.achieved >= 0.95*5000},
 	}
+	if ce := baseRate(res, streamCeiling); ce > 0 {
+		bars[0].Value += fmt.Sprintf("; ceilings with no rule evaluation (see the notes): decode + op insert %.0f%%, + probe %.0f%%",
+			100*baseRate(res, streamCeilingNoProbe)/max(base, 1), 100*ce/max(base, 1))
+	}
 	if !bars[0].Met {
 		c := &primary.smallCost
 		st := primary.stages.Stage(primary.stages.Busiest())
@@ -650,6 +700,8 @@ type streamRun struct {
 	next           int // next todo to update
 	// targets are the measured configurations, two-cluster ones first.
 	targets []*streamTarget
+	// rawOp is the last op id the ceilings wrote to raw_ops.
+	rawOp int64
 }
 
 // catchUpCost adds up what catch-ups cost, for per-change figures.

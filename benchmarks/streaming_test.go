@@ -1,6 +1,7 @@
 package benchmarks
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +39,8 @@ func TestStreamingSmoke(t *testing.T) {
 		changes, ops int64
 	}{
 		{streamBaseline, updates, 0},
+		// The ceilings, on the two-cluster target's storage: an op each.
+		{streamCeilingNoProbe, updates, updates}, {streamCeiling, updates, updates},
 		{streamSyncpipe + ", two clusters", updates, updates}, {streamSyncpipe + ", one cluster", updates, updates},
 		{largeRowName(streamBaseline, opt), large, 0},
 		{two.largeName(opt), large, large}, {one.largeName(opt), large, large},
@@ -71,6 +74,9 @@ func TestStreamingSmoke(t *testing.T) {
 	}
 	if two.smallCost.cpu["storage auxiliary"] <= 0 && two.smallCost.cpu["storage backends"] <= 0 {
 		t.Errorf("two clusters: no CPU on the storage cluster: %+v", two.smallCost.cpu)
+	}
+	if !slices.ContainsFunc(res.Notes, func(n string) bool { return strings.HasPrefix(n, "Ceilings, two clusters") }) {
+		t.Errorf("no note on the ceilings: %q", res.Notes)
 	}
 	var ids []string
 	for _, b := range res.Bars {
