@@ -28,8 +28,11 @@ func TestCompactionLoadSmoke(t *testing.T) {
 			t.Errorf("phase %d: %d transactions, %d arrivals split at a published checkpoint", i+1, ph.fig.txns, len(ph.fig.lat.replication))
 		}
 	}
-	if on := phases[1]; on.passes == 0 || on.clears <= 0 || on.compactCPU <= 0 {
-		t.Errorf("the compacting phase: %d compact passes, %d CLEARs added, compact CPU %s; want all > 0", on.passes, on.clears, on.compactCPU)
+	// Not the completed passes: on a slow machine the phase's 4 s can end
+	// the first pass before it completes, and an interrupted pass keeps
+	// what it compacted (the CLEARs count it).
+	if on := phases[1]; on.clears <= 0 || on.compactCPU <= 0 {
+		t.Errorf("the compacting phase: %d compact passes, %d CLEARs added, compact CPU %s; want CLEARs and CPU > 0", on.passes, on.clears, on.compactCPU)
 	}
 	if off := phases[0]; off.passes != 0 || off.moved != 0 || off.clears != 0 {
 		t.Errorf("the phase without compaction compacted: %d passes, %d MOVEs, %d CLEARs", off.passes, off.moved, off.clears)
