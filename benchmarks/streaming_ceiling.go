@@ -49,7 +49,7 @@ const ceilingBatchRows = 7500
 type storageCeiling struct {
 	*decodeOnly
 	probe, write *pgx.Conn
-	probing      bool // false: the op inserts alone
+	probing      bool // false: the op inserts alone (no probe connection)
 	group        int32
 	table        string // source_tables.id of todos in group
 	nextOp       *int64 // the last op id written to raw_ops
@@ -71,20 +71,30 @@ func newStorageCeiling(ctx context.Context, sourceURI, storageURI, slot string, 
 			c.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	if c.probe, err = pgx.Connect(ctx, storageURI); err != nil {
-		return nil, fmt.Errorf("storage ceiling: connect: %w", err)
-	}
-	if c.write, err = pgx.Connect(ctx, storageURI); err != nil {
-		return nil, fmt.Errorf("storage ceiling: connect: %w", err)
-	}
 	// syncpipe's schema and, as its storage connections,
-	// synchronous_commit=off. raw_ops starts as a copy of bucket_data, so
-	// that its inserts go into an index of the same size.
-	for _, conn := range []*pgx.Conn{c.probe, c.write} {
-		if _, err := conn.Exec(ctx, `SET search_path = syncpipe; SET synchronous_commit = off`); err != nil {
-			return nil, fmt.Errorf("storage ceiling: %w", err)
+	// synchronous_commit=off.
+	connect := func() (*pgx.Conn, error) {
+		conn, err := pgx.Connect(ctx, storageURI)
+		if err == nil {
+			if _, err = conn.Exec(ctx, `SET search_path = syncpipe; SET synchronous_commit = off`); err != nil {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("storage ceiling: connect: %w", err)
+		}
+		return conn, nil
+	}
+	if c.write, err = connect(); err != nil {
+		return nil, err
+	}
+	if probing {
+		if c.probe, err = connect(); err != nil {
+			return nil, err
 		}
 	}
+	// raw_ops starts as a copy of bucket_data, so that its inserts go into
+	// an index of the same size.
 	var exists bool
 	if err := c.write.QueryRow(ctx, `SELECT to_regclass('raw_ops') IS NOT NULL`).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("storage ceiling: %w", err)
@@ -99,7 +109,7 @@ func newStorageCeiling(ctx context.Context, sourceURI, storageURI, slot string, 
 			}
 		}
 	}
-	err = c.probe.QueryRow(ctx, `SELECT st.group_id, st.id FROM source_tables st
+	err = c.write.QueryRow(ctx, `SELECT st.group_id, st.id FROM source_tables st
 		WHERE st.table_name = 'todos' ORDER BY st.group_id DESC LIMIT 1`).Scan(&c.group, &c.table)
 	if err == nil && *nextOp == 0 {
 		err = c.write.QueryRow(ctx, `SELECT coalesce(max(op_id), 0) FROM raw_ops`).Scan(nextOp)

@@ -103,17 +103,20 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 		}
 		prev = d.replicaID(lay, rc.Old)
 	}
+	rc.Key = key
 	if len(missing) > 0 {
 		// Unchanged TOAST values come from the row's previous state,
 		// stored under its previous key.
 		if row, err = d.mergeToast(ctx, lay, prev, c.New, row, missing); err != nil {
 			return rc, err
 		}
+		// The merge may have filled identity columns the key was made
+		// without: op build takes the merged row's.
+		rc.Key = d.replicaID(lay, row)
 	}
-	rc.Row = row
-	// A merge may have filled identity columns the key was made without:
-	// op build then derives both itself.
-	rc.Key, rc.RowData, rc.Derived = key, stages.RowDataFor(lay.spec, row), len(missing) == 0
+	// Op build takes the key and the row data as they are (Derived): a
+	// merged row, always a big one, is encoded once.
+	rc.Row, rc.RowData, rc.Derived = row, stages.RowDataFor(lay.spec, row), true
 	if prev != key { // after the merge, which read the row under its old key
 		d.toast.remember(lay.spec, prev, nil, seq)
 	}
