@@ -86,6 +86,10 @@ type Stream struct {
 	// SchemaCheckInterval exists because a DDL is invisible in the stream
 	// until a row of its table changes.
 	SchemaCheckInterval time.Duration `koanf:"schema_check_interval" doc:"How often the source catalog is compared with the stored table shapes and the publication, so a DDL on a table no row of which changed since is re-snapshotted too; 0 = only when the stream shows a new shape."`
+	// IdleCommitInterval exists because with source and storage in one
+	// cluster every stored position writes the WAL that moves the slot's
+	// position again (see internal/replication/doc.go, "Idle positions").
+	IdleCommitInterval time.Duration `koanf:"idle_commit_interval" doc:"How often a stream position that carries no change (a keepalive, an empty transaction, changes of tables the rules do not use) is recorded in storage and then confirmed to the source; a write checkpoint or a heartbeat that waits for the position, and any change, records it at once. 0 = every position at once."`
 }
 
 // Lease configures how processes share work units through storage.
@@ -176,6 +180,7 @@ func Default() *Config {
 				StatusInterval: 10 * time.Second,
 
 				SchemaCheckInterval: 10 * time.Second,
+				IdleCommitInterval:  5 * time.Second,
 			},
 			Lease:          Lease{Duration: 30 * time.Second, Heartbeat: 10 * time.Second},
 			Compaction:     Compaction{Interval: time.Hour, BatchOps: 10000, MaxBusy: 0.2},

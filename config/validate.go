@@ -231,6 +231,7 @@ func (v *validator) replication() {
 	v.positive("replication.stream.receive_timeout", st.ReceiveTimeout)
 	v.positive("replication.stream.status_interval", st.StatusInterval)
 	v.nonNegative("replication.stream.schema_check_interval", st.SchemaCheckInterval)
+	v.nonNegative("replication.stream.idle_commit_interval", st.IdleCommitInterval)
 	if st.StatusInterval > 0 && st.ReceiveTimeout > 0 && st.StatusInterval >= st.ReceiveTimeout {
 		v.add(KindRange, "replication.stream.status_interval", "must be below replication.stream.receive_timeout = %s (got %s)",
 			fmtDuration(st.ReceiveTimeout), fmtDuration(st.StatusInterval))

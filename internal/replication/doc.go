@@ -81,6 +81,35 @@
 // restart; the rest then streams at the rate of small transactions).
 // Version 1 keeps one code path and exact resume.
 //
+// # Idle positions
+//
+// The slot reports positions that carry no change for the rules: server
+// keepalives (its WAL end), transactions that touched only tables the rules
+// do not use, and (PostgreSQL 14) empty transactions. Such a position is
+// recorded in storage — a storage commit, after which it may be
+// acknowledged — at most every replication.stream.idle_commit_interval, not
+// as it comes. The reason is the case where the only WAL is storage's own:
+// source and storage are two databases of one cluster (the demo's set-up,
+// SPEC §9's, a small production's) and nothing changes on the source.
+// Every storage commit writes WAL; the slot's walsender, whose WAL is the
+// cluster's, then reports the new WAL end as a position, and recording that
+// position writes WAL again. Recorded at once, that loop ran at about a
+// thousand storage commits a second with no source change at all. Recorded
+// every few seconds, it is one commit per interval: the slot still
+// advances (each idle commit is itself the WAL the next position covers),
+// so the source retains no WAL for syncpipe, and its confirmed_flush_lsn
+// trails by at most an interval plus an acknowledgement tick.
+//
+// A position that something waits for is recorded at once: a syncpipe
+// heartbeat message — the one the sync API emits for a write checkpoint or
+// a checkpoint request, whose LSN the next checkpoint must reach, and the
+// periodic source.heartbeat_interval one — and a keepalive in which the
+// server asks for a reply (a server shutting down waits for its walsenders'
+// clients to confirm its WAL end). So is the end of a transaction whose
+// earlier piece was written (a TRUNCATE, a shape change): it publishes
+// that write. Transactions with nothing for the rules add no replication
+// lag while their position waits.
+//
 // # Schema changes
 //
 // Storage records, per table, the shape its rows were made from: columns

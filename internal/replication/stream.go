@@ -174,13 +174,16 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// of its WAL. So a ticker, not the next batch, acknowledges.
 	w := r.store.NewStreamWriter(g.g.ID, s.fence)
 	var committed atomic.Uint64 // end LSN of the last committed transaction
+	var durable atomic.Uint64   // the LSN of the last published checkpoint, durable as Commit returned
 	ack := func(ctx context.Context) error {
 		lsn := logrepl.LSN(committed.Load())
 		if lsn <= st.Acked() {
 			return nil
 		}
-		if err := w.MakeDurable(ctx); err != nil {
-			return err
+		if lsn > logrepl.LSN(durable.Load()) {
+			if err := w.MakeDurable(ctx); err != nil {
+				return err
+			}
 		}
 		st.Ack(lsn)
 		return nil
@@ -202,14 +205,24 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			}
 			return b, err
 		})
+	storedInTxn := s.skip.TxnLSN != 0 // the stored position is inside a source transaction
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
+		p := b.Progress.StreamProgress
+		if len(b.Items) == 0 && len(p.Tables) == 0 && p.TxnLSN == 0 && !storedInTxn {
+			// A position only: the commit records it (an idle stream's
+			// one storage transaction per position, see doc.go).
+			return nil
+		}
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
 		var prep *bucketstore.Prepared
 		if v, ok := prepared.LoadAndDelete(b.Seq); ok {
 			prep = v.(*bucketstore.Prepared)
 		}
-		_, err := w.Write(ctx, b.Items, b.Progress.StreamProgress, prep)
+		_, err := w.Write(ctx, b.Items, p, prep)
+		if err == nil {
+			storedInTxn = p.TxnLSN != 0
+		}
 		return err
 	})
 	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
@@ -220,8 +233,12 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		}
 		ctx, cancel := r.storageCtx(ctx)
 		defer cancel()
-		if _, _, err := w.Commit(ctx, b.Progress.LSN); err != nil {
+		_, published, err := w.Commit(ctx, b.Progress.LSN)
+		if err != nil {
 			return err
+		}
+		if published {
+			durable.Store(uint64(b.Progress.LSN))
 		}
 		committed.Store(uint64(b.Progress.LSN))
 		s.lag.checkpointed(b.Progress.LSN)

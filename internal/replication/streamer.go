@@ -80,6 +80,12 @@ type streamer struct {
 	// lastItems is the item count of the last batch cut: the next batch's
 	// slice starts at that capacity instead of growing from nothing.
 	lastItems int
+	// cutPos and cutTime are the end position and time of the last batch
+	// cut; idleBytes are the source bytes of positions not cut since (see
+	// idleWait).
+	cutPos    bucketstore.StreamProgress
+	cutTime   time.Time
+	idleBytes int64
 
 	resnaps    []*resnap // tables being re-read, first one active
 	resnapTurn bool      // the next read is a re-read chunk
@@ -129,9 +135,12 @@ func (s *streamer) cutAt(p bucketstore.StreamProgress) {
 	if b.Rows == 0 {
 		b.Rows = len(b.Items)
 	}
+	b.Bytes += s.idleBytes
+	s.idleBytes = 0
 	s.lastItems = len(b.Items)
 	s.queue = append(s.queue, *b)
 	s.cur = nil
+	s.cutPos, s.cutTime = p, time.Now()
 }
 
 // cut queues the open batch at the current position (inside txn if set).
@@ -150,7 +159,7 @@ func (s *streamer) cutIfAny(txn *logrepl.Txn) {
 // harmlessly), everything else is applied in one batch. Batches that end
 // inside a source transaction carry its commit LSN and change count.
 func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
-	s.lag.received(lb.Txns)
+	queued := len(s.queue)
 	for ti := range lb.Txns {
 		txn := &lb.Txns[ti]
 		if !txn.Continued {
@@ -187,9 +196,18 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 			s.skip = bucketstore.StreamProgress{}
 		}
 	}
+	if len(s.queue) > queued || s.cur != nil {
+		// Transactions that changed nothing the rules use are not waited
+		// for: they are applied as soon as their position is recorded.
+		s.lag.received(lb.Txns)
+	}
 	// The source bytes go to the last batch (for tracing and summaries).
 	if lb.Partial {
 		s.pos = s.position(&lb.Txns[0])
+		if s.cur == nil {
+			s.idleBytes += int64(lb.Bytes)
+			return nil // a piece of changes the rules do not use: an idle position
+		}
 		s.open().Bytes += int64(lb.Bytes)
 		s.cut(nil)
 		return nil
@@ -201,11 +219,42 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 	if lb.EndLSN > s.pos.LSN {
 		s.pos.LSN = lb.EndLSN // an idle position after the last transaction
 	}
-	if s.cur != nil || lb.EndLSN > 0 {
+	switch {
+	case s.cur != nil:
 		s.open().Bytes += int64(lb.Bytes)
 		s.cut(nil)
+	case lb.EndLSN > 0:
+		s.idleBytes += int64(lb.Bytes)
+		if lb.Prompt || s.idleDue(time.Now()) {
+			s.cut(nil)
+		}
 	}
 	return s.checkCatalogDue(ctx)
+}
+
+// idleDue reports whether the stream has moved past the last batch cut
+// and replication.stream.idle_commit_interval has passed since it: a
+// position that carries no change becomes a batch (a storage commit, then
+// an acknowledgement) only then. Recording every one at once would never
+// let a stream go idle when storage shares the source's cluster: each
+// commit writes WAL, which the slot's walsender reports as a new position
+// (see doc.go, "Idle positions").
+func (s *streamer) idleDue(now time.Time) bool {
+	return s.idleWait(now) == 0
+}
+
+// idleWait is how long the position not cut yet may still wait (0: it is
+// due now); -1 when there is none.
+func (s *streamer) idleWait(now time.Time) time.Duration {
+	switch {
+	case s.pos.TxnLSN != 0 || s.pos.LSN <= s.cutPos.LSN && s.cutPos.TxnLSN == 0:
+		return -1
+	case s.cutPos.TxnLSN != 0:
+		// The last batch ended inside a transaction (a TRUNCATE, a shape
+		// change): the transaction's end publishes what it wrote.
+		return 0
+	}
+	return max(0, s.r.cfg.Replication.Stream.IdleCommitInterval-now.Sub(s.cutTime))
 }
 
 // change adds one row change (or a TRUNCATE) of txn to the open batch.
@@ -269,7 +318,7 @@ func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl
 // replica identity, re-reads in progress) and binds the rules to it, with
 // decoding details from the source catalog.
 func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, pos bucketstore.StreamProgress) (*streamer, error) {
-	s := &streamer{r: r, g: g, side: side, byName: map[string]*tableState{}, byID: map[string]*tableState{}, pos: pos}
+	s := &streamer{r: r, g: g, side: side, byName: map[string]*tableState{}, byID: map[string]*tableState{}, pos: pos, cutPos: pos}
 	if pos.TxnLSN != 0 {
 		s.skip = pos
 	}
@@ -334,16 +383,23 @@ func (s *streamer) next(ctx context.Context) (streamBatch, error) {
 			continue
 		}
 		s.resnapTurn = true
+		wait := s.idleWait(time.Now())
+		if wait == 0 {
+			s.cut(nil) // the idle position is due
+			continue
+		}
+		if len(s.resnaps) > 0 && (wait < 0 || s.lim.MaxWait < wait) {
+			wait = s.lim.MaxWait // do not wait for the slot while a re-read has work
+		}
 		nctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(s.resnaps) > 0 {
-			// Do not wait for the slot while a re-read has work.
-			nctx, cancel = context.WithTimeout(ctx, s.lim.MaxWait)
+		if wait > 0 {
+			nctx, cancel = context.WithTimeout(ctx, wait)
 		}
 		lb, err := s.st.Next(nctx, s.lim)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && nctx.Err() != nil {
-				continue // the re-read's turn
+				continue // the re-read's or the idle position's turn
 			}
 			return streamBatch{}, err
 		}

@@ -82,6 +82,7 @@ func (s *Stream) Next(ctx context.Context, lim BatchLimits) (Batch, error) {
 func (s *Stream) take(b *Batch, seg segment, lim BatchLimits) (full bool) {
 	if seg.txn == nil {
 		b.EndLSN = max(b.EndLSN, seg.pos)
+		b.Prompt = b.Prompt || seg.prompt
 		return false
 	}
 	if seg.first {

@@ -30,6 +30,8 @@ type segment struct {
 	changes []Change
 	bytes   int
 	pos     LSN
+	// prompt: a position that something waits to see recorded (Batch.Prompt).
+	prompt bool
 }
 
 // decoder turns pgoutput messages into segments. It owns the relation
@@ -92,16 +94,18 @@ func malformed(err error) error {
 }
 
 // position records an acknowledgeable position seen outside a transaction
-// (keepalive WAL end, heartbeat message). Consecutive positions collapse.
-func (d *decoder) position(lsn LSN) {
+// (keepalive WAL end, heartbeat message); prompt marks one that something
+// waits for (see Batch.Prompt). Consecutive positions collapse.
+func (d *decoder) position(lsn LSN, prompt bool) {
 	if d.txn != nil || lsn == 0 {
 		return
 	}
 	if n := len(d.out); n > 0 && d.out[n-1].txn == nil {
 		d.out[n-1].pos = max(d.out[n-1].pos, lsn)
+		d.out[n-1].prompt = d.out[n-1].prompt || prompt
 		return
 	}
-	d.out = append(d.out, segment{pos: lsn})
+	d.out = append(d.out, segment{pos: lsn, prompt: prompt})
 }
 
 // message decodes one pgoutput message; walStart is the WAL position of its
@@ -175,7 +179,7 @@ func (d *decoder) message(walStart LSN, data []byte) error {
 		// Transactional messages belong to their transaction, whose commit
 		// is the position; only a standalone heartbeat is a position.
 		if !m.Transactional && m.Prefix == HeartbeatPrefix {
-			d.position(m.LSN)
+			d.position(m.LSN, true)
 		}
 	default:
 		// Type and Origin messages carry nothing this package uses.

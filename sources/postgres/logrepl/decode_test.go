@@ -84,7 +84,7 @@ func TestDecoderSegmentsAndPositions(t *testing.T) {
 			t.Errorf("segment %d: %d changes first %v last %v", i, len(s.changes), s.first, s.last)
 		}
 	}
-	d.position(0) // ignored
+	d.position(0, false) // ignored
 	if len(d.out) != 0 {
 		t.Fatal("zero position recorded")
 	}

@@ -428,8 +428,10 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 			}
 			// Outside a transaction everything before the server's WAL end
 			// has been sent to us, so it may be acknowledged once what came
-			// before is durable.
-			s.dec.position(k.ServerWALEnd)
+			// before is durable. A server that asks for a reply waits for
+			// that acknowledgement: a shutting-down server waits for its
+			// walsenders' clients to confirm its WAL end.
+			s.dec.position(k.ServerWALEnd, k.ReplyRequested)
 		case pglogrepl.XLogDataByteID:
 			x, err := pglogrepl.ParseXLogData(m.Data[1:])
 			if err != nil {

@@ -244,4 +244,10 @@ type Batch struct {
 	Partial bool
 	// Changes and Bytes are totals over Txns.
 	Changes, Bytes int
+	// Prompt is set when a position in the batch is one something waits
+	// to see acknowledged: a syncpipe heartbeat message (a write
+	// checkpoint's, or the periodic heartbeat's) or a server keepalive
+	// that requests a reply. A consumer that records idle positions only
+	// now and then records this one at once.
+	Prompt bool
 }
