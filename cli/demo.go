@@ -166,13 +166,13 @@ func demo(ctx context.Context, opt demoOptions, stdout, stderr io.Writer, log *s
 func stopDemoCluster(ctx context.Context, c *pgcluster.Cluster, stderr io.Writer) {
 	why := ""
 	if ctx.Err() != nil {
-		why = fmt.Sprintf(" (%v)", context.Cause(ctx))
+		why = fmt.Sprintf("%v; ", context.Cause(ctx))
 	}
 	if err := c.Stop(); err != nil {
-		fmt.Fprintf(stderr, "syncpipe demo: stopping PostgreSQL and removing %s%s: %v\n", c.Dir(), why, err)
+		fmt.Fprintf(stderr, "syncpipe demo: %sstopping PostgreSQL and removing %s: %v\n", why, c.Dir(), err)
 		return
 	}
-	fmt.Fprintf(stderr, "syncpipe demo: stopped%s: PostgreSQL stopped and %s removed\n", why, c.Dir())
+	fmt.Fprintf(stderr, "syncpipe demo: %sPostgreSQL stopped and %s removed\n", why, c.Dir())
 }
 
 // loadDemoData creates the source and storage databases and loads the

@@ -163,7 +163,7 @@ func (d *demoChild) stoppedAndCleanedUp(t *testing.T, why string) {
 	if _, err := os.Stat(d.dir); !os.IsNotExist(err) {
 		t.Fatalf("cluster dir %s still exists after the demo ended (stat: %v)", d.dir, err)
 	}
-	want := regexp.MustCompile(`(?m)^syncpipe demo: stopped \(.*` + regexp.QuoteMeta(why) + `.*\): PostgreSQL stopped and ` + regexp.QuoteMeta(d.dir) + ` removed$`)
+	want := regexp.MustCompile(`(?m)^syncpipe demo: .*` + regexp.QuoteMeta(why) + `.*; PostgreSQL stopped and ` + regexp.QuoteMeta(d.dir) + ` removed$`)
 	if !want.MatchString(d.stderr()) {
 		t.Fatalf("stderr lacks a line matching %s", want)
 	}
