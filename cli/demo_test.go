@@ -154,7 +154,7 @@ func TestDemoStopsWhenStdoutIsGone(t *testing.T) {
 }
 
 // TestDemoPortAndStatusCommand runs the demo with --port: the sync API
-// answers on that port, the status command the demo prints works while
+// (and its /metrics) answers on that port, the status command the demo prints works while
 // it runs, and a SIGTERM with stdout gone still cleans up.
 func TestDemoPortAndStatusCommand(t *testing.T) {
 	if testing.Short() {
@@ -168,17 +168,10 @@ func TestDemoPortAndStatusCommand(t *testing.T) {
 	}
 	d := startDemo(t, "Press Ctrl-C", "--port", port)
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+port+"/healthz", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("the sync API does not answer on --port %s: %v", port, err)
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /healthz on --port %s: %s", port, resp.Status)
+	for path, want := range map[string]string{"/healthz": `"ok":true`, "/metrics": "syncpipe_"} {
+		if code, body := httpGet(ctx, t, "http://127.0.0.1:"+port+path); code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("GET %s on --port %s: %d, want 200 and %q in:\n%s", path, port, code, want, body)
+		}
 	}
 
 	// The printed command names this program (here the test binary, which
@@ -202,6 +195,25 @@ func TestDemoPortAndStatusCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.stoppedAndCleanedUp(t, "terminated")
+}
+
+// httpGet GETs url and returns the status code and body.
+func httpGet(ctx context.Context, t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: read the body: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // TestDemoBadPort: a --port that cannot be used is one line and exit 2,
