@@ -119,7 +119,7 @@ func (g stdoutGuard) Write(p []byte) (int, error) {
 }
 
 // demo runs the demo on a cluster of its own, which it stops and removes
-// when ctx ends, saying so on stderr.
+// before it returns, saying so on stderr.
 func demo(ctx context.Context, opt demoOptions, stdout, stderr io.Writer, log *slog.Logger) error {
 	fmt.Fprintln(stdout, "syncpipe demo: starting a throwaway PostgreSQL cluster…")
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Logger: log})
