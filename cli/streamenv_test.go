@@ -140,15 +140,34 @@ func (e *streamEnv) start() *child { return e.startWith(nil) }
 // stdout (discarded when nil).
 func (e *streamEnv) startWith(stdout io.Writer, flags ...string) *child {
 	e.t.Helper()
+	c := startChild(e.t, stdout, e.env, e.logLine, append([]string{"run", "--config", e.config}, flags...)...)
+	e.child = c
+	return c
+}
+
+// logLine keeps a line any child logged.
+func (e *streamEnv) logLine(line []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.logs.Write(line)
+	e.logs.WriteByte('\n')
+}
+
+// startChild runs `syncpipe args…` as a child process with env added to
+// the test's, its stdout going to stdout (discarded when nil; an *os.File
+// is the child's own stdout) and each line of its stderr kept in the
+// child's logs and passed to also (when not nil).
+func startChild(t *testing.T, stdout io.Writer, env []string, also func(line []byte), args ...string) *child {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join(append([]string{"run", "--config", e.config}, flags...), "\x1f"))
+	cmd.Env = append(append(os.Environ(), env...), childEnv+"="+strings.Join(args, "\x1f"))
 	cmd.Stdout = stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	c := &child{cmd: cmd, exited: make(chan struct{})}
 	done := make(chan struct{})
@@ -157,10 +176,9 @@ func (e *streamEnv) startWith(stdout io.Writer, flags ...string) *child {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		for sc.Scan() {
-			e.mu.Lock()
-			e.logs.Write(sc.Bytes())
-			e.logs.WriteByte('\n')
-			e.mu.Unlock()
+			if also != nil {
+				also(sc.Bytes())
+			}
 			c.mu.Lock()
 			c.logs.Write(sc.Bytes())
 			c.logs.WriteByte('\n')
@@ -172,7 +190,6 @@ func (e *streamEnv) startWith(stdout io.Writer, flags ...string) *child {
 		c.err = cmd.Wait()
 		close(c.exited)
 	}()
-	e.child = c
 	return c
 }
 
