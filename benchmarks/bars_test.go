@@ -30,6 +30,7 @@ func TestWriteSummary(t *testing.T) {
 		"| P1 | snapshot of 1M todos / 1k lists | ≥ 60% of the ceiling | 94% | met | [snapshot.md](snapshot.md) |",
 		"| **NOT met** — busiest stage: flush |",
 		"| P0 | a caught-up syncpipe, no source change", "| P3 |", "not measured",
+		"≥ 95% of storage's own statement ceiling (decode + probe + op insert) in the same run, two clusters",
 		"| P3-large | one 1M-row source transaction |",
 		"| P6 | memory (syncpipe process) | RSS < 500 MB through P1–P5 and one 1M-row source transaction | peak P1 300 MB, P2 520 MB | **NOT met**",
 	} {
