@@ -141,7 +141,8 @@ type idleRun struct {
 // database's commits (read-only included), WAL of each cluster and the
 // slot's confirmed_flush_lsn. Targets run one after the other, each with
 // its own storage database and slot; a comparison run (Harness.Compare)
-// measures the old binary after the new in each topology.
+// measures both binaries in each topology, in turn (new first in the
+// first topology, old first in the next).
 func RunIdle(ctx context.Context, opt IdleOptions) (Result, error) {
 	res, _, err := runIdle(ctx, opt)
 	return res, err
@@ -186,7 +187,7 @@ func runIdle(ctx context.Context, opt IdleOptions) (res Result, targets []*idleT
 		return res, nil, fmt.Errorf("read todo ids: %w", err)
 	}
 	var storageCluster *pgcluster.Cluster
-	for _, topo := range topologies {
+	for ti, topo := range topologies {
 		sc := cluster
 		if topo == TwoClusters {
 			logf(opt.Log, "starting the storage cluster…")
@@ -196,7 +197,9 @@ func runIdle(ctx context.Context, opt IdleOptions) (res Result, targets []*idleT
 			defer storageCluster.Stop()
 			sc = storageCluster
 		}
-		for _, v := range opt.Harness.variants() {
+		// A comparison run: the binaries in turn, new first in the first
+		// topology, old first in the next (A B, B A).
+		for _, v := range interleaved(opt.Harness.variants(), ti) {
 			t, err := ir.newTarget(ctx, topo, v, sc, len(targets))
 			if err != nil {
 				return res, targets, err
@@ -447,6 +450,9 @@ func idleReport(res *Result, targets []*idleTarget, window time.Duration) {
 			"up to 10 s late when idle, so it is shown beside, not judged. CPU: the syncpipe child's utime + stime and each Postgres process's from `/proc/<pid>/stat` "+
 			"(storage backends: the storage database's; walsender: the source cluster's walsenders, only this target's runs). WAL: the advance of `pg_current_wal_insert_lsn()` of each cluster "+
 			"(one cluster: the same figure, the source's writes included). The slot: `max(confirmed_flush_lsn)` of the target's slots on the source.")
+	if n := compareNote(res.Rows, "storage write commits/s"); n != "" {
+		res.Notes = append(res.Notes, n)
+	}
 	res.Bars = idleBars(targets, window)
 }
 
