@@ -154,8 +154,9 @@ func runIdle(ctx context.Context, opt IdleOptions) (res Result, targets []*idleT
 	if len(topologies) == 0 {
 		topologies, _ = ParseTopologies("both")
 	}
-	// Two clusters first, as in P3: the one-cluster child's storage WAL
-	// stays in the source's cluster.
+	// Two clusters first, as in P3: a one-cluster target writes storage's
+	// WAL into the source's cluster, and its checkpoints and the WAL its
+	// inactive slot holds would weigh on whatever is measured there after.
 	slices.SortStableFunc(topologies, func(a, b string) int {
 		return boolInt(a != TwoClusters) - boolInt(b != TwoClusters)
 	})
