@@ -29,7 +29,8 @@ func TestWriteSummary(t *testing.T) {
 	for _, want := range []string{
 		"| P1 | snapshot of 1M todos / 1k lists | ≥ 60% of the ceiling | 94% | met | [snapshot.md](snapshot.md) |",
 		"| **NOT met** — busiest stage: flush |",
-		"| P3 |", "not measured",
+		"| P0 | a caught-up syncpipe, no source change", "| P3 |", "not measured",
+		"≥ 95% of storage's own statement ceiling (decode + probe + op insert) in the same run, two clusters",
 		"| P3-large | one 1M-row source transaction |",
 		"| P6 | memory (syncpipe process) | RSS < 500 MB through P1–P5 and one 1M-row source transaction | peak P1 300 MB, P2 520 MB | **NOT met**",
 	} {
@@ -37,8 +38,8 @@ func TestWriteSummary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
 	}
-	if n := strings.Count(md, "\n| P"); n != 9 { // P1 twice, P2, P3, P3-large, P4, P5, P5-streams, P6 once
-		t.Errorf("%d bar lines, want 9:\n%s", n, md)
+	if n := strings.Count(md, "\n| P"); n != 10 { // P0, P1 twice, P2, P3, P3-large, P4, P5, P5-streams, P6 once
+		t.Errorf("%d bar lines, want 10:\n%s", n, md)
 	}
 }
 

@@ -46,6 +46,7 @@ var Scales = []string{"small", "full"}
 
 // registry lists the scenarios in the order `-scenario all` runs them.
 var registry = []Scenario{
+	{Name: "idle", Spec: "P0", Describe: "a caught-up syncpipe with no source change, then one write a second, in both topologies: CPU, storage commits/s, WAL/s, the slot's confirmed_flush_lsn", Run: runIdleScenario},
 	{Name: "snapshot", Spec: "P1", Describe: "initial snapshot of the todo data set vs the raw COPY→COPY ceiling", Run: runSnapshotScenario},
 	{Name: "scaling", Spec: "P2", Describe: "snapshot of many tables by 1 process × 1, 2 and 3 workers and 2 and 3 processes × 1 worker; lease traffic; takeover after SIGKILL; resume without re-reads", Run: runScalingScenario},
 	{Name: "streaming", Spec: "P3", Describe: "streaming 200k updates vs a decode-only consumer; replication lag at 5k changes/s", Run: runStreamingScenario},
