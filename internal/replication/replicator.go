@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -299,6 +300,23 @@ func (r *Replicator) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Judged as validate and start-up judge rules (CheckSource): what
+	// replication would refuse refuses the new rules, while the old ones
+	// go on; what the source lacks is said before they apply — a
+	// misspelled column would otherwise drop a field from every client
+	// silently.
+	rep, err := CheckSource(ctx, r.cfg, []config.Pipeline{r.pl}, rules, r.cfg.Source.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	if len(rep.Problems) > 0 {
+		return errors.Join(rep.Problems...)
+	}
+	var warnings []string
+	for _, w := range append(slices.Clone(rules.Warnings()), rep.Warnings...) {
+		r.log.Warn("sync rules: " + w.Error())
+		warnings = append(warnings, w.Error())
+	}
 	// Before a group of the new rules exists: rules the source cannot
 	// replicate leave nothing behind, and a table they add is in the
 	// publication before the new group's slot is created (its changes in
@@ -314,6 +332,9 @@ func (r *Replicator) reload(ctx context.Context) error {
 	}
 	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
 	if err != nil {
+		return err
+	}
+	if err := r.store.SetRulesWarnings(ctx, string(rulesText), warnings); err != nil {
 		return err
 	}
 	for _, g := range groups {
