@@ -63,7 +63,7 @@ func oneLine(err error) string {
 func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("validate", stderr)
 	path := configFlag(fs)
-	offline := fs.Bool("offline", false, "judge the file alone, connecting nowhere: without it, validate also checks the sync rules and what `run` needs against the source")
+	offline := fs.Bool("offline", false, "judge the file alone, connecting nowhere (without it, validate also checks the sync rules, and what run needs, against the source)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
