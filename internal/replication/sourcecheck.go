@@ -33,7 +33,10 @@ type UnreachedSource struct {
 	Err      error
 }
 
+// Error names the key and the connection's error.
 func (e *UnreachedSource) Error() string { return fmt.Sprintf("%s: %v", e.Key, e.Err) }
+
+// Unwrap returns the connection's error.
 func (e *UnreachedSource) Unwrap() error { return e.Err }
 
 // sourceCheck is what CheckSource asks of one source database.
