@@ -80,3 +80,28 @@ func TestReloadRefusesTableWithoutKey(t *testing.T) {
 		t.Fatalf("groups %v after the refused reload, want only group 1", ids)
 	}
 }
+
+// TestStartupWarningsInStatus: the warnings run's start-up check logs
+// for the configured rules are stored with their group too, so `status`
+// shows a misspelled column for as long as those rules serve.
+func TestStartupWarningsInStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: strings.Replace(todos.Rules, "SELECT * FROM lists\n", "SELECT id, name, ownr_id FROM lists\n", 1)})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 2, Todos: 4, Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.waitFor(ctx, "group 1 with the warning stored", func() bool {
+		var stored []string
+		err := e.storage.QueryRow(ctx, "SELECT rules_warnings FROM syncpipe.groups WHERE id = 1").Scan(&stored)
+		return err == nil && len(stored) > 0
+	})
+	out := e.runOnce(ctx, "status")
+	if !regexp.MustCompile(`(?m)^SYNC RULES WARNINGS\ngroup 1 \((PROCESSING|ACTIVE)\):\n    \S*rules\.yaml:4:\d+: .*ownr_id`).MatchString(out) {
+		t.Fatalf("status does not show group 1's warning about ownr_id at rules.yaml:4:\n%s", out)
+	}
+}

@@ -100,22 +100,27 @@ func checkSource(ctx context.Context, cfg *config.Config, rules *syncrules.Rules
 
 // warnSourceSchema is run's start-up check of the rules against the
 // source: one log line per problem, as the PowerSync service reports them
-// (warnings; replication goes on). The API role reads no source, and a
+// (warnings; replication goes on). It returns the warnings, for
+// replication to store with the rules' group (status shows them), or nil
+// when the source was not checked. The API role reads no source, and a
 // source that cannot be reached is left to replication to report.
-func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) {
+func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) []string {
 	if role == "api" {
-		return
+		return nil
 	}
 	rules, err := loadRules(cfg, "1")
 	if err != nil {
-		return // reported before
+		return nil // reported before
 	}
 	rep, err := checkSource(ctx, cfg, rules, cfg.Source.ConnectTimeout)
 	if err != nil {
 		log.Debug("sync rules not checked against the source", "err", err)
-		return
+		return nil
 	}
+	warnings := []string{}
 	for _, w := range append(rules.Warnings(), rep.Warnings...) {
 		log.Warn("sync rules: " + w.Error())
+		warnings = append(warnings, w.Error())
 	}
+	return warnings
 }

@@ -65,6 +65,10 @@ type Options struct {
 	// sends on SIGHUP): changed rules start a reprocessing group in the
 	// background, which takes over once caught up.
 	Reload <-chan struct{}
+	// RulesWarnings are what the start-up check of the configured rules
+	// against the source warned of (nil: not checked), stored with the
+	// rules' group for status; a reload stores its own.
+	RulesWarnings []string
 }
 
 // sink returns the sink snapshot pipelines of group g write to, fenced
@@ -236,6 +240,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if r.opts.RulesWarnings != nil {
+		if err := r.store.SetRulesWarnings(ctx, string(rulesText), r.opts.RulesWarnings); err != nil {
+			r.log.Warn("sync rules' warnings not stored for status", "err", err)
+		}
 	}
 	r.sched = pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: max(r.cfg.Replication.WorkersPerProcess, 1)})
 	every := r.opts.ProgressEvery
