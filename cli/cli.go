@@ -63,7 +63,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "replicate the source into bucket storage and serve the sync API", runRun},
-		{"validate", "check a configuration file (and its sync rules) without connecting anywhere", runValidate},
+		{"validate", "check a configuration file and its sync rules, and what run needs of the source (--offline: the file alone, connecting nowhere)", runValidate},
 		{"status", "show replication groups, per-table snapshot progress, lag and slot health", runStatus},
 		{"compact", "compact bucket storage online (superseded ops to MOVE, leading runs to CLEAR; checksums unchanged)", runCompact},
 		{"token", "mint a development JWT signed with the configured HS256 secret", runToken},

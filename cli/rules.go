@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/config"
-	"github.com/syncpipe/syncpipe/sources/postgres"
+	"github.com/syncpipe/syncpipe/internal/replication"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -82,113 +82,45 @@ func ruleProblems(err error) []string {
 	return []string{fmt.Sprint(err)}
 }
 
-// checkSourceSchema checks the rules against the tables and columns of
-// their sources, as PowerSync's validation does: each pipeline's source
-// is asked (sources/postgres.Discover) for the rule tables that pipeline
-// carries. The result holds warnings (a missing table or column does not
-// stop the rules, PowerSync only warns) with positions in the config's
-// files; err reports a source that could not be read.
-func checkSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrules.Rules, timeout time.Duration) (syncrules.RuleErrors, error) {
+// checkSource checks the rules against every pipeline's source
+// (replication.CheckSource, as a SIGHUP reload does), with the warnings'
+// positions in the config's files.
+func checkSource(ctx context.Context, cfg *config.Config, rules *syncrules.Rules, timeout time.Duration) (replication.SourceReport, error) {
 	src, err := cfg.SyncRules.Read()
 	if err != nil {
-		return nil, err
+		return replication.SourceReport{}, err
 	}
-	byURI := map[string][]string{}
-	var uris []string
-	seen := map[string]bool{}
-	for _, p := range cfg.EffectivePipelines() {
-		for _, t := range rules.Tables() {
-			if seen[t.String()] || (len(p.Tables) > 0 && !pipelineHas(p, t)) {
-				continue
-			}
-			seen[t.String()] = true
-			if byURI[p.Source.URI] == nil {
-				uris = append(uris, p.Source.URI)
-			}
-			byURI[p.Source.URI] = append(byURI[p.Source.URI], t.String())
-		}
-	}
-	// A rule table no pipeline carries is still looked up, in the source
-	// section's database: otherwise it would be reported missing.
-	for _, t := range rules.Tables() {
-		if !seen[t.String()] {
-			uri := cfg.Source.URI
-			if byURI[uri] == nil {
-				uris = append(uris, uri)
-			}
-			byURI[uri] = append(byURI[uri], t.String())
-		}
-	}
-	schema := syncrules.Schema{}
-	for _, uri := range uris {
-		if err := discoverTables(ctx, uri, timeout, byURI[uri], schema); err != nil {
-			return nil, err
-		}
-	}
-	warnings := rules.CheckSchema(schema)
-	shiftRuleLines(cfg, src, warnings)
-	return warnings, nil
-}
-
-// pipelineHas reports whether a pipeline with explicit tables carries t.
-func pipelineHas(p config.Pipeline, t syncrules.TableName) bool {
-	for _, name := range p.Tables {
-		if name == t.String() || (t.Schema == "public" && name == t.Name) {
-			return true
-		}
-	}
-	return false
-}
-
-// discoverTables adds the columns of tables to schema. A table that
-// exists but cannot be replicated (no key) is added with unknown columns:
-// replication reports that problem itself.
-func discoverTables(ctx context.Context, uri string, timeout time.Duration, tables []string, schema syncrules.Schema) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := postgres.Connect(ctx, uri, timeout)
+	rep, err := replication.CheckSource(ctx, cfg, cfg.EffectivePipelines(), rules, timeout)
 	if err != nil {
-		return err
+		return rep, err
 	}
-	defer conn.Close(context.Background())
-	for _, t := range tables {
-		infos, err := postgres.Discover(ctx, conn, []string{t})
-		switch {
-		case len(infos) == 1:
-			cols := make([]string, len(infos[0].Columns))
-			for i, c := range infos[0].Columns {
-				cols[i] = c.Name
-			}
-			schema[t] = cols
-		case errors.Is(err, postgres.ErrTableNotFound):
-			// absent from the schema: CheckSchema reports it
-		case errors.Is(err, postgres.ErrNoKey):
-			schema[t] = nil
-		case err != nil:
-			return fmt.Errorf("read the source schema: %w", err)
-		}
-	}
-	return nil
+	shiftRuleLines(cfg, src, rep.Warnings)
+	return rep, nil
 }
 
 // warnSourceSchema is run's start-up check of the rules against the
 // source: one log line per problem, as the PowerSync service reports them
-// (warnings; replication goes on). The API role reads no source, and a
+// (warnings; replication goes on). It returns the warnings, for
+// replication to store with the rules' group (status shows them), or nil
+// when the source was not checked. The API role reads no source, and a
 // source that cannot be reached is left to replication to report.
-func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) {
+func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) []string {
 	if role == "api" {
-		return
+		return nil
 	}
 	rules, err := loadRules(cfg, "1")
 	if err != nil {
-		return // reported before
+		return nil // reported before
 	}
-	warnings, err := checkSourceSchema(ctx, cfg, rules, cfg.Source.ConnectTimeout)
+	rep, err := checkSource(ctx, cfg, rules, cfg.Source.ConnectTimeout)
 	if err != nil {
 		log.Debug("sync rules not checked against the source", "err", err)
-		return
+		return nil
 	}
-	for _, w := range append(rules.Warnings(), warnings...) {
+	warnings := []string{}
+	for _, w := range append(rules.Warnings(), rep.Warnings...) {
 		log.Warn("sync rules: " + w.Error())
+		warnings = append(warnings, w.Error())
 	}
+	return warnings
 }

@@ -66,7 +66,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("log: %v", err)
 	}
-	warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
+	warnings := warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
 	if *trace != "" {
 		cfg.Telemetry.Tracing.Exporter = *trace
 	}
@@ -134,7 +134,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		term = stderr
 	}
 	err = replicate(ctx, cfg, store, log, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
-		MeterProvider: tel.MeterProvider, Reload: reloadOnSIGHUP(ctx, log),
+		MeterProvider: tel.MeterProvider, Reload: reloadOnSIGHUP(ctx, log), RulesWarnings: warnings,
 		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	logSummary(log, summary)
 	if af := (apiFailure{}); errors.As(context.Cause(ctx), &af) {

@@ -115,6 +115,7 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 	writeCompactions(stdout, groups)
 	fmt.Fprintln(stdout)
 	writeErrors(stdout, groups, now)
+	writeRulesWarnings(stdout, groups)
 	tw = tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "GROUP\tTABLE\tRANGES DONE\tROWS\tESTIMATED\tPROGRESS")
 	tables, err := store.SnapshotProgress(ctx)
@@ -238,6 +239,30 @@ func writeErrors(w io.Writer, groups []bucketstore.Group, now time.Time) {
 		}
 		fmt.Fprintf(w, "group %d (%s), %s:\n", g.ID, g.State, when)
 		for _, l := range strings.Split(strings.TrimSpace(g.LastError), "\n") {
+			fmt.Fprintf(w, "    %s\n", l)
+		}
+	}
+	if header {
+		fmt.Fprintln(w)
+	}
+}
+
+// writeRulesWarnings lists what the source lacks of each group's rules
+// (a table or column they name), as stored when a reload applied them:
+// a misspelled column drops a field from every client, so it is shown
+// here for as long as those rules serve, not only logged once.
+func writeRulesWarnings(w io.Writer, groups []bucketstore.Group) {
+	header := false
+	for _, g := range groups {
+		if len(g.RulesWarnings) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "SYNC RULES WARNINGS")
+			header = true
+		}
+		fmt.Fprintf(w, "group %d (%s):\n", g.ID, g.State)
+		for _, l := range g.RulesWarnings {
 			fmt.Fprintf(w, "    %s\n", l)
 		}
 	}

@@ -117,7 +117,8 @@ pipelines:
 	st := &fakeStatusStorage{now: now,
 		groups: []bucketstore.Group{{ID: 3, State: bucketstore.StateActive, SlotName: "syncpipe_3_ab12", SnapshotDone: true,
 			LastCheckpoint: 7, LastCheckpointLSN: 0x16B3748, Stream: bucketstore.StreamProgress{LSN: 0x16B3748},
-			LastError: "publication \"syncpipe\" does not exist\nremedy: CREATE PUBLICATION syncpipe FOR ALL TABLES", LastErrorAt: now.Add(-12 * time.Second)}},
+			LastError: "publication \"syncpipe\" does not exist\nremedy: CREATE PUBLICATION syncpipe FOR ALL TABLES", LastErrorAt: now.Add(-12 * time.Second),
+			RulesWarnings: []string{`rules.yaml:4:26: bucket "global" data[0]: warning: column "ownr_id" does not exist in table public.lists`}}},
 		progress:  []bucketstore.TableProgress{{Group: 3, Table: "public.todos", Ranges: 4, RangesDone: 1, RowsDone: 250, Estimated: 1000}},
 		pipelines: []bucketstore.SinkPipeline{{Name: "audit", Version: 2, SnapshotDone: true, StreamLSN: 0x2000000}},
 		units:     bucketstore.UnitCounts{TotalStreams: 1, PendingSnapshots: 3},
@@ -142,7 +143,8 @@ pipelines:
 			t.Errorf("status lacks the line %q:\n%s", want, out.String())
 		}
 	}
-	for _, want := range []string{"ERRORS\ngroup 3 (ACTIVE), 12s ago, at 2026-03-01 11:59:48Z:\n", "    remedy: CREATE PUBLICATION syncpipe FOR ALL TABLES\n"} {
+	for _, want := range []string{"ERRORS\ngroup 3 (ACTIVE), 12s ago, at 2026-03-01 11:59:48Z:\n", "    remedy: CREATE PUBLICATION syncpipe FOR ALL TABLES\n",
+		"SYNC RULES WARNINGS\ngroup 3 (ACTIVE):\n    rules.yaml:4:26: bucket \"global\" data[0]: warning: column \"ownr_id\" does not exist in table public.lists\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status output lacks %q:\n%s", want, out.String())
 		}

@@ -241,3 +241,26 @@ func TestReadmeStreamsExample(t *testing.T) {
 		t.Errorf("README's bucket_definitions example: %d definitions, warnings %v; want 2 and none", n, rules.Warnings())
 	}
 }
+
+// TestValidateHelp: validate's help says what it connects to, as the
+// README's Commands section does: by default it checks the source,
+// --offline connects nowhere.
+func TestValidateHelp(t *testing.T) {
+	_, _, help := runCLI(t, "validate", "-h")
+	_, _, usage := runCLI(t, "help")
+	for _, want := range []string{"-offline", "connecting nowhere", "against the source"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("validate -h lacks %q:\n%s", want, help)
+		}
+	}
+	if strings.Contains(usage, "without connecting anywhere") || !strings.Contains(usage, "what run needs of the source") {
+		t.Errorf("the command list misdescribes validate:\n%s", usage)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "syncpipe validate --config F [--offline]   # the config, its sync rules, and what run needs of the source") {
+		t.Error("README's Commands section does not describe validate's source checks and --offline")
+	}
+}

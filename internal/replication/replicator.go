@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,10 @@ type Options struct {
 	// sends on SIGHUP): changed rules start a reprocessing group in the
 	// background, which takes over once caught up.
 	Reload <-chan struct{}
+	// RulesWarnings are what the start-up check of the configured rules
+	// against the source warned of (nil: not checked), stored with the
+	// rules' group for status; a reload stores its own.
+	RulesWarnings []string
 }
 
 // sink returns the sink snapshot pipelines of group g write to, fenced
@@ -236,6 +241,11 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.opts.RulesWarnings != nil {
+		if err := r.store.SetRulesWarnings(ctx, string(rulesText), r.opts.RulesWarnings); err != nil {
+			r.log.Warn("sync rules' warnings not stored for status", "err", err)
+		}
+	}
 	r.sched = pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: max(r.cfg.Replication.WorkersPerProcess, 1)})
 	every := r.opts.ProgressEvery
 	if every <= 0 {
@@ -299,6 +309,23 @@ func (r *Replicator) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Judged as validate and start-up judge rules (CheckSource): what
+	// replication would refuse refuses the new rules, while the old ones
+	// go on; what the source lacks is said before they apply — a
+	// misspelled column would otherwise drop a field from every client
+	// silently.
+	rep, err := CheckSource(ctx, r.cfg, []config.Pipeline{r.pl}, rules, r.cfg.Source.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	if len(rep.Problems) > 0 {
+		return errors.Join(rep.Problems...)
+	}
+	var warnings []string
+	for _, w := range append(slices.Clone(rules.Warnings()), rep.Warnings...) {
+		r.log.Warn("sync rules: " + w.Error())
+		warnings = append(warnings, w.Error())
+	}
 	// Before a group of the new rules exists: rules the source cannot
 	// replicate leave nothing behind, and a table they add is in the
 	// publication before the new group's slot is created (its changes in
@@ -314,6 +341,9 @@ func (r *Replicator) reload(ctx context.Context) error {
 	}
 	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
 	if err != nil {
+		return err
+	}
+	if err := r.store.SetRulesWarnings(ctx, string(rulesText), warnings); err != nil {
 		return err
 	}
 	for _, g := range groups {

@@ -24,6 +24,7 @@ type groupStorage interface {
 	Compact(ctx context.Context, group int, o bucketstore.CompactOptions) (bucketstore.CompactStats, error)
 	ReportError(ctx context.Context, id int, msg string) error
 	ClearError(ctx context.Context, id int) error
+	SetRulesWarnings(ctx context.Context, rules string, warnings []string) error
 
 	RegisterTables(ctx context.Context, group int, regs []bucketstore.TableRegistration) ([]bucketstore.SourceTable, error)
 	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)

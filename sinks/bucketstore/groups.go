@@ -44,6 +44,9 @@ type Group struct {
 	Stream StreamProgress
 	// Compaction is the group's last completed compaction (zero: none).
 	Compaction CompactRun
+	// RulesWarnings are the source's warnings about the group's rules,
+	// one line each with file:line (SetRulesWarnings).
+	RulesWarnings []string
 }
 
 // Serving reports whether the group is ACTIVE or PROCESSING: it streams,
@@ -83,7 +86,7 @@ func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Grou
 
 const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
 	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at,
-	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes, compaction`
+	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes, compaction, rules_warnings`
 
 func scanGroup(row pgx.Row) (Group, error) {
 	var g Group
@@ -91,7 +94,7 @@ func scanGroup(row pgx.Row) (Group, error) {
 	var errAt *time.Time
 	var compaction []byte
 	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
-		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges, &compaction)
+		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges, &compaction, &g.RulesWarnings)
 	if err != nil {
 		return g, err
 	}
@@ -106,6 +109,21 @@ func scanGroup(row pgx.Row) (Group, error) {
 	g.LastCheckpointLSN, _ = pglogrepl.ParseLSN(lcl)
 	g.NoCheckpointBefore, _ = pglogrepl.ParseLSN(ncb)
 	return g, nil
+}
+
+// SetRulesWarnings stores the source's warnings about the rules of the
+// serving groups (PROCESSING or ACTIVE) whose rules are rules, replacing
+// what they held: status shows them with the group.
+func (s *Store) SetRulesWarnings(ctx context.Context, rules string, warnings []string) error {
+	if warnings == nil {
+		warnings = []string{}
+	}
+	_, err := s.pool.Exec(ctx, `UPDATE groups SET rules_warnings = $2
+		WHERE rules = $1 AND state IN ('PROCESSING', 'ACTIVE')`, rules, warnings)
+	if err != nil {
+		return fmt.Errorf("store the rules' warnings: %w", err)
+	}
+	return nil
 }
 
 // Group reads one group.

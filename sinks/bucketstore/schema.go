@@ -221,6 +221,13 @@ ALTER TABLE leases ADD COLUMN started boolean NOT NULL DEFAULT true;
 	`
 ALTER TABLE groups ADD COLUMN compaction jsonb, ADD COLUMN compact_floor bigint NOT NULL DEFAULT 0;
 `,
+	// 10: the warnings the source gave for a group's rules when they were
+	// loaded (a table or column the rules name that the source lacks), for
+	// status: a reload applies such rules, so the warning must outlive its
+	// log line.
+	`
+ALTER TABLE groups ADD COLUMN rules_warnings text[] NOT NULL DEFAULT '{}';
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

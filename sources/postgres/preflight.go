@@ -34,6 +34,12 @@ type PreflightOptions struct {
 	// when the role is allowed to, and adds missing Tables to a
 	// publication it created (see managedComment).
 	CreatePublication bool
+	// DryRun, with CreatePublication, runs the statements that create
+	// the publication or add tables to it in a transaction that is rolled
+	// back: Preflight reports whether they would succeed (the role's
+	// privileges) and changes nothing. syncpipe validate judges so what
+	// run would do, with the server's own permission checks.
+	DryRun bool
 }
 
 // Preflight checks that the source can be replicated: wal_level, the
@@ -74,7 +80,7 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &role, &super, 
 		return fmt.Errorf("preflight: %w", err)
 	}
 	problems = append(problems, tableProblems...)
-	if err := checkPublication(ctx, conn, pub, tables, opts.CreatePublication, version); err != nil {
+	if err := checkPublication(ctx, conn, pub, tables, opts, version); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
@@ -89,13 +95,13 @@ func walLevelProblem(level string) error {
 		"the source database has wal_level = %s but logical replication needs logical: set wal_level = logical in postgresql.conf and restart the server", level)
 }
 
-func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool, version int) error {
+func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, opts PreflightOptions, version int) error {
 	var ins, upd, del, trunc, viaRoot, managed bool
 	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot,
 		coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`, pub, managedComment).
 		Scan(&ins, &upd, &del, &trunc, &viaRoot, &managed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return createPublication(ctx, conn, pub, tables, create)
+		return createPublication(ctx, conn, pub, tables, opts)
 	}
 	if err != nil {
 		return fmt.Errorf("preflight: read publication %s: %w", pub, err)
@@ -121,15 +127,16 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []
 			"publication %s publishes partition changes via the partition root, which syncpipe does not support: run ALTER PUBLICATION %s SET (publish_via_partition_root = false)",
 			qpub, qpub))
 	}
-	if err := checkPublicationTables(ctx, conn, pub, tables, version, create && managed); err != nil {
+	if err := checkPublicationTables(ctx, conn, pub, tables, version, opts.CreatePublication && managed, opts.DryRun); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
 }
 
 // checkPublicationTables checks that pub publishes every table whole;
-// tables missing from a publication syncpipe manages are added to it.
-func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, version int, manage bool) error {
+// tables missing from a publication syncpipe manages are added to it (in
+// a transaction rolled back when dryRun).
+func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, version int, manage, dryRun bool) error {
 	if len(tables) == 0 {
 		return nil
 	}
@@ -184,7 +191,7 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 	}
 	if len(missing) > 0 && manage {
 		sql := fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(add, ", "))
-		if _, err := conn.Exec(ctx, sql); err != nil {
+		if err := execDDL(ctx, conn, dryRun, sql); err != nil {
 			return errors.Join(append(problems, fmt.Errorf("preflight: add tables %s to publication %s: %w", strings.Join(missing, ", "), qpub, err))...)
 		}
 		missing = nil
@@ -207,7 +214,8 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 // only says what to run.
 const managedComment = "created by syncpipe: tables the sync rules name are added to it"
 
-func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool) error {
+func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, opts PreflightOptions) error {
+	create := opts.CreatePublication
 	qpub := quoteIdentIfNeeded(pub)
 	names := make([]string, len(tables))
 	idents := make([]string, len(tables))
@@ -228,13 +236,8 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 		return problemf(ErrPublication, "publication %s does not exist in the source database: run %s", qpub, stmt)
 	}
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(idents, ", "))
-	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, fmt.Sprintf("COMMENT ON PUBLICATION %s IS '%s'", pgx.Identifier{pub}.Sanitize(), managedComment))
-		return err
-	})
+	err := execDDL(ctx, conn, opts.DryRun, sql,
+		fmt.Sprintf("COMMENT ON PUBLICATION %s IS '%s'", pgx.Identifier{pub}.Sanitize(), managedComment))
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42501" { // insufficient_privilege
@@ -246,4 +249,23 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 		return fmt.Errorf("preflight: %s: %w", stmt, err)
 	}
 	return nil
+}
+
+// execDDL runs stmts in one transaction, which is committed, or rolled
+// back when dryRun: the server has checked them either way.
+func execDDL(ctx context.Context, conn *pgx.Conn, dryRun bool, stmts ...string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // after Commit: a no-op
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return err
+		}
+	}
+	if dryRun {
+		return tx.Rollback(ctx)
+	}
+	return tx.Commit(ctx)
 }

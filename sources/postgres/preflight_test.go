@@ -71,6 +71,14 @@ func TestPreflightMissingPublication(t *testing.T) {
 		"publication syncpipe does not exist, and none of the sync rules' tables exists in the source database to create it for: create the tables") {
 		t.Fatalf("with CreatePublication and no table: %v", err)
 	}
+	// A dry run says the publication could be created, and creates none.
+	dry := PreflightOptions{Tables: opts.Tables, CreatePublication: true, DryRun: true}
+	if err := Preflight(testCtx(t), conn, dry); err != nil {
+		t.Fatalf("dry run with CreatePublication: %v", err)
+	}
+	if err := Preflight(testCtx(t), conn, opts); !errors.Is(err, ErrPublication) {
+		t.Fatalf("after a dry run: %v, want the publication still missing", err)
+	}
 	opts.CreatePublication = true
 	if err := Preflight(testCtx(t), conn, opts); err != nil {
 		t.Fatalf("with CreatePublication: %v", err)
