@@ -34,6 +34,11 @@ type PreflightOptions struct {
 	// when the role is allowed to, and adds missing Tables to a
 	// publication it created (see managedComment).
 	CreatePublication bool
+	// AddTables adds missing Tables to a publication syncpipe created,
+	// but never creates a missing publication: for a table the caller
+	// re-reads anyway (one re-created under its name), so no change made
+	// while it was not published is lost.
+	AddTables bool
 }
 
 // Preflight checks that the source can be replicated: wal_level, the
@@ -74,7 +79,7 @@ FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &role, &super, 
 		return fmt.Errorf("preflight: %w", err)
 	}
 	problems = append(problems, tableProblems...)
-	if err := checkPublication(ctx, conn, pub, tables, opts.CreatePublication, version); err != nil {
+	if err := checkPublication(ctx, conn, pub, tables, opts.CreatePublication, opts.CreatePublication || opts.AddTables, version); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
@@ -89,7 +94,7 @@ func walLevelProblem(level string) error {
 		"the source database has wal_level = %s but logical replication needs logical: set wal_level = logical in postgresql.conf and restart the server", level)
 }
 
-func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create bool, version int) error {
+func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []TableInfo, create, add bool, version int) error {
 	var ins, upd, del, trunc, viaRoot, managed bool
 	err := conn.QueryRow(ctx, `SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot,
 		coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`, pub, managedComment).
@@ -121,7 +126,7 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []
 			"publication %s publishes partition changes via the partition root, which syncpipe does not support: run ALTER PUBLICATION %s SET (publish_via_partition_root = false)",
 			qpub, qpub))
 	}
-	if err := checkPublicationTables(ctx, conn, pub, tables, version, create && managed); err != nil {
+	if err := checkPublicationTables(ctx, conn, pub, tables, version, add && managed); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
