@@ -37,7 +37,7 @@ const (
 	codeFatal     = "keeps running; stored for `status` and `/healthz` (200 degraded), rechecked every 30 s"
 	codeRetrying  = "keeps running, retrying with backoff"
 	codeReplaced  = "keeps running; a new group re-snapshots while the old one serves"
-	codeTableAway = "keeps running; the group's stream waits, stored for `status` and `/healthz` (200 degraded), rechecked every 2 s"
+	codeTableAway = "keeps running; the group's stream waits, stored for `status` and `/healthz` (200 degraded), rechecked after 2 s, backing off to every 30 s"
 	codeTextValue = "keeps running"
 )
 

@@ -126,7 +126,8 @@
 // While a table the rules name is missing from the source (renamed away,
 // moved, dropped), the catalog check stops the group's stream with
 // errTableAway: stored and shown with the remedy (status, /healthz,
-// syncpipe_replication_failing_units), and rechecked every awayRetry.
+// syncpipe_replication_failing_units), and rechecked after awayRetry,
+// backing off.
 // The stream resumes from its stored position once the table is back, so
 // the changes made under the other name are delivered then and followed
 // by OID, and the stored error clears at its first checkpoint. A rename
