@@ -14,7 +14,9 @@ import (
 // are renamed, moved to another schema or re-created under it.
 type renameEnv struct {
 	*streamEnv
-	ctx context.Context
+	ctx    context.Context
+	client *syncClient  // syncing from the start
+	seen   *switchWatch // what it holds
 }
 
 func newRenameEnv(t *testing.T, ctx context.Context) *renameEnv {
@@ -26,6 +28,11 @@ func newRenameEnv(t *testing.T, ctx context.Context) *renameEnv {
 	e.start()
 	e.waitCaughtUp(ctx)
 	e.converge(ctx, time.Minute, e.want)
+	e.seen = &switchWatch{}
+	e.client = newSyncClient(e.api, e.token("alice"), e.seen.observe)
+	cctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go e.client.run(cctx)
 	return e
 }
 
@@ -68,11 +75,18 @@ func (e *renameEnv) missingShown() string {
 	return status
 }
 
-// recovered checks that storage equals the source within 60 s and that
-// /healthz is ok again, then that later changes apply, in the same group.
+// recovered checks that storage and the sync client equal the source
+// within 60 s and that /healthz is ok again, then that later changes
+// apply, in the same group.
 func (e *renameEnv) recovered() {
 	e.t.Helper()
 	e.converge(e.ctx, time.Minute, e.want)
+	wctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+	defer cancel()
+	e.waitFor(wctx, "the sync client to hold what the source does", e.seen.holds(e.want()))
+	if f := e.client.failures(); len(f) > 0 {
+		e.t.Fatalf("the sync client saw protocol errors: %v", f)
+	}
 	e.waitFor(e.ctx, "/healthz to be ok again", func() bool { return strings.Contains(e.get(e.ctx, "/healthz"), `"status":"ok"`) })
 	e.exec(e.ctx, `UPDATE items SET a = 'later' WHERE id IN (SELECT id FROM items ORDER BY id LIMIT 2)`)
 	e.exec(e.ctx, `DELETE FROM items WHERE id = (SELECT max(id) FROM items)`)
