@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/syncpipe/syncpipe/internal/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
 // renameEnv is a running `syncpipe run` replicating the tables items and
@@ -174,4 +177,56 @@ func TestTableDroppedAndRecreated(t *testing.T) {
 	e.exec(ctx, `CREATE TABLE items (id int PRIMARY KEY, a text NOT NULL)`)
 	e.exec(ctx, `INSERT INTO items SELECT i, 'new item ' || i FROM generate_series(5001, 5100) i`)
 	e.recovered()
+}
+
+// TestSinkPipelineFollowsRenamedTable renames a table a jsonl pipeline
+// replicates away, updates a row of it under the new name and renames it
+// back: the update must be in the sink (followed by the table's OID, not
+// dropped for its name), as must a change made after the rename back.
+func TestSinkPipelineFollowsRenamedTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 100, Seed: 9}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(e.dir, "audit")
+	appendConfig(t, e.config, fmt.Sprintf(`pipelines:
+  - name: main
+  - name: audit
+    tables: [todos]
+    sink: {type: jsonl, settings: {dir: %q}}
+`, out))
+	e.start()
+	target := e.sourceLSN(ctx)
+	e.waitFor(ctx, "the jsonl stream past "+target, func() bool { return jsonlStreamPast(ctx, e, out, target) })
+
+	var away, after string
+	if err := e.src.QueryRow(ctx, `SELECT min(id::text), max(id::text) FROM todos`).Scan(&away, &after); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(ctx, `ALTER TABLE todos RENAME TO todos_old`)
+	e.exec(ctx, `UPDATE todos_old SET description = 'changed while renamed' WHERE id = $1`, away)
+	e.exec(ctx, `ALTER TABLE todos_old RENAME TO todos`)
+	e.exec(ctx, `UPDATE todos SET description = 'changed after the rename back' WHERE id = $1`, after)
+	target = e.sourceLSN(ctx)
+	e.waitFor(ctx, "the jsonl stream past "+target, func() bool { return jsonlStreamPast(ctx, e, out, target) })
+
+	found := map[string]bool{}
+	for _, l := range readJSONL(t, filepath.Join(out, "public.todos.jsonl")) {
+		for _, p := range l.Puts {
+			for _, want := range []string{"changed while renamed", "changed after the rename back"} {
+				if strings.Contains(string(p.Data), want) {
+					found[want] = true
+				}
+			}
+		}
+	}
+	if !found["changed while renamed"] || !found["changed after the rename back"] {
+		t.Fatalf("the jsonl sink has the changes %v; want the one made while the table was renamed and the one after", found)
+	}
+	e.alive()
 }
