@@ -134,6 +134,11 @@
 // away and back between two catalog checks is only seen by the stream,
 // which follows it.
 //
+// A sink pipeline (SinkRunner) follows a renamed or moved table the same
+// way, by the OID its tables had when it started; it has no catalog
+// check, so a table re-created under the name is bound by name, without
+// a re-read.
+//
 // # Lost slots, publication events, group replacement
 //
 // A slot that is dropped or invalidated (wal_status = lost) after the
