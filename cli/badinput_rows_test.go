@@ -37,6 +37,7 @@ const (
 	codeFatal     = "keeps running; stored for `status` and `/healthz` (200 degraded), rechecked every 30 s"
 	codeRetrying  = "keeps running, retrying with backoff"
 	codeReplaced  = "keeps running; a new group re-snapshots while the old one serves"
+	codeTableAway = "keeps running; the group's stream waits, stored for `status` and `/healthz` (200 degraded), rechecked after 2 s, backing off to every 30 s"
 	codeTextValue = "keeps running"
 )
 
@@ -74,6 +75,7 @@ func badRows() []badRow {
 		{src, "`wal_level = replica` on the source", walLevelRow},
 		{src, "publication missing, and the source role may not create it (it does not own the tables)", publicationPrivilegeRow},
 		{src, "publication dropped while running (`DROP PUBLICATION syncpipe`)", publicationRow},
+		{src, "a rules table renamed, moved to another schema or dropped while running (`ALTER TABLE items RENAME TO items_old`)", tableAwayRow},
 		{src, "replication slot dropped while running (`pg_drop_replication_slot`)", slotDroppedRow},
 		{src, "replication slot lost while running (invalidated: `max_slot_wal_keep_size = 1MB` on the source)", slotLostRow},
 		{src, "wrong source password", sourcePasswordRow},
@@ -205,6 +207,20 @@ var publicationRow = func(t *testing.T, h *badHarness) badCheck {
 			t.Fatal(err)
 		}
 		return waitFatal(t, h, p, regexp.MustCompile(`publication syncpipe does not exist.*CREATE PUBLICATION syncpipe FOR TABLE`)), codeFatal
+	}
+}
+
+// tableAwayRow renames the rules table away under a running `syncpipe
+// run`: the stored error names it and says how to bring it back.
+func tableAwayRow(t *testing.T, h *badHarness) badCheck {
+	source, conn := h.badSource(t, itemsSQL...)
+	p := h.startRun(t, source, h.storage, h.schema())
+	return func(t *testing.T) (string, string) {
+		streaming(t, p)
+		if _, err := conn.Exec(context.Background(), `ALTER TABLE items RENAME TO items_old`); err != nil {
+			t.Fatal(err)
+		}
+		return waitFatal(t, h, p, regexp.MustCompile(`table public\.items from the sync rules does not exist.*RENAME TO / SET SCHEMA it back`)), codeTableAway
 	}
 }
 

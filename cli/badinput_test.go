@@ -172,7 +172,7 @@ var saidNormalisers = []struct {
 	{regexp.MustCompile(`\b(pid|PID)[ =]\d+`), "$1 <pid>"},
 	{regexp.MustCompile(`\b(syncpipe_\d+)_[0-9a-f]{4}\b`), "${1}_<random>"}, // slot names
 	{regexp.MustCompile(`\bwrite \d+ changes\b`), "write <n> changes"},      // a batch: the change, or a heartbeat before it
-	{regexp.MustCompile(`\bbatch \d+: write\b`), "batch <n>: write"},        // how many batches (keepalives) the stream passed first
+	{regexp.MustCompile(`\bbatch \d+: (write|read)\b`), "batch <n>: $1"},    // how many batches (keepalives) the stream passed first
 }
 
 func normaliseSaid(s string) string {

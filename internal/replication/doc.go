@@ -130,6 +130,44 @@
 // published: re-read rows may be ahead of the stream. The process never
 // exits for a schema change.
 //
+// # Renamed, moved and re-created tables
+//
+// The rules name tables by (schema.)name, but what storage's rows of a
+// table come from is one relation: storage records its OID
+// (source_tables.relation_id). The stream binds a pgoutput relation to a
+// rules table by its name or, under any other name, by that OID
+// (streamer.bind): a table renamed away, or moved to another schema, is
+// followed there and its changes apply as under its own name. Following
+// was chosen over re-reading the table when it comes back because the
+// slot delivers every change of the relation in order whatever its name,
+// so following loses nothing and costs nothing, where a re-read would
+// rewrite every row of a large table after a rename that took a second —
+// and, done at the wrong point of the stream, could mix states.
+//
+// Another relation under the rules name (the table dropped and created
+// again, or another renamed into its place; its OID differs) holds rows
+// storage never saw and lacks the old one's: seen in the stream or by the
+// catalog check, the table's stored rows are removed and it is re-read as
+// after a schema change, its new OID recorded. A dropped table left a
+// publication FOR TABLE, so the new one is added to a publication syncpipe
+// created; changes made before that are in the re-read.
+//
+// While a table the rules name is missing from the source (renamed away,
+// moved, dropped), the catalog check stops the group's stream with
+// errTableAway: stored and shown with the remedy (status, /healthz,
+// syncpipe_replication_failing_units), and rechecked after awayRetry,
+// backing off.
+// The stream resumes from its stored position once the table is back, so
+// the changes made under the other name are delivered then and followed
+// by OID, and the stored error clears at its first checkpoint. A rename
+// away and back between two catalog checks is only seen by the stream,
+// which follows it.
+//
+// A sink pipeline (SinkRunner) follows a renamed or moved table the same
+// way, by the OID its tables had when it started; it has no catalog
+// check, so a table re-created under the name is bound by name, without
+// a re-read.
+//
 // # Lost slots, publication events, group replacement
 //
 // A slot that is dropped or invalidated (wal_status = lost) after the

@@ -48,6 +48,21 @@ const (
 // errPublication wraps publication problems found while streaming.
 var errPublication = errors.New("publication changed")
 
+// errTableAway marks a table the rules name that is gone from the source
+// while its group streams: renamed, moved to another schema or dropped.
+// The stream stops until it is back (see awayRetry): changes
+// it made under another name are followed by its OID once the stream
+// resumes, a re-created table is re-read (doc.go).
+var errTableAway = errors.New("if it was renamed or moved to another schema, ALTER TABLE … RENAME TO / SET SCHEMA it back; if it was dropped, create it again; " +
+	"syncpipe resumes by itself, with every change made meanwhile (or, for a new table, its rows)")
+
+// awayRetry is how soon a stream stopped by errTableAway checks again at
+// first: the table's return (a rename back) needs nothing of the operator
+// on syncpipe's side, and the stream of every table of the group waits
+// for it. The checks then back off to every maxBackoff, so a table gone
+// for good does not log an error every few seconds.
+const awayRetry = 2 * time.Second
+
 // endsStream reports errors the stream unit handles itself.
 func endsStream(err error) bool {
 	return slotGone(err) || errors.Is(err, bucketstore.ErrGroupStopped) || errors.Is(err, errTxnNotRedelivered) ||
@@ -170,6 +185,10 @@ func (r *Replicator) retry(ctx context.Context, group int, unit, kind string, f 
 			r.errs.count.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", "fatal"), attribute.String("unit", kind)))
 			r.report(ctx, group, unit, err)
 			delay = jitter(fatalRetry)
+			if errors.Is(err, errTableAway) {
+				delay = jitter(max(backoff, awayRetry))
+				backoff = min(2*backoff, maxBackoff)
+			}
 		} else {
 			r.errs.count.Add(ctx, 1, metric.WithAttributes(attribute.String("kind", "retryable"), attribute.String("unit", kind)))
 			delay = jitter(backoff)

@@ -39,11 +39,14 @@ type resnap struct {
 	started time.Time
 }
 
-// reshape records sh as ts's shape at the current position (inside txn
-// when it is set): the changes so far are cut into a batch, a batch of its
-// own records the new shape — removing the table's stored rows first when
-// the replica identity changes — and the table's re-read starts (again).
-func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, txn *logrepl.Txn) error {
+// reshape records sh as ts's shape, and oid as the relation its rows come
+// from, at the current position (inside txn when it is set): the changes
+// so far are cut into a batch, a batch of its own records the new shape —
+// removing the table's stored rows first when the replica identity
+// changes, or when oid is another relation than the stored rows' (a table
+// re-created under the name: the old one's rows are gone from the source)
+// — and the table's re-read starts (again).
+func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, oid uint32, txn *logrepl.Txn) error {
 	name := ts.t.info.QualifiedName()
 	info, err := s.discover(ctx, ts)
 	if err != nil {
@@ -56,15 +59,22 @@ func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, txn *l
 	s.cutIfAny(txn)
 	b := s.open()
 	identity := sh.identity()
+	replaced := oid != ts.oid
 	rekeyed := !slices.Equal(identity, ts.shape.identity())
-	if rekeyed {
+	if rekeyed || replaced {
 		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
 	}
 	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: ts.t.stored.ID, Shape: sh.marshal(),
-		ReplicaIDColumns: identity, Resnapshot: &bucketstore.ResnapshotProgress{}})
+		ReplicaIDColumns: identity, RelationID: oid, Resnapshot: &bucketstore.ResnapshotProgress{}})
 	s.cut(txn)
-	s.r.log.Info("table shape changed: re-reading it while the stream goes on", "group", s.g.g.ID, "table", name,
-		"rekeyed", rekeyed, "columns", len(sh.Columns))
+	if replaced {
+		s.r.log.Info("another table has the name now (dropped and re-created, or renamed into place): re-reading it while the stream goes on",
+			"group", s.g.g.ID, "table", name, "relation", oid, "was", ts.oid)
+	} else {
+		s.r.log.Info("table shape changed: re-reading it while the stream goes on", "group", s.g.g.ID, "table", name,
+			"rekeyed", rekeyed, "columns", len(sh.Columns))
+	}
+	s.follow(ts, oid)
 	ts.shape, ts.info, ts.layout = sh, info, lay
 	ts.rel = nil
 	ts.check = nil
@@ -163,25 +173,35 @@ func (l *layout) fromCatalogRow(row []syncrules.Value) []syncrules.Value {
 
 // checkCatalog compares the source catalog with what storage records: the
 // publication must still publish every table completely (else the stream
-// ends with errPublication), and a table whose shape differs from the
-// stored one — a DDL the stream has not seen, because no row of the table
-// changed since — is re-shaped once the stream has passed the position
-// read after the catalog (so the DDL is behind it).
+// ends with errPublication), every table the rules name must exist (else
+// the stream stops with errTableAway until it is back), and a table whose
+// shape differs from the stored one — a DDL the stream has not seen,
+// because no row of the table changed since — or that is another relation
+// than the stored rows' (re-created, renamed into place) is re-shaped once
+// the stream has passed the position read after the catalog (so the DDL is
+// behind it).
 func (s *streamer) checkCatalog(ctx context.Context) error {
 	names := make([]string, 0, len(s.byName))
 	for name := range s.byName {
 		names = append(names, name)
 	}
+	// Read before the position below: a DDL it shows is behind that.
+	infos, derr := discover(ctx, s.side, names, s.g.rules)
+	if err := s.publishReplaced(ctx, infos); err != nil {
+		return err
+	}
 	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.pl.Source.Publication, Tables: names})
 	if publicationProblem(err) {
 		return fmt.Errorf("%w: %w", errPublication, err)
 	}
+	if errors.Is(err, postgres.ErrTableNotFound) {
+		return fmt.Errorf("%w: %w", err, errTableAway)
+	}
 	if err != nil {
 		return err // a table without a key, the connection gone, …
 	}
-	infos, err := discover(ctx, s.side, names, s.g.rules)
-	if err != nil && len(infos) == 0 {
-		return fmt.Errorf("check the source tables: %w", err)
+	if derr != nil && len(infos) == 0 {
+		return fmt.Errorf("check the source tables: %w", derr)
 	}
 	lsn, lerr := currentLSN(ctx, s.side)
 	if lerr != nil {
@@ -193,9 +213,9 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 		if ts == nil {
 			continue
 		}
-		if catalogShape(info).equal(ts.shape) {
+		if info.OID == ts.oid && catalogShape(info).equal(ts.shape) {
 			ts.check = nil
-		} else if ts.check == nil {
+		} else if ts.check == nil || ts.check.info.OID != info.OID {
 			ts.check = &catalogCheck{lsn: lsn, info: info}
 			due = true
 		}
@@ -205,6 +225,28 @@ func (s *streamer) checkCatalog(ctx context.Context) error {
 		if _, err := logrepl.Heartbeat(ctx, s.side); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// publishReplaced adds the tables that another relation than the stored
+// rows' has the name of (re-created, or renamed into place) to the
+// publication, if syncpipe manages it: a dropped table left it, and its
+// successor is re-read anyway, so none of its changes is lost. A
+// publication of the operator's is theirs: Preflight says what to run.
+func (s *streamer) publishReplaced(ctx context.Context, infos []postgres.TableInfo) error {
+	var replaced []string
+	for _, info := range infos {
+		if ts := s.byName[info.Schema+"."+info.Name]; ts != nil && info.OID != ts.oid {
+			replaced = append(replaced, info.QualifiedName())
+		}
+	}
+	if len(replaced) == 0 {
+		return nil
+	}
+	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.pl.Source.Publication, Tables: replaced, AddTables: true})
+	if err != nil && !publicationProblem(err) && !fatal(err) {
+		return err // the connection gone, …: the others are the main check's
 	}
 	return nil
 }
@@ -219,12 +261,13 @@ func (s *streamer) checkCatalogDue(ctx context.Context) error {
 		if ts.check == nil || s.pos.LSN < ts.check.lsn {
 			continue
 		}
-		sh := catalogShape(ts.check.info)
+		info := ts.check.info
+		sh := catalogShape(info)
 		ts.check = nil
-		if sh.equal(ts.shape) {
+		if info.OID == ts.oid && sh.equal(ts.shape) {
 			continue
 		}
-		if err := s.reshape(ctx, ts, sh, nil); err != nil {
+		if err := s.reshape(ctx, ts, sh, info.OID, nil); err != nil {
 			return err
 		}
 	}

@@ -98,12 +98,17 @@ func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *
 // bind returns the table a relation decodes into: the rules bound to the
 // relation's columns (a table whose columns changed gets a new binding
 // with its first change in the new shape), with decoding details from the
-// catalog where the catalog agrees on a column's type. Relations the
-// pipeline does not replicate give nil.
+// catalog where the catalog agrees on a column's type. A relation is the
+// pipeline's table by its name or, under any other name (renamed away,
+// moved to another schema), by the table's OID, so its changes there are
+// not lost (doc.go, "Renamed, moved and re-created tables"). Relations
+// the pipeline does not replicate give nil.
 func (r *SinkRunner) bind(_ context.Context, rel *logrepl.Relation) (*postgres.StreamTable, error) {
 	t := r.table(rel.Namespace + "." + rel.Name)
 	if t == nil {
-		return nil, nil
+		if t = r.tableByOID(rel.ID); t == nil {
+			return nil, nil
+		}
 	}
 	cols := make([]postgres.Column, len(rel.Columns))
 	names := make([]string, len(rel.Columns))

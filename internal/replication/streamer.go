@@ -37,6 +37,9 @@ type tableState struct {
 	layout *layout
 
 	rel *logrepl.Relation // relation the layout decodes; nil until seen
+	// oid is the source relation the stored rows come from, as storage
+	// records it: the stream follows it through renames and schema moves.
+	oid uint32
 
 	// check is set when the catalog showed a shape other than the stored
 	// one: once the stream passes check.lsn (the DDL is behind it) and the
@@ -62,8 +65,9 @@ type streamer struct {
 	side  *pgx.Conn // normal source connection: catalog reads, TOAST re-reads
 	toast toastState
 
-	byName map[string]*tableState // by schema.name
+	byName map[string]*tableState // by schema.name (the rules')
 	byID   map[string]*tableState // by storage table id
+	byOID  map[uint32]*tableState // by the relation its stored rows come from
 
 	// pos is the position after the last batch handed to the pipeline.
 	pos bucketstore.StreamProgress
@@ -262,7 +266,11 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, txn *logrepl.T
 	if c.Kind == logrepl.Truncate {
 		var items []rawItem
 		for _, rel := range c.TruncateRelations {
-			if ts := s.byName[rel.Namespace+"."+rel.Name]; ts != nil {
+			ts, err := s.bind(ctx, rel, txn)
+			if err != nil {
+				return err
+			}
+			if ts != nil {
 				items = append(items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
 			}
 		}
@@ -296,16 +304,30 @@ func (s *streamer) relation(ctx context.Context, rel *logrepl.Relation, txn *log
 // bind returns the state of rel's table with its layout bound to rel,
 // re-shaping the table first when rel's shape is not the stored one. It
 // returns nil for a relation the rules do not use.
+//
+// A relation is the rules' table by its name, or — under any other name —
+// by its OID: the table whose rows storage holds, renamed or moved to
+// another schema. Its changes there apply as under its own name, so once
+// it is back nothing was lost, without re-reading it (doc.go, "Renamed,
+// moved and re-created tables"). Another table under the rules' name (the
+// table was dropped and re-created, or another renamed into its place)
+// has rows storage never saw: its table is emptied and re-read.
 func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl.Txn) (*tableState, error) {
 	ts := s.byName[rel.Namespace+"."+rel.Name]
 	if ts == nil {
-		return nil, nil // published but not used by the rules
+		if ts = s.byOID[rel.ID]; ts == nil {
+			return nil, nil // published but not used by the rules
+		}
 	}
 	if ts.rel == rel {
 		return ts, nil
 	}
-	if sh := relationShape(rel); !sh.equal(ts.shape) {
-		if err := s.reshape(ctx, ts, sh, txn); err != nil {
+	if sh := relationShape(rel); rel.ID != ts.oid {
+		if err := s.reshape(ctx, ts, sh, rel.ID, txn); err != nil {
+			return nil, err
+		}
+	} else if !sh.equal(ts.shape) {
+		if err := s.reshape(ctx, ts, sh, ts.oid, txn); err != nil {
 			return nil, err
 		}
 	}
@@ -314,11 +336,26 @@ func (s *streamer) bind(ctx context.Context, rel *logrepl.Relation, txn *logrepl
 	return ts, nil
 }
 
+// follow records that ts's stored rows come from relation oid from now
+// on. A table that followed oid before loses it: oid is ts's now, and
+// that table is re-read once its name shows another relation.
+func (s *streamer) follow(ts *tableState, oid uint32) {
+	if s.byOID[ts.oid] == ts {
+		delete(s.byOID, ts.oid)
+	}
+	if other := s.byOID[oid]; other != nil && other != ts {
+		other.oid = 0
+	}
+	ts.oid = oid
+	s.byOID[oid] = ts
+}
+
 // newStreamer loads what storage records about the group's tables (shape,
 // replica identity, re-reads in progress) and binds the rules to it, with
 // decoding details from the source catalog.
 func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, pos bucketstore.StreamProgress) (*streamer, error) {
-	s := &streamer{r: r, g: g, side: side, byName: map[string]*tableState{}, byID: map[string]*tableState{}, pos: pos, cutPos: pos}
+	s := &streamer{r: r, g: g, side: side, byName: map[string]*tableState{}, byID: map[string]*tableState{},
+		byOID: map[uint32]*tableState{}, pos: pos, cutPos: pos}
 	if pos.TxnLSN != 0 {
 		s.skip = pos
 	}
@@ -335,6 +372,9 @@ func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, 
 		names = append(names, t.info.QualifiedName())
 	}
 	infos, err := discover(ctx, side, names, g.rules)
+	if errors.Is(err, postgres.ErrTableNotFound) {
+		return nil, fmt.Errorf("%w: %w", err, errTableAway)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -360,6 +400,10 @@ func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, 
 		ts := &tableState{t: t, info: info, shape: sh, layout: lay}
 		s.byName[info.Schema+"."+info.Name] = ts
 		s.byID[t.stored.ID] = ts
+		// The stored relation, not the catalog's: if another table has
+		// the name now, the catalog check re-reads it once the stream
+		// has passed what the old one's changes it still delivers.
+		s.follow(ts, st.RelationID)
 		if rp := st.Resnapshot; rp != nil {
 			s.startResnap(ts, rp.LastKey, rp.Rows)
 		}

@@ -13,7 +13,8 @@
 // own so that it can be restarted — for 20 trials in CI, each one fault
 // (SIGKILL, SIGSTOP past the lease, a cut or a stall of the storage or
 // source network, storage read-only, a restart of the storage or the
-// source server, fast or a crash) followed by a catch-up and a full check.
+// source server, fast or a crash, a rules table renamed away, written
+// there and renamed back) followed by a catch-up and a full check.
 // Knobs (environment): SYNCPIPE_TORTURE_TRIALS, SYNCPIPE_TORTURE_SEED (every
 // run logs the seed it used), SYNCPIPE_TORTURE_LARGE_ROWS,
 // SYNCPIPE_TORTURE_FAULTS (a comma-separated subset of the kinds),

@@ -50,9 +50,10 @@ const (
 	faultReadOnly       = "readonly"        // storage database read-only, sessions terminated, then writable again
 	faultRestartStorage = "restart-storage" // storage server stopped (fast or immediate) and started again
 	faultRestartSource  = "restart-source"  // the same for the source server
+	faultRenameTable    = "rename-table"    // a rules table renamed away, written there, renamed back
 )
 
-var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage, faultRestartSource}
+var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage, faultRestartSource, faultRenameTable}
 
 type harness struct {
 	t   *testing.T
@@ -480,6 +481,16 @@ func (h *harness) inject(ctx context.Context, kind string) (string, error) {
 			how = "immediate shutdown (a crash)"
 		}
 		return fmt.Sprintf("source server restarted: %s, down %v", how, down.Round(time.Millisecond)), nil
+	case faultRenameTable:
+		// Half the time within one transaction (only the stream sees
+		// it), else away for a while (the catalog check sees it too).
+		inTxn := h.rng.IntN(2) == 0
+		d := h.between(300*time.Millisecond, 2500*time.Millisecond)
+		what, err := h.work.RenameAway(ctx, h.control, inTxn, func() { h.sleep(d) })
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s, back after %v", what, d.Round(time.Millisecond)), nil
 	}
 	return "", fmt.Errorf("unknown fault kind %q", kind)
 }

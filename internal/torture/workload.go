@@ -2,6 +2,7 @@ package torture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Owners are the values of the bucket parameter column (owner) of items
@@ -95,6 +97,7 @@ type Workload struct {
 	counts  map[string]int
 	large   int // large transactions so far
 	columns int // columns added so far
+	renames int // tables renamed away so far
 }
 
 // NewWorkload writes through conn (which it owns while running).
@@ -251,7 +254,11 @@ func (w *Workload) Run(ctx context.Context, stop <-chan struct{}, pace time.Dura
 			return ctx.Err()
 		default:
 		}
-		if err := w.Step(ctx); err != nil {
+		if err := w.Step(ctx); tableAway(err) {
+			// RenameAway took the table away: its statements wait for
+			// it to come back.
+			w.count("skipped.table_away")
+		} else if err != nil {
 			if w.Redial == nil || !w.conn.IsClosed() {
 				return err
 			}
@@ -353,6 +360,85 @@ func (w *Workload) AddColumn(ctx context.Context, conn *pgx.Conn) (string, error
 	}
 	w.count("ddl.add_column")
 	return table, nil
+}
+
+// awayChanges are the changes RenameAway makes to a table under its other
+// name (%[1]s), by table: rows moved between buckets, updated (a doc with
+// its TOASTed body unchanged), inserted from $1 on, deleted.
+var awayChanges = map[string][]string{
+	"items": {
+		`UPDATE %[1]s SET owner = ` + ownerExpr + `, n = n + 1, rev = nextval('rev_seq') WHERE id IN ` + sample("%[1]s", 5),
+		`INSERT INTO %[1]s (id, owner, n, label) SELECT $1::bigint + g, ` + ownerExpr + `, g, 'while away' FROM generate_series(0, 4) g`,
+		`DELETE FROM %[1]s WHERE id IN ` + sample("%[1]s", 2),
+	},
+	"docs": {
+		`UPDATE %[1]s SET title = 'while away ' || md5(random()::text), rev = nextval('rev_seq') WHERE id IN ` + sample("%[1]s", 5),
+		`INSERT INTO %[1]s (id, owner, title, body) SELECT $1::bigint + g, ` + ownerExpr + `, 'doc while away', big_text(100) FROM generate_series(0, 4) g`,
+		`DELETE FROM %[1]s WHERE id IN ` + sample("%[1]s", 2),
+	},
+	"tags": {
+		`UPDATE %[1]s SET name = 'while away ' || md5(random()::text), rev = nextval('rev_seq') WHERE id IN ` + sample("%[1]s", 5),
+		`INSERT INTO %[1]s (id, name) SELECT $1::bigint + g, 'tag while away' FROM generate_series(0, 4) g`,
+		`DELETE FROM %[1]s WHERE id IN ` + sample("%[1]s", 2),
+	},
+}
+
+// RenameAway renames one of the tables (in turn) to another name, changes
+// it there (awayChanges), calls hold and renames it back. In one
+// transaction (inTxn) the workload's statements on the table wait for it;
+// otherwise the rename is committed, so the table is missing while hold
+// runs — syncpipe must show that and stop — and the workload skips its
+// statements on it.
+func (w *Workload) RenameAway(ctx context.Context, conn *pgx.Conn, inTxn bool, hold func()) (string, error) {
+	w.mu.Lock()
+	k := w.renames
+	w.renames++
+	w.mu.Unlock()
+	table := []string{"tags", "items", "docs"}[k%3]
+	away := fmt.Sprintf("%s_away_%d", table, k)
+	stmts := []string{fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, table, away)}
+	for _, q := range awayChanges[table] {
+		stmts = append(stmts, fmt.Sprintf(q, away))
+	}
+	exec := func(ex interface {
+		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	}) error {
+		for _, q := range stmts {
+			var args []any
+			if strings.Contains(q, "$1") {
+				args = []any{w.ids(5)}
+			}
+			if _, err := ex.Exec(ctx, q, args...); err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		hold()
+		q := fmt.Sprintf(`ALTER TABLE %s RENAME TO %s`, away, table)
+		if _, err := ex.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+		return nil
+	}
+	how := "committed"
+	var err error
+	if inTxn {
+		how = "in one transaction"
+		err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return exec(tx) })
+	} else {
+		err = exec(conn)
+	}
+	if err != nil {
+		return table, err
+	}
+	w.count("ddl.rename_away")
+	return fmt.Sprintf("%s renamed to %s and changed there, %s", table, away, how), nil
+}
+
+// tableAway reports a statement that failed because its table is renamed
+// away (undefined_table).
+func tableAway(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // Marker commits a change and returns the source's WAL insert position

@@ -41,6 +41,10 @@ type TableUpdate struct {
 	// them.
 	Shape            []byte
 	ReplicaIDColumns []string
+	// RelationID, when set with Shape, records the source relation (OID)
+	// the rows written from now on come from: another table took the
+	// name (dropped and re-created, or renamed into place).
+	RelationID uint32
 	// Resnapshot, when set, records the progress of the table's re-read.
 	Resnapshot *ResnapshotProgress
 }
@@ -117,8 +121,9 @@ func queueProgress(tail *pgx.Batch, group int, p *StreamProgress) {
 
 func queueTable(tail *pgx.Batch, group int, u TableUpdate) {
 	if u.Shape != nil {
-		tail.Queue(`UPDATE source_tables SET shape = $2::jsonb, replica_id_columns = $3 WHERE id = $1`,
-			u.ID, string(u.Shape), u.ReplicaIDColumns)
+		tail.Queue(`UPDATE source_tables SET shape = $2::jsonb, replica_id_columns = $3,
+			relation_id = coalesce(nullif($4::oid, 0), relation_id) WHERE id = $1`,
+			u.ID, string(u.Shape), u.ReplicaIDColumns, u.RelationID)
 	}
 	r := u.Resnapshot
 	if r == nil {

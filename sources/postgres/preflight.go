@@ -40,6 +40,11 @@ type PreflightOptions struct {
 	// privileges) and changes nothing. syncpipe validate judges so what
 	// run would do, with the server's own permission checks.
 	DryRun bool
+	// AddTables adds missing Tables to a publication syncpipe created,
+	// but never creates a missing publication: for a table the caller
+	// re-reads anyway (one re-created under its name), so no change made
+	// while it was not published is lost.
+	AddTables bool
 }
 
 // Preflight checks that the source can be replicated: wal_level, the
@@ -127,7 +132,7 @@ func checkPublication(ctx context.Context, conn *pgx.Conn, pub string, tables []
 			"publication %s publishes partition changes via the partition root, which syncpipe does not support: run ALTER PUBLICATION %s SET (publish_via_partition_root = false)",
 			qpub, qpub))
 	}
-	if err := checkPublicationTables(ctx, conn, pub, tables, version, opts.CreatePublication && managed, opts.DryRun); err != nil {
+	if err := checkPublicationTables(ctx, conn, pub, tables, version, (opts.CreatePublication || opts.AddTables) && managed, opts.DryRun); err != nil {
 		problems = append(problems, err)
 	}
 	return errors.Join(problems...)
