@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/internal/torture"
+)
+
+// TestRunStartsWithoutItsSource: `syncpipe run` (role all) started while
+// its source is down keeps running — it used to exit 1, which under
+// Kubernetes is a crash loop taking down an API that could serve from
+// storage. The API serves what storage holds, /healthz and status say
+// why replication waits, and once the source answers replication starts
+// without a restart and a change on the source reaches the client.
+//
+// The outage: a proxy between the process and the source that refuses
+// connections until healed.
+func TestRunStartsWithoutItsSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 60, Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.todos(ctx, 1)
+	e.start() // storage gets its data from a normal run first
+	e.converge(ctx, time.Minute, want)
+	e.waitCaughtUp(ctx) // a checkpoint: the group is ACTIVE, clients are served
+	e.stop()
+
+	srcURI, err := url.Parse(e.srcURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := torture.NewProxy("source", srcURI.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	proxy.Refuse()
+	srcURI.Host = proxy.Addr()
+	e.env = append(e.env, "SYNCPIPE_SOURCE__URI="+srcURI.String())
+	e.start()
+
+	var body string
+	e.waitFor(ctx, "/healthz to say degraded: source unreachable", func() bool {
+		e.alive()
+		var code int
+		code, body = health(e.api)
+		return code == 200 && strings.Contains(body, `"status":"degraded"`) && strings.Contains(body, `"error":"source unreachable: `)
+	})
+	t.Logf("/healthz with the source down: %s", body)
+	status := e.runOnce(ctx, "status")
+	if !strings.Contains(status, "source unreachable: ") {
+		t.Errorf("status does not say the source is unreachable:\n%s", status)
+	}
+
+	client := &switchWatch{}
+	cctx, stopClient := context.WithCancel(ctx)
+	defer stopClient()
+	go newSyncClient(e.api, e.token("alice"), client.observe).run(cctx)
+	e.waitFor(ctx, "a client to get storage's data while the source is down", client.holds(want()))
+
+	proxy.Heal()
+	e.exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
+	e.waitFor(ctx, "the change made once the source is back to reach the client", client.holds(want()))
+	e.waitFor(ctx, "/healthz to be ok again", func() bool {
+		code, body := health(e.api)
+		return code == 200 && strings.Contains(body, `"status":"ok"`)
+	})
+	e.alive()
+}
