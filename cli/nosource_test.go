@@ -36,18 +36,7 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	e.waitCaughtUp(ctx) // a checkpoint: the group is ACTIVE, clients are served
 	e.stop()
 
-	srcURI, err := url.Parse(e.srcURI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := torture.NewProxy("source", srcURI.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	proxy.Refuse()
-	srcURI.Host = proxy.Addr()
-	e.env = append(e.env, "SYNCPIPE_SOURCE__URI="+srcURI.String())
+	proxy := refusingProxy(t, e)
 	e.start()
 
 	var body string
@@ -77,4 +66,48 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 		return code == 200 && strings.Contains(body, `"status":"ok"`)
 	})
 	e.alive()
+}
+
+// TestRunChecksRulesOnceTheSourceAnswers: the start-up check of the rules
+// against the source's tables and columns (warnings, as PowerSync gives
+// them) is not skipped when the source is down at start: it runs when the
+// source answers.
+func TestRunChecksRulesOnceTheSourceAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: "bucket_definitions:\n  global:\n    data:\n      - SELECT id, name, colour FROM lists\n"})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 2, Todos: 4, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := refusingProxy(t, e)
+	c := e.start()
+	e.waitFor(ctx, "the source's outage to be reported", func() bool { return c.count(`"msg":"replication needs attention"`) > 0 })
+	const warning = `does not exist in table public.lists`
+	if c.count(warning) > 0 {
+		t.Fatal("the rules were checked against a source that does not answer")
+	}
+	proxy.Heal()
+	e.waitFor(ctx, "the rules' warning once the source answers", func() bool { return c.count(warning) > 0 })
+}
+
+// refusingProxy puts a proxy that refuses connections (until healed)
+// between the children e starts next and their source.
+func refusingProxy(t *testing.T, e *streamEnv) *torture.Proxy {
+	t.Helper()
+	srcURI, err := url.Parse(e.srcURI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := torture.NewProxy("source", srcURI.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	proxy.Refuse()
+	srcURI.Host = proxy.Addr()
+	e.env = append(e.env, "SYNCPIPE_SOURCE__URI="+srcURI.String())
+	return proxy
 }

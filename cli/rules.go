@@ -173,22 +173,52 @@ func discoverTables(ctx context.Context, uri string, timeout time.Duration, tabl
 
 // warnSourceSchema is run's start-up check of the rules against the
 // source: one log line per problem, as the PowerSync service reports them
-// (warnings; replication goes on). The API role reads no source, and a
-// source that cannot be reached is left to replication to report.
-func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) {
-	if role == "api" {
-		return
-	}
+// (warnings; replication goes on). The API role reads no source. A source
+// that cannot be read now is checked again in the background, with
+// backoff, until it answers or stop is called (which waits for that), so
+// the warnings come when the source does.
+func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) (stop func()) {
 	rules, err := loadRules(cfg, "1")
-	if err != nil {
-		return // reported before
+	if role == "api" || err != nil || checkedSourceSchema(ctx, cfg, rules, log) {
+		return func() {} // nothing to check, the rules' errors reported before, or checked
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for backoff := time.Second; ; backoff = min(2*backoff, maxSchemaCheckBackoff) {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if checkedSourceSchema(ctx, cfg, rules, log) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// maxSchemaCheckBackoff bounds the wait between checks of the rules
+// against a source that did not answer.
+const maxSchemaCheckBackoff = 30 * time.Second
+
+// checkedSourceSchema checks the rules against the source and logs the
+// warnings; false when the source could not be read.
+func checkedSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrules.Rules, log *slog.Logger) bool {
 	warnings, err := checkSourceSchema(ctx, cfg, rules, cfg.Source.ConnectTimeout)
 	if err != nil {
-		log.Debug("sync rules not checked against the source", "err", err)
-		return
+		log.Debug("sync rules not checked against the source yet", "err", err)
+		return false
 	}
 	for _, w := range append(rules.Warnings(), warnings...) {
 		log.Warn("sync rules: " + w.Error())
 	}
+	return true
 }

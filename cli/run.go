@@ -66,7 +66,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("log: %v", err)
 	}
-	warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
+	// Rules vs source tables and columns: warnings, as PowerSync reports
+	// them (again in the background while the source does not answer).
+	defer warnSourceSchema(ctx, cfg, *role, log)()
 	if *trace != "" {
 		cfg.Telemetry.Tracing.Exporter = *trace
 	}
