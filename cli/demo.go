@@ -106,9 +106,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rep := replication.New(replication.Options{Config: cfg, Store: store, Logger: log,
 		OnSnapshotDone: func(int) { close(snapshotDone) }})
 	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	errc := make(chan error, 1)
-	go func() { errc <- rep.Run(runCtx) }()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		errc <- rep.Run(runCtx)
+	}()
+	// Replication has stopped before the store closes: its units give
+	// their leases up as they stop, which a closed pool cannot do (a WARN
+	// at every Ctrl-C).
+	defer func() {
+		stop()
+		<-stopped
+	}()
 	fmt.Fprintln(stdout, "syncpipe demo: replicating…")
 	select {
 	case <-snapshotDone:
