@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,11 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	status := e.runOnce(ctx, "status")
 	if !strings.Contains(status, "source unreachable: ") {
 		t.Errorf("status does not say the source is unreachable:\n%s", status)
+	}
+	failing := regexp.MustCompile(`(?m)^syncpipe_replication_failing_units\{[^}]*unit="start"[^}]*\} 1$`)
+	e.waitFor(ctx, "the group's start to count as a failing unit", func() bool { return failing.MatchString(e.get(ctx, "/metrics")) })
+	if code := e.getCode(ctx, "/write-checkpoint2.json?client_id=c1", e.token("alice")); code != http.StatusServiceUnavailable {
+		t.Errorf("a write checkpoint while the source is down: %d, want 503", code)
 	}
 
 	client := &switchWatch{}
@@ -110,4 +117,23 @@ func refusingProxy(t *testing.T, e *streamEnv) *torture.Proxy {
 	srcURI.Host = proxy.Addr()
 	e.env = append(e.env, "SYNCPIPE_SOURCE__URI="+srcURI.String())
 	return proxy
+}
+
+// getCode returns the status code of GET path on the API, sent with
+// token (0 when the API does not answer).
+func (e *streamEnv) getCode(ctx context.Context, path, token string) int {
+	e.t.Helper()
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+e.api+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Token "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
