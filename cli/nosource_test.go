@@ -75,6 +75,55 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	e.alive()
 }
 
+// TestRolesStartWithoutTheirSource: the same with the API and replication
+// in processes of their own (`--role api`, `--role replication`), both
+// started while the source is down: the API serves storage's data and
+// reports the stored error, replication keeps running and catches up once
+// the source answers.
+func TestRolesStartWithoutTheirSource(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 2, Todos: 20, Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.todos(ctx, 1)
+	e.start()
+	e.converge(ctx, time.Minute, want)
+	e.waitCaughtUp(ctx)
+	e.stop()
+
+	proxy := refusingProxy(t, e)
+	api := e.startRole("api", e.env...)
+	repl := e.startRole("replication", e.env...)
+	running := func() {
+		for name, c := range map[string]*child{"api": api, "replication": repl} {
+			select {
+			case <-c.exited:
+				t.Fatalf("the %s process exited: %v", name, c.err)
+			default:
+			}
+		}
+	}
+	e.waitFor(ctx, "the API's /healthz to say degraded: source unreachable", func() bool {
+		running()
+		code, body := health(e.api)
+		return code == 200 && strings.Contains(body, `"error":"source unreachable: `)
+	})
+	client := &switchWatch{}
+	cctx, stopClient := context.WithCancel(ctx)
+	defer stopClient()
+	go newSyncClient(e.api, e.token("alice"), client.observe).run(cctx)
+	e.waitFor(ctx, "a client to get storage's data from the API while the source is down", client.holds(want()))
+	proxy.Heal()
+	e.exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 5)")
+	e.waitFor(ctx, "the change made once the source is back to reach the client", client.holds(want()))
+	running()
+}
+
 // TestRunChecksRulesOnceTheSourceAnswers: the start-up check of the rules
 // against the source's tables and columns (warnings, as PowerSync gives
 // them) is not skipped when the source is down at start: it runs when the
