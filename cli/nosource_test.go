@@ -124,6 +124,42 @@ func TestRolesStartWithoutTheirSource(t *testing.T) {
 	running()
 }
 
+// TestRestartClearsSourceUnreachable: the "source unreachable" error a
+// process stored while it waited for its source does not outlive it. A
+// process stopped (a deploy) before the source came back leaves it in
+// storage; the next one, started with the source up, clears it — left
+// there, /healthz would say degraded for good.
+func TestRestartClearsSourceUnreachable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 2, Todos: 20, Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	proxy := refusingProxy(t, e)
+	lastError := func() string {
+		var msg string
+		if err := e.storage.QueryRow(ctx, "SELECT coalesce(last_error, '') FROM syncpipe.groups WHERE id = 1").Scan(&msg); err != nil {
+			return ""
+		}
+		return msg
+	}
+	e.start()
+	e.waitFor(ctx, "the outage to be stored", func() bool { return strings.HasPrefix(lastError(), "source unreachable: ") })
+	e.stop()
+	proxy.Heal()
+	e.start()
+	e.converge(ctx, time.Minute, e.todos(ctx, 1))
+	e.waitFor(ctx, "the stored outage to be cleared", func() bool { return lastError() == "" })
+	e.waitFor(ctx, "/healthz to be ok", func() bool {
+		code, body := health(e.api)
+		return code == 200 && strings.Contains(body, `"status":"ok"`)
+	})
+}
+
 // TestRunChecksRulesOnceTheSourceAnswers: the start-up check of the rules
 // against the source's tables and columns (warnings, as PowerSync gives
 // them) is not skipped when the source is down at start: it runs when the

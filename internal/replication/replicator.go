@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -255,6 +256,8 @@ func (r *Replicator) Run(ctx context.Context) error {
 			r.startWhenReachable(ctx, g, err)
 		case err != nil:
 			return fmt.Errorf("group %d: %w", g.ID, err)
+		case strings.HasPrefix(g.LastError, sourceUnreachable):
+			r.clearStale(ctx, g.ID)
 		}
 	}
 	if err := r.atStart(ctx, "find groups to retire", r.submitRetirements); err != nil {
@@ -358,7 +361,7 @@ func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
 // preflight and the slot all run then.
 func (r *Replicator) startWhenReachable(ctx context.Context, g bucketstore.Group, cause error) {
 	unit := fmt.Sprintf("group %d start", g.ID)
-	r.report(ctx, g.ID, unit, fmt.Errorf("source unreachable: %w (replication starts when it answers; the API serves what storage holds)", cause))
+	r.report(ctx, g.ID, unit, fmt.Errorf("%s%w (replication starts when it answers; the API serves what storage holds)", sourceUnreachable, cause))
 	r.mu.Lock()
 	r.waiting[g.ID] = true
 	r.mu.Unlock()
@@ -378,6 +381,21 @@ func (r *Replicator) startWhenReachable(ctx context.Context, g bucketstore.Group
 			r.recovered(ctx, g.ID) // the source answers: the stored "source unreachable" no longer holds
 		}
 	})
+}
+
+// sourceUnreachable starts the error startWhenReachable stores.
+const sourceUnreachable = "source unreachable: "
+
+// clearStale clears group's stored "source unreachable" error, which an
+// earlier process stored (this one's is cleared by recovered) and which
+// no longer holds: this process has just started the group from the
+// source.
+func (r *Replicator) clearStale(ctx context.Context, group int) {
+	if err := r.store.ClearError(ctx, group); err != nil {
+		r.log.Warn("could not clear the replication error", "group", group, "err", err)
+		return
+	}
+	r.log.Info("source reachable: cleared the group's stored error", "group", group)
 }
 
 // startGroup prepares a group and submits its work units.
