@@ -39,6 +39,8 @@ const (
 	codeReplaced  = "keeps running; a new group re-snapshots while the old one serves"
 	codeTableAway = "keeps running; the group's stream waits, stored for `status` and `/healthz` (200 degraded), rechecked after 2 s, backing off to every 30 s"
 	codeTextValue = "keeps running"
+	// codeSourceDown: a source down when `run` starts (issue 40).
+	codeSourceDown = "keeps running: the API serves what storage holds; stored for `status` and `/healthz` (200 degraded); replication starts once the source answers, retried with backoff"
 )
 
 func badRows() []badRow {
@@ -404,7 +406,7 @@ func retryRow(t *testing.T, p *badProc, re *regexp.Regexp) string {
 func sourceUnreachableAtStartRow(t *testing.T, h *badHarness) badCheck {
 	p := h.startRun(t, "postgres://postgres@"+freeAddr(t)+"/app?sslmode=disable", h.storage, h.schema())
 	return func(t *testing.T) (string, string) {
-		return exitRow(t, p, regexp.MustCompile(`^syncpipe run: group 1: connect to the source: .*connection refused`))
+		return waitFatal(t, h, p, regexp.MustCompile(`source unreachable: connect to the source: .*connection refused`)), codeSourceDown
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,16 +15,28 @@ import (
 )
 
 // runOnce runs a one-shot syncpipe command (compact, status) as a child
-// process and returns its combined output.
+// process and returns its combined output; it must succeed.
 func (e *streamEnv) runOnce(ctx context.Context, args ...string) string {
+	e.t.Helper()
+	code, out := e.runOnceExit(ctx, args...)
+	if code != ExitOK {
+		e.t.Fatalf("syncpipe %s: exit %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+// runOnceExit runs a one-shot syncpipe command as a child process and
+// returns its exit code and combined output.
+func (e *streamEnv) runOnceExit(ctx context.Context, args ...string) (int, string) {
 	e.t.Helper()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), e.env...), childEnv+"="+strings.Join(append(args, "--config", e.config), "\x1f"))
 	out, err := cmd.CombinedOutput()
-	if err != nil {
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
 		e.t.Fatalf("syncpipe %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return cmd.ProcessState.ExitCode(), string(out)
 }
 
 // TestCompactWhileSyncing runs `syncpipe compact` against a running

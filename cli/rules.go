@@ -100,27 +100,61 @@ func checkSource(ctx context.Context, cfg *config.Config, rules *syncrules.Rules
 
 // warnSourceSchema is run's start-up check of the rules against the
 // source: one log line per problem, as the PowerSync service reports them
-// (warnings; replication goes on). It returns the warnings, for
-// replication to store with the rules' group (status shows them), or nil
-// when the source was not checked. The API role reads no source, and a
-// source that cannot be reached is left to replication to report.
-func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger) []string {
-	if role == "api" {
-		return nil
-	}
+// (warnings; replication goes on). It returns the warnings when the source
+// answered now, for replication to store with the rules' group (status
+// shows them), and nil when it did not or the role reads no source (api).
+// A source that cannot be read now is checked again in the background,
+// with backoff, until it answers or stop is called (which waits for
+// that): the warnings are then logged and handed to store.
+func warnSourceSchema(ctx context.Context, cfg *config.Config, role string, log *slog.Logger,
+	store func(ctx context.Context, warnings []string)) (warnings []string, stop func()) {
 	rules, err := loadRules(cfg, "1")
-	if err != nil {
-		return nil // reported before
+	if role == "api" || err != nil {
+		return nil, func() {} // nothing to check, or the rules' errors reported before
 	}
+	if warnings, ok := checkedSourceSchema(ctx, cfg, rules, log); ok {
+		return warnings, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for backoff := time.Second; ; backoff = min(2*backoff, maxSchemaCheckBackoff) {
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if warnings, ok := checkedSourceSchema(ctx, cfg, rules, log); ok {
+				store(ctx, warnings)
+				return
+			}
+		}
+	}()
+	return nil, func() {
+		cancel()
+		<-done
+	}
+}
+
+// maxSchemaCheckBackoff bounds the wait between checks of the rules
+// against a source that did not answer.
+const maxSchemaCheckBackoff = 30 * time.Second
+
+// checkedSourceSchema checks the rules against the source and logs the
+// warnings; ok is false when the source could not be read.
+func checkedSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrules.Rules, log *slog.Logger) (warnings []string, ok bool) {
 	rep, err := checkSource(ctx, cfg, rules, cfg.Source.ConnectTimeout)
 	if err != nil {
-		log.Debug("sync rules not checked against the source", "err", err)
-		return nil
+		log.Debug("sync rules not checked against the source yet", "err", err)
+		return nil, false
 	}
-	warnings := []string{}
+	warnings = []string{}
 	for _, w := range append(rules.Warnings(), rep.Warnings...) {
 		log.Warn("sync rules: " + w.Error())
 		warnings = append(warnings, w.Error())
 	}
-	return warnings
+	return warnings, true
 }

@@ -66,7 +66,6 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usagef("log: %v", err)
 	}
-	warnings := warnSourceSchema(ctx, cfg, *role, log) // rules vs source tables and columns: warnings, as PowerSync reports them
 	if *trace != "" {
 		cfg.Telemetry.Tracing.Exporter = *trace
 	}
@@ -88,6 +87,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer store.Close()
+	// Rules vs source tables and columns: warnings, as PowerSync reports
+	// them (again in the background while the source does not answer).
+	warnings, stopCheck := warnSourceSchema(ctx, cfg, *role, log, func(ctx context.Context, warnings []string) {
+		if rules, err := cfg.SyncRules.Read(); err == nil {
+			if err := store.SetRulesWarnings(ctx, string(rules), warnings); err != nil {
+				log.Warn("sync rules' warnings not stored for status", "err", err)
+			}
+		}
+	})
+	defer stopCheck()
 	if err := registerUnitGauges(tel.MeterProvider, store); err != nil {
 		return err
 	}

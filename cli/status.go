@@ -138,9 +138,10 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 }
 
 // openToolStore opens bucket storage for a one-shot command (status,
-// compact): two connections are all it needs.
+// compact): two connections are all it needs, and it creates or
+// migrates nothing — storage no `run` has set up is reported as such.
 func openToolStore(ctx context.Context, cfg *config.Config) (*bucketstore.Store, error) {
-	return bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2,
+	return bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema, MaxConns: 2, NoMigrate: true,
 		ConnectTimeout: cfg.Storage.ConnectTimeout})
 }
 

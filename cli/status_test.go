@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +149,37 @@ pipelines:
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestStatusLeavesEmptyStorageAlone: `syncpipe status` against a storage
+// database no `syncpipe run` has set up creates nothing there (it used to
+// create the whole schema) and says so in one line, exiting 1: there is
+// no status to show yet.
+func TestStatusLeavesEmptyStorageAlone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and syncpipe processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newStreamEnv(t, envOptions{rules: todos.Rules})
+	relations := func() (n int) {
+		t.Helper()
+		if err := e.storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast'))
+			+ (SELECT count(*) FROM pg_namespace WHERE nspname = 'syncpipe')`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := relations()
+	code, out := e.runOnceExit(ctx, "status")
+	if after := relations(); after != before {
+		t.Errorf("status changed the storage database: %d relations and syncpipe schemas before, %d after", before, after)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	re := regexp.MustCompile("^syncpipe status: storage postgres://\\S+ has no syncpipe schema \"syncpipe\" yet: start `syncpipe run` once to create it$")
+	if code != ExitFailure || len(lines) != 1 || !re.MatchString(lines[0]) {
+		t.Errorf("exit %d, output:\n%s\nwant exit %d and one line matching %s", code, out, ExitFailure, re)
 	}
 }

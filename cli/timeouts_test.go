@@ -107,9 +107,9 @@ func readStartup(c net.Conn) (msg []byte, replication bool, err error) {
 // TestSourceConnectTimeoutBoundsReplicationConnections runs `syncpipe run`
 // against a source whose replication connections are never answered:
 // source.connect_timeout must bound them (replication connections too), so
-// the process reports the failure instead of hanging. The source answered
-// its other connections, so the start-up retries (a server that is
-// restarting looks the same) and says so each time.
+// the process reports the failure instead of hanging. A source that does
+// not answer is waited for: the group's start is retried in the
+// background, saying so each time.
 func TestSourceConnectTimeoutBoundsReplicationConnections(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
@@ -132,7 +132,7 @@ func TestSourceConnectTimeoutBoundsReplicationConnections(t *testing.T) {
 	start := time.Now()
 	c := e.start()
 	e.waitFor(ctx, "the replication connection's timeout to be reported", func() bool {
-		return c.count(`"msg":"retrying after error","unit":"start-up: start group 1","attempt":2,`) > 0
+		return c.count(`"msg":"retrying after error","group":1,"unit":"group 1 start","attempt":2,`) > 0
 	})
 	// Two attempts of 1 s each and a backoff of at most 200 ms; generous
 	// for a loaded machine, far from the 2 minutes of a hang.

@@ -36,7 +36,10 @@ import (
 //     is replaced by one that re-snapshots), a group that was stopped.
 //
 // A retryable error that persists for longer than stuckAfter is stored as
-// well: the operator should know that replication is not moving.
+// well: the operator should know that replication is not moving. So is,
+// at once, a source that cannot be reached when a group starts
+// (startWhenReachable): a process that has not replicated anything yet
+// has no brief outage to ride out, and the deployment is waiting.
 const (
 	fatalRetry  = 30 * time.Second
 	maxBackoff  = 30 * time.Second

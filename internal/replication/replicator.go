@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,9 +139,6 @@ type Replicator struct {
 
 	errs    *errorState
 	metrics *replMetrics
-	// sourceReached is set once a source connection worked: from then on
-	// a lost one is retried at start-up too (atStart).
-	sourceReached atomic.Bool
 
 	// runCtx and bg are Run's context and its background goroutines
 	// (background).
@@ -150,6 +148,7 @@ type Replicator struct {
 	mu       sync.Mutex
 	groups   map[int]*group
 	retiring map[int]bool // groups being retired
+	waiting  map[int]bool // groups whose start waits for the source (startWhenReachable)
 }
 
 // New returns a replicator; Run starts it.
@@ -165,7 +164,7 @@ func New(opts Options) *Replicator {
 	pl, _ := opts.Config.BucketstorePipeline()
 	opts.Tracer = withStageMetrics(opts.Tracer, mp, pl.Name) // stage and row metrics (metrics.go)
 	r := &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
-		owner: processOwner(), groups: map[int]*group{}, progress: newProgress()}
+		owner: processOwner(), groups: map[int]*group{}, waiting: map[int]bool{}, progress: newProgress()}
 	lc := opts.Config.Replication.Lease
 	r.claims = newSnapshotClaims(opts.Store, r.owner, lc.Duration, lc.Heartbeat, func(l bucketstore.Lease) {
 		r.metrics.leaseAcquired(context.Background(), l.Name, l.Takeover)
@@ -261,8 +260,14 @@ func (r *Replicator) Run(ctx context.Context) error {
 	defer r.metrics.observe(r.errs)()
 	wg.Go(func() { r.progress.run(pctx, r.log, r.opts.Terminal, every) })
 	for _, g := range groups {
-		if err := r.atStart(ctx, fmt.Sprintf("start group %d", g.ID), func(ctx context.Context) error { return r.startGroup(ctx, g) }); err != nil {
+		err := r.atStart(ctx, fmt.Sprintf("start group %d", g.ID), func(ctx context.Context) error { return r.startGroup(ctx, g) })
+		switch {
+		case errors.Is(err, errSourceDown) && ctx.Err() == nil:
+			r.startWhenReachable(ctx, g, err)
+		case err != nil:
 			return fmt.Errorf("group %d: %w", g.ID, err)
+		case strings.HasPrefix(g.LastError, sourceUnreachable):
+			r.clearStale(ctx, g.ID)
 		}
 	}
 	if err := r.atStart(ctx, "find groups to retire", r.submitRetirements); err != nil {
@@ -349,6 +354,7 @@ func (r *Replicator) reload(ctx context.Context) error {
 	for _, g := range groups {
 		r.mu.Lock()
 		_, running := r.groups[g.ID]
+		running = running || r.waiting[g.ID]
 		r.mu.Unlock()
 		if running {
 			continue
@@ -367,18 +373,59 @@ func (r *Replicator) background(f func(ctx context.Context)) {
 	r.bg.Go(func() { f(r.runCtx) })
 }
 
-// connectSource opens a connection to the source. Until one has worked,
-// a failure is the process's first contact (errUnreached).
+// connectSource opens a connection to the source; a source that does not
+// answer is errSourceDown.
 func (r *Replicator) connectSource(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := postgres.Connect(ctx, r.pl.Source.URI, r.cfg.Source.ConnectTimeout)
 	if err != nil {
-		if !r.sourceReached.Load() {
-			return nil, unreachedError{err}
-		}
-		return nil, err
+		return nil, sourceDown(err)
 	}
-	r.sourceReached.Store(true)
 	return conn, nil
+}
+
+// startWhenReachable starts group g in the background once the source
+// answers: its start at Run found the source down (cause). Meanwhile the
+// API serves what storage holds, and the group's stored error says why
+// replication waits (status, /healthz degraded) until the group has
+// started. The start is retried as a unit, with backoff: discovery,
+// preflight and the slot all run then.
+func (r *Replicator) startWhenReachable(ctx context.Context, g bucketstore.Group, cause error) {
+	unit := fmt.Sprintf("group %d start", g.ID)
+	r.report(ctx, g.ID, unit, fmt.Errorf("%s%w (replication starts when it answers; the API serves what storage holds)", sourceUnreachable, cause))
+	r.mu.Lock()
+	r.waiting[g.ID] = true
+	r.mu.Unlock()
+	r.background(func(ctx context.Context) {
+		defer func() {
+			r.mu.Lock()
+			delete(r.waiting, g.ID)
+			r.mu.Unlock()
+		}()
+		err := r.retry(ctx, g.ID, unit, "start", func(ctx context.Context) error { return r.startGroup(ctx, g) })
+		switch {
+		case ctx.Err() != nil:
+		case err != nil:
+			r.log.Error("replication group not started", "group", g.ID, "err", err)
+		default:
+			r.log.Info("source reachable: replication group started", "group", g.ID)
+			r.recovered(ctx, g.ID) // the source answers: the stored "source unreachable" no longer holds
+		}
+	})
+}
+
+// sourceUnreachable starts the error startWhenReachable stores.
+const sourceUnreachable = "source unreachable: "
+
+// clearStale clears group's stored "source unreachable" error, which an
+// earlier process stored (this one's is cleared by recovered) and which
+// no longer holds: this process has just started the group from the
+// source.
+func (r *Replicator) clearStale(ctx context.Context, group int) {
+	if err := r.store.ClearError(ctx, group); err != nil {
+		r.log.Warn("could not clear the replication error", "group", group, "err", err)
+		return
+	}
+	r.log.Info("source reachable: cleared the group's stored error", "group", group)
 }
 
 // startGroup prepares a group and submits its work units.
@@ -447,7 +494,7 @@ const slotCreateWait = 5 * time.Minute
 func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 	conn, err := logrepl.Connect(ctx, r.replicationURI(false))
 	if err != nil {
-		return err
+		return sourceDown(err)
 	}
 	defer func() {
 		cctx, cancel := closeCtx()

@@ -21,32 +21,45 @@ import (
 // deployment (Kubernetes restarts the pod) and the operator to see.
 const startupRetryFor = 2 * time.Minute
 
-// errUnreached marks a first connection to the source that failed: a
-// wrong address or a server that is down when the process starts ends the
-// run at once (README, bad input: "source unreachable at start"), as a
-// storage that Open cannot reach does.
-var errUnreached = errors.New("never reached")
+// errSourceDown marks a connection to the source that could not be
+// opened for a reason the source's return heals (refused, timed out, a
+// name that does not resolve, a server starting or shutting down).
+// Start-up does not wait for it, nor ends for it: the group starts in
+// the background once the source answers (startWhenReachable), while the
+// API serves what storage holds.
+var errSourceDown = errors.New("source unreachable")
 
-// unreachedError wraps err, a failed first connection, so atStart does
-// not retry it; the message stays err's.
-type unreachedError struct{ err error }
+// sourceDownError wraps err, a failed connection to the source, as
+// errSourceDown; the message stays err's.
+type sourceDownError struct{ err error }
 
-func (e unreachedError) Error() string { return e.err.Error() }
+func (e sourceDownError) Error() string { return e.err.Error() }
 
-func (e unreachedError) Unwrap() []error { return []error{e.err, errUnreached} }
+func (e sourceDownError) Unwrap() []error { return []error{e.err, errSourceDown} }
+
+// sourceDown marks err, from opening a connection to the source, as
+// errSourceDown when retrying can heal it; credentials, a missing
+// database and the like stay as they are (start-up ends for them).
+func sourceDown(err error) error {
+	if err != nil && transient(err) {
+		return sourceDownError{err}
+	}
+	return err
+}
 
 // atStart runs step, a part of Run's start-up, retrying it with backoff
-// while it fails with a lost or refused connection to a server this
-// process has reached before (transient): one that restarts while the
-// process starts should cost a few seconds, not the process. Every other
-// error, and one that persists for startupRetryFor, ends the start-up.
-// step must be safe to run again after it failed part-way.
+// while it fails with a lost or refused connection (transient): a server
+// that restarts while the process starts should cost a few seconds, not
+// the process. A source that cannot be connected to (errSourceDown) is
+// returned at once, for the caller to wait for it in the background.
+// Every other error, and one that persists for startupRetryFor, ends the
+// start-up. step must be safe to run again after it failed part-way.
 func (r *Replicator) atStart(ctx context.Context, what string, step func(context.Context) error) error {
 	backoff := minBackoff
 	var since time.Time
 	for attempt := 1; ; attempt++ {
 		err := step(ctx)
-		if err == nil || ctx.Err() != nil || !transient(err) || errors.Is(err, errUnreached) {
+		if err == nil || ctx.Err() != nil || !transient(err) || errors.Is(err, errSourceDown) {
 			return err
 		}
 		if since.IsZero() {

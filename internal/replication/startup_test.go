@@ -37,10 +37,10 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// TestAtStartRetriesOnlyReachedServers: a start-up step that loses its
-// connection is run again; a first contact that fails, and an error a
-// server answered with, end the start-up at once.
-func TestAtStartRetriesOnlyReachedServers(t *testing.T) {
+// TestAtStartRetries: a start-up step that loses its connection is run
+// again; a source that cannot be connected to (left to the background
+// start) and an error a server answered with are returned at once.
+func TestAtStartRetries(t *testing.T) {
 	r := &Replicator{log: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	calls := 0
@@ -54,7 +54,7 @@ func TestAtStartRetriesOnlyReachedServers(t *testing.T) {
 		t.Errorf("a step that lost its connection twice: err %v after %d calls, want nil after 3", err, calls)
 	}
 	for _, fail := range []error{
-		unreachedError{fmt.Errorf("connect to the source: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})},
+		sourceDown(fmt.Errorf("connect to the source: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})),
 		&pgconn.PgError{Code: "28P01"},
 	} {
 		calls = 0
@@ -62,5 +62,22 @@ func TestAtStartRetriesOnlyReachedServers(t *testing.T) {
 		if !errors.Is(err, fail) || calls != 1 {
 			t.Errorf("a step failing with %v: err %v after %d calls, want that error after 1", fail, err, calls)
 		}
+	}
+}
+
+// TestSourceDown: a connection to the source that a returning source
+// heals is errSourceDown, with its message unchanged; one the server
+// refused (credentials) is not.
+func TestSourceDown(t *testing.T) {
+	refused := fmt.Errorf("connect to the source: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED})
+	if err := sourceDown(refused); !errors.Is(err, errSourceDown) || err.Error() != refused.Error() {
+		t.Errorf("refused: %v (errSourceDown %v), want errSourceDown with the message %q", err, errors.Is(err, errSourceDown), refused)
+	}
+	auth := fmt.Errorf("connect to the source: %w", &pgconn.PgError{Code: "28P01"})
+	if err := sourceDown(auth); errors.Is(err, errSourceDown) {
+		t.Errorf("a refused password is errSourceDown: %v", err)
+	}
+	if sourceDown(nil) != nil {
+		t.Error("sourceDown(nil) != nil")
 	}
 }

@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -232,6 +233,38 @@ ALTER TABLE groups ADD COLUMN rules_warnings text[] NOT NULL DEFAULT '{}';
 
 // SchemaVersion is the version the code expects after migrating.
 var SchemaVersion = len(migrations)
+
+// ErrNoSchema is storage without syncpipe's schema at SchemaVersion (an
+// empty database, or one an older syncpipe set up): Open with NoMigrate
+// reports it rather than create or migrate anything.
+var ErrNoSchema = errors.New("has no syncpipe schema")
+
+// checkSchema returns nil when schema is at SchemaVersion, and an
+// ErrNoSchema error saying what is missing when it is not there or older.
+// It writes nothing.
+func checkSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	ident := pgx.Identifier{schema}.Sanitize()
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", ident+".migrations").Scan(&exists); err != nil {
+		return fmt.Errorf("read the storage schema version: %w", err)
+	}
+	version := 0
+	if exists {
+		if err := pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+ident+".migrations").Scan(&version); err != nil {
+			return fmt.Errorf("read the storage schema version: %w", err)
+		}
+	}
+	switch {
+	case version == 0:
+		return fmt.Errorf("%w %q yet: start `syncpipe run` once to create it", ErrNoSchema, schema)
+	case version < len(migrations):
+		return fmt.Errorf("%w %q at version %d yet (it is at %d): start this version's `syncpipe run` once to migrate it",
+			ErrNoSchema, schema, len(migrations), version)
+	case version > len(migrations):
+		return fmt.Errorf("storage schema %s is at version %d but this syncpipe knows only %d: upgrade syncpipe", schema, version, len(migrations))
+	}
+	return nil
+}
 
 // Migrate creates the schema if needed and applies pending migrations. It
 // is safe to run from several processes at once: an advisory lock

@@ -38,6 +38,10 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// Logger receives storage events; nil discards them.
 	Logger *slog.Logger
+	// NoMigrate opens storage as it is, for commands that only read it
+	// (status, compact): Open creates and migrates nothing, and fails with
+	// ErrNoSchema when the schema is missing or not at SchemaVersion.
+	NoMigrate bool
 }
 
 // Store is the bucket storage: write side (groups, writers, checkpoints)
@@ -62,7 +66,8 @@ type Store struct {
 	runs *incarnations
 }
 
-// Open connects to storage and applies pending migrations.
+// Open connects to storage and applies pending migrations (with
+// NoMigrate: checks that none are pending).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Schema == "" {
 		cfg.Schema = "syncpipe"
@@ -97,8 +102,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("storage unreachable at %s: %w", redact(cfg.URI), err)
 	}
-	if err := Migrate(ctx, pool, cfg.Schema); err != nil {
+	prepare := Migrate
+	if cfg.NoMigrate {
+		prepare = checkSchema
+	}
+	if err := prepare(ctx, pool, cfg.Schema); err != nil {
 		pool.Close()
+		if errors.Is(err, ErrNoSchema) {
+			return nil, fmt.Errorf("storage %s %w", redact(cfg.URI), err)
+		}
 		return nil, err
 	}
 	log := cfg.Logger
