@@ -92,8 +92,12 @@ func (e *streamEnv) watchServing(ctx context.Context) <-chan int {
 // retrying while syncpipe reconnects in between.
 func dropSlot(ctx context.Context, t *testing.T, conn *pgx.Conn, slot string) {
 	t.Helper()
+	// syncpipe takes the slot back as soon as its connection is gone, so
+	// the drop must come between its holder's exit (the terminate waits
+	// for it, up to 5 s) and the reconnect; a reconnect that won the race
+	// is terminated again.
 	for attempt := 0; ; attempt++ {
-		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
 			WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot); err != nil {
 			t.Fatal(err)
 		}
