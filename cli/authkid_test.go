@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +70,30 @@ func postStream(t *testing.T, ctx context.Context, api, auth string) (int, strin
 	}
 	_ = json.Unmarshal(body, &e)
 	return resp.StatusCode, e.Error.Code + " " + e.Error.Message
+}
+
+// TestRunRefusesShortHS256Secret: `syncpipe run` with a 5-byte HS256
+// secret exits 2 at start-up, naming the file, line and key.
+func TestRunRefusesShortHS256Secret(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and a syncpipe process")
+	}
+	e := newStreamEnv(t, envOptions{rules: "bucket_definitions: {}\n"})
+	b, err := os.ReadFile(e.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.config, bytes.Replace(b, []byte(testSecret), []byte("short"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := e.start()
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("syncpipe run with a 5-byte secret did not exit within 30 s")
+	}
+	want := regexp.MustCompile(regexp.QuoteMeta(e.config) + `:\d+:\d+: api\.auth\.hs256_secrets\[0\]: must be at least 32 bytes \(got 5\)`)
+	if code := c.cmd.ProcessState.ExitCode(); code != ExitUsage || !want.MatchString(e.tailLogs(4<<10)) {
+		t.Fatalf("exit %d, want %d and an error matching %s; logs:\n%s", code, ExitUsage, want, e.tailLogs(4<<10))
+	}
 }
