@@ -72,7 +72,7 @@ func TestRunTraceShowsEveryStreamStage(t *testing.T) {
 	e.stop()
 
 	stages := map[string]map[string]bool{} // batch seq → stages seen, for the stream
-	traces := map[string][]span{}           // trace id → the stream's spans in it
+	traces := map[string][]span{}          // trace id → the stream's spans in it
 	data, err := os.ReadFile(out.Name())
 	if err != nil {
 		t.Fatal(err)
