@@ -183,9 +183,9 @@ func BenchmarkDecoderInsert(b *testing.B) {
 	}
 }
 
-// TestDecoderKeepsNoHugeValue: a 1 MiB value is decoded whole, and the
-// decoder's value arena, which lives as long as the stream, does not
-// become it (it did: the arena's next chunk was the value, kept until
+// TestDecoderKeepsNoHugeValue: a 1 MiB value is decoded whole, and
+// neither the decoder's value arena nor its column slice, which live as
+// long as the stream, keep it (it did: the arena's next chunk was the value, kept until
 // another value arrived — on an idle stream, for good).
 func TestDecoderKeepsNoHugeValue(t *testing.T) {
 	d := newDecoder(0, []*Relation{testRel(1)})
@@ -203,5 +203,10 @@ func TestDecoderKeepsNoHugeValue(t *testing.T) {
 	}
 	if c := cap(d.values); c > valueChunk {
 		t.Errorf("the decoder's value arena holds %d KiB, want ≤ one %d KiB chunk", c>>10, valueChunk>>10)
+	}
+	for _, c := range d.cols[:cap(d.cols)] {
+		if len(c.Data) > valueChunk {
+			t.Errorf("the decoder's column slice still points to the %d KiB value", len(c.Data)>>10)
+		}
 	}
 }

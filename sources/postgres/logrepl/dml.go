@@ -100,9 +100,11 @@ func (d *decoder) tuple(r *frameReader) Tuple {
 // value stays valid for as long as anyone holds it. A value bigger than a
 // chunk gets an allocation of its own instead: as the arena it would stay
 // alive, at its size, until the next value arrives — on an idle stream,
-// for good.
+// for good. For the same reason the column slice that will point to it is
+// given up: the next tuple starts a new one.
 func (d *decoder) keep(b []byte) []byte {
 	if len(b) > valueChunk {
+		d.cols = nil
 		return append(make([]byte, 0, len(b)), b...)
 	}
 	if len(b) > cap(d.values)-len(d.values) {
