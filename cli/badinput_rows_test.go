@@ -100,6 +100,15 @@ func badRows() []badRow {
 		}, http.StatusUnauthorized, `^PSYNC_S2101 invalid token: .*signature is invalid$`)},
 		{api, "JWT with an `RS256` header, signed with the HS256 secret (alg confusion)", tokenRow(algConfusion,
 			http.StatusUnauthorized, `^PSYNC_S2101 no matching key: .*no kid-less key allows RS256$`)},
+		{api, "JWT with a `kid` no key has, signed with the HS256 secret", tokenRow(func(t *testing.T) string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodHS256, goodClaims())
+			tok.Header["kid"] = "unknown-key"
+			s, err := tok.SignedString([]byte(testSecret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, http.StatusUnauthorized, `^PSYNC_S2101 no matching key: no key has the token's kid "unknown-key"`)},
 		{api, "expired JWT", claimsRow(func(c jwt.MapClaims) {
 			c["iat"], c["exp"] = time.Now().Add(-2*time.Hour).Unix(), time.Now().Add(-time.Hour).Unix()
 		}, `^PSYNC_S2103 token expired at <time>$`)},
