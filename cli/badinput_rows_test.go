@@ -55,6 +55,8 @@ func badRows() []badRow {
 			`^unknown_key\.yaml:5:3: api\.listn: unknown key \(did you mean "listen"\?\)$`)},
 		{cfg, "wrong type (" + fixture("wrong_type.yaml") + ")", configRow("wrong_type.yaml", ExitUsage,
 			`^wrong_type\.yaml:5:3: replication\.workers_per_process: expected an integer, got "two"$`)},
+		{cfg, "HS256 secret shorter than 32 bytes (" + fixture("short_secret.yaml") + ")", configRow("short_secret.yaml", ExitUsage,
+			`^short_secret\.yaml:4:\d+: api\.auth\.hs256_secrets\[0\]: must be at least 32 bytes \(got 6\)`)},
 		{cfg, "invalid SQL in the sync rules (" + fixture("bad_sql_rules.yaml") + ")", configRow("bad_sql.yaml", ExitUsage,
 			`^bad_sql_rules\.yaml:4:\d+: bucket "global" data\[0\]: \S.*`)},
 		{cfg, "unknown function in the sync rules (" + fixture("unknown_function.yaml") + ")", configRow("unknown_function.yaml", ExitUsage,
