@@ -26,9 +26,6 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 	return m
 }
 
-// TestOneSpanPerStagePerBatch: 3 batches of 100 rows through read → eval →
-// commit give 3 spans per stage (plus the source's end-of-input read), not
-// one per row, each carrying the batch's identity and size.
 // TestOneTracePerBatch: every stage of a batch with rows has one span,
 // named pipeline/stage, and a batch's spans share one trace whose root is
 // its source's span; batches without rows (an idle stream's, the end of
