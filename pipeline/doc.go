@@ -85,7 +85,8 @@
 // (StageInfo.Batch of its later stages), at no cost without a tracer. The
 // otelpipeline sub-package turns them into one OpenTelemetry span per stage
 // per batch with rows, a batch's spans in one trace. Summary is a tracer
-// that totals busy time, share of wall time, rows per busy second and time blocked on the next stage (backpressure) per
-// stage, and prints them with WriteTable at the end of a run; a metrics backend
-// counts rows and batches from StageEnd the same way.
+// that totals busy time, share of wall time, rows per busy second and time
+// blocked on the next stage (backpressure) per stage, and prints them with
+// WriteTable at the end of a run; a metrics backend counts rows and batches
+// from StageEnd the same way.
 package pipeline
