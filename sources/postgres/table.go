@@ -459,4 +459,6 @@ func qualify(schema, name string) string {
 	return quoteIdentIfNeeded(schema) + "." + quoteIdentIfNeeded(name)
 }
 
+// quoteIdentIfNeeded is logrepl's, so that the messages of both packages
+// (and their remedies) quote names alike.
 func quoteIdentIfNeeded(s string) string { return logrepl.QuoteIdentIfNeeded(s) }
