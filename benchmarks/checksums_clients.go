@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	p5Secret   = "p5-bench-secret"
+	p5Secret   = "p5-bench-secret-of-32-bytes-or-more"
 	p5Audience = "syncpipe-bench"
 )
 

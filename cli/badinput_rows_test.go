@@ -58,6 +58,8 @@ func badRows() []badRow {
 			`^unknown_key\.yaml:5:3: api\.listn: unknown key \(did you mean "listen"\?\)$`)},
 		{cfg, "wrong type (" + fixture("wrong_type.yaml") + ")", configRow("wrong_type.yaml", ExitUsage,
 			`^wrong_type\.yaml:5:3: replication\.workers_per_process: expected an integer, got "two"$`)},
+		{cfg, "HS256 secret shorter than 32 bytes (" + fixture("short_secret.yaml") + ")", configRow("short_secret.yaml", ExitUsage,
+			`^short_secret\.yaml:4:\d+: api\.auth\.hs256_secrets\[0\]: must be at least 32 bytes \(got 6\)`)},
 		{cfg, "invalid SQL in the sync rules (" + fixture("bad_sql_rules.yaml") + ")", configRow("bad_sql.yaml", ExitUsage,
 			`^bad_sql_rules\.yaml:4:\d+: bucket "global" data\[0\]: \S.*`)},
 		{cfg, "unknown function in the sync rules (" + fixture("unknown_function.yaml") + ")", configRow("unknown_function.yaml", ExitUsage,
@@ -104,6 +106,15 @@ func badRows() []badRow {
 		}, http.StatusUnauthorized, `^PSYNC_S2101 invalid token: .*signature is invalid$`)},
 		{api, "JWT with an `RS256` header, signed with the HS256 secret (alg confusion)", tokenRow(algConfusion,
 			http.StatusUnauthorized, `^PSYNC_S2101 no matching key: .*no kid-less key allows RS256$`)},
+		{api, "JWT with a `kid` no key has, signed with the HS256 secret", tokenRow(func(t *testing.T) string {
+			tok := jwt.NewWithClaims(jwt.SigningMethodHS256, goodClaims())
+			tok.Header["kid"] = "unknown-key"
+			s, err := tok.SignedString([]byte(testSecret))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, http.StatusUnauthorized, `^PSYNC_S2101 no matching key: no key has the token's kid "unknown-key"`)},
 		{api, "expired JWT", claimsRow(func(c jwt.MapClaims) {
 			c["iat"], c["exp"] = time.Now().Add(-2*time.Hour).Unix(), time.Now().Add(-time.Hour).Unix()
 		}, `^PSYNC_S2103 token expired at <time>$`)},

@@ -47,7 +47,7 @@ api:
   listen: 127.0.0.1:0
   auth:
     audience: %s
-    hs256_secrets: ["a-long-random-secret"]
+    hs256_secrets: ["a-long-random-secret-of-32-bytes-or-more"]
 telemetry: {metrics_listen: ""}
 log: {level: info, format: text}
 `, source, storage, audience)
@@ -98,7 +98,7 @@ sync_rules:
       global:
         data:
           - SELECT id, nosuchcol FROM todos
-api: {auth: {audience: [a], hs256_secrets: [s]}}
+api: {auth: {audience: [a], hs256_secrets: [a-long-random-secret-of-32-bytes-or-more]}}
 `
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -115,7 +115,7 @@ type API struct {
 // Auth configures JWT verification for sync clients.
 type Auth struct {
 	Audience     []string      `koanf:"audience" doc:"Accepted aud values; a token must carry one of them."`
-	HS256Secrets []string      `koanf:"hs256_secrets" doc:"Shared secrets for kid-less HS256 tokens."`
+	HS256Secrets []string      `koanf:"hs256_secrets" doc:"Shared secrets for kid-less HS256 tokens, each at least 32 bytes (shorter is a config error; generate one with e.g. openssl rand -hex 32). A token with a kid header verifies only with the key of that kid (jwks_uri, jwks.keys), never with these: an unknown kid is refused (401 PSYNC_S2101)."`
 	JWKSURI      string        `koanf:"jwks_uri" doc:"http(s) URL of a JWKS (RS256/ES256 keys, matched by kid); empty = none."`
 	JWKS         JWKS          `koanf:"jwks" doc:"Inline JWKS, used together with jwks_uri and hs256_secrets."`
 	MaxLifetime  time.Duration `koanf:"max_lifetime" doc:"Tokens whose exp - iat exceeds this are rejected."`

@@ -50,7 +50,7 @@ func TestSpecSampleLoadsWithDefaults(t *testing.T) {
 	want.Storage.URI = "postgres://user@127.0.0.1:5432/syncpipe"
 	want.SyncRules.Path = filepath.Join("testdata", "rules.yaml")
 	want.API.Auth.Audience = []string{"syncpipe"}
-	want.API.Auth.HS256Secrets = []string{"a-long-random-secret"}
+	want.API.Auth.HS256Secrets = []string{"a-long-random-secret-of-32-bytes-or-more"}
 	want.meta = c.meta
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
@@ -129,7 +129,7 @@ func TestEnvOverrides(t *testing.T) {
 		"SYNCPIPE_REPLICATION__WORKERS_PER_PROCESS=6",
 		"SYNCPIPE_REPLICATION__STREAM__BATCH_MAX_BYTES=4MiB",
 		"SYNCPIPE_REPLICATION__STREAM__BATCH_MAX_WAIT=1s",
-		"SYNCPIPE_API__AUTH__HS256_SECRETS=one, two ,three",
+		"SYNCPIPE_API__AUTH__HS256_SECRETS=one-secret-of-32-bytes-or-more-xxx, two-secret-of-32-bytes-or-more-xxx ,three-secret-of-32-bytes-or-more-x",
 		"SYNCPIPE_API__AUTH__AUDIENCE=[x, y]",
 		"SYNCPIPE_API__AUTH__JWKS={\"keys\": [{\"kty\": \"EC\", \"kid\": \"e1\"}]}",
 		"SYNCPIPE_TELEMETRY__METRICS_LISTEN=",
@@ -145,7 +145,7 @@ func TestEnvOverrides(t *testing.T) {
 	if c.Replication.Stream.BatchMaxBytes != 4*MiB || c.Replication.Stream.BatchMaxWait != time.Second {
 		t.Errorf("stream: %+v", c.Replication.Stream)
 	}
-	if !reflect.DeepEqual(c.API.Auth.HS256Secrets, []string{"one", "two", "three"}) ||
+	if !reflect.DeepEqual(c.API.Auth.HS256Secrets, []string{"one-secret-of-32-bytes-or-more-xxx", "two-secret-of-32-bytes-or-more-xxx", "three-secret-of-32-bytes-or-more-x"}) ||
 		!reflect.DeepEqual(c.API.Auth.Audience, []string{"x", "y"}) {
 		t.Errorf("lists: %+v", c.API.Auth)
 	}
@@ -187,12 +187,13 @@ storage: {uri: "postgres://u@${MISSING:-localhost}/s${EMPTY}"}
 sync_rules: {content: "x"}
 api:
   auth:
-    hs256_secrets: ["$${NOT_A_VAR}", "pa$$w$rd", "${EMPTY:-fallback}"]
+    hs256_secrets: ["$${NOT_A_VAR}-padded-to-32-bytes-or-more-xxxxxxx", "pa$$w$rd-padded-to-32-bytes-or-more-xxxxxxx", "${EMPTY:-fallback-padded-to-32-bytes-or-more-xxxxxxx}"]
 `)
 	if c.Source.URI != "postgres://u@db.internal:5433/app" || c.Storage.URI != "postgres://u@localhost/s" {
 		t.Errorf("uris: %q %q", c.Source.URI, c.Storage.URI)
 	}
-	want := []string{"${NOT_A_VAR}", "pa$$w$rd", "fallback"}
+	const pad = "-padded-to-32-bytes-or-more-xxxxxxx" // HS256 secrets are ≥ 32 bytes
+	want := []string{"${NOT_A_VAR}" + pad, "pa$$w$rd" + pad, "fallback" + pad}
 	if !reflect.DeepEqual(c.API.Auth.HS256Secrets, want) {
 		t.Errorf("secrets = %q, want %q", c.API.Auth.HS256Secrets, want)
 	}

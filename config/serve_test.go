@@ -9,7 +9,7 @@ import (
 // reported with its position; other roles' keys are not required by it.
 func TestValidateServe(t *testing.T) {
 	const base = "source: {uri: \"postgres://u@h/a\"}\nstorage: {uri: \"postgres://u@h/s\"}\nsync_rules: {content: \"x\"}\n"
-	c, err := LoadBytes("c.yaml", []byte(base+"api:\n  auth:\n    audience: []\n    hs256_secrets: [s]\n"))
+	c, err := LoadBytes("c.yaml", []byte(base+"api:\n  auth:\n    audience: []\n    hs256_secrets: [a-secret-of-32-bytes-or-more-xxxxx]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

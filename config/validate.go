@@ -259,6 +259,7 @@ func (v *validator) api() {
 	au := a.Auth
 	v.nonEmptyItems("api.auth.audience", au.Audience)
 	v.nonEmptyItems("api.auth.hs256_secrets", au.HS256Secrets)
+	v.hs256Secrets(au.HS256Secrets)
 	if au.JWKSURI != "" {
 		v.httpURL("api.auth.jwks_uri", au.JWKSURI)
 	}
@@ -278,6 +279,24 @@ func (v *validator) api() {
 	for i, o := range a.CORSOrigins {
 		if o != "*" {
 			v.httpURL(fmt.Sprintf("api.cors_origins[%d]", i), o)
+		}
+	}
+}
+
+// MinHS256SecretBytes is the shortest HS256 secret accepted: 256 bits, the
+// HMAC-SHA256 key size (RFC 7518 §3.2). A shorter secret can be guessed
+// offline from any one token it signed.
+const MinHS256SecretBytes = 32
+
+// hs256Secrets refuses secrets shorter than MinHS256SecretBytes (empty
+// ones are nonEmptyItems' error). The message gives the length, never the
+// secret.
+func (v *validator) hs256Secrets(secrets []string) {
+	for i, s := range secrets {
+		if n := len(s); n > 0 && strings.TrimSpace(s) != "" && n < MinHS256SecretBytes {
+			v.add(KindRange, fmt.Sprintf("api.auth.hs256_secrets[%d]", i),
+				"must be at least %d bytes (got %d): a shorter secret can be guessed offline from any token it signed; "+
+					"generate one with e.g. `openssl rand -hex 32`", MinHS256SecretBytes, n)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package pipeline
 
+import "context"
+
 // Batch is the unit of work that flows through a pipeline. Everything the
 // framework does (tracing, ordering, progress commit) happens per batch, never
 // per item, so batches should be large (thousands of rows) for the framework's
@@ -25,6 +27,12 @@ type Batch[T, P any] struct {
 	Progress P
 	// Items is the payload. The framework never looks inside it.
 	Items []T
+
+	// trace is the context the tracer's StageStart returned for the
+	// batch's source stage (nil without a tracer), handed to its later
+	// stages as StageInfo.Batch. The framework sets it on every stage's
+	// output, so a stage that builds its output batch itself keeps it.
+	trace context.Context
 }
 
 // Derive builds the output batch of a stage from its input: it keeps Seq,

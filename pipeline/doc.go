@@ -81,9 +81,12 @@
 //
 // A StageTracer (pgx style: StageStart returns a context, StageEnd receives
 // it) sees every batch of every stage; MultiTracer combines several. The
+// context StageStart returned for a batch's source travels with the batch
+// (StageInfo.Batch of its later stages), at no cost without a tracer. The
 // otelpipeline sub-package turns them into one OpenTelemetry span per stage
-// per batch. Summary is a tracer that totals busy time, share of wall time,
-// rows per busy second and time blocked on the next stage (backpressure) per
-// stage, and prints them with WriteTable at the end of a run; a metrics backend
-// counts rows and batches from StageEnd the same way.
+// per batch with rows, a batch's spans in one trace. Summary is a tracer
+// that totals busy time, share of wall time, rows per busy second and time
+// blocked on the next stage (backpressure) per stage, and prints them with
+// WriteTable at the end of a run; a metrics backend counts rows and batches
+// from StageEnd the same way.
 package pipeline

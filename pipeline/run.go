@@ -44,10 +44,15 @@ func invoke[In, Out, P any](ctx context.Context, s *stage, worker int, b Batch[I
 		return guarded(ctx, b, fn)
 	}
 	info := s.info(worker, b.Seq, b.Rows, b.Bytes)
+	info.Batch = b.trace
 	tctx := h.tracer.StageStart(ctx, info)
 	start := time.Now()
 	out, err := guarded(tctx, b, fn)
 	h.tracer.StageEnd(tctx, StageEndInfo{StageInfo: info, OutRows: out.Rows, OutBytes: out.Bytes, Start: start, Duration: time.Since(start), Err: err})
+	out.trace = b.trace
+	if s.kind == KindSource {
+		out.trace = tctx
+	}
 	return out, err
 }
 

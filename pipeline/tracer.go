@@ -16,6 +16,11 @@ type StageInfo struct {
 	Seq      uint64    // batch sequence number (for a source: the one it is producing)
 	Rows     int       // input rows (0 for a source)
 	Bytes    int64     // input bytes (0 for a source)
+	// Batch is, for the stages after the source, the context StageStart
+	// returned for the batch's source stage (nil for a source, or without
+	// one): the framework carries it with the batch, so that a tracer can
+	// put all stages of one batch into one trace.
+	Batch context.Context
 }
 
 // StageEndInfo describes one batch leaving one stage.

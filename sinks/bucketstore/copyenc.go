@@ -21,6 +21,13 @@ func (c *copyBuf) reset() {
 	c.buf = append(c.buf[:0], copyHeader...)
 }
 
+// trim drops a buffer grown beyond maxKeptBufBytes (see writeBufs.trim).
+func (c *copyBuf) trim() {
+	if cap(c.buf) > maxKeptBufBytes {
+		c.buf = nil
+	}
+}
+
 // row starts a tuple of n fields.
 func (c *copyBuf) row(n int) {
 	c.buf = binary.BigEndian.AppendUint16(c.buf, uint16(n))

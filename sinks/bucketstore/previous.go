@@ -41,6 +41,13 @@ type prevState struct {
 	at []int32
 }
 
+// trim drops an arena grown beyond maxKeptBufBytes (see writeBufs.trim).
+func (s *prevState) trim() {
+	if cap(s.arena) > maxKeptBufBytes {
+		s.arena = nil
+	}
+}
+
 // reset makes room for n rows, none found.
 func (s *prevState) reset(n int) {
 	s.rows = append(s.rows[:0], make([]previous, n)...)

@@ -155,6 +155,7 @@ func (sw *StreamWriter) remember(final []*stages.Change, every bool) {
 func (sw *StreamWriter) release(p *Prepared) {
 	clear(p.final)
 	p.final, p.tables, p.keys = p.final[:0], nil, nil
+	p.prev.trim()
 	sw.prepared.Put(p)
 }
 

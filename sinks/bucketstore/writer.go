@@ -129,6 +129,23 @@ type writeBufs struct {
 	prev             prevState        // the stored state of final's rows
 }
 
+// maxKeptBufBytes bounds the capacity of a byte buffer kept for the next
+// batch. A batch with a huge row grows the encode buffers to its size (a
+// 50 MB row: several buffers of 50 MB and more), and keeping them would
+// hold that memory for as long as the process runs, for a size the usual
+// batch never needs. A buffer up to the bound is kept, so the usual
+// batches never regrow theirs; a bigger one is dropped after its batch,
+// and the next huge row grows it again (a copy as costly as the row).
+const maxKeptBufBytes = 4 << 20
+
+// trim drops the buffers grown beyond maxKeptBufBytes.
+func (b *writeBufs) trim() {
+	b.cur.trim()
+	b.ops.trim()
+	b.params.trim()
+	b.prev.trim()
+}
+
 // maxSpareBufs bounds the store's shelf of encode buffers kept between
 // batches (Store.spare): snapshot runs are short (a unit of a few chunks
 // opens its writers afresh), and buffers grown from nothing for every unit
@@ -162,6 +179,7 @@ func (w *Writer) Close() {
 		clear(w.final) // and its pointers
 		b := &w.writeBufs
 		b.ids, b.order, b.final, b.byRow = b.ids[:0], b.order[:0], b.final[:0], b.byRow[:0]
+		b.trim()
 		*w.home = *b
 	}
 	w.writeBufs = writeBufs{}

@@ -155,7 +155,22 @@ func (b *chunkBuilder) finish() [][]syncrules.Value {
 	}
 	rows := b.rows
 	b.rows, b.block = nil, nil
+	b.text, b.blob = trimScratch(b.text), trimScratch(b.blob)
 	return rows
+}
+
+// maxScratchBytes bounds the capacity of a chunk's scratch buffer kept for
+// the next chunk: a chunk with a huge row grows it to the row's size, which
+// the usual chunk never needs; kept, it would stay that big for as long as
+// the snapshot reads.
+const maxScratchBytes = 4 << 20
+
+// trimScratch returns b, or nil when it grew beyond maxScratchBytes.
+func trimScratch(b []byte) []byte {
+	if cap(b) > maxScratchBytes {
+		return nil
+	}
+	return b
 }
 
 // lastKey returns the key of the last row added as Postgres input text.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 )
 
 // DefaultPublication is the publication syncpipe streams from (SPEC §4).
@@ -207,8 +209,8 @@ func checkPublicationTables(ctx context.Context, conn *pgx.Conn, pub string, tab
 			noun = "tables " + strings.Join(missing, ", ") + " are"
 		}
 		problems = append(problems, problemf(ErrPublication,
-			"%s not in publication %s: run ALTER PUBLICATION %s ADD TABLE %s",
-			noun, qpub, qpub, strings.Join(missing, ", ")))
+			"%s not in publication %s: run %s",
+			noun, qpub, logrepl.AddTablesRemedy(pub, missing)))
 	}
 	return errors.Join(problems...)
 }
@@ -228,10 +230,7 @@ func createPublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 		names[i] = t.QualifiedName()
 		idents[i] = pgx.Identifier{t.Schema, t.Name}.Sanitize()
 	}
-	stmt := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", qpub, strings.Join(names, ", "))
-	if len(tables) == 0 {
-		stmt = fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE <the sync-rules tables>", qpub)
-	}
+	stmt := logrepl.CreatePublicationRemedy(pub, names)
 	if create && len(tables) == 0 {
 		return problemf(ErrPublication,
 			"publication %s does not exist, and none of the sync rules' tables exists in the source database to create it for: create the tables (or fix their names in the rules); syncpipe creates the publication at its next start",

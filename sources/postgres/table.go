@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 )
 
 // Column is one user column of a source table.
@@ -457,14 +459,6 @@ func qualify(schema, name string) string {
 	return quoteIdentIfNeeded(schema) + "." + quoteIdentIfNeeded(name)
 }
 
-func quoteIdentIfNeeded(s string) string {
-	plain := s != ""
-	for i := 0; i < len(s) && plain; i++ {
-		c := s[i]
-		plain = c == '_' || (c >= 'a' && c <= 'z') || (i > 0 && (c >= '0' && c <= '9' || c == '$'))
-	}
-	if plain {
-		return s
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-}
+// quoteIdentIfNeeded is logrepl's, so that the messages of both packages
+// (and their remedies) quote names alike.
+func quoteIdentIfNeeded(s string) string { return logrepl.QuoteIdentIfNeeded(s) }

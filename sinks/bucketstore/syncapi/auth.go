@@ -122,19 +122,13 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	if !ok {
 		return identity{}, authErr(codeAuthMissing, "authentication required: send Authorization: Token <JWT> (or Bearer)")
 	}
-	// keyErr is the key function's own error, unwrapped by Parse's;
-	// unknownKid is the token's kid when no key has it (keysFor then
-	// chose the kid-less keys: a set, not one key).
+	// keyErr is the key function's own error, unwrapped by Parse's.
 	var keyErr error
-	var unknownKid string
 	tok, err := a.parser.Parse(raw, func(t *jwt.Token) (any, error) {
 		if keyErr = checkCrit(t.Header); keyErr != nil {
 			return nil, keyErr // before keysFor: such a token fetches no JWKS
 		}
 		keys, err := a.keysFor(ctx, t)
-		if _, set := keys.(jwt.VerificationKeySet); set {
-			unknownKid, _ = t.Header["kid"].(string)
-		}
 		keyErr = err
 		return keys, err
 	})
@@ -147,9 +141,6 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 			return identity{}, ae
 		}
 		return identity{}, authErr(codeAuthGeneric, "%v", keyErr)
-	case errors.Is(err, jwt.ErrTokenSignatureInvalid) && unknownKid != "":
-		return identity{}, authErr(codeAuthGeneric, "no key has the token's kid %q, and no kid-less key (hs256_secrets, "+
-			"keys without kid) verifies its signature: sign with a configured key and its kid", unknownKid)
 	default:
 		return identity{}, authErr(codeAuthGeneric, "invalid token: %v", err)
 	}
@@ -166,62 +157,71 @@ func (a *authenticator) authenticate(ctx context.Context, header string) (identi
 	return id, nil
 }
 
-// keysFor picks the keys for a token: the key whose kid matches exactly
-// (refetching the JWKS once for an unknown kid), else every kid-less key
-// allowing the token's algorithm — also for a token whose kid no key has,
-// as the PowerSync service does (its KeyStore: "JWK with exact kid, or
-// JWK without kid"), so that a token of a provider that sets a kid still
-// verifies with a kid-less secret.
+// keysFor picks the keys for a token: a token with a kid verifies only
+// with the key of that kid (refetching the JWKS once for an unknown kid);
+// a token without one with every kid-less key allowing its algorithm. An
+// unknown kid is refused rather than tried with the kid-less keys (which
+// the PowerSync service does): a kid names the key its issuer signed with,
+// so a kid-less secret verifying it means a key mix-up, not a valid token.
 func (a *authenticator) keysFor(ctx context.Context, t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
-	byKid := func(keys []*verifyKey) (any, bool, error) {
-		i := slices.IndexFunc(keys, func(k *verifyKey) bool { return kid != "" && k.kid == kid })
-		if i < 0 {
-			return nil, false, nil
-		}
-		if !keys[i].allows(alg) {
-			return nil, true, fmt.Errorf("%w: key %q does not allow alg %s", errNoKey, kid, alg)
-		}
-		return keys[i].key, true, nil
+	if kid != "" {
+		return a.keyByKid(ctx, kid, alg)
 	}
-	if k, found, err := byKid(a.static); found {
-		return k, err
+	var set jwt.VerificationKeySet
+	for _, k := range a.static {
+		if k.kid == "" && k.allows(alg) {
+			set.Keys = append(set.Keys, k.key)
+		}
 	}
-	kidless := func(keys []*verifyKey) (set jwt.VerificationKeySet) {
+	if len(set.Keys) > 0 {
+		return set, nil // e.g. HS256 dev tokens: no need for the JWKS
+	}
+	if a.remote != nil {
+		keys, err := a.remote.keys(ctx, "")
+		if err != nil {
+			return nil, jwksUnavailable(err)
+		}
 		for _, k := range keys {
 			if k.kid == "" && k.allows(alg) {
 				set.Keys = append(set.Keys, k.key)
 			}
 		}
-		return set
-	}
-	if set := kidless(a.static); kid == "" && len(set.Keys) > 0 {
-		return set, nil // e.g. HS256 dev tokens: no need for the JWKS
-	}
-	var remoteErr error
-	all := a.static
-	if a.remote != nil {
-		// Ask for the kid only when it is not an inline key: an unknown
-		// kid makes the remote set refetch.
-		keys, err := a.remote.keys(ctx, kid)
-		remoteErr = err
-		if k, found, err := byKid(keys); found {
-			return k, err
+		if len(set.Keys) > 0 {
+			return set, nil
 		}
-		all = append(slices.Clip(a.static), keys...)
-	}
-	if set := kidless(all); len(set.Keys) > 0 {
-		return set, nil
-	}
-	if remoteErr != nil {
-		return nil, fmt.Errorf("%w: %w", errNoKey, &apiError{status: 401, code: codeJWKSFailed,
-			msg: fmt.Sprintf("cannot verify token: JWKS unavailable: %v", remoteErr)})
-	}
-	if kid != "" {
-		return nil, fmt.Errorf("%w: no key with kid %q (and no kid-less key for %s)", errNoKey, kid, alg)
 	}
 	return nil, fmt.Errorf("%w: token has no kid and no kid-less key allows %s", errNoKey, alg)
+}
+
+// keyByKid is the key whose kid is kid: inline first, then from the JWKS
+// URI (which refetches for a kid it does not have).
+func (a *authenticator) keyByKid(ctx context.Context, kid, alg string) (any, error) {
+	keys := a.static
+	i := slices.IndexFunc(keys, func(k *verifyKey) bool { return k.kid == kid })
+	if i < 0 && a.remote != nil {
+		var err error
+		if keys, err = a.remote.keys(ctx, kid); err != nil {
+			return nil, jwksUnavailable(err)
+		}
+		i = slices.IndexFunc(keys, func(k *verifyKey) bool { return k.kid == kid })
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("%w: no key has the token's kid %q (a token with a kid verifies only with "+
+			"the key of that kid, never with hs256_secrets): sign with a configured key and its kid, or send no kid", errNoKey, kid)
+	}
+	if !keys[i].allows(alg) {
+		return nil, fmt.Errorf("%w: key %q does not allow alg %s", errNoKey, kid, alg)
+	}
+	return keys[i].key, nil
+}
+
+// jwksUnavailable is the error for a token that needed the JWKS URI's keys
+// when they could not be fetched.
+func jwksUnavailable(err error) error {
+	return fmt.Errorf("%w: %w", errNoKey, &apiError{status: 401, code: codeJWKSFailed,
+		msg: fmt.Sprintf("cannot verify token: JWKS unavailable: %v", err)})
 }
 
 // checkClaims validates the claims of a verified token.

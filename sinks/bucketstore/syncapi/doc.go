@@ -18,8 +18,8 @@
 // Every endpoint but /healthz needs "Authorization: Token <JWT>" (or
 // Bearer): HS256 secrets, or RS256/ES256 keys from an inline JWKS or a
 // jwks_uri (chosen by kid; the URI is refetched when a kid is unknown; a
-// token whose kid no key has is tried with the kid-less keys, as the
-// PowerSync service does), with sub, iat, exp and aud required, aud
+// token whose kid no key has is refused, never tried with the kid-less
+// keys), with sub, iat, exp and aud required, aud
 // matching a configured audience, exp - iat within max_lifetime and 60 s
 // of clock skew; a token with a crit header is refused (no JWS extension
 // is implemented). Failures are 401 with {"error":{"code","message",…}}

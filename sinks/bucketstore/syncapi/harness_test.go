@@ -34,7 +34,7 @@ import (
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const (
-	testSecret   = "syncapi-test-secret"
+	testSecret   = "syncapi-test-secret-of-32-bytes-or-more"
 	testAudience = "syncpipe-test"
 	// waitLimit only turns a hang into a failure; nothing waits for it.
 	waitLimit = 30 * time.Second

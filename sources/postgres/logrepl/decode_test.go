@@ -182,3 +182,31 @@ func BenchmarkDecoderInsert(b *testing.B) {
 		d.takeOut()
 	}
 }
+
+// TestDecoderKeepsNoHugeValue: a 1 MiB value is decoded whole, and
+// neither the decoder's value arena nor its column slice, which live as
+// long as the stream, keep it (it did: the arena's next chunk was the value, kept until
+// another value arrived — on an idle stream, for good).
+func TestDecoderKeepsNoHugeValue(t *testing.T) {
+	d := newDecoder(0, []*Relation{testRel(1)})
+	huge := strings.Repeat("v", 1<<20)
+	if err := feed(d, encBegin(0x900, time.Now(), 1), encInsert(1, []Col{text("1"), text(huge)}),
+		encCommit(0x900, 0x930, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	var got []Change
+	for _, s := range d.takeOut() {
+		got = append(got, s.changes...)
+	}
+	if len(got) != 1 || string(got[0].New.Columns[1].Data) != huge {
+		t.Fatalf("decoded %d changes, want the insert with its 1 MiB value", len(got))
+	}
+	if c := cap(d.values); c > valueChunk {
+		t.Errorf("the decoder's value arena holds %d KiB, want ≤ one %d KiB chunk", c>>10, valueChunk>>10)
+	}
+	for _, c := range d.cols[:cap(d.cols)] {
+		if len(c.Data) > valueChunk {
+			t.Errorf("the decoder's column slice still points to the %d KiB value", len(c.Data)>>10)
+		}
+	}
+}

@@ -97,10 +97,18 @@ func (d *decoder) tuple(r *frameReader) Tuple {
 
 // keep copies b into the value arena. A full chunk is left to the changes
 // that point into it and a new one started: chunks are never reused, so a
-// value stays valid for as long as anyone holds it.
+// value stays valid for as long as anyone holds it. A value bigger than a
+// chunk gets an allocation of its own instead: as the arena it would stay
+// alive, at its size, until the next value arrives — on an idle stream,
+// for good. For the same reason the column slice that will point to it is
+// given up: the next tuple starts a new one.
 func (d *decoder) keep(b []byte) []byte {
+	if len(b) > valueChunk {
+		d.cols = nil
+		return append(make([]byte, 0, len(b)), b...)
+	}
 	if len(b) > cap(d.values)-len(d.values) {
-		d.values = make([]byte, 0, max(valueChunk, len(b)))
+		d.values = make([]byte, 0, valueChunk)
 	}
 	at := len(d.values)
 	d.values = append(d.values, b...)

@@ -91,10 +91,12 @@ func errSlotInUse(slot string, pid string, cause error) error {
 		slot, by, slot)
 }
 
-func errPublicationMissing(pub string, cause error) error {
+// errPublicationMissing is ErrPublicationMissing with the one remedy
+// (CreatePublicationRemedy) for the tables the stream knows, if any.
+func errPublicationMissing(pub string, tables []string, cause error) error {
 	return newError(ErrPublicationMissing, cause,
-		"publication %s does not exist in the source database: create it with CREATE PUBLICATION %s FOR ALL TABLES (or FOR TABLE ...)",
-		pub, quoteIdent(pub))
+		"publication %s does not exist in the source database: run %s",
+		QuoteIdentIfNeeded(pub), CreatePublicationRemedy(pub, tables))
 }
 
 func errWALLevel(level string, cause error) error {
@@ -106,9 +108,9 @@ func errWALLevel(level string, cause error) error {
 }
 
 // classify turns a server error met while creating, starting or streaming
-// from slot (with publication pub) into an *Error; other errors pass
-// through unchanged.
-func classify(err error, slot, pub string) error {
+// from slot (with publication pub of tables, when known) into an *Error;
+// other errors pass through unchanged.
+func classify(err error, slot, pub string, tables []*Relation) error {
 	var pgErr *pgconn.PgError
 	if err == nil || !errors.As(err, &pgErr) {
 		return err
@@ -121,7 +123,7 @@ func classify(err error, slot, pub string) error {
 	switch pgErr.Code {
 	case "42704": // undefined_object
 		if strings.Contains(msg, "publication") {
-			return errPublicationMissing(pub, err)
+			return errPublicationMissing(pub, relationNames(tables), err)
 		}
 		if strings.Contains(msg, "replication slot") {
 			return errSlotMissing(slot, err)

@@ -58,9 +58,14 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("message %q\nwant    %q", err, want)
 	}
 
-	_, err = Start(ctx, e.replConn(ctx), Config{Slot: e.slot, Publication: "nope"})
+	// The remedy is the one preflight gives (CreatePublicationRemedy):
+	// FOR TABLE the stream's tables, never FOR ALL TABLES.
+	items := []*Relation{{Namespace: "public", Name: "items"}}
+	_, err = Start(ctx, e.replConn(ctx), Config{Slot: e.slot, Publication: "nope", Relations: items})
 	mustKind(t, err, ErrPublicationMissing)
-	oneLine(t, err, "CREATE PUBLICATION")
+	if want := "publication nope does not exist in the source database: run CREATE PUBLICATION nope FOR TABLE public.items"; err.Error() != want {
+		t.Errorf("message %q\nwant    %q", err, want)
+	}
 
 	s := e.stream(ctx, Config{})
 	_, err = Start(ctx, e.replConn(ctx), Config{Slot: e.slot})
@@ -71,10 +76,10 @@ func TestStartErrors(t *testing.T) {
 	// pre-checks) classify the same way.
 	rc := e.replConn(ctx)
 	err = classify(pglogrepl.StartReplication(ctx, rc, e.slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names 'syncpipe'"}}), e.slot, "syncpipe")
+		PluginArgs: []string{"proto_version '1'", "publication_names 'syncpipe'"}}), e.slot, "syncpipe", nil)
 	mustKind(t, err, ErrSlotInUse)
 	err = classify(pglogrepl.StartReplication(ctx, e.replConn(ctx), "no_such_slot", 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: []string{"proto_version '1'", "publication_names 'syncpipe'"}}), "no_such_slot", "syncpipe")
+		PluginArgs: []string{"proto_version '1'", "publication_names 'syncpipe'"}}), "no_such_slot", "syncpipe", nil)
 	mustKind(t, err, ErrSlotMissing)
 
 	err = DropSlot(ctx, e.db.PgConn(), e.slot)

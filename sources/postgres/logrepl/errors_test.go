@@ -22,14 +22,14 @@ func TestClassify(t *testing.T) {
 		{"55000", `cannot read from logical replication slot "s1"`, "This slot has been invalidated because it exceeded the maximum reserved size.", ErrSlotLost, "syncpipe will start a new replication group"},
 		{"55000", `can no longer get changes from replication slot "s1"`, "", ErrSlotLost, "wal_status=lost"},
 		{"42704", `replication slot "s1" does not exist`, "", ErrSlotMissing, "replication slot s1 does not exist: it was dropped; syncpipe will start a new replication group"},
-		{"42704", `publication "pub" does not exist`, "", ErrPublicationMissing, "CREATE PUBLICATION \"pub\""},
+		{"42704", `publication "pub" does not exist`, "", ErrPublicationMissing, "run CREATE PUBLICATION pub FOR TABLE <the sync-rules tables>"},
 		{"55006", `replication slot "s1" is active for PID 4242`, "", ErrSlotInUse, "in use by process 4242"},
 		{"28P01", `password authentication failed for user "bob"`, "", ErrAuth, "check the user and password"},
 		{"42501", "permission denied to start WAL sender", "", ErrReplicationPrivilege, "WITH REPLICATION"},
 	}
 	for _, c := range cases {
 		cause := &pgconn.PgError{Code: c.code, Message: c.msg, Detail: c.detail}
-		err := classify(fmt.Errorf("start: %w", cause), "s1", "pub")
+		err := classify(fmt.Errorf("start: %w", cause), "s1", "pub", nil)
 		if !errors.Is(err, c.kind) {
 			t.Errorf("%s %q: got %v, want %v", c.code, c.msg, err, c.kind)
 			continue
@@ -41,15 +41,15 @@ func TestClassify(t *testing.T) {
 		if msg := err.Error(); !strings.Contains(msg, c.line) || strings.Contains(msg, "\n") {
 			t.Errorf("%s: message %q lacks %q", c.code, msg, c.line)
 		}
-		if again := classify(err, "s1", "pub"); again != err {
+		if again := classify(err, "s1", "pub", nil); again != err {
 			t.Errorf("%s: classified twice", c.code)
 		}
 	}
 	other := &pgconn.PgError{Code: "XX000", Message: "internal"}
-	if err := classify(other, "s1", "pub"); err != error(other) {
+	if err := classify(other, "s1", "pub", nil); err != error(other) {
 		t.Errorf("unknown error changed: %v", err)
 	}
-	if err := classify(nil, "s", "p"); err != nil {
+	if err := classify(nil, "s", "p", nil); err != nil {
 		t.Errorf("classify(nil) = %v", err)
 	}
 }

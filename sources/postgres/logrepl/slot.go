@@ -161,7 +161,7 @@ func CreateSlot(ctx context.Context, conn *pgconn.PgConn, name string) (LSN, err
 		return s.ConfirmedFlushLSN, nil
 	}
 	if err != nil {
-		if c := classify(err, name, ""); c != err {
+		if c := classify(err, name, "", nil); c != err {
 			return 0, c
 		}
 		return 0, fmt.Errorf("create replication slot %s: %w", name, err)
@@ -187,7 +187,7 @@ func DropSlot(ctx context.Context, conn *pgconn.PgConn, name string) error {
 	if err == nil {
 		return nil
 	}
-	c := classify(err, name, "")
+	c := classify(err, name, "", nil)
 	if errors.Is(c, ErrSlotMissing) {
 		return nil
 	}
@@ -249,13 +249,13 @@ func checkWALLevel(ctx context.Context, conn *pgconn.PgConn) error {
 
 // checkPublication reports ErrPublicationMissing unless pub exists in the
 // connection's database.
-func checkPublication(ctx context.Context, conn *pgconn.PgConn, pub string) error {
+func checkPublication(ctx context.Context, conn *pgconn.PgConn, pub string, tables []*Relation) error {
 	rows, err := simpleQuery(ctx, conn, "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = "+quoteLiteral(pub))
 	if err != nil {
 		return fmt.Errorf("look up publication %s: %w", pub, err)
 	}
 	if len(rows) == 0 {
-		return errPublicationMissing(pub, nil)
+		return errPublicationMissing(pub, relationNames(tables), nil)
 	}
 	return nil
 }

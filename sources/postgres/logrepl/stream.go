@@ -168,7 +168,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 			"replication slot %s already confirmed %s, past the stored resume position %s: the changes in between are gone; syncpipe will start a new replication group",
 			cfg.Slot, slot.ConfirmedFlushLSN, cfg.StartLSN)
 	}
-	if err := checkPublication(ctx, conn, cfg.Publication); err != nil {
+	if err := checkPublication(ctx, conn, cfg.Publication, cfg.Relations); err != nil {
 		return nil, err
 	}
 	if err := ensureUTC(ctx, conn); err != nil {
@@ -190,7 +190,7 @@ func Start(ctx context.Context, conn *pgconn.PgConn, cfg Config) (*Stream, error
 		},
 	})
 	if err != nil {
-		if c := classify(err, cfg.Slot, cfg.Publication); c != err {
+		if c := classify(err, cfg.Slot, cfg.Publication, cfg.Relations); c != err {
 			return nil, c
 		}
 		return nil, fmt.Errorf("start replication from slot %s at %s: %w", cfg.Slot, start, err)
@@ -394,7 +394,7 @@ func (s *Stream) loop() error {
 				}
 				continue
 			}
-			if c := classify(err, s.cfg.Slot, s.cfg.Publication); c != err {
+			if c := classify(err, s.cfg.Slot, s.cfg.Publication, s.cfg.Relations); c != err {
 				return c
 			}
 			return fmt.Errorf("receive from replication slot %s: %w", s.cfg.Slot, err)
@@ -444,7 +444,7 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 		}
 	case *pgproto3.ErrorResponse:
 		err := pgconn.ErrorResponseToPgError(m)
-		if c := classify(err, s.cfg.Slot, s.cfg.Publication); c != error(err) {
+		if c := classify(err, s.cfg.Slot, s.cfg.Publication, s.cfg.Relations); c != error(err) {
 			return c
 		}
 		return fmt.Errorf("replication slot %s: %w", s.cfg.Slot, err)
