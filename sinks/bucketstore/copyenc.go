@@ -21,9 +21,9 @@ func (c *copyBuf) reset() {
 	c.buf = append(c.buf[:0], copyHeader...)
 }
 
-// trim drops a buffer grown beyond maxKeptBufBytes (see writeBufs.trim).
-func (c *copyBuf) trim() {
-	if cap(c.buf) > maxKeptBufBytes {
+// trim drops a buffer grown beyond limit bytes (see keptBufBytes).
+func (c *copyBuf) trim(limit int) {
+	if cap(c.buf) > limit {
 		c.buf = nil
 	}
 }

@@ -41,9 +41,9 @@ type prevState struct {
 	at []int32
 }
 
-// trim drops an arena grown beyond maxKeptBufBytes (see writeBufs.trim).
-func (s *prevState) trim() {
-	if cap(s.arena) > maxKeptBufBytes {
+// trim drops an arena grown beyond limit bytes (see keptBufBytes).
+func (s *prevState) trim(limit int) {
+	if cap(s.arena) > limit {
 		s.arena = nil
 	}
 }

@@ -153,9 +153,9 @@ func (sw *StreamWriter) remember(final []*stages.Change, every bool) {
 
 // release gives p's memory back for another Prepare.
 func (sw *StreamWriter) release(p *Prepared) {
+	p.prev.trim(keptBufBytes(len(p.final)))
 	clear(p.final)
 	p.final, p.tables, p.keys = p.final[:0], nil, nil
-	p.prev.trim()
 	sw.prepared.Put(p)
 }
 

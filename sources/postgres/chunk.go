@@ -155,19 +155,25 @@ func (b *chunkBuilder) finish() [][]syncrules.Value {
 	}
 	rows := b.rows
 	b.rows, b.block = nil, nil
-	b.text, b.blob = trimScratch(b.text), trimScratch(b.blob)
+	limit := max(maxScratchBytes, len(rows)*scratchBytesPerRow)
+	b.text, b.blob = trimScratch(b.text, limit), trimScratch(b.blob, limit)
 	return rows
 }
 
-// maxScratchBytes bounds the capacity of a chunk's scratch buffer kept for
-// the next chunk: a chunk with a huge row grows it to the row's size, which
-// the usual chunk never needs; kept, it would stay that big for as long as
-// the snapshot reads.
-const maxScratchBytes = 4 << 20
+// A chunk's scratch buffer is kept for the next chunk up to
+// maxScratchBytes, or scratchBytesPerRow a row of the chunk if more: a
+// chunk with a huge row grows it to the row's size, which the usual chunk
+// never needs, and kept it would stay that big for as long as the snapshot
+// reads; a chunk of many usual rows needs megabytes too, and regrowing
+// them every chunk costs CPU (bucketstore's keptBufBytes is the same rule).
+const (
+	maxScratchBytes    = 4 << 20
+	scratchBytesPerRow = 16 << 10
+)
 
-// trimScratch returns b, or nil when it grew beyond maxScratchBytes.
-func trimScratch(b []byte) []byte {
-	if cap(b) > maxScratchBytes {
+// trimScratch returns b, or nil when it grew beyond limit bytes.
+func trimScratch(b []byte, limit int) []byte {
+	if cap(b) > limit {
 		return nil
 	}
 	return b
