@@ -151,10 +151,5 @@ func checkedSourceSchema(ctx context.Context, cfg *config.Config, rules *syncrul
 		log.Debug("sync rules not checked against the source yet", "err", err)
 		return nil, false
 	}
-	warnings = []string{}
-	for _, w := range append(rules.Warnings(), rep.Warnings...) {
-		log.Warn("sync rules: " + w.Error())
-		warnings = append(warnings, w.Error())
-	}
-	return warnings, true
+	return rep.LogWarnings(log, rules), true
 }

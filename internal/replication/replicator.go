@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -326,11 +325,7 @@ func (r *Replicator) reload(ctx context.Context) error {
 	if len(rep.Problems) > 0 {
 		return errors.Join(rep.Problems...)
 	}
-	var warnings []string
-	for _, w := range append(slices.Clone(rules.Warnings()), rep.Warnings...) {
-		r.log.Warn("sync rules: " + w.Error())
-		warnings = append(warnings, w.Error())
-	}
+	warnings := rep.LogWarnings(r.log, rules)
 	// Before a group of the new rules exists: rules the source cannot
 	// replicate leave nothing behind, and a table they add is in the
 	// publication before the new group's slot is created (its changes in

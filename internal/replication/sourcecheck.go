@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -44,6 +45,18 @@ type sourceCheck struct {
 	uri, key string
 	lookups  []string            // rule tables to read the columns of
 	pubs     map[string][]string // publication → the tables to preflight with it
+}
+
+// LogWarnings logs rules' own warnings and rep's at WARN, one line each
+// ("sync rules: file:line:col: …"), and returns them as the lines status
+// shows with the rules' group: start-up and a reload report them alike.
+func (rep SourceReport) LogWarnings(log *slog.Logger, rules *syncrules.Rules) []string {
+	warnings := []string{}
+	for _, w := range slices.Concat(rules.Warnings(), rep.Warnings) {
+		log.Warn("sync rules: " + w.Error())
+		warnings = append(warnings, w.Error())
+	}
+	return warnings
 }
 
 // CheckSource checks rules against the sources of pipelines, as `syncpipe

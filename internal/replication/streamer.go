@@ -229,26 +229,21 @@ func (s *streamer) convert(ctx context.Context, lb logrepl.Batch) error {
 		s.cut(nil)
 	case lb.EndLSN > 0:
 		s.idleBytes += int64(lb.Bytes)
-		if lb.Prompt || s.idleDue(time.Now()) {
+		if lb.Prompt || s.idleWait(time.Now()) == 0 {
 			s.cut(nil)
 		}
 	}
 	return s.checkCatalogDue(ctx)
 }
 
-// idleDue reports whether the stream has moved past the last batch cut
-// and replication.stream.idle_commit_interval has passed since it: a
-// position that carries no change becomes a batch (a storage commit, then
-// an acknowledgement) only then. Recording every one at once would never
-// let a stream go idle when storage shares the source's cluster: each
-// commit writes WAL, which the slot's walsender reports as a new position
-// (see doc.go, "Idle positions").
-func (s *streamer) idleDue(now time.Time) bool {
-	return s.idleWait(now) == 0
-}
-
 // idleWait is how long the position not cut yet may still wait (0: it is
-// due now); -1 when there is none.
+// due now); -1 when there is none. A position that carries no change
+// becomes a batch (a storage commit, then an acknowledgement) only once
+// replication.stream.idle_commit_interval has passed since the last batch
+// cut. Recording every one at once would never let a stream go idle when
+// storage shares the source's cluster: each commit writes WAL, which the
+// slot's walsender reports as a new position (see doc.go, "Idle
+// positions").
 func (s *streamer) idleWait(now time.Time) time.Duration {
 	switch {
 	case s.pos.TxnLSN != 0 || s.pos.LSN <= s.cutPos.LSN && s.cutPos.TxnLSN == 0:
