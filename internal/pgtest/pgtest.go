@@ -49,16 +49,26 @@ var (
 )
 
 // Main runs the package's tests and stops the shared cluster afterwards.
-func Main(m *testing.M) {
+func Main(m *testing.M) { MainThen(m, nil) }
+
+// MainThen is Main that also runs cleanup (when not nil) after the tests,
+// or on Ctrl-C: for a harness that has more than the cluster to remove.
+func MainThen(m *testing.M, cleanup func()) {
+	done := func() {
+		stop()
+		if cleanup != nil {
+			cleanup()
+		}
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-sig
-		stop()
+		done()
 		os.Exit(130)
 	}()
 	code := m.Run()
-	stop()
+	done()
 	os.Exit(code)
 }
 

@@ -1,0 +1,306 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"go.mongodb.org/mongo-driver/v2/bson"
+)
+
+// SyncClient is a minimal PowerSync protocol client for tests that watch
+// what clients see while syncpipe goes through failures: it keeps its
+// buckets across checkpoints and reconnects (resuming with the op ids it
+// has), verifies every bucket's checksum at each checkpoint_complete and
+// hands the complete state to observe. Its connections alternate between
+// what the SDKs ask for — BSON documents, here zstd-compressed — and
+// NDJSON with gzip, so both encodings of the real binary are followed
+// across reconnects and resumes.
+type SyncClient struct {
+	url, token string
+	// observe gets every complete checkpoint: its op id and the rows of
+	// every bucket ("type/id" → data).
+	observe func(checkpoint string, rows map[string]map[string]string)
+
+	mu      sync.Mutex
+	buckets map[string]*clientBucket
+	target  map[string]int32 // the checkpoint's bucket checksums
+	errs    []error
+	seen    int // complete checkpoints
+	conns   int // connections made
+}
+
+type clientBucket struct {
+	after string
+	sum   uint32
+	rows  map[string]string
+}
+
+// NewSyncClient returns a client of the sync API at api (host:port) that
+// authenticates with token and hands every complete checkpoint to observe.
+func NewSyncClient(api, token string, observe func(string, map[string]map[string]string)) *SyncClient {
+	return &SyncClient{url: "http://" + api + "/sync/stream", token: token, observe: observe,
+		buckets: map[string]*clientBucket{}, target: map[string]int32{}}
+}
+
+// Run syncs until ctx ends, reconnecting after every failure.
+func (c *SyncClient) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if err := c.once(ctx); err != nil && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// Failures returns the protocol errors seen (checksum mismatches, bad
+// lines); connection failures are not errors, they are retried.
+func (c *SyncClient) Failures() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]error(nil), c.errs...)
+}
+
+// Complete returns how many complete checkpoints the client saw.
+func (c *SyncClient) Complete() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen
+}
+
+func (c *SyncClient) once(ctx context.Context) error {
+	c.mu.Lock()
+	var have []map[string]string
+	for name, b := range c.buckets {
+		have = append(have, map[string]string{"name": name, "after": b.after})
+	}
+	c.conns++
+	asSDK := c.conns%2 == 1
+	c.mu.Unlock()
+	body, _ := json.Marshal(map[string]any{"buckets": have, "raw_data": true, "include_checksum": true, "client_id": "test"})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Token "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	if asSDK {
+		req.Header.Set("Accept", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8")
+		req.Header.Set("Accept-Encoding", "zstd, gzip")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("sync stream: %s", resp.Status)
+	}
+	next, done, err := c.reader(resp, asSDK)
+	if err != nil {
+		c.fail(err)
+		return err
+	}
+	defer done()
+	for {
+		b, err := next()
+		if errors.Is(err, errBadLine) {
+			c.fail(err)
+			return err
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err // the connection went: retried
+		}
+		if err := c.line(b); err != nil {
+			c.fail(err)
+			return err
+		}
+	}
+}
+
+// fail records a protocol error.
+func (c *SyncClient) fail(err error) {
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+}
+
+// errBadLine marks a line the client could not read: a protocol error.
+var errBadLine = errors.New("bad sync line")
+
+// reader returns the reader of resp's lines as JSON and what to call once
+// done, checking that the server answered in what was asked for.
+func (c *SyncClient) reader(resp *http.Response, asSDK bool) (next func() ([]byte, error), done func(), err error) {
+	ct, ce := resp.Header.Get("Content-Type"), resp.Header.Get("Content-Encoding")
+	if !asSDK {
+		if ct != "application/x-ndjson" || !resp.Uncompressed {
+			return nil, nil, fmt.Errorf("NDJSON request with gzip: got %s, uncompressed by the client %v", ct, resp.Uncompressed)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		return func() ([]byte, error) {
+			if sc.Scan() {
+				return sc.Bytes(), nil
+			}
+			if err := sc.Err(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}, func() {}, nil
+	}
+	if ct != "application/vnd.powersync.bson-stream" || ce != "zstd" {
+		return nil, nil, fmt.Errorf("the SDK's request: got %s with %q, want BSON with zstd", ct, ce)
+	}
+	d, err := zstd.NewReader(resp.Body, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, nil, err
+	}
+	r := bufio.NewReader(d)
+	return func() ([]byte, error) {
+		var n [4]byte
+		if _, err := io.ReadFull(r, n[:]); err != nil {
+			return nil, err
+		}
+		size := int(binary.LittleEndian.Uint32(n[:]))
+		if size < 5 || size > 64<<20 {
+			return nil, fmt.Errorf("%w: BSON document of %d bytes", errBadLine, size)
+		}
+		doc := append(n[:], make([]byte, size-4)...)
+		if _, err := io.ReadFull(r, doc[4:]); err != nil {
+			return nil, err
+		}
+		js, err := bson.MarshalExtJSON(bson.Raw(doc), false, false)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errBadLine, err)
+		}
+		return js, nil
+	}, d.Close, nil
+}
+
+type wireBucket struct {
+	Bucket   string `json:"bucket"`
+	Checksum int32  `json:"checksum"`
+}
+
+type wireLine struct {
+	Checkpoint *struct {
+		LastOpID string       `json:"last_op_id"`
+		Buckets  []wireBucket `json:"buckets"`
+	} `json:"checkpoint"`
+	Diff *struct {
+		LastOpID string       `json:"last_op_id"`
+		Updated  []wireBucket `json:"updated_buckets"`
+		Removed  []string     `json:"removed_buckets"`
+	} `json:"checkpoint_diff"`
+	Data *struct {
+		Bucket    string `json:"bucket"`
+		NextAfter string `json:"next_after"`
+		Data      []struct {
+			OpID       string `json:"op_id"`
+			Op         string `json:"op"`
+			ObjectType string `json:"object_type"`
+			ObjectID   string `json:"object_id"`
+			Data       string `json:"data"`
+			Checksum   uint32 `json:"checksum"`
+		} `json:"data"`
+	} `json:"data"`
+	Complete *struct {
+		LastOpID string `json:"last_op_id"`
+	} `json:"checkpoint_complete"`
+}
+
+func (c *SyncClient) line(b []byte) error {
+	var l wireLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return fmt.Errorf("line %q: %w", b, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case l.Checkpoint != nil:
+		c.target = map[string]int32{}
+		for _, wb := range l.Checkpoint.Buckets {
+			c.target[wb.Bucket] = wb.Checksum
+		}
+		for name := range c.buckets {
+			if _, ok := c.target[name]; !ok {
+				delete(c.buckets, name)
+			}
+		}
+	case l.Diff != nil:
+		for _, wb := range l.Diff.Updated {
+			c.target[wb.Bucket] = wb.Checksum
+		}
+		for _, name := range l.Diff.Removed {
+			delete(c.target, name)
+			delete(c.buckets, name)
+		}
+	case l.Data != nil:
+		bk := c.buckets[l.Data.Bucket]
+		if bk == nil {
+			bk = &clientBucket{rows: map[string]string{}}
+			c.buckets[l.Data.Bucket] = bk
+		}
+		for _, op := range l.Data.Data {
+			bk.sum += op.Checksum
+			key := op.ObjectType + "/" + op.ObjectID
+			switch op.Op {
+			case "PUT":
+				bk.rows[key] = op.Data
+			case "REMOVE":
+				delete(bk.rows, key)
+			case "MOVE": // compacted: only its checksum counts
+			case "CLEAR": // compacted: it replaces everything before it
+				clear(bk.rows)
+				bk.sum = op.Checksum
+			default:
+				return fmt.Errorf("op %s in bucket %s: unexpected %q", op.OpID, l.Data.Bucket, op.Op)
+			}
+		}
+		bk.after = l.Data.NextAfter
+	case l.Complete != nil:
+		rows := map[string]map[string]string{}
+		for name, want := range c.target {
+			bk := c.buckets[name]
+			var sum uint32
+			if bk != nil {
+				sum = bk.sum
+				rows[name] = bk.rows
+			}
+			if int32(sum) != want {
+				return fmt.Errorf("checkpoint %s: bucket %s checksum %d, want %d", l.Complete.LastOpID, name, int32(sum), want)
+			}
+		}
+		c.seen++
+		if c.observe != nil {
+			c.observe(l.Complete.LastOpID, rows)
+		}
+	}
+	return nil
+}
+
+// CountRows counts the rows of every bucket whose name has prefix … (any
+// group) and definition def, e.g. `by_list[`.
+func CountRows(rows map[string]map[string]string, def string) int {
+	n := 0
+	for name, rs := range rows {
+		if i := bytes.IndexByte([]byte(name), '#'); i >= 0 && bytes.HasPrefix([]byte(name[i+1:]), []byte(def)) {
+			n += len(rs)
+		}
+	}
+	return n
+}
