@@ -33,7 +33,7 @@ type churnOp struct {
 // jsonl for todos with three flush writers and two eval workers — while a
 // churn commits inserts, updates, deletes and one transaction larger than
 // a stream batch, and SIGKILLs the process five times at random points
-// (three in the default, small size: longtest).
+// (ten with SYNCPIPE_TEST_LONG: longtest).
 // Every committed change must be in the jsonl file exactly once, every
 // row the snapshot read once, and bucket storage must converge too.
 func TestRunTwoPipelinesJSONLExactlyOnce(t *testing.T) {
@@ -96,7 +96,7 @@ func TestRunTwoPipelinesJSONLExactlyOnce(t *testing.T) {
 	// also waits for the large transaction to be committed.
 	rng := rand.New(rand.NewPCG(seed, 7))
 	file := filepath.Join(out, "public.todos.jsonl")
-	kills := longtest.Pick(3, 5)
+	kills := longtest.Pick(5, 10) // 5: about 30 s under -race
 	for k := range kills {
 		size0, ops0, more := fileSize(file), committed(), 1+rng.IntN(60)
 		if k == kills-1 {
