@@ -88,8 +88,7 @@ func TestRunTwoPipelinesJSONLExactlyOnce(t *testing.T) {
 
 	// The kill points are random (longtest.Seed), and each waits for a
 	// condition, not a pause: the process has written to the jsonl file
-	// (it is longer than when the process started: a restarted process
-	// has redone what the kill lost and gone on) and the churn committed
+	// (it is longer than when the process started) and the churn committed
 	// 1–60 more changes. So every kill lands in the work — the snapshot,
 	// stream batches, the large transaction — never in start-up only,
 	// however slow -race on busy cores makes the children. The last kill
