@@ -64,6 +64,12 @@ func startDemo(t *testing.T, until string, flags ...string) *demoProc {
 	_ = w.Close() // the child has its own copy
 	t.Cleanup(func() {
 		_ = r.Close()
+		// A demo a failed test left running is stopped as a user does, so
+		// that it still removes its cluster's directory (harness.Start's
+		// own clean-up SIGKILLs it, which would leave the directory).
+		if d.Running() {
+			_ = d.Stop()
+		}
 		if t.Failed() {
 			t.Logf("demo stdout:\n%s", d.out.String())
 		}
