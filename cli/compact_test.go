@@ -143,15 +143,6 @@ func TestCompactWhileSyncing(t *testing.T) {
 // print them (describeCompaction): the amount and its unit.
 var reclaimedRE = regexp.MustCompile(`, ([0-9.]+) (B|[KMGTPE]iB) reclaimed`)
 
-// TestFormatBytes: the units compact and status print bytes in.
-func TestFormatBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12_900_000: "12.3 MiB", 5 << 30: "5.0 GiB", 3 << 60: "3.0 EiB"} {
-		if got := formatBytes(n); got != want {
-			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // TestBackgroundCompaction: with replication.compaction.interval set, a
 // running syncpipe compacts by itself — counted on /metrics (ops and bytes
 // reclaimed), recorded for status — while a client following the stream validates every
