@@ -26,8 +26,7 @@ import (
 // test server cannot show (wal_level = replica with password
 // authentication; slots invalidated 1 MB behind).
 type badHarness struct {
-	t   *testing.T // the catalogue's test: shared things end with it
-	dir string     // cli/testdata/badinput, absolute: the children's working directory
+	dir string // cli/testdata/badinput, absolute: the children's working directory
 
 	api     *badAPI
 	replica func() (*replicaServer, error)
@@ -43,7 +42,7 @@ type badHarness struct {
 }
 
 func newBadHarness(t *testing.T) *badHarness {
-	h := &badHarness{t: t, dir: filepath.Join(harness.Root(t), "cli", "testdata", "badinput")}
+	h := &badHarness{dir: filepath.Join(harness.Root(t), "cli", "testdata", "badinput")}
 	harness.Binary(t)         // built before the rows start their children
 	h.admin = pgtest.NewDB(t) // the shared server is up
 	h.replica = sync.OnceValues(startReplicaServer(t))
