@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,36 +18,6 @@ import (
 	"github.com/syncpipe/syncpipe/internal/todos"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
-
-// failAcceptEnv makes a child's sync API listener fail every Accept after
-// the first (failingListener), so that Serve returns an error while the
-// process runs.
-const failAcceptEnv = "SYNCPIPE_TEST_FAIL_API_ACCEPT"
-
-func init() {
-	if os.Getenv(childEnv) != "" && os.Getenv(failAcceptEnv) != "" {
-		wrapAPIListener = func(ln net.Listener) net.Listener { return &failingListener{Listener: ln} }
-	}
-}
-
-// errInjectedAccept is what failingListener's Accept fails with.
-var errInjectedAccept = errors.New("injected accept failure")
-
-// failingListener accepts one connection, then fails: a listener whose
-// socket broke.
-type failingListener struct {
-	net.Listener
-	accepted bool // only Serve's goroutine calls Accept
-}
-
-func (l *failingListener) Accept() (net.Conn, error) {
-	if l.accepted {
-		return nil, errInjectedAccept
-	}
-	c, err := l.Listener.Accept()
-	l.accepted = err == nil
-	return c, err
-}
 
 // startRole runs `syncpipe run --config F --role role` as a child process,
 // its logs collected with e's, with extra environment variables. The
@@ -312,54 +281,5 @@ func TestAPIGracefulShutdown(t *testing.T) {
 	case <-repl.exited:
 		t.Fatalf("the replication process exited: %v", repl.err)
 	default:
-	}
-}
-
-// TestAPIFailureStopsRoleAll: under --role all, a sync API whose Serve
-// fails after start stops the whole process, replication included, with
-// a clear error and exit code 1.
-func TestAPIFailureStopsRoleAll(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and syncpipe processes")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e := newStreamEnv(t, envOptions{rules: todos.Rules})
-	if _, err := todos.Load(ctx, e.src, todos.Size{Lists: 3, Todos: 30, Seed: 6}); err != nil {
-		t.Fatal(err)
-	}
-	c := e.startRole("all", failAcceptEnv+"=1")
-	// The first connection is served; the listener fails right after it.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for served := false; !served; {
-		select {
-		case <-c.exited:
-			served = true // the probe may not get its answer before the exit
-		case <-ctx.Done():
-			t.Fatalf("waiting for the API: %v", ctx.Err())
-		case <-tick.C:
-			cn, err := net.DialTimeout("tcp", e.api, time.Second)
-			if err == nil {
-				cn.Close()
-				served = true
-			}
-		}
-	}
-	select {
-	case <-c.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("syncpipe --role all still runs 30s after its API failed:\n%s", e.tailLogs(4<<10))
-	}
-	var exit *exec.ExitError
-	if !errors.As(c.err, &exit) || exit.ExitCode() != ExitFailure {
-		t.Fatalf("exit status %v, want %d", c.err, ExitFailure)
-	}
-	want := "syncpipe run: the sync API stopped serving: " + errInjectedAccept.Error()
-	if !e.logged(want) {
-		t.Fatalf("stderr lacks %q:\n%s", want, e.tailLogs(4<<10))
-	}
-	if !e.logged("sync API failed: stopping replication") {
-		t.Errorf("no log line saying replication stops with the API:\n%s", e.tailLogs(4<<10))
 	}
 }

@@ -1,0 +1,23 @@
+// Package api holds the end-to-end tests of what a running syncpipe
+// process shows its clients and operators: the sync API's hardening
+// against slow clients (bounded connections and file descriptors), its
+// lifecycle (health, graceful shutdown), token checks at start-up and per
+// request, the timeouts that bound its database connections, /metrics and
+// `-trace stdout`.
+package api
+
+import (
+	"os"
+	"testing"
+
+	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+)
+
+func TestMain(m *testing.M) {
+	// The test binary re-executed as a slow-body attacker (see runAttack):
+	// a client, not syncpipe.
+	if spec := os.Getenv(attackEnv); spec != "" {
+		os.Exit(runAttack(spec))
+	}
+	harness.Main(m)
+}
