@@ -288,3 +288,25 @@ func httpGet(ctx context.Context, addr, path string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+// globalRows is what the rows of the source's tables put in group 1's
+// global bucket (rules `SELECT * FROM <table>` for each).
+func globalRows(ctx context.Context, e *harness.Env, tables ...string) bucketcheck.State {
+	e.T.Helper()
+	st := bucketcheck.State{"1#global[]": {}}
+	for _, tb := range tables {
+		rows, err := e.Src.Query(ctx, fmt.Sprintf(`SELECT id::text, row_to_json(x)::text FROM %s x`, tb))
+		if err != nil {
+			e.T.Fatal(err)
+		}
+		for rows.Next() {
+			var id, data string
+			if err := rows.Scan(&id, &data); err != nil {
+				e.T.Fatal(err)
+			}
+			st["1#global[]"][tb+"/"+id] = data
+		}
+		rows.Close()
+	}
+	return st
+}
