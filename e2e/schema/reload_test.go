@@ -192,6 +192,10 @@ func TestReloadOnSIGHUP(t *testing.T) {
 // connectUntilExpiry syncs cl on connections with a 3 s token, which the
 // server ends when the token expires (at a line boundary: ending them from
 // the client could cut a line), until one of them completed a checkpoint.
+// Margin: a connection has the 3 s less the time from minting to
+// connecting (a `syncpipe token` run) to complete a checkpoint, which
+// takes well under a second for this data set, and 20 connections are
+// tried before the test fails.
 func connectUntilExpiry(ctx context.Context, e *harness.Env, cl *harness.SyncClient, sub, when string) {
 	e.T.Helper()
 	for attempt := 1; ; attempt++ {
