@@ -1,8 +1,10 @@
 package workers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,29 +18,33 @@ import (
 // TestPausedStreamHolderIsFencedOut: two `syncpipe run --role
 // replication` processes share a group. The process holding the stream is
 // caught in the middle of a storage write — the test holds the stored
-// rows the write replaces, so the write waits there — and
-// SIGSTOPped for over twice the lease duration. The other process takes
-// the stream over (terminating the paused process's slot connection) and
-// applies the transaction from the progress storage holds; its write
-// queues behind the paused one's. The paused process is SIGCONTed while
-// the test also holds its lease row, so that its heartbeat cannot tell it
-// the lease is gone: its write runs on to the commit, and only the token
-// check stops it — with the check disabled, the stale piece commits and
-// the new holder applies it again. No change is applied twice (each round
-// of the transaction gives every row a new description, so a re-applied
-// piece shows as a (row, data) PUT twice) and storage ends equal to the
-// source.
+// rows the write replaces, so the write waits there — and SIGSTOPped
+// past its lease. The other process takes the stream over, reading the
+// progress storage holds, and is SIGSTOPped itself as it says so, before
+// it reads the transaction from the slot. The paused process is SIGCONTed
+// while the test holds the lease table, so that its heartbeat cannot tell
+// it the lease is gone: its write runs on to the commit, and only the
+// token check stops it. Then the new holder goes on and applies the
+// transaction from the progress it read — with the check disabled, the
+// stale piece has committed and it applies it again. No change is applied
+// twice (each round of the transaction gives every row a new description,
+// so a re-applied piece shows as a (row, data) PUT twice) and storage ends
+// equal to the source.
+//
+// The new holder is stopped before its own write: had it read the stored
+// rows while the paused write held them, that write's rows would clash
+// with the stale commit (a duplicate key) and the retry would resume past
+// the stale piece, hiding a missing token check.
 func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// No wait depends on the lease's length: the takeover is waited for
-	// as a condition, and the paused process stays stopped for a lease
-	// duration more after it — the scenario (the holder paused past its
-	// lease), not a synchronisation. Its heartbeat cannot save it on
-	// waking either, the test holds the lease table then. 5 s leaves the
-	// running process's own 1 s heartbeat four beats of margin on 2 busy
-	// cores under -race.
+	// The takeover is waited for as a condition. The one margin: the new
+	// holder stays stopped from the takeover until the paused write has
+	// committed or rolled back — the rest of one piece written and a few
+	// polls: 46–135 ms measured under -race on 2 busy cores — and must
+	// not lose its lease meanwhile. It took the lease at most a source
+	// connection before it was stopped, so 5 s leaves it over 3 s.
 	const lease = 5 * time.Second
 	e := harness.New(t, harness.Options{
 		Data: &todos.Size{Lists: 5, Todos: 300, Seed: 3},
@@ -49,8 +55,24 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 			"SYNCPIPE_REPLICATION__LEASE__HEARTBEAT=1s",
 		},
 	})
-	procs := []*harness.Proc{e.StartRole("replication"), e.StartRole("replication")}
 	const streaming = `"msg":"streaming from the replication slot"`
+	// The process the test stops as it logs that it streams (armed once
+	// the holder is paused): it logs so after reading its progress and
+	// before it opens the slot (replication.stream).
+	var stopOnStream atomic.Pointer[harness.Proc]
+	var stoppedAt atomic.Int64
+	start := func() *harness.Proc {
+		var self atomic.Pointer[harness.Proc]
+		p := e.StartWith(harness.ProcConfig{Args: []string{"--role", "replication"}, OnLine: func(line []byte) {
+			if p := self.Load(); p != nil && stopOnStream.Load() == p && bytes.Contains(line, []byte(streaming)) {
+				p.Signal(syscall.SIGSTOP)
+				stoppedAt.Store(time.Now().UnixNano())
+			}
+		}})
+		self.Store(p)
+		return p
+	}
+	procs := []*harness.Proc{start(), start()}
 	holder := -1
 	e.WaitFor(ctx, "one process streaming", func() bool {
 		for i, p := range procs {
@@ -91,32 +113,40 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	}
 	rows.waitBlocking(ctx, "the holder's write waiting for the stored rows", "DELETE FROM current_data")
 	paused.Signal(syscall.SIGSTOP)
+	stopOnStream.Store(other)
 	rows.release(ctx) // the paused write's statement runs; its transaction stays open
-	// other is the Env's last child only when holder is 0: watch it here.
-	harness.Poll(t, ctx, other, "the other process to take the stream over", func() bool { return other.Logged(streaming) })
-	// The scenario, not a synchronisation: the paused process stays
-	// stopped for a lease duration after the takeover too (over 2 × lease).
-	select {
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	case <-other.Exited():
-		t.Fatalf("the new holder exited: %v", other.Err())
-	case <-time.After(lease):
-	}
+	// Past the paused process's lease, the other takes the stream over
+	// and is stopped as it logs so.
+	harness.Poll(t, ctx, other, "the other process to take the stream over", func() bool { return stoppedAt.Load() != 0 })
+	stopped := time.Unix(0, stoppedAt.Load())
+	t.Cleanup(func() { other.Signal(syscall.SIGCONT) }) // on a failure: stopped processes are killed at the end anyway
 	// Its heartbeat would see the takeover at once on waking: holding the
 	// lease table keeps the heartbeat (and the fence) waiting, as a slow
 	// storage would, while the write runs on.
 	leases := lockRow(ctx, e, `LOCK TABLE syncpipe.leases IN EXCLUSIVE MODE`)
 	paused.Signal(syscall.SIGCONT)
+	var pieces int64
 	harness.Poll(t, ctx, paused, "the woken process's write at its fence (or, unfenced, committed)", func() bool {
 		var fenced int
-		var pieces int64
 		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))
 				AND starts_with(query, 'DELETE FROM op_reservations')),
 			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`, leases.pid).Scan(&fenced, &pieces)
 		return err == nil && (fenced > 0 || pieces > 0)
 	})
 	leases.release(ctx)
+	// The paused write ends: rolled back at its fence (no transaction
+	// holds current_data's rows any more: the new holder has written
+	// nothing), or, unfenced, committed.
+	e.WaitFor(ctx, "the woken process's write committed or rolled back", func() bool {
+		var open int
+		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data'::regclass
+				AND mode = 'RowExclusiveLock'),
+			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`).Scan(&open, &pieces)
+		return err == nil && (open == 0 || pieces > 0)
+	})
+	other.Signal(syscall.SIGCONT)
+	t.Logf("the new holder was stopped for %s (lease %s); progress after the woken write: %d changes of the transaction",
+		time.Since(stopped).Round(time.Millisecond), lease, pieces)
 
 	// The new holder streams on; the paused one may exit or go on after
 	// its fence (either is fine), so the waits watch the new holder.
