@@ -1,6 +1,8 @@
 // Package workers holds the end-to-end tests of syncpipe's processes
 // working together: roles, several replication processes sharing the
-// work, fencing, priorities and idle streams.
+// work, fencing a paused process out, and an idle stream's storage
+// writes. Priorities between groups need no process boundary: they are
+// tested in internal/replication.
 package workers
 
 import (

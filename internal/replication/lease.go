@@ -107,6 +107,9 @@ func (r *Replicator) heartbeat(ctx context.Context, l bucketstore.Lease, cancel 
 			return
 		case <-t.C:
 		}
+		if h := r.hooks.beforeRenew; h != nil {
+			h(ctx, l.Name)
+		}
 		rctx, done := context.WithTimeout(ctx, lc.Heartbeat)
 		err := r.store.RenewLease(rctx, l, lc.Duration)
 		done()

@@ -148,6 +148,19 @@ type Replicator struct {
 	groups   map[int]*group
 	retiring map[int]bool // groups being retired
 	waiting  map[int]bool // groups whose start waits for the source (startWhenReachable)
+
+	// hooks are set by the package's tests only, before Run.
+	hooks testHooks
+}
+
+// testHooks let in-process tests stop a replicator at a chosen step, as
+// the end-to-end tests stop a process with SIGSTOP. Nil: nothing.
+type testHooks struct {
+	// beforeRenew runs before each lease renewal of a heartbeat.
+	beforeRenew func(ctx context.Context, lease string)
+	// streamResumed runs when a stream attempt has read its progress from
+	// storage, before it connects to the source.
+	streamResumed func(ctx context.Context, group int)
 }
 
 // New returns a replicator; Run starts it.

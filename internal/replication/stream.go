@@ -92,6 +92,9 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 	if err != nil {
 		return err
 	}
+	if h := r.hooks.streamResumed; h != nil {
+		h(ctx, g.g.ID)
+	}
 	side, err := r.connectSource(ctx)
 	if err != nil {
 		return err
