@@ -24,7 +24,13 @@ type Proc struct {
 
 	mu   sync.Mutex
 	logs bytes.Buffer // the process's stderr
+	race bool         // the race detector reported a race in the process
 }
+
+// raceReport starts what a -race binary writes to stderr when it finds a
+// data race. The binary goes on running (and a SIGKILLed one never exits
+// with the detector's status 66), so the harness reads its stderr for it.
+const raceReport = "WARNING: DATA RACE"
 
 // ProcConfig says how to start a Proc.
 type ProcConfig struct {
@@ -38,8 +44,8 @@ type ProcConfig struct {
 }
 
 // Start runs the syncpipe binary with c.Args as a child process. The child
-// is killed when the test ends if it still runs; when the test failed, the
-// end of its logs is logged.
+// is killed when the test ends if it still runs; a data race it reported
+// fails the test; when the test failed, the end of its logs is logged.
 func Start(t testing.TB, c ProcConfig) *Proc {
 	t.Helper()
 	cmd := exec.Command(Binary(t), c.Args...)
@@ -62,6 +68,7 @@ func Start(t testing.TB, c ProcConfig) *Proc {
 				c.OnLine(sc.Bytes())
 			}
 			p.mu.Lock()
+			p.race = p.race || bytes.HasPrefix(sc.Bytes(), []byte(raceReport))
 			p.logs.Write(sc.Bytes())
 			p.logs.WriteByte('\n')
 			p.mu.Unlock()
@@ -72,6 +79,14 @@ func Start(t testing.TB, c ProcConfig) *Proc {
 	}()
 	t.Cleanup(func() {
 		p.Kill()
+		p.mu.Lock()
+		race := p.race
+		p.mu.Unlock()
+		if race {
+			logs := p.Logs()
+			logs = logs[strings.Index(logs, raceReport):]
+			t.Errorf("syncpipe %s: the race detector reported a data race:\n%s", strings.Join(c.Args, " "), logs[:min(len(logs), 16<<10)])
+		}
 		if t.Failed() {
 			t.Logf("syncpipe %s: exit %v; logs (last 8 KiB):\n%s", strings.Join(c.Args, " "), p.err, p.Tail(8<<10))
 		}
