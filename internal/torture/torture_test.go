@@ -21,16 +21,27 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncpipe/syncpipe/internal/longtest"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 )
 
 // Knobs of the test, for the soak form (benchmarks/cmd/soak).
 const (
-	trialsEnv = "SYNCPIPE_TORTURE_TRIALS"     // trials to run (default 20)
-	seedEnv   = "SYNCPIPE_TORTURE_SEED"       // random seed (default: the clock); printed, to replay a run
+	trialsEnv = "SYNCPIPE_TORTURE_TRIALS"     // trials to run (default defaultTrials, longTrials with SYNCPIPE_TEST_LONG=1)
+	seedEnv   = "SYNCPIPE_TORTURE_SEED"       // random seed (default: longtest.Seed — SYNCPIPE_TEST_SEED, else fixed, the clock when long); printed, to replay a run
 	largeEnv  = "SYNCPIPE_TORTURE_LARGE_ROWS" // rows of each large transaction (default 10000)
 	kindsEnv  = "SYNCPIPE_TORTURE_FAULTS"     // comma-separated fault kinds to use (default all)
+)
+
+// Trials of TestTortureFaultTrials: a plain `go test` runs defaultTrials,
+// one of each scenario the trial number picks (0 the initial snapshot, 1 a
+// large transaction, 3 a re-read after ADD COLUMN, the others streaming)
+// with a different fault each; `task test:long` runs longTrials, each
+// fault kind six times (issue 41's long acceptance: ≥ 60, 0 mismatches).
+const (
+	defaultTrials = 6
+	longTrials    = 60
 )
 
 const (
@@ -52,6 +63,13 @@ const (
 	faultRestartSource  = "restart-source"  // the same for the source server
 	faultRenameTable    = "rename-table"    // a rules table renamed away, written there, renamed back
 )
+
+// smallFaults are the kinds of the default (small) run, the ones that
+// found bugs or guard a promise directly: a crash, a pause past the lease
+// (fencing), a source cut (the snapshot-end and re-read retries), a
+// storage and a source server restart (durable checkpoints, the fast
+// shutdown), a rules table renamed away. The long run uses every kind.
+var smallFaults = []string{faultKill, faultPause, faultCutSource, faultRestartStorage, faultRestartSource, faultRenameTable}
 
 var allFaults = []string{faultKill, faultPause, faultCutStorage, faultCutSource, faultStallStorage, faultStallSource, faultReadOnly, faultRestartStorage, faultRestartSource, faultRenameTable}
 
@@ -659,17 +677,27 @@ func TestTortureFaultTrials(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
-	trials := envInt(trialsEnv, 20)
+	// Small by default (one trial of each scenario: the initial snapshot,
+	// a large transaction, streaming, a re-read; about 5 s a trial under
+	// -race on an idle 2-core machine), full size with SYNCPIPE_TEST_LONG=1;
+	// the soak (benchmarks/cmd/soak) sets the trials itself.
+	trials := envInt(trialsEnv, longtest.Pick(defaultTrials, longTrials))
 	large := largeRows()
-	seed := uint64(time.Now().UnixNano())
+	var seed uint64
 	if v := os.Getenv(seedEnv); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			t.Fatalf("%s=%q: %v", seedEnv, v, err)
 		}
 		seed = n
+	} else {
+		// SYNCPIPE_TEST_SEED, else a fixed seed, or the clock when long.
+		seed = longtest.Seed(t)
 	}
 	kinds := allFaults
+	if trials == defaultTrials && !longtest.Long() {
+		kinds = smallFaults
+	}
 	if v := os.Getenv(kindsEnv); v != "" {
 		kinds = strings.Split(v, ",")
 		for _, k := range kinds {
@@ -679,6 +707,11 @@ func TestTortureFaultTrials(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (%s=%d replays the choices), %d trials, large transactions of %d rows", seed, seedEnv, seed, trials, large)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("rerun: %s", tortureRerun(seed, trials, kinds))
+		}
+	})
 	budget := 3*time.Minute + time.Duration(trials)*45*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -715,6 +748,24 @@ func TestTortureFaultTrials(t *testing.T) {
 	}
 	elapsed := time.Since(started)
 	t.Log(summary(done, h, elapsed))
+}
+
+// tortureRerun is the command that reruns the fault trials with the same
+// seed, trials, fault kinds and size.
+func tortureRerun(seed uint64, trials int, kinds []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s=%d %s=%d", seedEnv, seed, trialsEnv, trials)
+	if len(kinds) != len(allFaults) {
+		fmt.Fprintf(&b, " %s=%s", kindsEnv, strings.Join(kinds, ","))
+	}
+	if v := os.Getenv(largeEnv); v != "" {
+		fmt.Fprintf(&b, " %s=%s", largeEnv, v)
+	}
+	if v := os.Getenv(binEnv); v != "" {
+		fmt.Fprintf(&b, " %s=%s", binEnv, v)
+	}
+	b.WriteString(" go test -race -count=1 -run '^TestTortureFaultTrials$' ./internal/torture")
+	return b.String()
 }
 
 // redialSource replaces the harness's own source connections after a
