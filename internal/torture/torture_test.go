@@ -674,6 +674,7 @@ func first(s []string, n int) []string { return s[:min(n, len(s))] }
 // transaction is in flight the clients also check that they see it whole
 // or not at all.
 func TestTortureFaultTrials(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	if testing.Short() {
 		t.Skip("starts PostgreSQL and syncpipe processes")
 	}
