@@ -10,8 +10,6 @@ import (
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
-
 // TestDrainSmoke runs the P4 drain at a tiny scale (one run each of two
 // data sets) and checks what the client received: every op of every
 // bucket, for both query shapes (LATERAL from a `syncpipe run --role api`

@@ -1,7 +1,6 @@
 package benchmarks
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,18 +15,8 @@ import (
 // path of -compare-bin). It asserts what storage holds, never how fast it
 // got there.
 func TestSnapshotSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL and builds syncpipe")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	start := time.Now()
-	bin, err := BuildSyncpipe(ctx, dir, raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("built syncpipe in %v", time.Since(start).Round(time.Millisecond))
+	ctx, h := smokeHarness(t, 3*time.Minute)
+	bin, dir := h.Syncpipe, h.Dir
 	const todosN, lists = 3000, 30
 	res, err := RunSnapshot(ctx, SnapshotOptions{Todos: todosN, Lists: lists, Workers: []int{2}, ChunkRows: 500, Runs: 1,
 		Harness: &Harness{Syncpipe: bin, Dir: dir, Compare: bin}})

@@ -5,8 +5,9 @@
 //
 // The Node side lives in testdata/client (package.json, lockfile,
 // sync.mjs). The test runs `npm ci` there when node_modules is missing or
-// older than the lockfile; everything comes from the npm registry,
-// including a Node ≥ 22 binary (the `node` package) for node:sqlite.
+// was installed from another lockfile (internal/nodedeps); everything
+// comes from the npm registry, including a Node ≥ 22 binary (the `node`
+// package) for node:sqlite.
 package clienttest
 
 import (

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/syncpipe/syncpipe/internal/nodedeps"
 )
 
 // clientDir is the Node project holding the PowerSync client driver.
@@ -28,11 +28,7 @@ var clientDir = func() string {
 
 // nodeBin is the Node ≥ 22 binary the `node` npm package installs
 // (node:sqlite needs it; the machine's own node may be older).
-var nodeBin = filepath.Join(clientDir, "node_modules", ".bin", "node")
-
-// stampFile records the hash of package.json + package-lock.json that
-// node_modules was installed from, so a changed lockfile reinstalls.
-var stampFile = filepath.Join(clientDir, "node_modules", ".syncpipe-installed")
+var nodeBin = nodedeps.Node(clientDir)
 
 var (
 	setupOnce sync.Once
@@ -40,52 +36,19 @@ var (
 )
 
 // requireClient installs testdata/client's node_modules when missing or
-// stale (npm ci, from the committed lockfile) and checks that its Node can
-// load node:sqlite. It fails the test — never skips — naming the command
-// that failed.
+// stale (internal/nodedeps: npm ci from the committed lockfile, under a
+// lock shared with the other test binaries) and checks that its Node can
+// load node:sqlite. It fails the test — never skips — naming what failed.
 func requireClient(t *testing.T) {
 	t.Helper()
-	setupOnce.Do(func() { setupErr = setupClient() })
+	nodedeps.Ensure(t)
+	setupOnce.Do(func() { setupErr = checkNode() })
 	if setupErr != nil {
 		t.Fatal(setupErr)
 	}
 }
 
-func lockHash() (string, error) {
-	h := sha256.New()
-	for _, f := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join(clientDir, f))
-		if err != nil {
-			return "", err
-		}
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-func setupClient() error {
-	want, err := lockHash()
-	if err != nil {
-		return fmt.Errorf("clienttest: %v", err)
-	}
-	got, _ := os.ReadFile(stampFile)
-	if _, err := os.Stat(nodeBin); err != nil || (strings.TrimSpace(string(got)) != want && !freshNpmCI()) {
-		npm, err := exec.LookPath("npm")
-		if err != nil {
-			return fmt.Errorf("clienttest: `npm ci` in %s: npm not found in PATH (install Node.js ≥ 18 with npm)", clientDir)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = clientDir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("clienttest: `cd %s && npm ci --no-audit --no-fund` failed: %v\n%s", clientDir, err, tail(out, 4000))
-		}
-		if err := os.WriteFile(stampFile, []byte(want+"\n"), 0o644); err != nil {
-			return fmt.Errorf("clienttest: %v", err)
-		}
-	}
+func checkNode() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	check := `require("node:sqlite"); process.stdout.write(process.versions.node)`
@@ -94,23 +57,6 @@ func setupClient() error {
 		return fmt.Errorf("clienttest: `%s -e '%s'` failed: %v\n%s", nodeBin, check, err, tail(out, 2000))
 	}
 	return nil
-}
-
-// freshNpmCI reports whether node_modules was installed by a plain `npm ci`
-// (e.g. in .ci/run) after the lockfile last changed: npm's hidden lockfile
-// is newer than package.json and package-lock.json.
-func freshNpmCI() bool {
-	hidden, err := os.Stat(filepath.Join(clientDir, "node_modules", ".package-lock.json"))
-	if err != nil {
-		return false
-	}
-	for _, f := range []string{"package.json", "package-lock.json"} {
-		st, err := os.Stat(filepath.Join(clientDir, f))
-		if err != nil || !hidden.ModTime().After(st.ModTime()) {
-			return false
-		}
-	}
-	return true
 }
 
 func tail(b []byte, n int) []byte {

@@ -10,13 +10,16 @@
 // TestTortureFaultTrials drives them against real syncpipe child
 // processes — two `--role replication` and one `--role api` sharing one
 // storage, source and storage each on a PostgreSQL server of the test's
-// own so that it can be restarted — for 20 trials in CI, each one fault
+// own so that it can be restarted — for 6 trials in a plain `go test`
+// (a fixed seed, six kinds of fault; 60 trials of every kind, a fresh seed,
+// with SYNCPIPE_TEST_LONG=1: `task test:long`), each one fault
 // (SIGKILL, SIGSTOP past the lease, a cut or a stall of the storage or
 // source network, storage read-only, a restart of the storage or the
 // source server, fast or a crash, a rules table renamed away, written
 // there and renamed back) followed by a catch-up and a full check.
 // Knobs (environment): SYNCPIPE_TORTURE_TRIALS, SYNCPIPE_TORTURE_SEED (every
-// run logs the seed it used), SYNCPIPE_TORTURE_LARGE_ROWS,
+// run logs the seed it used, and a failure the command that reruns it;
+// without it the seed is internal/longtest's, SYNCPIPE_TEST_SEED), SYNCPIPE_TORTURE_LARGE_ROWS,
 // SYNCPIPE_TORTURE_FAULTS (a comma-separated subset of the kinds),
 // SYNCPIPE_TORTURE_BIN (a built syncpipe binary for the children instead
 // of the test binary acting as one). The soak form, which then runs the

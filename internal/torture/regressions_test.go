@@ -47,6 +47,7 @@ func regressionTrial(t *testing.T, timeout time.Duration) (context.Context, cont
 // is reachable again 3 s later. Want: the process stays up and finishes
 // the snapshot (it used to exit).
 func TestSourceLostAtSnapshotEndIsRetried(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	ctx, cancel := regressionTrial(t, 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 1, Sizes{Items: 30000, Docs: 20, Tags: 20}, harnessOptions{splitRows: -1, workers: 3})
@@ -139,6 +140,7 @@ func TestSourceLostAtSnapshotEndIsRetried(t *testing.T) {
 // new ones for 1 s. Want: a checkpoint past the source's position within
 // 15 s of the heal, and no error logged (retries are warnings).
 func TestSourceCutDuringReReadIsRetried(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	ctx, cancel := regressionTrial(t, 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 3, Sizes{Items: 30000, Docs: 50, Tags: 50}, harnessOptions{})
@@ -220,6 +222,7 @@ func TestSourceCutDuringReReadIsRetried(t *testing.T) {
 // each followed by the usual catch-up and oracle check. Want: every check
 // passes (one of the first few used to fail).
 func TestStorageCrashKeepsPublishedCheckpoints(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	ctx, cancel := regressionTrial(t, 4*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 5, Sizes{Items: 3000, Docs: 100, Tags: 100}, harnessOptions{})
@@ -254,6 +257,7 @@ func TestStorageCrashKeepsPublishedCheckpoints(t *testing.T) {
 // stops; at once a fast shutdown of the source. Want: the server stops within status_interval + 5 s, and
 // replication catches up after it comes back.
 func TestSourceFastShutdownNotHeldByTheStream(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	ctx, cancel := regressionTrial(t, 3*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 4, Sizes{Items: 2000, Docs: 20, Tags: 20}, harnessOptions{})
@@ -306,6 +310,7 @@ func TestSourceFastShutdownNotHeldByTheStream(t *testing.T) {
 // while a snapshot range is being read, then the usual catch-up and
 // oracle check. Want: it passes (it failed before, losing rows).
 func TestStorageCrashDuringSnapshotLosesNoRange(t *testing.T) {
+	t.Parallel() // servers and databases of its own
 	ctx, cancel := regressionTrial(t, 4*time.Minute)
 	defer cancel()
 	h := newHarness(ctx, t, 6, Sizes{Items: 8000, Docs: 600, Tags: 300}, harnessOptions{})

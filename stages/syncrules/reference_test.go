@@ -18,6 +18,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncpipe/syncpipe/internal/nodedeps"
 )
 
 // The differential test: every case (rules, source rows, sync requests) is
@@ -234,16 +236,13 @@ func normalizeStreamErrors(es []refStreamError) []refStreamError {
 // nodeRunner runs the reference driver.
 type nodeRunner struct{ node, script, dir string }
 
-// requireReference finds testdata/client's Node and the pinned reference
-// compiler. It fails (never skips) when they are missing: CI installs them
-// in .ci/run, a developer with `cd testdata/client && npm ci`.
+// requireReference installs testdata/client's Node packages when needed
+// (internal/nodedeps: npm ci on first use) and finds its Node and the
+// pinned reference compiler. It fails (never skips) when they are missing.
 func requireReference(t *testing.T) *nodeRunner {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("..", "..", "testdata", "client"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &nodeRunner{node: filepath.Join(dir, "node_modules", ".bin", "node"), script: filepath.Join(dir, "syncrules.mjs"), dir: dir}
+	dir := nodedeps.Ensure(t)
+	r := &nodeRunner{node: nodedeps.Node(dir), script: filepath.Join(dir, "syncrules.mjs"), dir: dir}
 	var pkg struct {
 		Dependencies map[string]string `json:"dependencies"`
 	}
@@ -263,7 +262,7 @@ func requireReference(t *testing.T) *nodeRunner {
 		err = json.Unmarshal(b, &installed)
 	}
 	if _, serr := os.Stat(r.node); err != nil || serr != nil || installed.Version != want {
-		t.Fatalf("the reference compiler @powersync/service-sync-rules %s (and Node) is not installed in %s (found %q): run `cd testdata/client && npm ci`",
+		t.Fatalf("the reference compiler @powersync/service-sync-rules %s (and Node) is not installed in %s after npm ci (found %q)",
 			want, dir, installed.Version)
 	}
 	return r
