@@ -150,7 +150,7 @@ func (e *env) maxOpID(t *testing.T, ctx context.Context) int64 {
 }
 
 // TestLargeTransactionInPieces: a source transaction forty times
-// batch_max_rows is written to storage in pieces, each recorded as a
+// batch_max_rows (20,000 rows, 500 a batch) is written to storage in pieces, each recorded as a
 // position inside the transaction, and no checkpoint is published until
 // the whole of it is stored: every checkpoint holds all of its rows or
 // none. A replicator stopped while the transaction is partly written
@@ -181,9 +181,10 @@ replication:
 		var pieces int64 // the most changes of the unfinished transaction seen stored
 		if round == 1 {
 			// Stopped once a quarter of the transaction is stored, then
-			// started again. 40 pieces of 500 rows take seconds under
-			// -race and well over 100 ms without it: the 20 ms polls see
-			// the transaction unfinished.
+			// started again. Its pieces (some twenty: at most 500 rows a
+			// batch, and the source delivers a large transaction in parts
+			// of about 1,000 changes) take seconds under -race and well
+			// over 100 ms without it: the 20 ms polls see it unfinished.
 			poll(t, ctx, "a quarter of the transaction to be stored", func() bool {
 				pieces = max(pieces, e.txnChangesStored(t, ctx))
 				return pieces >= rows/4
