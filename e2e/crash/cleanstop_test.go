@@ -1,0 +1,112 @@
+package crash
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/todos"
+)
+
+// TestDemoStopLogsNoWarning: Ctrl-C (SIGINT) of `syncpipe demo` while it
+// streams is an ordinary stop and logs no WARN or ERROR. Each leased unit
+// gives its lease up as it stops; the demo closed storage without waiting
+// for replication to stop, so every stop logged "cannot release a lease …
+// closed pool".
+func TestDemoStopLogsNoWarning(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := harness.Start(t, harness.ProcConfig{Args: []string{"demo", "--lists", "5", "--todos", "50"}})
+	// The stream holds its lease from here on: the stop releases it.
+	p.WaitLogged(ctx, `"msg":"streaming from the replication slot"`)
+	p.Signal(syscall.SIGINT)
+	if code := p.Wait(ctx); code != 0 {
+		t.Fatalf("demo: exit %d (%v); stderr:\n%s", code, p.Err(), p.Logs())
+	}
+	logs := strings.Split(p.Logs(), "\n")
+	stopped := false
+	for _, l := range logs {
+		stopped = stopped || strings.Contains(l, `"msg":"postgres stopped"`)
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			t.Errorf("a clean stop logged: %s", l)
+		}
+	}
+	if !stopped {
+		t.Errorf("the demo did not stop its cluster; stderr:\n%s", strings.Join(logs, "\n"))
+	}
+}
+
+// holdWatch keeps the rows of the latest complete checkpoint a sync
+// client saw.
+type holdWatch struct {
+	mu   sync.Mutex
+	rows bucketcheck.State
+	n    int // complete checkpoints seen
+}
+
+func (w *holdWatch) observe(_ string, rows map[string]map[string]string) {
+	copied := bucketcheck.State{}
+	for name, rs := range rows {
+		if len(rs) > 0 {
+			m := make(map[string]string, len(rs))
+			for k, v := range rs {
+				m[k] = v
+			}
+			copied[name] = m
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.rows = copied
+	w.n++
+}
+
+// holds returns a condition: the latest complete checkpoint held exactly
+// want (compared once per checkpoint).
+func (w *holdWatch) holds(want bucketcheck.State) func() bool {
+	compared, equal := -1, false
+	return func() bool {
+		w.mu.Lock()
+		rows, n := w.rows, w.n // rows is replaced, never modified
+		w.mu.Unlock()
+		if n != compared {
+			compared, equal = n, rows != nil && bucketcheck.Diff(rows, want) == nil
+		}
+		return equal
+	}
+}
+
+// TestRunStopLogsNoWarning: SIGTERM of `syncpipe run` (role all) while it
+// streams to a sync client is an ordinary stop and logs no WARN or ERROR:
+// replication has stopped, its leases given up, before storage closes.
+func TestRunStopLogsNoWarning(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := harness.New(t, harness.Options{Data: &todos.Size{Lists: 3, Todos: 60, Seed: 8}})
+	p := e.Start()
+	var w holdWatch
+	cctx, stopClient := context.WithCancel(ctx)
+	defer stopClient()
+	go harness.NewSyncClient(e.API, e.Token("alice"), w.observe).Run(cctx)
+	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
+	e.WaitFor(ctx, "the client to hold the source", w.holds(e.Todos(ctx, 1)()))
+	if err := p.Stop(); err != nil {
+		t.Fatalf("syncpipe exited with %v after SIGTERM", err)
+	}
+	logs := p.Logs()
+	if !strings.Contains(logs, `"msg":"syncpipe stopped"`) {
+		t.Fatalf("no \"syncpipe stopped\" after SIGTERM; logs:\n%s", logs)
+	}
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			t.Errorf("a clean stop logged: %s", l)
+		}
+	}
+}
