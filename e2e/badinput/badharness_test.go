@@ -281,7 +281,7 @@ func waitHealth(t *testing.T, p *badProc, addr string, d time.Duration, what str
 	defer tick.Stop()
 	for {
 		p.running(t)
-		code, body := health(addr)
+		code, body := harness.Get(context.Background(), addr, "/healthz", "")
 		if cond(code, body) {
 			return code, body
 		}
@@ -462,28 +462,5 @@ func startReplicaServer(t *testing.T) func() (*replicaServer, error) {
 			return nil, err
 		}
 		return r, nil
-	}
-}
-
-// dropSlot terminates the walsender streaming from slot and drops it,
-// retrying while syncpipe reconnects in between.
-func dropSlot(ctx context.Context, t *testing.T, conn *pgx.Conn, slot string) {
-	t.Helper()
-	// syncpipe takes the slot back as soon as its connection is gone, so
-	// the drop must come between its holder's exit (the terminate waits
-	// for it, up to 5 s) and the reconnect; a reconnect that won the race
-	// is terminated again.
-	for attempt := 0; ; attempt++ {
-		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
-			WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot); err != nil {
-			t.Fatal(err)
-		}
-		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
-		if err == nil {
-			return
-		}
-		if !strings.Contains(err.Error(), "is active") || attempt > 200 {
-			t.Fatalf("drop slot %s: %v", slot, err)
-		}
 	}
 }

@@ -1,15 +1,10 @@
 package badinput
 
 import (
-	"context"
 	"flag"
-	"io"
-	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 )
@@ -32,42 +27,6 @@ func checkGolden(t *testing.T, golden, got string) {
 	if got != string(want) {
 		t.Fatalf("output differs from %s:\n--- got\n%s\n--- want\n%s", golden, got, want)
 	}
-}
-
-// health reads addr's /healthz: its status code and body as served (""
-// when it does not answer within 10 s).
-func health(addr string) (int, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/healthz", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
-// get returns the status code and body of GET http://addr+path, sent with
-// token when not empty (code 0 and the error when addr does not answer).
-func get(ctx context.Context, addr, path, token string) (int, string) {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return 0, err.Error()
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Token "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // latest keeps the rows of the latest complete checkpoint a

@@ -40,7 +40,7 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	var body string
 	e.WaitFor(ctx, "/healthz to say degraded: source unreachable", func() bool {
 		var code int
-		code, body = health(e.API)
+		code, body = harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"status":"degraded"`) && strings.Contains(body, `"error":"source unreachable: `)
 	})
 	t.Logf("/healthz with the source down: %s", body)
@@ -54,10 +54,10 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	}
 	failing := regexp.MustCompile(`(?m)^syncpipe_replication_failing_units\{[^}]*unit="start"[^}]*\} 1$`)
 	e.WaitFor(ctx, "the group's start to count as a failing unit", func() bool {
-		_, metrics := get(ctx, e.API, "/metrics", "")
+		_, metrics := harness.Get(ctx, e.API, "/metrics", "")
 		return failing.MatchString(metrics)
 	})
-	if code, _ := get(ctx, e.API, "/write-checkpoint2.json?client_id=c1", e.Token("alice")); code != http.StatusServiceUnavailable {
+	if code, _ := harness.Get(ctx, e.API, "/write-checkpoint2.json?client_id=c1", e.Token("alice")); code != http.StatusServiceUnavailable {
 		t.Errorf("a write checkpoint while the source is down: %d, want 503", code)
 	}
 
@@ -71,7 +71,7 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
 	e.WaitFor(ctx, "the change made once the source is back to reach the client", client.holds(want()))
 	e.WaitFor(ctx, "/healthz to be ok again", func() bool {
-		code, body := health(e.API)
+		code, body := harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"status":"ok"`)
 	})
 	e.Alive()
@@ -105,7 +105,7 @@ func TestRolesStartWithoutTheirSource(t *testing.T) {
 	}
 	e.WaitFor(ctx, "the API's /healthz to say degraded: source unreachable", func() bool {
 		running()
-		code, body := health(e.API)
+		code, body := harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"error":"source unreachable: `)
 	})
 	client := &latest{}
@@ -145,7 +145,7 @@ func TestRestartClearsSourceUnreachable(t *testing.T) {
 	e.Converge(ctx, time.Minute, e.Todos(ctx, 1))
 	e.WaitFor(ctx, "the stored outage to be cleared", func() bool { return lastError() == "" })
 	e.WaitFor(ctx, "/healthz to be ok", func() bool {
-		code, body := health(e.API)
+		code, body := harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"status":"ok"`)
 	})
 }

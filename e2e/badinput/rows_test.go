@@ -356,7 +356,7 @@ func slotDroppedRow(t *testing.T, h *badHarness) badCheck {
 		slot := p.waitLog(t, time.Minute, "the slot's name", func(r logRec) bool { return r.str("msg") == "created replication slot" }).str("slot")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		dropSlot(ctx, t, conn, slot)
+		harness.DropSlot(ctx, t, conn, slot)
 		rec := p.waitLog(t, time.Minute, "the lost changes", logMatch("ERROR", regexp.MustCompile(`^ERROR changes lost to the stream: .*`+slot)))
 		p.waitLog(t, time.Minute, "a replacement group", func(r logRec) bool { return r.str("msg") == "replacement group created" })
 		return rec.said(), codeReplaced
@@ -541,7 +541,7 @@ func (a *badAPI) serving() string {
 		}
 		a.p.mu.Unlock()
 		if addr != "" && streamingNow {
-			if code, body := health(addr); code == http.StatusOK && strings.Contains(body, `"status":"ok"`) {
+			if code, body := harness.Get(context.Background(), addr, "/healthz", ""); code == http.StatusOK && strings.Contains(body, `"status":"ok"`) {
 				return addr
 			}
 		}
@@ -747,7 +747,7 @@ func tooManyStreamsRow(t *testing.T, h *badHarness) badCheck {
 			t.Fatalf("HTTP %d, Retry-After %q: %s; want 429, Retry-After: 5 and the setting named", resp.StatusCode, resp.Header.Get("Retry-After"), said)
 		}
 		for range 5 {
-			if code, _ := health(addr); code != http.StatusOK {
+			if code, _ := harness.Get(context.Background(), addr, "/healthz", ""); code != http.StatusOK {
 				t.Fatalf("/healthz answered %d while streams were refused", code)
 			}
 		}

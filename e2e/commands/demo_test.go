@@ -3,7 +3,6 @@ package commands
 import (
 	"bufio"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -169,7 +168,7 @@ func TestDemoPortAndStatusCommand(t *testing.T) {
 	d := startDemo(t, "Press Ctrl-C", "--port", port)
 
 	for path, want := range map[string]string{"/healthz": `"ok":true`, "/metrics": "syncpipe_"} {
-		if code, body := httpGet(ctx, t, "http://127.0.0.1:"+port+path); code != http.StatusOK || !strings.Contains(body, want) {
+		if code, body := harness.Get(ctx, "127.0.0.1:"+port, path, ""); code != http.StatusOK || !strings.Contains(body, want) {
 			t.Fatalf("GET %s on --port %s: %d, want 200 and %q in:\n%s", path, port, code, want, body)
 		}
 	}
@@ -197,25 +196,6 @@ func sameFile(a, b string) bool {
 	sa, errA := os.Stat(a)
 	sb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(sa, sb)
-}
-
-// httpGet GETs url and returns the status code and body.
-func httpGet(ctx context.Context, t *testing.T, url string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: read the body: %v", url, err)
-	}
-	return resp.StatusCode, string(b)
 }
 
 // TestDemoBadPort: a --port that cannot be used is one line and exit 2,

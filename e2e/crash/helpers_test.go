@@ -2,9 +2,6 @@ package crash
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"testing"
 
 	"github.com/syncpipe/syncpipe/e2e/internal/harness"
 )
@@ -33,23 +30,6 @@ func onePutPerRow(ctx context.Context, e *harness.Env, before int64, rows int) {
 	if puts != rows || distinct != rows || other != 0 {
 		e.T.Fatalf("the transaction of %d row updates wrote %d PUTs for %d rows and %d other ops; want one PUT per row", rows, puts, distinct, other)
 	}
-}
-
-// get fetches a path of the Env's sync API (the error's text when it does
-// not answer).
-func get(ctx context.Context, t testing.TB, e *harness.Env, path string) string {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.API+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // walsenders counts the source's walsender processes: those on this

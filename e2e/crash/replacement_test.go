@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncpipe/syncpipe/e2e/internal/harness"
 	"github.com/syncpipe/syncpipe/internal/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
@@ -64,52 +62,6 @@ func grow(ctx context.Context, t *testing.T, uri string) <-chan struct{} {
 	return done
 }
 
-// watchServing samples storage every 10 ms until ctx ends and then
-// reports how many samples found no ACTIVE group with a checkpoint: while
-// groups are replaced, the old one must serve until the new one takes over.
-func watchServing(ctx context.Context, e *harness.Env) <-chan int {
-	out := make(chan int, 1)
-	go func() {
-		gaps := 0
-		for ctx.Err() == nil {
-			var n int
-			err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.groups WHERE state = 'ACTIVE' AND last_checkpoint IS NOT NULL`).Scan(&n)
-			if err == nil && n == 0 {
-				gaps++
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond): // the sampling interval, not synchronisation
-			}
-		}
-		out <- gaps
-	}()
-	return out
-}
-
-// dropSlot terminates the walsender streaming from slot and drops it,
-// retrying while syncpipe reconnects in between.
-func dropSlot(ctx context.Context, t *testing.T, conn *pgx.Conn, slot string) {
-	t.Helper()
-	// syncpipe takes the slot back as soon as its connection is gone, so
-	// the drop must come between its holder's exit (the terminate waits
-	// for it, up to 5 s) and the reconnect; a reconnect that won the race
-	// is terminated again.
-	for attempt := 0; ; attempt++ {
-		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
-			WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot); err != nil {
-			t.Fatal(err)
-		}
-		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
-		if err == nil {
-			return
-		}
-		if !strings.Contains(err.Error(), "is active") || attempt > 200 {
-			t.Fatalf("drop slot %s: %v", slot, err)
-		}
-	}
-}
-
 // TestSlotLostThreeTimes drops the serving group's replication slot three
 // times in a row under one `syncpipe run` process while the source grows
 // and a sync client polls the API. Each loss must start a replacement
@@ -132,7 +84,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grown := grow(gctx, t, e.SourceURI)
-	served := watchServing(gctx, e)
+	served := e.WatchServing(gctx)
 
 	for loss := 1; loss <= 3; loss++ {
 		g := e.ActiveGroup(ctx)
@@ -140,7 +92,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 		if err := e.Storage.QueryRow(ctx, "SELECT slot_name FROM syncpipe.groups WHERE id = $1", g).Scan(&slot); err != nil {
 			t.Fatal(err)
 		}
-		dropSlot(ctx, t, e.Src, slot)
+		harness.DropSlot(ctx, t, e.Src, slot)
 		e.WaitFor(ctx, fmt.Sprintf("a group replacing group %d to serve", g), func() bool { return e.ActiveGroup(ctx) > g })
 		seen := client.Complete()
 		e.WaitFor(ctx, "the client to sync from the new group", func() bool { return client.Complete() > seen+1 })
@@ -193,11 +145,11 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 	e.WaitFor(ctx, "syncpipe status to show the publication error", func() bool {
 		return strings.Contains(status(), "CREATE PUBLICATION")
 	})
-	health := get(ctx, t, e, "/healthz")
+	_, health := harness.Get(ctx, e.API, "/healthz", "")
 	if !strings.Contains(health, "degraded") || !strings.Contains(health, "publication") {
 		t.Fatalf("/healthz while the publication is gone: %s", health)
 	}
-	if m := get(ctx, t, e, "/metrics"); !strings.Contains(m, `syncpipe_replication_errors_total{kind="fatal"`) {
+	if _, m := harness.Get(ctx, e.API, "/metrics", ""); !strings.Contains(m, `syncpipe_replication_errors_total{kind="fatal"`) {
 		t.Fatalf("/metrics does not count the fatal error:\n%s", m)
 	}
 
@@ -207,7 +159,10 @@ func TestPublicationDroppedAndRecreated(t *testing.T) {
 	e.WaitCaughtUp(ctx)
 	active := e.ActiveGroup(ctx)
 	e.Converge(ctx, time.Minute, e.Todos(ctx, active))
-	e.WaitFor(ctx, "/healthz to be ok again", func() bool { return strings.Contains(get(ctx, t, e, "/healthz"), `"status":"ok"`) })
+	e.WaitFor(ctx, "/healthz to be ok again", func() bool {
+		_, health := harness.Get(ctx, e.API, "/healthz", "")
+		return strings.Contains(health, `"status":"ok"`)
+	})
 
 	// A publication that stops publishing a table is the same event.
 	e.Exec(ctx, `ALTER PUBLICATION syncpipe DROP TABLE todos`)

@@ -78,7 +78,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	gctx, stopChurn := context.WithCancel(ctx)
 	defer stopChurn()
 	churned, churnDone := reloadChurn(gctx, t, e.SourceURI, state)
-	served := watchServing(gctx, e)
+	served := e.WatchServing(gctx)
 	e.WaitFor(ctx, "changes on the source before the reload", func() bool { return churned.count("") >= 3 })
 	seen := aw.Seen(1)
 	e.WaitFor(ctx, "alice to validate a checkpoint with them", func() bool { return aw.Seen(1) > seen })
@@ -260,30 +260,6 @@ func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string)
 		left = append(left, fmt.Sprintf("slot %s (%d, %v)", slot, slots, err))
 	}
 	return strings.Join(left, ", ")
-}
-
-// watchServing samples storage every 10 ms until ctx ends and then
-// reports how many samples found no ACTIVE group with a checkpoint: while
-// groups are replaced, the old one must serve until the new one takes over.
-// (The 10 ms is a sampling rate, not a wait for anything.)
-func watchServing(ctx context.Context, e *harness.Env) <-chan int {
-	out := make(chan int, 1)
-	go func() {
-		gaps := 0
-		for ctx.Err() == nil {
-			var n int
-			err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.groups WHERE state = 'ACTIVE' AND last_checkpoint IS NOT NULL`).Scan(&n)
-			if err == nil && n == 0 {
-				gaps++
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		out <- gaps
-	}()
-	return out
 }
 
 // churnLog counts the source transactions reloadChurn committed by the state

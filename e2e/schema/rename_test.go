@@ -1,13 +1,8 @@
 package schema
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,7 +46,8 @@ func (e *renameEnv) want() bucketcheck.State { return globalRows(e.ctx, e.Env, "
 // get fetches a path of the sync API (the error's text when it does not
 // answer).
 func (e *renameEnv) get(path string) string {
-	return httpGet(e.ctx, e.API, path)
+	_, body := harness.Get(e.ctx, e.API, path, "")
+	return body
 }
 
 // missingShown waits until status, /healthz (degraded) and the failing
@@ -188,7 +184,7 @@ func TestSinkPipelineFollowsRenamedTable(t *testing.T) {
 	})
 	e.Start()
 	target := e.SourceLSN(ctx)
-	e.WaitFor(ctx, "the jsonl stream past "+target, func() bool { return jsonlStreamPast(ctx, e, out, target) })
+	e.WaitFor(ctx, "the jsonl stream past "+target, func() bool { return e.JSONLStreamPast(ctx, out, target) })
 
 	var away, after string
 	if err := e.Src.QueryRow(ctx, `SELECT min(id::text), max(id::text) FROM todos`).Scan(&away, &after); err != nil {
@@ -199,10 +195,10 @@ func TestSinkPipelineFollowsRenamedTable(t *testing.T) {
 	e.Exec(ctx, `ALTER TABLE todos_old RENAME TO todos`)
 	e.Exec(ctx, `UPDATE todos SET description = 'changed after the rename back' WHERE id = $1`, after)
 	target = e.SourceLSN(ctx)
-	e.WaitFor(ctx, "the jsonl stream past "+target, func() bool { return jsonlStreamPast(ctx, e, out, target) })
+	e.WaitFor(ctx, "the jsonl stream past "+target, func() bool { return e.JSONLStreamPast(ctx, out, target) })
 
 	found := map[string]bool{}
-	for _, l := range readJSONL(t, filepath.Join(out, "public.todos.jsonl")) {
+	for _, l := range harness.ReadJSONL(t, filepath.Join(out, "public.todos.jsonl")) {
 		for _, p := range l.Puts {
 			for _, want := range []string{"changed while renamed", "changed after the rename back"} {
 				if strings.Contains(string(p.Data), want) {
@@ -215,78 +211,6 @@ func TestSinkPipelineFollowsRenamedTable(t *testing.T) {
 		t.Fatalf("the jsonl sink has the changes %v; want the one made while the table was renamed and the one after", found)
 	}
 	e.Alive()
-}
-
-// jsonlLine is one line of a jsonl sink's table file (the fields these
-// tests read).
-type jsonlLine struct {
-	Kind string `json:"kind"`
-	Puts []struct {
-		ObjectID string          `json:"object_id"`
-		Data     json.RawMessage `json:"data"`
-	} `json:"puts"`
-}
-
-// jsonlStreamPast reports whether the sink's committed stream position is
-// at or past lsn.
-func jsonlStreamPast(ctx context.Context, e *harness.Env, dir, lsn string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "_progress.json"))
-	if err != nil {
-		return false
-	}
-	var p struct {
-		Stream *struct {
-			LSN uint64 `json:"lsn"`
-		} `json:"stream"`
-	}
-	if json.Unmarshal(b, &p) != nil || p.Stream == nil {
-		return false
-	}
-	var past bool
-	err = e.Src.QueryRow(ctx, "SELECT $1::pg_lsn >= $2::pg_lsn", fmt.Sprintf("%X/%X", p.Stream.LSN>>32, uint32(p.Stream.LSN)), lsn).Scan(&past)
-	return err == nil && past
-}
-
-// readJSONL reads a jsonl sink's table file.
-func readJSONL(t *testing.T, path string) []jsonlLine {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []jsonlLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for n := 1; sc.Scan(); n++ {
-		var l jsonlLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			t.Fatalf("%s line %d: %v: %s", path, n, err, sc.Bytes())
-		}
-		out = append(out, l)
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// httpGet fetches a path of addr (its error's text when it does not
-// answer).
-func httpGet(ctx context.Context, addr, path string) string {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+path, nil)
-	if err != nil {
-		return err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
 }
 
 // globalRows is what the rows of the source's tables put in group 1's

@@ -37,6 +37,28 @@ func Health(ctx context.Context, addr string) (code int, body HealthBody) {
 	return resp.StatusCode, body
 }
 
+// Get returns the status code and body of GET http://addr+path, sent with
+// token (Authorization: Token …) when not empty; code 0 and the error's
+// text when addr does not answer within 10 s.
+func Get(ctx context.Context, addr, path, token string) (int, string) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Token "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // Series is one sample of a /metrics scrape.
 type Series struct {
 	Name   string

@@ -3,8 +3,10 @@ package harness
 import (
 	"context"
 	"strings"
+	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 )
 
@@ -124,4 +126,27 @@ func (e *Env) DumpGroups() string {
 		b.WriteString(line + "\n")
 	}
 	return b.String()
+}
+
+// DropSlot terminates the walsender streaming from slot and drops it,
+// retrying while syncpipe reconnects in between.
+func DropSlot(ctx context.Context, t testing.TB, conn *pgx.Conn, slot string) {
+	t.Helper()
+	// syncpipe takes the slot back as soon as its connection is gone, so
+	// the drop must come between its holder's exit (the terminate waits
+	// for it, up to 5 s) and the reconnect; a reconnect that won the race
+	// is terminated again.
+	for attempt := 0; ; attempt++ {
+		if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
+			WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot); err != nil {
+			t.Fatal(err)
+		}
+		_, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, slot)
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "is active") || attempt > 200 {
+			t.Fatalf("drop slot %s: %v", slot, err)
+		}
+	}
 }

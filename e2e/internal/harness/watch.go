@@ -12,9 +12,8 @@ import (
 	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 )
 
-// Helpers first needed by e2e/schema (reloads, renames) that the tests of
-// group switches elsewhere use too (cli's switchWatch, connectUntilExpiry,
-// tokenTTL).
+// Watchers of what clients and storage see while groups switch, and the
+// client knobs the tests of switches use.
 
 // SwitchWatch follows the complete checkpoints one sync client sees while
 // groups switch: which group's buckets each holds (bucket names are
@@ -123,4 +122,28 @@ func (e *Env) TokenTTL(sub string, ttl time.Duration) string {
 		e.T.Fatalf("syncpipe token: exit %d: %s", code, stderr)
 	}
 	return strings.TrimSpace(stdout)
+}
+
+// WatchServing samples storage every 10 ms until ctx ends and then
+// reports how many samples found no ACTIVE group with a checkpoint: while
+// groups are replaced, the old one must serve until the new one takes over.
+// (The 10 ms is a sampling rate, not a wait for anything.)
+func (e *Env) WatchServing(ctx context.Context) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		gaps := 0
+		for ctx.Err() == nil {
+			var n int
+			err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.groups WHERE state = 'ACTIVE' AND last_checkpoint IS NOT NULL`).Scan(&n)
+			if err == nil && n == 0 {
+				gaps++
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		out <- gaps
+	}()
+	return out
 }
