@@ -61,15 +61,15 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 		t.Errorf("a write checkpoint while the source is down: %d, want 503", code)
 	}
 
-	client := &latest{}
+	client := &harness.CheckpointWatch{}
 	cctx, stopClient := context.WithCancel(ctx)
 	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), client.observe).Run(cctx)
-	e.WaitFor(ctx, "a client to get storage's data while the source is down", client.holds(want()))
+	go harness.NewSyncClient(e.API, e.Token("alice"), client.Observe).Run(cctx)
+	e.WaitFor(ctx, "a client to get storage's data while the source is down", client.Holds(want()))
 
 	proxy.Heal()
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
-	e.WaitFor(ctx, "the change made once the source is back to reach the client", client.holds(want()))
+	e.WaitFor(ctx, "the change made once the source is back to reach the client", client.Holds(want()))
 	e.WaitFor(ctx, "/healthz to be ok again", func() bool {
 		code, body := harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"status":"ok"`)
@@ -108,14 +108,14 @@ func TestRolesStartWithoutTheirSource(t *testing.T) {
 		code, body := harness.Get(ctx, e.API, "/healthz", "")
 		return code == 200 && strings.Contains(body, `"error":"source unreachable: `)
 	})
-	client := &latest{}
+	client := &harness.CheckpointWatch{}
 	cctx, stopClient := context.WithCancel(ctx)
 	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), client.observe).Run(cctx)
-	e.WaitFor(ctx, "a client to get storage's data from the API while the source is down", client.holds(want()))
+	go harness.NewSyncClient(e.API, e.Token("alice"), client.Observe).Run(cctx)
+	e.WaitFor(ctx, "a client to get storage's data from the API while the source is down", client.Holds(want()))
 	proxy.Heal()
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 5)")
-	e.WaitFor(ctx, "the change made once the source is back to reach the client", client.holds(want()))
+	e.WaitFor(ctx, "the change made once the source is back to reach the client", client.Holds(want()))
 	running()
 }
 

@@ -25,8 +25,8 @@ func TestCompactWhileSyncing(t *testing.T) {
 	want := e.Todos(ctx, 1)
 	e.Start()
 	e.WaitCaughtUp(ctx)
-	early := &checkpointWatch{}
-	c1 := harness.NewSyncClient(e.API, e.Token("alice"), early.observe)
+	early := &harness.CheckpointWatch{}
+	c1 := harness.NewSyncClient(e.API, e.Token("alice"), early.Observe)
 	cctx, stopClients := context.WithCancel(ctx)
 	defer stopClients()
 	go c1.Run(cctx)
@@ -101,11 +101,11 @@ func TestCompactWhileSyncing(t *testing.T) {
 	}
 	rows.Close()
 
-	late := &checkpointWatch{}
-	c2 := harness.NewSyncClient(e.API, e.Token("alice"), late.observe)
+	late := &harness.CheckpointWatch{}
+	c2 := harness.NewSyncClient(e.API, e.Token("alice"), late.Observe)
 	go c2.Run(cctx)
-	e.WaitFor(ctx, "a client syncing after compaction to hold the source", late.holds(current))
-	e.WaitFor(ctx, "the client syncing throughout to hold it too", early.holds(current))
+	e.WaitFor(ctx, "a client syncing after compaction to hold the source", late.Holds(current))
+	e.WaitFor(ctx, "the client syncing throughout to hold it too", early.Holds(current))
 	for name, c := range map[string]*harness.SyncClient{"throughout": c1, "after": c2} {
 		if f := c.Failures(); len(f) > 0 {
 			t.Errorf("the client syncing %s saw protocol errors: %v", name, f)
@@ -139,8 +139,8 @@ func TestBackgroundCompaction(t *testing.T) {
 	want := e.Todos(ctx, 1)
 	e.Start()
 	e.WaitCaughtUp(ctx)
-	w := &checkpointWatch{}
-	c := harness.NewSyncClient(e.API, e.Token("alice"), w.observe)
+	w := &harness.CheckpointWatch{}
+	c := harness.NewSyncClient(e.API, e.Token("alice"), w.Observe)
 	cctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go c.Run(cctx)
@@ -165,7 +165,7 @@ func TestBackgroundCompaction(t *testing.T) {
 		return n > 0
 	})
 	e.Converge(ctx, time.Minute, want)
-	e.WaitFor(ctx, "the client to hold the source", w.holds(want()))
+	e.WaitFor(ctx, "the client to hold the source", w.Holds(want()))
 	if f := c.Failures(); len(f) > 0 {
 		t.Fatalf("the client saw protocol errors while storage was compacted: %v", f)
 	}

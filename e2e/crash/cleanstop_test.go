@@ -3,13 +3,11 @@ package crash
 import (
 	"context"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
@@ -42,46 +40,6 @@ func TestDemoStopLogsNoWarning(t *testing.T) {
 	}
 }
 
-// holdWatch keeps the rows of the latest complete checkpoint a sync
-// client saw.
-type holdWatch struct {
-	mu   sync.Mutex
-	rows bucketcheck.State
-	n    int // complete checkpoints seen
-}
-
-func (w *holdWatch) observe(_ string, rows map[string]map[string]string) {
-	copied := bucketcheck.State{}
-	for name, rs := range rows {
-		if len(rs) > 0 {
-			m := make(map[string]string, len(rs))
-			for k, v := range rs {
-				m[k] = v
-			}
-			copied[name] = m
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.rows = copied
-	w.n++
-}
-
-// holds returns a condition: the latest complete checkpoint held exactly
-// want (compared once per checkpoint).
-func (w *holdWatch) holds(want bucketcheck.State) func() bool {
-	compared, equal := -1, false
-	return func() bool {
-		w.mu.Lock()
-		rows, n := w.rows, w.n // rows is replaced, never modified
-		w.mu.Unlock()
-		if n != compared {
-			compared, equal = n, rows != nil && bucketcheck.Diff(rows, want) == nil
-		}
-		return equal
-	}
-}
-
 // TestRunStopLogsNoWarning: SIGTERM of `syncpipe run` (role all) while it
 // streams to a sync client is an ordinary stop and logs no WARN or ERROR:
 // replication has stopped, its leases given up, before storage closes.
@@ -91,12 +49,12 @@ func TestRunStopLogsNoWarning(t *testing.T) {
 	defer cancel()
 	e := harness.New(t, harness.Options{Data: &todos.Size{Lists: 3, Todos: 60, Seed: 8}})
 	p := e.Start()
-	var w holdWatch
+	var w harness.CheckpointWatch
 	cctx, stopClient := context.WithCancel(ctx)
 	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), w.observe).Run(cctx)
+	go harness.NewSyncClient(e.API, e.Token("alice"), w.Observe).Run(cctx)
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
-	e.WaitFor(ctx, "the client to hold the source", w.holds(e.Todos(ctx, 1)()))
+	e.WaitFor(ctx, "the client to hold the source", w.Holds(e.Todos(ctx, 1)()))
 	if err := p.Stop(); err != nil {
 		t.Fatalf("syncpipe exited with %v after SIGTERM", err)
 	}

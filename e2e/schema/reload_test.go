@@ -52,7 +52,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	// Before the switch: alice follows the stream (until the end of the
 	// test), the source changes, and alice validates a checkpoint holding
 	// exactly the source in group 1's buckets.
-	aw := &harness.SwitchWatch{}
+	aw := &harness.CheckpointWatch{}
 	alice := harness.NewSyncClient(e.API, e.Token("alice"), aw.Observe)
 	actx, stopAlice := context.WithCancel(ctx)
 	defer stopAlice()
@@ -65,7 +65,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 
 	// bob and carol sync group 1 on connections that end when their
 	// short-lived tokens expire.
-	bw, cw := &harness.SwitchWatch{}, &harness.SwitchWatch{}
+	bw, cw := &harness.CheckpointWatch{}, &harness.CheckpointWatch{}
 	bob := harness.NewSyncClient(e.API, "", bw.Observe)
 	carol := harness.NewSyncClient(e.API, "", cw.Observe)
 	connectUntilExpiry(ctx, e, bob, "bob", "before the switch")
@@ -158,7 +158,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	for _, cl := range []struct {
 		name string
 		c    *harness.SyncClient
-		w    *harness.SwitchWatch
+		w    *harness.CheckpointWatch
 	}{{"alice", alice, aw}, {"bob", bob, bw}, {"carol", carol, cw}} {
 		if f := cl.c.Failures(); len(f) > 0 {
 			t.Errorf("%s saw protocol errors (checksum failures): %v", cl.name, f)

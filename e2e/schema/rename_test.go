@@ -19,8 +19,8 @@ import (
 type renameEnv struct {
 	*harness.Env
 	ctx    context.Context
-	client *harness.SyncClient  // syncing from the start
-	seen   *harness.SwitchWatch // what it holds
+	client *harness.SyncClient      // syncing from the start
+	seen   *harness.CheckpointWatch // what it holds
 }
 
 func newRenameEnv(t *testing.T, ctx context.Context) *renameEnv {
@@ -32,7 +32,7 @@ func newRenameEnv(t *testing.T, ctx context.Context) *renameEnv {
 	e.Start()
 	e.WaitCaughtUp(ctx)
 	e.Converge(ctx, time.Minute, e.want)
-	e.seen = &harness.SwitchWatch{}
+	e.seen = &harness.CheckpointWatch{}
 	e.client = harness.NewSyncClient(e.API, e.Token("alice"), e.seen.Observe)
 	cctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)

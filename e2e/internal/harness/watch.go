@@ -15,11 +15,12 @@ import (
 // Watchers of what clients and storage see while groups switch, and the
 // client knobs the tests of switches use.
 
-// SwitchWatch follows the complete checkpoints one sync client sees while
-// groups switch: which group's buckets each holds (bucket names are
-// "<group>#…"), and the rows of the latest one. Its Observe is a
-// SyncClient's observe function.
-type SwitchWatch struct {
+// CheckpointWatch follows the complete checkpoints one sync client sees:
+// the rows of the latest one (Holds) and, for the tests of group switches,
+// which group's buckets each holds (bucket names are "<group>#…"; Seen,
+// Problems). Its Observe is a SyncClient's observe function; the zero
+// value is ready to use.
+type CheckpointWatch struct {
 	mu     sync.Mutex
 	groups map[int]int // group → complete checkpoints holding its buckets only
 	last   int         // group of the latest complete checkpoint
@@ -29,7 +30,7 @@ type SwitchWatch struct {
 }
 
 // Observe records one complete checkpoint.
-func (w *SwitchWatch) Observe(cp string, rows map[string]map[string]string) {
+func (w *CheckpointWatch) Observe(cp string, rows map[string]map[string]string) {
 	gs := map[int]bool{}
 	copied := bucketcheck.State{}
 	for name, rs := range rows {
@@ -73,7 +74,7 @@ func (w *SwitchWatch) Observe(cp string, rows map[string]map[string]string) {
 }
 
 // Seen is how many complete checkpoints held group g's buckets only.
-func (w *SwitchWatch) Seen(g int) int {
+func (w *CheckpointWatch) Seen(g int) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.groups[g]
@@ -81,7 +82,7 @@ func (w *SwitchWatch) Seen(g int) int {
 
 // Problems lists the checkpoints that mixed groups, held no bucket, or
 // went back to an older group.
-func (w *SwitchWatch) Problems() []string {
+func (w *CheckpointWatch) Problems() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string(nil), w.bad...)
@@ -89,7 +90,7 @@ func (w *SwitchWatch) Problems() []string {
 
 // Holds returns a condition: the latest complete checkpoint held exactly
 // want (compared once per checkpoint).
-func (w *SwitchWatch) Holds(want bucketcheck.State) func() bool {
+func (w *CheckpointWatch) Holds(want bucketcheck.State) func() bool {
 	compared, equal := -1, false
 	return func() bool {
 		w.mu.Lock()
