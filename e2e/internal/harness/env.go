@@ -51,8 +51,9 @@ type Env struct {
 	procs []*Proc
 }
 
-// New creates an Env for t. Its children are stopped when the test ends,
-// and when the test failed the groups and the end of the logs are logged.
+// New creates an Env for t. Its children are SIGKILLed when the test ends
+// (each by its own Proc cleanup), and when the test failed the groups and
+// the end of the logs are logged.
 func New(t testing.TB, opt Options) *Env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,11 +93,14 @@ log: {level: info, format: json}
 	if e.Storage, err = pgxpool.New(ctx, e.StorageURI); err != nil {
 		t.Fatal(err)
 	}
+	// This cleanup is registered before any child's, so it runs after
+	// theirs: every child has been SIGKILLed by then (see Start). A test's
+	// end is not a test of shutdown; the tests of stopping stop their
+	// children themselves (Proc.Stop, StopAll).
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("groups:\n%s", e.DumpGroups())
 		}
-		e.StopAll()
 		e.Storage.Close()
 		if t.Failed() {
 			t.Logf("syncpipe logs, every child (last 8 KiB):\n%s", e.TailLogs(8<<10))

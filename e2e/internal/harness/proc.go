@@ -77,6 +77,10 @@ func Start(t testing.TB, c ProcConfig) *Proc {
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
+	// At the test's end the child is SIGKILLed, not stopped: no test
+	// depends on a clean shutdown it did not ask for (the tests of
+	// stopping call Stop), and a kill does not wait out shutdown timeouts.
+	// Env's cleanup, registered earlier, runs after this one.
 	t.Cleanup(func() {
 		p.Kill()
 		p.mu.Lock()
