@@ -3,6 +3,7 @@ package replication
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +29,13 @@ func TestSlotLostThreeTimesServesThroughout(t *testing.T) {
 
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grower := pgtest.Connect(t, e.source)
+	// Both goroutines end before the test's cleanup closes their
+	// connections, also when the test fails early.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopGrowing()
 	grown := make(chan error, 1)
-	go func() {
+	wg.Go(func() {
 		for n := 0; ; n++ {
 			_, err := grower.Exec(gctx, `INSERT INTO todos (id, list_id, description)
 				SELECT gen_random_uuid(), id, 'grown ' || $1::text FROM lists ORDER BY random() LIMIT 2`, fmt.Sprint(n))
@@ -46,9 +52,9 @@ func TestSlotLostThreeTimesServesThroughout(t *testing.T) {
 			case <-time.After(30 * time.Millisecond): // the pace of the load, not synchronisation
 			}
 		}
-	}()
+	})
 	gaps := make(chan int, 1)
-	go func() {
+	wg.Go(func() {
 		n := 0
 		for gctx.Err() == nil {
 			var serving int
@@ -62,7 +68,7 @@ func TestSlotLostThreeTimesServesThroughout(t *testing.T) {
 			}
 		}
 		gaps <- n
-	}()
+	})
 
 	g := e.activeGroup(t, ctx)
 	for range 3 {
