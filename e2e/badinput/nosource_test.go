@@ -62,9 +62,7 @@ func TestRunStartsWithoutItsSource(t *testing.T) {
 	}
 
 	client := &harness.CheckpointWatch{}
-	cctx, stopClient := context.WithCancel(ctx)
-	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), client.Observe).Run(cctx)
+	e.Sync("alice", client.Observe)
 	e.WaitFor(ctx, "a client to get storage's data while the source is down", client.Holds(want()))
 
 	proxy.Heal()
@@ -109,9 +107,7 @@ func TestRolesStartWithoutTheirSource(t *testing.T) {
 		return code == 200 && strings.Contains(body, `"error":"source unreachable: `)
 	})
 	client := &harness.CheckpointWatch{}
-	cctx, stopClient := context.WithCancel(ctx)
-	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), client.Observe).Run(cctx)
+	e.Sync("alice", client.Observe)
 	e.WaitFor(ctx, "a client to get storage's data from the API while the source is down", client.Holds(want()))
 	proxy.Heal()
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 5)")

@@ -26,10 +26,7 @@ func TestCompactWhileSyncing(t *testing.T) {
 	e.Start()
 	e.WaitCaughtUp(ctx)
 	early := &harness.CheckpointWatch{}
-	c1 := harness.NewSyncClient(e.API, e.Token("alice"), early.Observe)
-	cctx, stopClients := context.WithCancel(ctx)
-	defer stopClients()
-	go c1.Run(cctx)
+	c1 := e.Sync("alice", early.Observe)
 	e.WaitFor(ctx, "the first client's first checkpoint", func() bool { return c1.Complete() > 0 })
 
 	// Every todo updated 30 times, then compaction while the updates go on.
@@ -102,8 +99,7 @@ func TestCompactWhileSyncing(t *testing.T) {
 	rows.Close()
 
 	late := &harness.CheckpointWatch{}
-	c2 := harness.NewSyncClient(e.API, e.Token("alice"), late.Observe)
-	go c2.Run(cctx)
+	c2 := e.Sync("alice", late.Observe)
 	e.WaitFor(ctx, "a client syncing after compaction to hold the source", late.Holds(current))
 	e.WaitFor(ctx, "the client syncing throughout to hold it too", early.Holds(current))
 	for name, c := range map[string]*harness.SyncClient{"throughout": c1, "after": c2} {
@@ -140,10 +136,7 @@ func TestBackgroundCompaction(t *testing.T) {
 	e.Start()
 	e.WaitCaughtUp(ctx)
 	w := &harness.CheckpointWatch{}
-	c := harness.NewSyncClient(e.API, e.Token("alice"), w.Observe)
-	cctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go c.Run(cctx)
+	c := e.Sync("alice", w.Observe)
 	for round := range 12 {
 		e.Exec(ctx, fmt.Sprintf(`UPDATE todos SET description = 'round %d ' || id`, round))
 		e.WaitCaughtUp(ctx)

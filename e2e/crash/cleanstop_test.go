@@ -50,9 +50,7 @@ func TestRunStopLogsNoWarning(t *testing.T) {
 	e := harness.New(t, harness.Options{Data: &todos.Size{Lists: 3, Todos: 60, Seed: 8}})
 	p := e.Start()
 	var w harness.CheckpointWatch
-	cctx, stopClient := context.WithCancel(ctx)
-	defer stopClient()
-	go harness.NewSyncClient(e.API, e.Token("alice"), w.Observe).Run(cctx)
+	e.Sync("alice", w.Observe)
 	e.Exec(ctx, "UPDATE todos SET completed = NOT completed WHERE id IN (SELECT id FROM todos LIMIT 10)")
 	e.WaitFor(ctx, "the client to hold the source", w.Holds(e.Todos(ctx, 1)()))
 	if err := p.Stop(); err != nil {

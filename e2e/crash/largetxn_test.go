@@ -88,10 +88,7 @@ func TestLargeTransactions(t *testing.T) {
 	e.WaitCaughtUp(ctx)
 
 	var w bulkWatch
-	client := harness.NewSyncClient(e.API, e.Token("alice"), w.observe)
-	cctx, stopClient := context.WithCancel(ctx)
-	defer stopClient()
-	go client.Run(cctx)
+	client := e.Sync("alice", w.observe)
 	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
 
 	// One transaction, several times the default batch_max_rows.

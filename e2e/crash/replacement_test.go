@@ -77,10 +77,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 	e.Start()
 	e.WaitCaughtUp(ctx)
 	var w growthWatch
-	client := harness.NewSyncClient(e.API, e.Token("alice"), w.observe)
-	cctx, stopClient := context.WithCancel(ctx)
-	defer stopClient()
-	go client.Run(cctx)
+	client := e.Sync("alice", w.observe)
 	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grown := grow(gctx, t, e.SourceURI)

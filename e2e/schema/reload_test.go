@@ -53,10 +53,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 	// test), the source changes, and alice validates a checkpoint holding
 	// exactly the source in group 1's buckets.
 	aw := &harness.CheckpointWatch{}
-	alice := harness.NewSyncClient(e.API, e.Token("alice"), aw.Observe)
-	actx, stopAlice := context.WithCancel(ctx)
-	defer stopAlice()
-	go alice.Run(actx)
+	alice := e.Sync("alice", aw.Observe)
 	e.Exec(ctx, `UPDATE todos SET description = 'before the switch ' || id, completed = NOT completed
 		WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 100)`)
 	e.Exec(ctx, `DELETE FROM todos WHERE id IN (SELECT id FROM todos ORDER BY id DESC LIMIT 10)`)

@@ -33,10 +33,7 @@ func newRenameEnv(t *testing.T, ctx context.Context) *renameEnv {
 	e.WaitCaughtUp(ctx)
 	e.Converge(ctx, time.Minute, e.want)
 	e.seen = &harness.CheckpointWatch{}
-	e.client = harness.NewSyncClient(e.API, e.Token("alice"), e.seen.Observe)
-	cctx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	go e.client.Run(cctx)
+	e.client = e.Sync("alice", e.seen.Observe)
 	return e
 }
 

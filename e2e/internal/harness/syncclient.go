@@ -304,3 +304,22 @@ func CountRows(rows map[string]map[string]string, def string) int {
 	}
 	return n
 }
+
+// Sync runs a SyncClient of the Env's sync API, authenticated as sub
+// (through Token), until the test ends: the test's cleanup stops it and
+// waits for it, so it never outlives the test's connections.
+func (e *Env) Sync(sub string, observe func(checkpoint string, rows map[string]map[string]string)) *SyncClient {
+	e.T.Helper()
+	c := NewSyncClient(e.API, e.Token(sub), observe)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	e.T.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return c
+}
