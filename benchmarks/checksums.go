@@ -18,7 +18,7 @@ import (
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+	"github.com/syncpipe/syncpipe/syncapi"
 )
 
 // ChecksumsOptions configures the P5 checksum scenario.

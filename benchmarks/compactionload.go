@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/internal/torture"
+	"github.com/syncpipe/syncpipe/internal/testkit/torture"
 )
 
 // CompactionLoadOptions configures P8's concurrent half (issue 19):
@@ -62,7 +62,7 @@ type compactionPhase struct {
 // p99 unchanged within 20 %"). One `syncpipe run --role all` child
 // replicates and serves; Load.Clients clients follow their streams
 // (latency) and as many checking clients validate every checkpoint's
-// checksums (internal/torture.Client). Phases of Load.For alternate: in
+// checksums (internal/testkit/torture.Client). Phases of Load.For alternate: in
 // every other one the harness runs `syncpipe compact` against the same
 // storage, over and over, as an operator would.
 func RunCompactionLoad(ctx context.Context, opt CompactionLoadOptions) (Result, error) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestDrainSmoke runs the P4 drain at a tiny scale (one run each of two

@@ -20,7 +20,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+	"github.com/syncpipe/syncpipe/syncapi"
 )
 
 // The benchmark's own token settings: an HS256 secret and audience known

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestMain stops the shared PostgreSQL cluster and removes the smoke

@@ -15,7 +15,7 @@ import (
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/telemetry"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+	"github.com/syncpipe/syncpipe/syncapi"
 )
 
 // apiServer is the running sync API.

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 

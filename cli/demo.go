@@ -21,9 +21,9 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
-	"github.com/syncpipe/syncpipe/internal/replication"
 	"github.com/syncpipe/syncpipe/internal/telemetry"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 

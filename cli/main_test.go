@@ -3,7 +3,7 @@ package cli
 import (
 	"testing"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestMain starts the test cluster on first use (TestAPIFailureStopsRoleAll

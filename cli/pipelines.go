@@ -8,7 +8,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/syncpipe/syncpipe/config"
-	"github.com/syncpipe/syncpipe/internal/replication"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/config"
-	"github.com/syncpipe/syncpipe/internal/replication"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 

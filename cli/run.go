@@ -13,10 +13,10 @@ import (
 	"syscall"
 
 	"github.com/syncpipe/syncpipe/config"
-	"github.com/syncpipe/syncpipe/internal/replication"
 	"github.com/syncpipe/syncpipe/internal/telemetry"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/pipeline/otelpipeline"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 

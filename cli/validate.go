@@ -13,7 +13,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgauth"
-	"github.com/syncpipe/syncpipe/internal/replication"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks"
 	_ "github.com/syncpipe/syncpipe/sinks/bucketstore" // registers the bucketstore sink
 	_ "github.com/syncpipe/syncpipe/sinks/jsonl"       // registers the jsonl sink

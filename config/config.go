@@ -88,7 +88,7 @@ type Stream struct {
 	SchemaCheckInterval time.Duration `koanf:"schema_check_interval" doc:"How often the source catalog is compared with the stored table shapes and the publication, so a DDL on a table no row of which changed since is re-snapshotted too; 0 = only when the stream shows a new shape."`
 	// IdleCommitInterval exists because with source and storage in one
 	// cluster every stored position writes the WAL that moves the slot's
-	// position again (see internal/replication/doc.go, "Idle positions").
+	// position again (see replication/doc.go, "Idle positions").
 	IdleCommitInterval time.Duration `koanf:"idle_commit_interval" doc:"How often a stream position that carries no change (a keepalive, an empty transaction, changes of tables the rules do not use) is recorded in storage and then confirmed to the source; a write checkpoint or a heartbeat that waits for the position, and any change, records it at once. 0 = every position at once."`
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // TestAPIUnknownKidRefused: a token whose header names a kid no key has

@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 func TestMain(m *testing.M) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 

@@ -15,10 +15,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
-	"github.com/syncpipe/syncpipe/internal/pgtest"
-	"github.com/syncpipe/syncpipe/internal/torture"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/torture"
 )
 
 // badHarness holds what rows share: the fixture directory, databases, the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // The bad-input catalogue (issue 17): for each way a user can get syncpipe's

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/torture"
 	"github.com/syncpipe/syncpipe/internal/todos"
-	"github.com/syncpipe/syncpipe/internal/torture"
 )
 
 // TestRunStartsWithoutItsSource: `syncpipe run` (role all) started while

@@ -24,9 +24,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/pgtest"
-	"github.com/syncpipe/syncpipe/sinks/bucketstore/syncapi"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
+	"github.com/syncpipe/syncpipe/syncapi"
 )
 
 // fixture links a file of testdata/badinput from the README.

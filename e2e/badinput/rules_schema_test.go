@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // schemaRules name a column (nosuchcol) and a table (gone) the source

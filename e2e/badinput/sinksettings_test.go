@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // TestValidateReportsSinkSettings runs `syncpipe validate` as a child

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )

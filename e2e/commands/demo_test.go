@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // The demo needs no exclusive resource: its cluster is in a fresh

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/cli"
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // TestReadmeQuickStart: the config and the sync rules that "Run it on your

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/torture"
 	"github.com/syncpipe/syncpipe/internal/todos"
-	"github.com/syncpipe/syncpipe/internal/torture"
 )
 
 // TestStorageLostDuringStartIsRetried: storage that restarts while

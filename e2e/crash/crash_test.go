@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
-	"github.com/syncpipe/syncpipe/internal/longtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/longtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 

@@ -3,7 +3,7 @@ package crash
 import (
 	"context"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // maxOpID is the highest op id in storage.

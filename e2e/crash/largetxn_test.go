@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/longtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/longtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 

@@ -7,7 +7,7 @@ package pipelines
 import (
 	"testing"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }

@@ -4,14 +4,14 @@
 // by OID; status, /healthz and /metrics name the missing table), and sync
 // rules reloaded on SIGHUP (a new group processed in the background while
 // clients keep syncing; refused or warned-of rules in the logs and in
-// status). Column changes are tested in-process, in internal/replication
+// status). Column changes are tested in-process, in replication
 // (TestSchemaChanges).
 package schema
 
 import (
 	"testing"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }

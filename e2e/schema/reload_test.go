@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 

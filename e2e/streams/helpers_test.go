@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // firstLine is the first line of s that is not a token_expires_in

@@ -8,7 +8,7 @@ package streams
 import (
 	"testing"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 func TestMain(m *testing.M) { harness.Main(m) }

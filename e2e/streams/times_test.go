@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // TestRunStreamsTimestamps: with Sync Streams (edition 3) the synced row

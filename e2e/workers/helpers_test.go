@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // converge is Env.Converge for the todos of group 1 watching p rather

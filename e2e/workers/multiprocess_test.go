@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/e2e/internal/harness"
-	"github.com/syncpipe/syncpipe/internal/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 )
 
 // manyTables creates n tables t000… of rows rows each and returns sync

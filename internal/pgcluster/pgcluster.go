@@ -1,5 +1,5 @@
 // Package pgcluster starts and stops a throwaway PostgreSQL cluster from the
-// machine's server binaries. The test harness (internal/pgtest), the demo and
+// machine's server binaries. The test harness (internal/testkit/pgtest), the demo and
 // the benchmarks all use it, so a developer needs nothing but the PostgreSQL
 // server package installed.
 //

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestOpenNoMigrate: a store opened with NoMigrate (status, compact)

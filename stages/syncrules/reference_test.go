@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/nodedeps"
+	"github.com/syncpipe/syncpipe/internal/testkit/nodedeps"
 )
 
 // The differential test: every case (rules, source rows, sync requests) is
@@ -237,7 +237,7 @@ func normalizeStreamErrors(es []refStreamError) []refStreamError {
 type nodeRunner struct{ node, script, dir string }
 
 // requireReference installs testdata/client's Node packages when needed
-// (internal/nodedeps: npm ci on first use) and finds its Node and the
+// (internal/testkit/nodedeps: npm ci on first use) and finds its Node and the
 // pinned reference compiler. It fails (never skips) when they are missing.
 func requireReference(t *testing.T) *nodeRunner {
 	t.Helper()

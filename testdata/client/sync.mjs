@@ -1,4 +1,4 @@
-// Real-client driver for syncpipe's end-to-end test (internal/clienttest).
+// Real-client driver for syncpipe's end-to-end test (internal/testkit/clienttest).
 //
 // It opens a fresh @powersync/node database (node:sqlite driver, PowerSync
 // core extension shipped in the npm package, default Rust sync client),

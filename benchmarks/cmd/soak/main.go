@@ -1,4 +1,4 @@
-// Command soak runs the torture harness (internal/torture) for many fault
+// Command soak runs the torture harness (internal/testkit/torture) for many fault
 // trials, then the load scenario (1,000 sync clients + 5k changes/s) for
 // ten minutes, and writes both summaries to benchmarks/results/soak.md:
 // the same test CI runs with 20 trials, here with more trials and larger

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestSlotNeverPassesAck streams with frequent status updates and a caller

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestSlotLifecycle: create, create again (resume: the slot's confirmed

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/internal/pgtest"
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
 // TestSlotBeingCreatedIsAwaited: a logical slot is listed while another

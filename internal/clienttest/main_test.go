@@ -1,9 +1,0 @@
-package clienttest
-
-import (
-	"testing"
-
-	"github.com/syncpipe/syncpipe/internal/pgtest"
-)
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
