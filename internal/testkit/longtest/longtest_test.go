@@ -23,7 +23,7 @@ func TestPickAndSeedFollowTheEnvironment(t *testing.T) {
 		t.Fatal("long mode is not full size")
 	}
 	cmd := Rerun(t, 42)
-	for _, want := range []string{"SYNCPIPE_TEST_LONG=1 ", "SYNCPIPE_TEST_SEED=42 ", "-run '^TestPickAndSeedFollowTheEnvironment$'", "./internal/longtest"} {
+	for _, want := range []string{"SYNCPIPE_TEST_LONG=1 ", "SYNCPIPE_TEST_SEED=42 ", "-run '^TestPickAndSeedFollowTheEnvironment$'", "./internal/testkit/longtest"} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("rerun command %q lacks %q", cmd, want)
 		}
