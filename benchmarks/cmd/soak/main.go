@@ -8,7 +8,7 @@
 //	go run ./benchmarks/cmd/soak -trials 50 -seed 42 -faults kill,pause -load-for 0
 //	go run ./benchmarks/cmd/soak -trials 100 -race
 //
-// The trials are `go test ./internal/torture -run TestTortureFaultTrials`
+// The trials are `go test ./internal/testkit/torture -run TestTortureFaultTrials`
 // with the harness's environment knobs set; the test's log (every trial,
 // then a summary: trials per fault kind, rows and ops verified, recovery
 // times) goes to stdout. The exit code is go test's, else 1 if the load
@@ -86,7 +86,7 @@ func runTrials(ctx context.Context, report *strings.Builder, trials, large int, 
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "./internal/torture")
+	args = append(args, "./internal/testkit/torture")
 	cmd := exec.CommandContext(ctx, "go", args...)
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(os.Stdout, &log), os.Stderr

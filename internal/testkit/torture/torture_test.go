@@ -773,7 +773,7 @@ func tortureRerun(seed uint64) string {
 			fmt.Fprintf(&b, " %s=%s", env, v)
 		}
 	}
-	b.WriteString(" go test -race -count=1 -run '^TestTortureFaultTrials$' ./internal/torture")
+	b.WriteString(" go test -race -count=1 -run '^TestTortureFaultTrials$' ./internal/testkit/torture")
 	return b.String()
 }
 
