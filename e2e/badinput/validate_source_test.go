@@ -19,7 +19,6 @@ import (
 // validateCase is one `syncpipe validate` run of TestValidateAgainstSource.
 type validateCase struct {
 	name, uri string
-	setup     []string // statements run in the source database first
 }
 
 // TestValidateAgainstSource: `syncpipe validate` (a child process) checks

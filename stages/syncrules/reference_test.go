@@ -415,7 +415,7 @@ func syncpipeEvaluate(c *refCase) refResult {
 			continue
 		}
 		for _, e := range plan.StreamErrors {
-			qr.StreamErrors = append(qr.StreamErrors, refStreamError{Stream: e.Stream, Subscription: e.Subscription, Message: e.Message})
+			qr.StreamErrors = append(qr.StreamErrors, refStreamError(e))
 		}
 		refs := append([]BucketRef(nil), plan.Static...)
 		for i := range plan.Lookups {
