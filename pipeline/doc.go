@@ -54,8 +54,8 @@
 //
 //   - End of input: Next returns ErrEndOfInput; in-flight batches finish and
 //     commit; Run returns nil.
-//   - Soft stop: Pipeline.Stop, or a Scheduler yield request (see
-//     YieldRequested). No further batch is read; every batch already read
+//   - Soft stop: Pipeline.Stop, or a Scheduler yield request to the unit
+//     running the pipeline. No further batch is read; every batch already read
 //     flows through all stages and commits; Run returns nil, or an error
 //     matching ErrYielded when the scheduler asked. A source blocked inside
 //     Next can learn about a soft stop from Draining(ctx).

@@ -11,7 +11,7 @@ import (
 var ErrEndOfInput = errors.New("end of input")
 
 // ErrYielded is returned by Pipeline.Run when the scheduler asked the unit
-// running it to yield (see YieldRequested) and the pipeline drained: every
+// running it to yield (see Scheduler) and the pipeline drained: every
 // batch read so far was committed, so the unit can resume later from its
 // committed progress. A unit's Run function returns it (possibly wrapped) to
 // be re-queued.

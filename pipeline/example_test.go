@@ -95,3 +95,48 @@ func ExampleSummary() {
 	}
 	_ = sum.WriteTable(os.Stdout) // timings vary, so this example has no fixed output
 }
+
+// A source that waits for input between batches (a queue, a webhook, an
+// idle replication stream) selects on Draining, so that a soft stop (Stop,
+// or a scheduler asking its unit to yield) does not wait for the next
+// message: every batch already read still commits.
+func ExampleDraining() {
+	events := make(chan int, 2)
+	events <- 1
+	events <- 2
+	idle := make(chan struct{})
+	stoppedIdle := false
+	src := pipeline.SourceFunc[int, int](func(ctx context.Context) (pipeline.Batch[int, int], error) {
+		select {
+		case e := <-events:
+			return pipeline.Batch[int, int]{Rows: 1, Items: []int{e}, Progress: e}, nil
+		default:
+		}
+		close(idle) // nothing queued: wait for the next event or a stop
+		select {
+		case e := <-events:
+			return pipeline.Batch[int, int]{Rows: 1, Items: []int{e}, Progress: e}, nil
+		case <-pipeline.Draining(ctx):
+			stoppedIdle = true
+			return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+		case <-ctx.Done():
+			return pipeline.Batch[int, int]{}, ctx.Err()
+		}
+	})
+	p := pipeline.New[int](pipeline.Config{Name: "events"})
+	pipeline.Commit(pipeline.From(p, pipeline.StageConfig{Name: "read"}, src), pipeline.StageConfig{Name: "commit"},
+		func(_ context.Context, b pipeline.Batch[int, int]) error {
+			fmt.Println("committed event", b.Progress)
+			return nil
+		})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background()) }()
+	<-idle
+	p.Stop()
+	err := <-done
+	fmt.Println("run ended:", err, "- stopped while waiting:", stoppedIdle)
+	// Output:
+	// committed event 1
+	// committed event 2
+	// run ended: <nil> - stopped while waiting: true
+}

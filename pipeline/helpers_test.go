@@ -102,3 +102,21 @@ func jitter(_ context.Context, b pipeline.Batch[int, int]) (pipeline.Batch[int, 
 	}
 	return b, nil
 }
+
+// runUntilYield runs, as a scheduler unit's work, a pipeline whose source
+// reads nothing and waits on Draining: it returns what the pipeline's Run
+// does once the scheduler asks the unit to yield (ErrYielded).
+func runUntilYield(ctx context.Context) error {
+	src := pipeline.SourceFunc[int, int](func(ctx context.Context) (pipeline.Batch[int, int], error) {
+		select {
+		case <-pipeline.Draining(ctx):
+			return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+		case <-ctx.Done():
+			return pipeline.Batch[int, int]{}, ctx.Err()
+		}
+	})
+	p := pipeline.New[int](pipeline.Config{Name: "wait"})
+	pipeline.Commit(pipeline.From(p, pipeline.StageConfig{Name: "read"}, src), pipeline.StageConfig{Name: "commit"},
+		func(context.Context, pipeline.Batch[int, int]) error { return nil })
+	return p.Run(ctx)
+}

@@ -93,7 +93,7 @@ func (p *Pipeline[P]) Stop() { p.stopOnce.Do(func() { close(p.stop) }) }
 //
 //   - the source returns ErrEndOfInput and every batch is committed: nil;
 //   - Stop was called and the in-flight batches are committed (soft stop): nil;
-//   - the scheduler asked the unit to yield (YieldRequested on ctx) and the
+//   - the scheduler asked the unit running under ctx to yield and the
 //     in-flight batches are committed: an error matching ErrYielded;
 //   - a stage fails: the first failure, as a *StageError; the remaining
 //     stages are cancelled and nothing further is committed;

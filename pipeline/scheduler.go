@@ -30,7 +30,9 @@ type Unit struct {
 	// 4 its stream). Equal priorities run in submission order.
 	Priority int
 	// Run does the work. Its ctx is cancelled on a hard stop of the
-	// scheduler; YieldRequested(ctx) fires when the unit should yield. Return
+	// scheduler. A Pipeline run under ctx yields by itself when more urgent
+	// work needs the slot (its Run returns ErrYielded); a unit that runs no
+	// pipeline is not preempted and keeps its slot until it returns. Return
 	// nil when the unit is finished, an error matching ErrYielded to be
 	// re-queued, one made by Defer to be re-queued and held back for a
 	// while (its worker takes other work meanwhile), or any other error to
@@ -46,9 +48,10 @@ type SchedulerConfig struct {
 
 // Scheduler runs Units with at most Workers at a time, most urgent first.
 // When a unit more urgent than some running unit is pending and every slot
-// is busy, the least urgent running unit is asked to yield (see
-// YieldRequested); the request is made before Submit returns, so the unit
-// sees it at its very next batch boundary.
+// is busy, the least urgent running unit is asked to yield: the Pipeline it
+// runs stops reading (sources blocked in Next see Draining) and returns
+// ErrYielded once what it read is committed. The request is made before
+// Submit returns, so the unit sees it at its very next batch boundary.
 type Scheduler struct {
 	workers int
 	wake    chan struct{}

@@ -76,9 +76,9 @@ func TestSchedulerDeferredUnitDoesNotPreempt(t *testing.T) {
 	if err := s.Submit(pipeline.Unit{Key: "low", Priority: 3, Run: func(ctx context.Context) error {
 		lowRuns++
 		lowStarted <- struct{}{}
-		<-pipeline.YieldRequested(ctx)
+		err := runUntilYield(ctx)
 		if lowRuns == 1 {
-			return pipeline.ErrYielded // to the urgent unit's first attempt
+			return err // ErrYielded, to the urgent unit's first attempt
 		}
 		yieldedAfter = time.Since(deferredAt)
 		return nil // finished at the second yield request

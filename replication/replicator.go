@@ -28,10 +28,11 @@ import (
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
-// Priorities of work units (SPEC §5): lower runs first.
+// Priorities of work units (SPEC §5): lower runs first. A group's stream
+// runs one after its snapshots (stream.go: g.prio + 1), so the active
+// group's stream is 2 and a processing group's is prioProcessingStream.
 const (
 	prioActiveSnapshot     = 1
-	prioActiveStream       = 2
 	prioProcessingSnapshot = 3
 	prioProcessingStream   = 4
 )

@@ -71,8 +71,8 @@
 // positions), and its run builds each pipeline's sink with Open, whose
 // factory gets the checked Settings. examples/httpsink is such a program
 // in under 60 lines.
-// NewPipeline wires a source of evaluated changes to a sink in one call;
-// FlushAndCommit ends a pipeline that has its own processing stages.
+// FlushAndCommit ends a pipeline (pipeline.From and any processing stages)
+// at a sink.
 //
 // # Keeping progress in a file
 //

@@ -119,8 +119,9 @@ pipelines:
 			fmt.Println(err)
 			return
 		}
-		run, err := sinks.NewPipeline(ctx, p.Name, changes(), sink, p.Stages)
-		if err != nil {
+		run := pipeline.New[sinks.Position](pipeline.Config{Name: p.Name, Depth: p.Stages.ChannelDepth})
+		in := pipeline.From(run, pipeline.StageConfig{Name: "source"}, changes())
+		if err := sinks.FlushAndCommit(ctx, in, sink, p.Stages.FlushWriters); err != nil {
 			fmt.Println(err)
 			return
 		}

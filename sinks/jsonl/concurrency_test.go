@@ -113,8 +113,9 @@ func TestPipelineEndToEnd(t *testing.T) {
 		b.Progress = sinks.Position{LSN: uint64(next) * 16}
 		return b, nil
 	})
-	run, err := sinks.NewPipeline(context.Background(), p.Name, src, s, p.Stages)
-	if err != nil {
+	run := pipeline.New[sinks.Position](pipeline.Config{Name: p.Name})
+	in := pipeline.From(run, pipeline.StageConfig{Name: "source"}, src)
+	if err := sinks.FlushAndCommit(context.Background(), in, s, p.Stages.FlushWriters); err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Run(context.Background()); err != nil {

@@ -24,8 +24,6 @@ const (
 	oidJSON        = 114
 	oidFloat4      = 700
 	oidFloat8      = 701
-	oidBPChar      = 1042
-	oidBit         = 1560
 	oidTimestamp   = 1114
 	oidTime        = 1083
 	oidTimestamptz = 1184

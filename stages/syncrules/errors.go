@@ -8,13 +8,10 @@ import (
 // Level grades a RuleError the way PowerSync's compiler does.
 type Level uint8
 
-const (
-	// LevelFatal rejects the rules.
-	LevelFatal Level = iota
-	// LevelWarning is reported, and the rules still load and run as they are
-	// (PowerSync's "warning" errors, e.g. a column the source lacks).
-	LevelWarning
-)
+// LevelWarning is reported, and the rules still load and run as they are
+// (PowerSync's "warning" errors, e.g. a column the source lacks). The zero
+// Level is fatal: it rejects the rules.
+const LevelWarning Level = 1
 
 // String returns "fatal" or "warning", PowerSync's names.
 func (l Level) String() string {

@@ -11,12 +11,11 @@ import (
 type LSN = pglogrepl.LSN
 
 // Replica identity settings of a relation (pg_class.relreplident), as sent in
-// a pgoutput Relation message.
+// a pgoutput Relation message; 'n' (nothing) and 'i' (an index) have no
+// names here because nothing branches on them.
 const (
 	IdentityDefault byte = 'd' // primary key columns
-	IdentityNothing byte = 'n' // no old values at all
 	IdentityFull    byte = 'f' // the whole old row
-	IdentityIndex   byte = 'i' // the columns of the replica identity index
 )
 
 // Relation is a table as pgoutput last described it: the relation cache
@@ -27,7 +26,7 @@ type Relation struct {
 	ID              uint32 // pg_class oid; stable across renames
 	Namespace       string // schema name
 	Name            string // table name
-	ReplicaIdentity byte   // IdentityDefault, IdentityNothing, IdentityFull or IdentityIndex
+	ReplicaIdentity byte   // IdentityDefault, IdentityFull, 'n' (nothing) or 'i' (index)
 	Columns         []Column
 }
 
