@@ -7,8 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/syncpipe/syncpipe/pipeline"
 )
 
 // StageTime is one stage's line of a stage-time summary.
@@ -30,20 +28,6 @@ type Breakdown struct {
 	Wall   time.Duration  `json:"wall_ns,omitempty"`
 	Rows   int64          `json:"rows,omitempty"`
 	byName map[string]int // index into Stages, built lazily by Add
-}
-
-// BreakdownOf copies an in-process summary.
-func BreakdownOf(s *pipeline.Summary) Breakdown {
-	var b Breakdown
-	for _, st := range s.Stages() {
-		b.Stages = append(b.Stages, StageTime{Stage: st.Stage, Kind: st.Kind.String(), Workers: st.Workers,
-			Batches: st.Batches, Rows: st.Rows, Busy: st.Busy, Blocked: st.Blocked})
-		if st.Kind == pipeline.KindSource || st.Kind == pipeline.KindCommit {
-			b.Rows = st.Rows // as WriteTable: the commit's count wins
-		}
-	}
-	b.Wall = s.Wall()
-	return b
 }
 
 // ParseBreakdown reads the table pipeline.Summary.WriteTable prints. The

@@ -34,7 +34,7 @@ func TestParseBreakdownRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parse %q: %v", text.String(), err)
 	}
-	want := BreakdownOf(s)
+	want := breakdownOf(s)
 	if len(got.Stages) != len(want.Stages) {
 		t.Fatalf("parsed %d stages, want %d:\n%s", len(got.Stages), len(want.Stages), text.String())
 	}
@@ -74,4 +74,19 @@ func TestParseBreakdownRejectsGarbage(t *testing.T) {
 	if _, err := ParseBreakdown("read source 1 x 10 1s 1% 10 0s 0%"); err == nil {
 		t.Fatal("want an error for a non-numeric batch count")
 	}
+}
+
+// breakdownOf copies an in-process summary: what the parsed table must
+// match.
+func breakdownOf(s *pipeline.Summary) Breakdown {
+	var b Breakdown
+	for _, st := range s.Stages() {
+		b.Stages = append(b.Stages, StageTime{Stage: st.Stage, Kind: st.Kind.String(), Workers: st.Workers,
+			Batches: st.Batches, Rows: st.Rows, Busy: st.Busy, Blocked: st.Blocked})
+		if st.Kind == pipeline.KindSource || st.Kind == pipeline.KindCommit {
+			b.Rows = st.Rows // as WriteTable: the commit's count wins
+		}
+	}
+	b.Wall = s.Wall()
+	return b
 }

@@ -79,9 +79,6 @@ func New[P any](cfg Config) *Pipeline[P] {
 	}
 }
 
-// Name returns Config.Name.
-func (p *Pipeline[P]) Name() string { return p.cfg.Name }
-
 // Stop asks the pipeline to stop softly: the source is not asked for another
 // batch, every batch already read flows through all stages and is committed,
 // and Run returns nil. It is safe to call from any goroutine, more than once,

@@ -120,9 +120,6 @@ func (p *FileProgress) load() error {
 	return err
 }
 
-// Path returns the absolute path of the progress file.
-func (p *FileProgress) Path() string { return p.path }
-
 // Commit makes b.Progress the committed position of its snapshot range
 // (or, for a stream position, of the stream) and replaces the file; once it
 // returns nil, Resume returns that position, also after a crash and a new

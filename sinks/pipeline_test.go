@@ -106,9 +106,6 @@ func TestFlushAndCommitInOrder(t *testing.T) {
 	if err := p.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if p.Name() != "stream" {
-		t.Errorf("Name = %q", p.Name())
-	}
 	if s.violation != "" {
 		t.Error(s.violation)
 	}

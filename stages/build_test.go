@@ -46,7 +46,7 @@ func TestBuilderTodoRow(t *testing.T) {
 	if p.Bucket != `1#by_list["l1"]` || p.ObjectType != "todos" || p.ObjectID != "t1" || string(p.Data) != wantData {
 		t.Fatalf("put = %s %s %s %s", p.Bucket, p.ObjectType, p.ObjectID, p.Data)
 	}
-	if p.Checksum != checksum.PutString("todos", "t1", wantData) {
+	if p.Checksum != checksum.Put("todos", "t1", []byte(wantData)) {
 		t.Fatalf("checksum %d does not match the data", p.Checksum)
 	}
 	// Replica id: UUIDv5 of the BSON {id: "t1"} (PowerSync's encoding).

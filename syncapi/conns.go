@@ -129,13 +129,6 @@ func markStreaming(ctx context.Context) {
 	}
 }
 
-// Pending is the number of connections counted (not streams).
-func (g *ConnGuard) Pending() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.pending.Len()
-}
-
 // admit counts a new connection and closes the oldest beyond the bound.
 func (g *ConnGuard) admit(c *guardedConn) {
 	g.mu.Lock()

@@ -231,7 +231,10 @@ func TestConnGuard(t *testing.T) {
 			t.Errorf("stalled connection %d: closed %v, want the 4 oldest closed", i, closed)
 		}
 	}
-	if n := g.Pending(); n > limit {
+	g.mu.Lock()
+	n := g.pending.Len() // connections counted, not streams
+	g.mu.Unlock()
+	if n > limit {
 		t.Errorf("%d connections counted, limit %d", n, limit)
 	}
 	evicted := time.Now()

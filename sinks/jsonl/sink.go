@@ -126,9 +126,6 @@ func newSink(opts Options, pipeline string) (*Sink, error) {
 	return s, nil
 }
 
-// Dir returns the absolute directory the sink writes to.
-func (s *Sink) Dir() string { return s.dir }
-
 // Writer returns a new writer. Writers hold only reusable line buffers; the
 // files belong to the sink, so writers need no closing.
 func (s *Sink) Writer(_ context.Context, _ int) (sinks.Writer, error) {

@@ -467,24 +467,21 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// Decoder decodes the columns of one table. It is immutable and safe for
-// concurrent use.
+// Decoder knows how each column of one table is decoded (its codec), and so
+// which wire format the snapshot asks for (ResultFormats). It is immutable
+// and safe for concurrent use.
 type Decoder struct {
-	cols   []Column
 	codecs []codec
 }
 
 // NewDecoder returns a decoder for cols (in result-column order).
 func NewDecoder(cols []Column) *Decoder {
-	d := &Decoder{cols: cols, codecs: make([]codec, len(cols))}
+	d := &Decoder{codecs: make([]codec, len(cols))}
 	for i, c := range cols {
 		d.codecs[i] = c.codec()
 	}
 	return d
 }
-
-// Columns returns the columns the decoder was built for.
-func (d *Decoder) Columns() []Column { return d.cols }
 
 // ResultFormats returns the per-column result formats the snapshot asks
 // for: binary for int2/int4/int8/oid/float4/float8/bool/bytea/uuid/
@@ -498,9 +495,4 @@ func (d *Decoder) ResultFormats() pgx.QueryResultFormats {
 		}
 	}
 	return f
-}
-
-// DecodeText decodes column i from text format (see the package function).
-func (d *Decoder) DecodeText(i int, data []byte) (syncrules.Value, error) {
-	return DecodeText(d.cols[i], data)
 }

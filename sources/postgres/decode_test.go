@@ -295,14 +295,3 @@ func TestWalLevelMessage(t *testing.T) {
 		t.Errorf("message = %q", err)
 	}
 }
-
-func TestSlotStatusErr(t *testing.T) {
-	if err := (SlotStatus{Exists: true, WalStatus: "reserved"}).Err("s"); err != nil {
-		t.Fatal(err)
-	}
-	err := SlotStatus{Exists: true, WalStatus: "lost"}.Err("syncpipe_1")
-	if !errors.Is(err, ErrSlotLost) || !strings.Contains(err.Error(), "syncpipe_1") ||
-		!strings.Contains(err.Error(), "max_slot_wal_keep_size") || !strings.Contains(err.Error(), "re-snapshot") {
-		t.Errorf("lost slot error = %v", err)
-	}
-}

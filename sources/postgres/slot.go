@@ -2,18 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
-
-// ErrSlotLost reports that the server invalidated the replication slot
-// (pg_replication_slots.wal_status = 'lost'). The changes it retained are
-// gone, so the stream cannot continue: after the snapshot, syncpipe starts a
-// new replication group (fresh slot and snapshot) while the old one keeps
-// serving.
-var ErrSlotLost = errors.New("replication slot was invalidated by the server (wal_status = lost): it fell further behind than max_slot_wal_keep_size allows; syncpipe will re-snapshot into a new replication group (raise max_slot_wal_keep_size to avoid this)")
 
 // SlotStatus is the health of one replication slot.
 type SlotStatus struct {
@@ -36,20 +28,10 @@ type SlotStatus struct {
 	Active bool
 }
 
-// Lost reports whether the server invalidated the slot.
+// Lost reports whether the server invalidated the slot
+// (pg_replication_slots.wal_status = 'lost'): the changes it retained are
+// gone, and the stream reports logrepl.ErrSlotLost.
 func (s SlotStatus) Lost() bool { return s.WalStatus == "lost" }
-
-// Err returns an error matching ErrSlotLost, naming slot, when the slot was
-// invalidated; otherwise nil.
-func (s SlotStatus) Err(slot string) error {
-	if !s.Lost() {
-		return nil
-	}
-	return &problem{
-		msg:  fmt.Sprintf("replication slot %s was invalidated by the server (wal_status = lost): it fell further behind than max_slot_wal_keep_size allows; syncpipe will re-snapshot into a new replication group (raise max_slot_wal_keep_size to avoid this)", quoteIdentIfNeeded(slot)),
-		kind: ErrSlotLost,
-	}
-}
 
 // SlotHealth reads the state of the replication slot named slot from
 // pg_replication_slots. A missing slot is not an error (Exists is false); a

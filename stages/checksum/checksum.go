@@ -37,10 +37,6 @@ var hasherPool = sync.Pool{New: func() any { return &pooledHasher{h: sha256.New(
 // little-endian uint32, as PowerSync's hashData does. It does not allocate.
 func Put(objectType, objectID string, data []byte) uint32 { return put(objectType, objectID, data) }
 
-// PutString is Put for data held as a string, so callers with string rows
-// need not convert (and copy) them.
-func PutString(objectType, objectID, data string) uint32 { return put(objectType, objectID, data) }
-
 func put[D ~string | ~[]byte](objectType, objectID string, data D) uint32 {
 	n := 4 + len(objectType) + 1 + len(objectID) + 1 + len(data)
 	if n <= stackLimit {
@@ -93,23 +89,6 @@ func Remove(subkey string) uint32 {
 // which makes bucket checksums order-independent and incrementally
 // maintainable.
 func Add(a, b uint32) uint32 { return a + b }
-
-// Sum adds any number of checksums modulo 2^32; it is Add folded over cs.
-func Sum(cs ...uint32) uint32 {
-	var t uint32
-	for _, c := range cs {
-		t += c
-	}
-	return t
-}
-
-// Signed reinterprets a checksum as the signed int32 that checkpoint lines
-// carry (PowerSync computes sums in JavaScript, which yields int32).
-func Signed(c uint32) int32 { return int32(c) }
-
-// Unsigned is the inverse of Signed, for checksums read back from storage or
-// from checkpoint lines.
-func Unsigned(c int32) uint32 { return uint32(c) }
 
 // FromInt64 folds a wider sum (for example SQL SUM(checksum) over int8) into
 // a checksum by keeping its low 32 bits, as PowerSync's storage does.

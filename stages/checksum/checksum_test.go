@@ -24,14 +24,8 @@ func TestPutVectors(t *testing.T) {
 		if got := Put(c.typ, c.id, []byte(c.data)); got != c.want {
 			t.Errorf("Put(%q,%q,%q) = %d, want %d", c.typ, c.id, c.data, got, c.want)
 		}
-		if got := PutString(c.typ, c.id, c.data); got != c.want {
-			t.Errorf("PutString = %d, want %d", got, c.want)
-		}
-		if got := Signed(c.want); got != c.signed {
-			t.Errorf("Signed(%d) = %d, want %d", c.want, got, c.signed)
-		}
-		if Unsigned(Signed(c.want)) != c.want {
-			t.Errorf("Unsigned(Signed(x)) != x for %d", c.want)
+		if got := int32(c.want); got != c.signed { // checkpoint lines carry int32, as JavaScript sums
+			t.Errorf("int32(%d) = %d, want %d", c.want, got, c.signed)
 		}
 	}
 }
@@ -82,7 +76,6 @@ func TestBSONEncoding(t *testing.T) {
 	k.Double("b", 1.5)
 	k.Null("c")
 	k.Binary("d", []byte{9, 8})
-	k.Bool("e", true)
 	doc := k.Document()
 	if int(binary.LittleEndian.Uint32(doc)) != len(doc) || doc[len(doc)-1] != 0 {
 		t.Fatalf("bad framing %x", doc)
@@ -91,8 +84,7 @@ func TestBSONEncoding(t *testing.T) {
 		"\x12a\x00\xfe\xff\xff\xff\xff\xff\xff\xff" +
 		"\x01b\x00\x00\x00\x00\x00\x00\x00\xf8\x3f" +
 		"\x0ac\x00" +
-		"\x05d\x00\x02\x00\x00\x00\x00\x09\x08" +
-		"\x08e\x00\x01"
+		"\x05d\x00\x02\x00\x00\x00\x00\x09\x08"
 	if string(doc[4:len(doc)-1]) != want2 {
 		t.Fatalf("elements = %q\nwant       %q", doc[4:len(doc)-1], want2)
 	}
@@ -111,9 +103,6 @@ func TestLargeInputsMatchDirectHash(t *testing.T) {
 	sum := sha256.Sum256([]byte("put.t.i." + string(data)))
 	if got, want := Put("t", "i", data), binary.LittleEndian.Uint32(sum[:4]); got != want {
 		t.Fatalf("large Put = %d want %d", got, want)
-	}
-	if got := PutString("t", "i", string(data)); got != Put("t", "i", data) {
-		t.Fatal("PutString differs from Put on large input")
 	}
 	long := strings.Repeat("k", 1000)
 	sum = sha256.Sum256([]byte("delete." + long))
@@ -134,14 +123,11 @@ func TestAddWraps(t *testing.T) {
 	if Add(0xffffffff, 2) != 1 {
 		t.Fatal("Add does not wrap")
 	}
-	if Sum(2582164875, 3003552978) != uint32((2582164875+3003552978)%(1<<32)) {
-		t.Fatal("Sum wrong")
+	if Add(2582164875, 3003552978) != uint32((2582164875+3003552978)%(1<<32)) {
+		t.Fatal("Add wrong")
 	}
-	if Sum() != 0 {
-		t.Fatal("empty Sum")
-	}
-	if FromInt64(2582164875+3003552978) != Sum(2582164875, 3003552978) {
-		t.Fatal("FromInt64 disagrees with Sum")
+	if FromInt64(2582164875+3003552978) != Add(2582164875, 3003552978) {
+		t.Fatal("FromInt64 disagrees with Add")
 	}
 	if FromInt64(-1) != 0xffffffff {
 		t.Fatal("FromInt64(-1)")

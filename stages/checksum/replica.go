@@ -16,7 +16,6 @@ const (
 	bsonDouble = 0x01
 	bsonString = 0x02
 	bsonBinary = 0x05
-	bsonBool   = 0x08
 	bsonNull   = 0x0A
 	bsonInt64  = 0x12
 )
@@ -76,16 +75,6 @@ func (k *ReplicaKey) Binary(name string, v []byte) {
 	k.buf = binary.LittleEndian.AppendUint32(k.buf, uint32(len(v)))
 	k.buf = append(k.buf, 0)
 	k.buf = append(k.buf, v...)
-}
-
-// Bool appends a boolean element.
-func (k *ReplicaKey) Bool(name string, v bool) {
-	k.head(bsonBool, name)
-	if v {
-		k.buf = append(k.buf, 1)
-	} else {
-		k.buf = append(k.buf, 0)
-	}
 }
 
 // Document returns the finished BSON document. The returned slice aliases

@@ -143,9 +143,6 @@ func bindParam(q *tableParamQuery, b *binder) *boundParam {
 	return bp
 }
 
-// Table returns the bound table's name.
-func (t *BoundTable) Table() TableName { return t.table }
-
 // HasData reports whether rows of this table go into any bucket.
 func (t *BoundTable) HasData() bool { return len(t.data) > 0 }
 

@@ -103,9 +103,6 @@ func (r *Rules) Definitions() []Definition {
 	return out
 }
 
-// GroupID returns the replication group the rules were compiled for.
-func (r *Rules) GroupID() string { return r.opts.GroupID }
-
 // TableName is a schema-qualified source table.
 type TableName struct {
 	Schema string

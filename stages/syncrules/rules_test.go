@@ -322,7 +322,7 @@ func TestTablesAndDefinitions(t *testing.T) {
 		defs[1].ParameterQueries != 1 || defs[2].Priority != 0 || defs[0].Priority != 3 {
 		t.Errorf("definitions = %+v", defs)
 	}
-	if r.GroupID() != "1" {
+	if r.opts.GroupID != "1" {
 		t.Error("group id")
 	}
 	bt, err := r.Bind("app.items", []string{"id"})
@@ -333,8 +333,8 @@ func TestTablesAndDefinitions(t *testing.T) {
 	if bt.HasData() {
 		t.Error("public.items must not match app.items")
 	}
-	if bt.Table().String() != "public.items" {
-		t.Errorf("table = %v", bt.Table())
+	if bt.table.String() != "public.items" {
+		t.Errorf("table = %v", bt.table)
 	}
 	if _, err := r.Bind("todos", []string{"id", "id"}); err == nil {
 		t.Error("duplicate column accepted")

@@ -36,7 +36,7 @@ func fakeServer(t *testing.T, ops []fakeOp, skew uint32) (endpoint string, reque
 		var sum uint32
 		var data []map[string]any
 		for i, op := range ops {
-			c := checksum.PutString(op.typ, op.id, op.data)
+			c := checksum.Put(op.typ, op.id, []byte(op.data))
 			sum += c
 			data = append(data, map[string]any{"op_id": fmt.Sprint(i + 1), "op": "PUT", "object_type": op.typ,
 				"object_id": op.id, "subkey": "s" + op.id, "data": op.data, "checksum": c})

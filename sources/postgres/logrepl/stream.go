@@ -125,7 +125,6 @@ type Stream struct {
 
 	acked        atomic.Uint64 // durable position reported as flushed
 	deliveredMax atomic.Uint64 // highest EndLSN Next returned (or the start)
-	walEnd       atomic.Uint64 // last ServerWALEnd seen
 
 	// reader-only state
 	dec      *decoder
@@ -271,10 +270,6 @@ func (s *Stream) Ack(lsn LSN) {
 // Acked returns the acknowledged position (initially the start position).
 func (s *Stream) Acked() LSN { return LSN(s.acked.Load()) }
 
-// ServerWALEnd returns the server's WAL end from the latest keepalive, for
-// lag metrics (0 before the first keepalive).
-func (s *Stream) ServerWALEnd() LSN { return LSN(s.walEnd.Load()) }
-
 // Close stops the reader, sends a final standby status update with the
 // acknowledged position and ends the COPY, leaving conn idle for commands
 // such as LookupSlot or DropSlot. ctx bounds that exchange. If the stream
@@ -419,9 +414,6 @@ func (s *Stream) handle(msg pgproto3.BackendMessage) error {
 			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
 			if err != nil {
 				return protocolError("keepalive: %v", err)
-			}
-			if uint64(k.ServerWALEnd) > s.walEnd.Load() {
-				s.walEnd.Store(uint64(k.ServerWALEnd))
 			}
 			if k.ReplyRequested {
 				s.replyNow = true

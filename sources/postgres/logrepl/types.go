@@ -39,18 +39,6 @@ type Column struct {
 	Key     bool   // part of the replica identity (pgoutput flag bit 1)
 }
 
-// KeyColumns returns the indexes of the replica identity columns, in column
-// order. It is empty for REPLICA IDENTITY NOTHING.
-func (r *Relation) KeyColumns() []int {
-	var idx []int
-	for i, c := range r.Columns {
-		if c.Key {
-			idx = append(idx, i)
-		}
-	}
-	return idx
-}
-
 // Equal reports whether r and o describe the same table shape: id, names,
 // replica identity and columns (name, type, modifier, key flag). pgoutput
 // resends an unchanged Relation after every cache invalidation; Equal is how
