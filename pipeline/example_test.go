@@ -140,3 +140,43 @@ func ExampleDraining() {
 	// committed event 2
 	// run ended: <nil> - stopped while waiting: true
 }
+
+// Stop shuts a scheduler down gracefully, as on SIGTERM: no further unit
+// starts, and a running unit's pipeline stops reading and commits what it
+// has read before Run returns.
+func ExampleScheduler_Stop() {
+	s := pipeline.NewScheduler(pipeline.SchedulerConfig{Workers: 1})
+	waiting := make(chan struct{})
+	_ = s.Submit(pipeline.Unit{Key: "stream", Kind: "stream", Priority: 2, Run: func(ctx context.Context) error {
+		read := 0
+		src := pipeline.SourceFunc[int, int](func(ctx context.Context) (pipeline.Batch[int, int], error) {
+			if read < 2 {
+				read++
+				return pipeline.Batch[int, int]{Rows: 1, Items: []int{read}, Progress: read}, nil
+			}
+			close(waiting) // idle: nothing more to read for now
+			select {
+			case <-pipeline.Draining(ctx):
+				return pipeline.Batch[int, int]{}, pipeline.ErrEndOfInput
+			case <-ctx.Done():
+				return pipeline.Batch[int, int]{}, ctx.Err()
+			}
+		})
+		p := pipeline.New[int](pipeline.Config{Name: "stream"})
+		pipeline.Commit(pipeline.From(p, pipeline.StageConfig{Name: "read"}, src), pipeline.StageConfig{Name: "commit"},
+			func(_ context.Context, b pipeline.Batch[int, int]) error {
+				fmt.Println("committed", b.Progress)
+				return nil
+			})
+		return p.Run(ctx)
+	}})
+	done := make(chan error, 1)
+	go func() { done <- s.Run(context.Background()) }()
+	<-waiting
+	s.Stop()
+	fmt.Println("scheduler ended:", <-done)
+	// Output:
+	// committed 1
+	// committed 2
+	// scheduler ended: <nil>
+}
