@@ -142,15 +142,6 @@ func (es Errors) Sort() {
 	})
 }
 
-// Kinds reports which kinds occur, mainly for tests and metrics.
-func (es Errors) Kinds() map[Kind]int {
-	m := make(map[Kind]int)
-	for _, e := range es {
-		m[e.Kind]++
-	}
-	return m
-}
-
 // orNil converts an empty list to a nil error, avoiding the typed-nil trap.
 func (es Errors) orNil() error {
 	if len(es) == 0 {

@@ -55,7 +55,7 @@ func TestGoldenErrors(t *testing.T) {
 				t.Fatalf("%s loaded without error", file)
 			}
 			errs := AsErrors(err)
-			got := errs.Kinds()
+			got := countKinds(errs)
 			for _, k := range kinds {
 				if got[k] == 0 {
 					t.Errorf("want an error of kind %s, got kinds %v", k, got)
@@ -76,8 +76,8 @@ func TestBadYAML(t *testing.T) {
 	if len(errs) < 20 {
 		t.Errorf("want at least 20 problems from bad.yaml, got %d", len(errs))
 	}
-	if n := len(errs.Kinds()); n < 10 {
-		t.Errorf("want at least 10 different kinds in bad.yaml, got %d: %v", n, errs.Kinds())
+	if n := len(countKinds(errs)); n < 10 {
+		t.Errorf("want at least 10 different kinds in bad.yaml, got %d: %v", n, countKinds(errs))
 	}
 	for _, e := range errs {
 		if e.File != "testdata/bad.yaml" || e.Line == 0 || e.Path == "" {
@@ -126,4 +126,13 @@ func readEnvFile(t *testing.T, path string) []string {
 		}
 	}
 	return env
+}
+
+// countKinds counts the errors of each kind in es.
+func countKinds(es Errors) map[Kind]int {
+	m := make(map[Kind]int)
+	for _, e := range es {
+		m[e.Kind]++
+	}
+	return m
 }

@@ -273,7 +273,7 @@ func TestValidateProgrammatic(t *testing.T) {
 	c := Default()
 	err := c.Validate()
 	errs := AsErrors(err)
-	if len(errs) != 3 || errs.Kinds()[KindRequired] != 3 {
+	if len(errs) != 3 || countKinds(errs)[KindRequired] != 3 {
 		t.Fatalf("Default() should miss exactly source.uri, storage.uri, sync_rules:\n%v", err)
 	}
 	if errs[0].Error() != "source.uri: required: the postgres:// URI of the database to replicate" {

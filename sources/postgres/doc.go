@@ -5,8 +5,8 @@
 //
 //   - Preflight checks wal_level, the REPLICATION attribute, the tables and
 //     the publication, and reports every problem at once, each as one line
-//     saying what to run. SlotHealth reads pg_replication_slots; SlotStatus.Lost
-//     tells a slot the server invalidated.
+//     saying what to run. SlotHealth reads pg_replication_slots (wal_status
+//     "lost": the server invalidated the slot).
 //   - Discover reads each table's columns, replica identity, key and size
 //     estimate from the catalog.
 //   - SplitRanges cuts a large table into key ranges (Lower, Upper] for

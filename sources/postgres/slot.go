@@ -28,11 +28,6 @@ type SlotStatus struct {
 	Active bool
 }
 
-// Lost reports whether the server invalidated the slot
-// (pg_replication_slots.wal_status = 'lost'): the changes it retained are
-// gone, and the stream reports logrepl.ErrSlotLost.
-func (s SlotStatus) Lost() bool { return s.WalStatus == "lost" }
-
 // SlotHealth reads the state of the replication slot named slot from
 // pg_replication_slots. A missing slot is not an error (Exists is false); a
 // lost slot is reported in WalStatus and the caller decides (see Err).
