@@ -9,7 +9,6 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/replication"
-	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
@@ -26,7 +25,7 @@ func replicate(ctx context.Context, cfg *config.Config, store *bucketstore.Store
 			p.Go(func(ctx context.Context) error { return replication.New(opts).Run(ctx) })
 			continue
 		}
-		sink, err := sinks.Open(ctx, pl, sinks.Env{Logger: log.With("pipeline", pl.Name), Config: cfg})
+		sink, err := replication.OpenSink(ctx, cfg, pl, log.With("pipeline", pl.Name))
 		if err != nil {
 			_ = p.Wait()
 			return err

@@ -65,14 +65,15 @@
 //
 // A program that registers its sinks and then calls cli.Main (package
 // github.com/syncpipe/syncpipe/cli) is the whole syncpipe command with
-// those sinks: its validate checks the config against the registered names
-// with config.CheckSinks(sinks.Names()) and every pipeline's settings
-// against its sink's spec with CheckSettings (both offline, with file
-// positions), and its run builds each pipeline's sink with Open, whose
-// factory gets the checked Settings. examples/httpsink is such a program
-// in under 60 lines.
-// NewPipeline wires a source of evaluated changes to a sink in one call;
-// FlushAndCommit ends a pipeline that has its own processing stages.
+// those sinks; one that calls replication.RunPipelines runs just its
+// configured pipelines (examples/httpsink). Either way the config is
+// checked against the registered names and every pipeline's settings
+// against its sink's spec, offline and with file positions
+// (replication.CheckSinks), and each pipeline's sink is built with Open,
+// whose factory gets the checked Settings. This package knows sink types
+// and settings, not config files: Open takes a type name and its raw
+// settings (Config), CheckSettings checks them alone.
+// FlushAndCommit ends a pipeline of your own at a sink.
 //
 // # Keeping progress in a file
 //

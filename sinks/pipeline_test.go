@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
@@ -87,9 +86,19 @@ func streamSource(n int) pipeline.Source[stages.Change, sinks.Position] {
 	})
 }
 
-func TestNewPipelineFlushesAndCommitsInOrder(t *testing.T) {
+// newPipeline wires src → flush (writers) → commit to sink.
+func newPipeline(name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink, writers, depth int) (*pipeline.Pipeline[sinks.Position], error) {
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: depth})
+	in := pipeline.From(p, pipeline.StageConfig{Name: "source"}, src)
+	if err := sinks.FlushAndCommit(context.Background(), in, sink, writers); err != nil {
+		return nil, fmt.Errorf("pipeline %s: %w", name, err)
+	}
+	return p, nil
+}
+
+func TestFlushAndCommitInOrder(t *testing.T) {
 	s := &fakeSink{}
-	p, err := sinks.NewPipeline(context.Background(), "stream", streamSource(20), s, config.Stages{FlushWriters: 3, ChannelDepth: 1})
+	p, err := newPipeline("stream", streamSource(20), s, 3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +128,9 @@ func TestNewPipelineFlushesAndCommitsInOrder(t *testing.T) {
 	}
 }
 
-func TestNewPipelineDefaultsToOneWriter(t *testing.T) {
+func TestFlushAndCommitDefaultsToOneWriter(t *testing.T) {
 	s := &fakeSink{}
-	p, err := sinks.NewPipeline(context.Background(), "one", streamSource(2), s, config.Stages{})
+	p, err := newPipeline("one", streamSource(2), s, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,13 +142,13 @@ func TestNewPipelineDefaultsToOneWriter(t *testing.T) {
 	}
 }
 
-func TestNewPipelineWriterCreationFails(t *testing.T) {
+func TestFlushAndCommitWriterCreationFails(t *testing.T) {
 	bad := errors.New("no connection")
-	_, err := sinks.NewPipeline(context.Background(), "w", streamSource(1), &fakeSink{writerErr: bad}, config.Stages{FlushWriters: 2})
+	_, err := newPipeline("w", streamSource(1), &fakeSink{writerErr: bad}, 2, 0)
 	if !errors.Is(err, bad) || !strings.Contains(err.Error(), "pipeline w: sink writer 1") {
 		t.Errorf("err = %v", err)
 	}
-	if _, err := sinks.NewPipeline(context.Background(), "nil", streamSource(1), nil, config.Stages{}); err == nil {
+	if _, err := newPipeline("nil", streamSource(1), nil, 0, 0); err == nil {
 		t.Error("nil sink accepted")
 	}
 }
@@ -147,7 +156,7 @@ func TestNewPipelineWriterCreationFails(t *testing.T) {
 func TestWriteFailureStopsBeforeCommit(t *testing.T) {
 	bad := errors.New("disk full")
 	s := &fakeSink{writeErr: bad}
-	p, err := sinks.NewPipeline(context.Background(), "fail", streamSource(5), s, config.Stages{FlushWriters: 2})
+	p, err := newPipeline("fail", streamSource(5), s, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
@@ -21,6 +20,15 @@ func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Posi
 		i++
 		return batches[i-1], nil
 	})
+}
+
+// sinkPipeline wires src → flush (two writers) → commit to sink.
+func sinkPipeline(ctx context.Context, name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink) (*pipeline.Pipeline[sinks.Position], error) {
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: 2})
+	if err := sinks.FlushAndCommit(ctx, pipeline.From(p, pipeline.StageConfig{Name: "source"}, src), sink, 2); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func todoChanges(t *stages.Table, lo, hi int, bucket string) []stages.Change {
@@ -42,14 +50,13 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
 	sink := s.Sink(g.ID)
-	stagesCfg := config.Stages{FlushWriters: 2, ChannelDepth: 2}
 
 	var snap []sinks.Batch
 	for c := range 5 {
 		snap = append(snap, sinks.Batch{Items: todoChanges(todos, c*10, c*10+10, `1#global[]`),
 			Progress: sinks.Position{Table: "public.todos", LastKey: []string{fmt.Sprint(c*10 + 9)}, RowsDone: int64(c*10 + 10), Done: c == 4}})
 	}
-	p, err := sinks.NewPipeline(ctx, "snapshot", listSource(snap), sink, stagesCfg)
+	p, err := sinkPipeline(ctx, "snapshot", listSource(snap), sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +82,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 		stream = append(stream, sinks.Batch{Items: todoChanges(todos, c*3, c*3+3, `1#by_list["x"]`),
 			Progress: sinks.Position{LSN: uint64(200 + c*10)}})
 	}
-	p, err = sinks.NewPipeline(ctx, "stream", listSource(stream), sink, stagesCfg)
+	p, err = sinkPipeline(ctx, "stream", listSource(stream), sink)
 	if err != nil {
 		t.Fatal(err)
 	}
