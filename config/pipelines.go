@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
 )
 
@@ -81,6 +82,21 @@ func (c *Config) BucketstorePipeline() (Pipeline, bool) {
 		}
 	}
 	return Pipeline{}, false
+}
+
+// UsesStorage reports whether the config has bucket storage: a storage
+// URI, or a pipeline writing to bucketstore (which then requires one).
+// Without storage, `syncpipe run` serves no sync API and keeps each
+// pipeline's state in a state file (StateFile).
+func (c *Config) UsesStorage() bool {
+	_, bucket := c.BucketstorePipeline()
+	return bucket || c.Storage.URI != ""
+}
+
+// StateFile is the path of the state file of the named pipeline in
+// state_dir, used when the config has no storage (UsesStorage).
+func (c *Config) StateFile(pipeline string) string {
+	return filepath.Join(c.StateDir, pipeline+".state.json")
 }
 
 // resolvePipeline fills zero fields of p from the sections it inherits from.
