@@ -4,6 +4,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // DefaultPipelineName names the implicit pipeline used when the config
@@ -85,12 +86,26 @@ func (c *Config) BucketstorePipeline() (Pipeline, bool) {
 }
 
 // UsesStorage reports whether the config has bucket storage: a storage
-// URI, or a pipeline writing to bucketstore (which then requires one).
-// Without storage, `syncpipe run` serves no sync API and keeps each
-// pipeline's state in a state file (StateFile).
+// section (or storage URI), or a pipeline writing to bucketstore (which
+// then requires one). Without storage, `syncpipe run` serves no sync API
+// and keeps each pipeline's state in a state file (StateFile).
 func (c *Config) UsesStorage() bool {
 	_, bucket := c.BucketstorePipeline()
-	return bucket || c.Storage.URI != ""
+	return bucket || c.Storage.URI != "" || c.declares("storage")
+}
+
+// declares reports whether the file or the environment set key or a key
+// under it.
+func (c *Config) declares(key string) bool {
+	if c.meta == nil {
+		return false
+	}
+	for k := range c.meta.idx {
+		if k == key || strings.HasPrefix(k, key+".") {
+			return true
+		}
+	}
+	return false
 }
 
 // StateFile is the path of the state file of the named pipeline in

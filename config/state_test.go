@@ -22,6 +22,7 @@ func TestStorageOnlyWhenBucketstore(t *testing.T) {
 		{"custom with storage", head + "storage: {uri: \"postgres://a@h/st\"}\n" + jsonl, ""},
 		{"storage and state_dir", head + "storage: {uri: \"postgres://a@h/st\"}\nstate_dir: state\n" + jsonl,
 			"c.yaml:4:1: state_dir: set either a storage section or state_dir, not both"},
+		{"a storage section without a URI", head + "storage: {schema: sp}\n" + jsonl, "c.yaml:3:1: storage.uri: required"},
 		{"default pipeline, no storage", head, "c.yaml: storage.uri: required: the postgres:// URI of bucket storage"},
 		{"bucketstore pipeline, no storage", head + "state_dir: state\n" + jsonl + "  - name: b\n    sink: {type: bucketstore}\n",
 			"c.yaml: storage.uri: required"},
