@@ -20,17 +20,18 @@ import (
 // snapshot and streamed changes arrive, the pipeline's state is in its
 // state file, a SIGKILL and restart resume without loss or repeat (same
 // version, no new snapshot), and status shows the pipeline from the state
-// file.
+// file. (Its pipeline's name, and so its slot's, is its own: slots are
+// the cluster's, shared by the package's parallel tests.)
 func TestRunJSONLWithoutStorage(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out := filepath.Join(t.TempDir(), "audit")
+	out := filepath.Join(t.TempDir(), "archive")
 	e := harness.New(t, harness.Options{
 		NoStorage: true,
 		Data:      &todos.Size{Lists: 5, Todos: 200, Seed: 3},
 		Top: fmt.Sprintf(`pipelines:
-  - name: audit
+  - name: archive
     tables: [todos]
     stages: {chunk_rows: 40}
     sink: {type: jsonl, settings: {dir: %q}}
@@ -48,8 +49,8 @@ func TestRunJSONLWithoutStorage(t *testing.T) {
 	e.Exec(ctx, `DELETE FROM todos WHERE id IN (SELECT id FROM todos ORDER BY id DESC LIMIT 3)`)
 	target := e.SourceLSN(ctx)
 	e.WaitFor(ctx, "the jsonl stream past "+target, func() bool { return e.JSONLStreamPast(ctx, out, target) })
-	state := readState(t, filepath.Join(e.Dir, harness.StateDir, "audit.state.json"))
-	if state.Version != 1 || !state.SnapshotDone || state.SlotName != "syncpipe_p_audit" || state.SinkType != "jsonl" {
+	state := readState(t, filepath.Join(e.Dir, harness.StateDir, "archive.state.json"))
+	if state.Version != 1 || !state.SnapshotDone || state.SlotName != "syncpipe_p_archive" || state.SinkType != "jsonl" {
 		t.Fatalf("state file after the snapshot: %+v", state)
 	}
 
@@ -60,7 +61,7 @@ func TestRunJSONLWithoutStorage(t *testing.T) {
 	target = e.SourceLSN(ctx)
 	e.Start()
 	e.WaitFor(ctx, "the jsonl stream past "+target+" after the restart", func() bool { return e.JSONLStreamPast(ctx, out, target) })
-	if state := readState(t, filepath.Join(e.Dir, harness.StateDir, "audit.state.json")); state.Version != 1 {
+	if state := readState(t, filepath.Join(e.Dir, harness.StateDir, "archive.state.json")); state.Version != 1 {
 		t.Errorf("the restart started version %d; want version 1 resumed", state.Version)
 	}
 	lines := harness.ReadJSONL(t, file)
@@ -98,14 +99,14 @@ func TestRunJSONLWithoutStorage(t *testing.T) {
 	if code != cli.ExitOK {
 		t.Fatalf("status: exit %d: %s", code, stderr)
 	}
-	var audit string
+	var archive string
 	for _, l := range strings.Split(status, "\n") {
-		if strings.HasPrefix(l, "audit ") {
-			audit = l
+		if strings.HasPrefix(l, "archive ") {
+			archive = l
 		}
 	}
-	if f := strings.Fields(audit); len(f) < 7 || f[1] != "jsonl" || f[2] != "todos" || f[3] != "1" || f[4] != "done" || !strings.Contains(f[5], "/") {
-		t.Errorf("status shows the audit pipeline as %q; want sink jsonl, tables todos, version 1, snapshot done, a stream LSN:\n%s", audit, status)
+	if f := strings.Fields(archive); len(f) < 7 || f[1] != "jsonl" || f[2] != "todos" || f[3] != "1" || f[4] != "done" || !strings.Contains(f[5], "/") {
+		t.Errorf("status shows the archive pipeline as %q; want sink jsonl, tables todos, version 1, snapshot done, a stream LSN:\n%s", archive, status)
 	}
 }
 
