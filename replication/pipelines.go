@@ -9,6 +9,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // RunPipelines runs every pipeline o.Config declares until ctx ends: the
@@ -19,8 +20,9 @@ import (
 // keep their state in storage when the config has a storage section, and
 // in state files (StateFiles, at config.StateFile) when it has none, so a
 // program of custom pipelines needs no storage database. A pipeline's
-// failure that retrying cannot heal is stored and shown by status; only an
-// error starting a pipeline ends the run.
+// failure that retrying cannot heal is stored and shown by status; only
+// sync rules that do not parse and an error starting a pipeline end the
+// run.
 func RunPipelines(ctx context.Context, o Options) error {
 	cfg := o.Config
 	log := o.Logger
@@ -35,6 +37,15 @@ func RunPipelines(ctx context.Context, o Options) error {
 		return errors.New("run pipelines: the config has bucket storage, but no storage was opened (Options.Store)")
 	default:
 		state = NewStateFiles(cfg.StateFile)
+	}
+	// Rules that do not parse fail every pipeline on every retry: say so
+	// once, before anything starts.
+	rules, err := cfg.SyncRules.Read()
+	if err == nil {
+		_, err = syncrules.Parse(rules, syncrules.Options{File: "sync rules", GroupID: "0"})
+	}
+	if err != nil {
+		return fmt.Errorf("run pipelines: %w", err)
 	}
 	CreatePublications(ctx, cfg, log)
 	p := pool.New().WithContext(ctx).WithCancelOnError().WithFirstError()

@@ -106,3 +106,23 @@ pipelines:
 		t.Errorf("env %+v", rs.env)
 	}
 }
+
+// TestRunPipelinesRefusesBadRules checks that RunPipelines reports sync
+// rules that do not parse at once, before it connects anywhere, rather
+// than retrying them in every pipeline.
+func TestRunPipelinesRefusesBadRules(t *testing.T) {
+	cfg, err := config.LoadBytes("c.yaml", []byte(`source: {uri: "postgres://a@127.0.0.1:1/db"}
+state_dir: state
+sync_rules: {content: "bucket_definitions: {global: {data: [SELECT FROM]}}"}
+pipelines:
+  - name: out
+    sink: {type: jsonl, settings: {dir: out}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = RunPipelines(context.Background(), Options{Config: cfg})
+	if err == nil || !strings.Contains(err.Error(), "run pipelines: sync rules") {
+		t.Errorf("err = %v; want the rules' error", err)
+	}
+}
