@@ -39,6 +39,9 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	if !cfg.UsesStorage() {
+		return usagef("compact: %s has no storage section: there is no bucket storage to compact", *path)
+	}
 	if *busy == 0 {
 		*busy = cfg.Replication.Compaction.MaxBusy
 	}

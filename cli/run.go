@@ -22,8 +22,9 @@ import (
 
 var roles = []string{"all", "api", "replication", "replication:streaming", "replication:snapshot"}
 
-// runRun replicates (and, with role all or api, will serve the sync API)
-// until interrupted. The stage-time summary of the run is logged at exit.
+// runRun replicates (and, with role all or api, serves the sync API of
+// bucket storage; a config without storage serves nothing) until
+// interrupted. The stage-time summary of the run is logged at exit.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", stderr)
 	path := configFlag(fs)
@@ -80,35 +81,49 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			log.Warn("telemetry shutdown", "err", err)
 		}
 	}()
-	store, err := bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema,
-		MaxConns: int32(cfg.Storage.MaxConns), SynchronousCommit: cfg.Storage.SynchronousCommit,
-		ConnectTimeout: cfg.Storage.ConnectTimeout, Logger: log})
-	if err != nil {
-		return err
+	// Without storage (only custom pipelines, no storage section) there is
+	// nothing to serve: pipelines keep their state in state files.
+	var store *bucketstore.Store
+	if cfg.UsesStorage() {
+		store, err = bucketstore.Open(ctx, bucketstore.Config{URI: cfg.Storage.URI, Schema: cfg.Storage.Schema,
+			MaxConns: int32(cfg.Storage.MaxConns), SynchronousCommit: cfg.Storage.SynchronousCommit,
+			ConnectTimeout: cfg.Storage.ConnectTimeout, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+	} else if *role == "api" {
+		return usagef("run: --role api serves bucket storage, and %s has no storage section", *path)
 	}
-	defer store.Close()
 	// Rules vs source tables and columns: warnings, as PowerSync reports
 	// them (again in the background while the source does not answer).
 	warnings, stopCheck := warnSourceSchema(ctx, cfg, *role, log, func(ctx context.Context, warnings []string) {
-		if rules, err := cfg.SyncRules.Read(); err == nil {
+		if rules, err := cfg.SyncRules.Read(); err == nil && store != nil {
 			if err := store.SetRulesWarnings(ctx, string(rules), warnings); err != nil {
 				log.Warn("sync rules' warnings not stored for status", "err", err)
 			}
 		}
 	})
 	defer stopCheck()
-	if err := registerUnitGauges(tel.MeterProvider, store); err != nil {
-		return err
+	if store == nil {
+		if err := registerSlotGauges(tel.MeterProvider, stateLister{cfg}, cfg, log); err != nil {
+			return err
+		}
+		log.Info("syncpipe starting without storage", "role", *role, "state_dir", cfg.StateDir, "metrics", tel.MetricsAddr())
+	} else {
+		if err := registerUnitGauges(tel.MeterProvider, store); err != nil {
+			return err
+		}
+		if err := registerSlotGauges(tel.MeterProvider, store, cfg, log); err != nil {
+			return err
+		}
+		if err := registerStorageGauge(tel.MeterProvider, store, log); err != nil {
+			return err
+		}
+		log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
 	}
-	if err := registerSlotGauges(tel.MeterProvider, store, cfg, log); err != nil {
-		return err
-	}
-	if err := registerStorageGauge(tel.MeterProvider, store, log); err != nil {
-		return err
-	}
-	log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())
 
-	if *role == "all" || *role == "api" {
+	if store != nil && (*role == "all" || *role == "api") {
 		api, err := startAPI(ctx, cfg, store, tel, log)
 		if err != nil {
 			return err
@@ -142,7 +157,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if telemetry.IsTerminal(stderr) {
 		term = stderr
 	}
-	err = replicate(ctx, cfg, store, log, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
+	err = replication.RunPipelines(ctx, replication.Options{Config: cfg, Store: store, Logger: log, Role: *role, Terminal: term,
 		MeterProvider: tel.MeterProvider, Reload: reloadOnSIGHUP(ctx, log), RulesWarnings: warnings,
 		Tracer: pipeline.MultiTracer{otelpipeline.New(otelpipeline.Config{TracerProvider: tel.TracerProvider}), summary}})
 	logSummary(log, summary)

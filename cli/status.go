@@ -37,8 +37,9 @@ type statusStorage interface {
 var _ statusStorage = (*bucketstore.Store)(nil)
 
 // runStatus prints replication groups, per-table snapshot progress, lag and
-// slot health. Storage is required; the source is optional (lag and slot
-// health are shown when it answers).
+// slot health; for a config without storage, the pipelines' state from
+// their state files. The source is optional (lag and slot health are
+// shown when it answers).
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("status", stderr)
 	path := configFlag(fs)
@@ -48,6 +49,14 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg, err := loadConfig(*path, stderr)
 	if err != nil {
 		return err
+	}
+	if !cfg.UsesStorage() {
+		// Only custom pipelines: their state is in state files.
+		src := statusSource(ctx, cfg, stderr)
+		if src != nil {
+			defer closeStatusSource(ctx, src)
+		}
+		return writeStateStatus(ctx, stdout, cfg, src, time.Now())
 	}
 	store, err := openToolStore(ctx, cfg)
 	if err != nil {
@@ -60,22 +69,33 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var src *pgx.Conn
-	pl, ok := cfg.BucketstorePipeline()
-	if !ok {
-		pl = cfg.EffectivePipelines()[0] // lag is measured on the source they all read
-	}
-	if src, err = postgres.Connect(ctx, pl.Source.URI, cfg.Source.ConnectTimeout); err != nil {
-		fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)
-		src = nil
-	} else {
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = src.Close(cctx)
-		}()
+	src := statusSource(ctx, cfg, stderr)
+	if src != nil {
+		defer closeStatusSource(ctx, src)
 	}
 	return writeStatus(ctx, stdout, cfg, store, groups, src)
+}
+
+// statusSource connects to the source lag is measured on (the bucketstore
+// pipeline's, else the first pipeline's: they all read it), or says on
+// stderr that lag and slot health are not shown and returns nil.
+func statusSource(ctx context.Context, cfg *config.Config, stderr io.Writer) *pgx.Conn {
+	pl, ok := cfg.BucketstorePipeline()
+	if !ok {
+		pl = cfg.EffectivePipelines()[0]
+	}
+	src, err := postgres.Connect(ctx, pl.Source.URI, cfg.Source.ConnectTimeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "source unreachable (%v): lag and slot health not shown\n", err)
+		return nil
+	}
+	return src
+}
+
+func closeStatusSource(ctx context.Context, src *pgx.Conn) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = src.Close(cctx)
 }
 
 // writeStatus prints the status tables: groups as store.Groups returned
@@ -87,7 +107,11 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 	if err != nil {
 		now = time.Now()
 	}
-	if err := writePipelines(ctx, stdout, cfg, store, groups, src, now); err != nil {
+	stored, err := store.SinkPipelines(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writePipelines(ctx, stdout, cfg, stored, groups, src, now); err != nil {
 		return err
 	}
 	if len(groups) == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
@@ -103,6 +104,55 @@ func TestFormatBytes(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 12_900_000: "12.3 MiB", 5 << 30: "5.0 GiB", 3 << 60: "3.0 EiB"} {
 		if got := formatBytes(n); got != want {
 			t.Errorf("formatBytes(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestStatusOutputFromStateFiles renders status for a config without
+// storage: each pipeline from its state file (one never started), and a
+// stored error in full below the table.
+func TestStatusOutputFromStateFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "syncpipe.yaml")
+	if err := os.WriteFile(path, []byte(`source: {uri: "postgres://app@127.0.0.1:1/app"}
+sync_rules: {content: "bucket_definitions: {global: {data: [SELECT * FROM todos]}}"}
+state_dir: state
+pipelines:
+  - name: audit
+    tables: [todos]
+    sink: {type: jsonl, settings: {dir: audit}}
+  - name: later
+    sink: {type: jsonl, settings: {dir: later}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := replication.NewStateFiles(cfg.StateFile)
+	if err := files.StartSinkPipelineVersion(ctx, bucketstore.SinkPipeline{Name: "audit", Version: 2, SinkType: "jsonl", Tables: []string{"todos"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{files.MarkSinkPipelineSnapshotDone(ctx, "audit"), files.SetSinkPipelineStream(ctx, "audit", 0x16B3748),
+		files.ReportSinkPipelineError(ctx, "audit", "table public.todos has no primary key or replica identity index: add one\nsee the README")} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b strings.Builder
+	if err := writeStateStatus(ctx, &b, cfg, nil, time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"audit     jsonl  todos            2        done         0/16B3748   ?    table public.todos has no primary key or replica identity in…",
+		"later     jsonl  all rule tables  —        not started  —",
+		"pipeline audit needs attention (1m0s ago): table public.todos has no primary key or replica identity index: add one\nsee the README",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
 }

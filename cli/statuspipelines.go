@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 )
@@ -18,13 +19,10 @@ import (
 // writePipelines prints one line per configured pipeline: its sink,
 // tables, version, snapshot state, stream position, lag and last error.
 // The bucketstore pipeline is described by its active (else newest)
-// group; the others by their stored state. Sinks are not opened: a sink
-// belongs to the running process.
-func writePipelines(ctx context.Context, w io.Writer, cfg *config.Config, store statusStorage, groups []bucketstore.Group, src *pgx.Conn, now time.Time) error {
-	stored, err := store.SinkPipelines(ctx)
-	if err != nil {
-		return err
-	}
+// group; the others by their stored state (from storage, or from their
+// state files). Sinks are not opened: a sink belongs to the running
+// process.
+func writePipelines(ctx context.Context, w io.Writer, cfg *config.Config, stored []bucketstore.SinkPipeline, groups []bucketstore.Group, src *pgx.Conn, now time.Time) error {
 	byName := map[string]bucketstore.SinkPipeline{}
 	for _, p := range stored {
 		byName[p.Name] = p
@@ -66,8 +64,56 @@ func writePipelines(ctx context.Context, w io.Writer, cfg *config.Config, store 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(w)
+	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// stateLister reads the state of a storage-less config's pipelines from
+// their state files, for status and the slot metrics; there are no
+// replication groups without storage.
+type stateLister struct{ cfg *config.Config }
+
+// Groups returns none: groups live in bucket storage.
+func (stateLister) Groups(context.Context) ([]bucketstore.Group, error) { return nil, nil }
+
+// SinkPipelines returns the state of every configured pipeline that has a
+// state file, in the config's order.
+func (l stateLister) SinkPipelines(ctx context.Context) ([]bucketstore.SinkPipeline, error) {
+	files := replication.NewStateFiles(l.cfg.StateFile)
+	var out []bucketstore.SinkPipeline
+	for _, pl := range l.cfg.EffectivePipelines() {
+		p, ok, err := files.SinkPipeline(ctx, pl.Name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// writeStateStatus is status for a config without storage: the pipelines'
+// table from their state files, then each stored error in full.
+func writeStateStatus(ctx context.Context, w io.Writer, cfg *config.Config, src *pgx.Conn, now time.Time) error {
+	stored, err := stateLister{cfg}.SinkPipelines(ctx)
+	if err != nil {
+		return err
+	}
+	if err := writePipelines(ctx, w, cfg, stored, nil, src, now); err != nil {
+		return err
+	}
+	for _, p := range stored {
+		if p.LastError == "" {
+			continue
+		}
+		when := ""
+		if p.LastErrorAt != nil {
+			when = fmt.Sprintf(" (%s ago)", max(now.Sub(*p.LastErrorAt), 0).Round(time.Second))
+		}
+		fmt.Fprintf(w, "pipeline %s needs attention%s: %s\n", p.Name, when, strings.TrimSpace(p.LastError))
+	}
+	return nil
 }
 
 // servingGroup is the active group, else the newest one.

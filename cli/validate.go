@@ -14,7 +14,6 @@ import (
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/pgauth"
 	"github.com/syncpipe/syncpipe/replication"
-	"github.com/syncpipe/syncpipe/sinks"
 	_ "github.com/syncpipe/syncpipe/sinks/bucketstore" // registers the bucketstore sink
 	_ "github.com/syncpipe/syncpipe/sinks/jsonl"       // registers the jsonl sink
 	"github.com/syncpipe/syncpipe/stages/syncrules"
@@ -35,11 +34,7 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	if err == nil {
 		// Sinks register themselves by name, with the spec of their
 		// settings; YAML may only name those, with those settings.
-		errs := append(config.AsErrors(cfg.CheckSinks(sinks.Names())), config.AsErrors(sinks.CheckSettings(cfg))...)
-		if len(errs) > 0 {
-			errs.Sort()
-			err = errs
-		}
+		err = replication.CheckSinks(cfg)
 	}
 	if err != nil {
 		errs := config.AsErrors(err)

@@ -13,7 +13,8 @@ import (
 // validates) or from Default (then fill it in and call Validate).
 type Config struct {
 	Source      Source      `koanf:"source" doc:"The PostgreSQL database to replicate."`
-	Storage     Storage     `koanf:"storage" doc:"The PostgreSQL database holding bucket storage."`
+	Storage     Storage     `koanf:"storage" doc:"The PostgreSQL database holding bucket storage. Required when a pipeline writes to bucketstore (as the default pipeline does); without it, pipelines keep their state in state_dir."`
+	StateDir    string      `koanf:"state_dir" doc:"Directory of the state files of pipelines whose sink is not bucketstore ({state_dir}/{pipeline name}.state.json: version, slot, snapshot plan, stream position, last error) when there is no storage section; required then, and refused with one (the state is then kept in storage). Put it next to the sinks' progress files. Relative paths are resolved against the config file's directory."`
 	SyncRules   SyncRules   `koanf:"sync_rules" doc:"The sync rules: PowerSync edition 1 bucket_definitions, or edition 3 streams (Sync Streams, in part)."`
 	Replication Replication `koanf:"replication" doc:"Replication workers, snapshot and stream tuning."`
 	API         API         `koanf:"api" doc:"The sync API server."`
@@ -36,7 +37,7 @@ type Source struct {
 
 // Storage describes the bucket storage database.
 type Storage struct {
-	URI               string        `koanf:"uri" doc:"Required. postgres:// or postgresql:// URI of bucket storage; migrated on start."`
+	URI               string        `koanf:"uri" doc:"Required when a pipeline writes to bucketstore (the default pipeline does). postgres:// or postgresql:// URI of bucket storage; migrated on start."`
 	Schema            string        `koanf:"schema" doc:"Schema that holds syncpipe's tables."`
 	MaxConns          int           `koanf:"max_conns" doc:"Maximum connections in the storage pool."`
 	SynchronousCommit string        `koanf:"synchronous_commit" doc:"synchronous_commit for storage writes: off or on. off is safe: published checkpoints, acknowledged LSNs and done marks come from durable records, and work resumes from storage after a storage restart."`

@@ -111,6 +111,9 @@ func (l Loader) LoadBytes(name string, data []byte) (*Config, error) {
 	if p := cfg.SyncRules.Path; p != "" && !filepath.IsAbs(p) && cfg.Location("sync_rules.path").Env == "" {
 		cfg.SyncRules.Path = filepath.Join(filepath.Dir(name), p)
 	}
+	if d := cfg.StateDir; d != "" && !filepath.IsAbs(d) && cfg.Location("state_dir").Env == "" {
+		cfg.StateDir = filepath.Join(filepath.Dir(name), d)
+	}
 	errs := w.errs
 	if verr := cfg.Validate(); verr != nil {
 		errs = append(errs, AsErrors(verr)...)

@@ -2,7 +2,9 @@ package config
 
 import (
 	"maps"
+	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // DefaultPipelineName names the implicit pipeline used when the config
@@ -81,6 +83,35 @@ func (c *Config) BucketstorePipeline() (Pipeline, bool) {
 		}
 	}
 	return Pipeline{}, false
+}
+
+// UsesStorage reports whether the config has bucket storage: a storage
+// section (or storage URI), or a pipeline writing to bucketstore (which
+// then requires one). Without storage, `syncpipe run` serves no sync API
+// and keeps each pipeline's state in a state file (StateFile).
+func (c *Config) UsesStorage() bool {
+	_, bucket := c.BucketstorePipeline()
+	return bucket || c.Storage.URI != "" || c.declares("storage")
+}
+
+// declares reports whether the file or the environment set key or a key
+// under it.
+func (c *Config) declares(key string) bool {
+	if c.meta == nil {
+		return false
+	}
+	for k := range c.meta.idx {
+		if k == key || strings.HasPrefix(k, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// StateFile is the path of the state file of the named pipeline in
+// state_dir, used when the config has no storage (UsesStorage).
+func (c *Config) StateFile(pipeline string) string {
+	return filepath.Join(c.StateDir, pipeline+".state.json")
 }
 
 // resolvePipeline fills zero fields of p from the sections it inherits from.

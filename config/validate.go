@@ -29,9 +29,13 @@ func (c *Config) Validate() error {
 
 // ValidateServe checks what serving the sync API needs beyond Validate:
 // the settings that `syncpipe run` (role all or api) refuses at start-up.
+// A config without storage (UsesStorage) serves nothing and needs none.
 // `syncpipe validate` calls it, so that a file run rejects is rejected
 // there too, with its position; other roles do not need these keys.
 func (c *Config) ValidateServe() error {
+	if !c.UsesStorage() {
+		return nil // no bucket storage, nothing to serve: run starts no API
+	}
 	v := &validator{c: c}
 	au := c.API.Auth
 	if len(au.Audience) == 0 {
@@ -179,6 +183,14 @@ func (v *validator) source() {
 
 func (v *validator) storage() {
 	s := v.c.Storage
+	if !v.c.UsesStorage() {
+		// Only custom pipelines: their state goes to state files.
+		v.required("state_dir", v.c.StateDir, "the directory of the pipelines' state files (without a storage section, and with no pipeline writing to bucketstore, pipelines keep their state there)")
+		return
+	}
+	if v.c.StateDir != "" {
+		v.add(KindConflict, "state_dir", "set either a storage section or state_dir, not both: with storage, the pipelines' state is kept in storage")
+	}
 	if v.required("storage.uri", s.URI, "the postgres:// URI of bucket storage") {
 		v.pgURI("storage.uri", s.URI)
 	}

@@ -23,7 +23,10 @@
 // Pipelines with a sink other than bucket storage run in a SinkRunner
 // (sinkpipe.go): a slot of their own, a key-range snapshot into the sink
 // and a stream through postgres.Decode, with the sink keeping the progress
-// and storage the pipeline's version.
+// and storage the pipeline's version — or, for a config without storage,
+// a state file per pipeline (sinkstate.go). RunPipelines (pipelines.go)
+// starts every configured pipeline; sinkconfig.go opens and checks the
+// configured sinks.
 //
 // # Consistency
 //

@@ -34,8 +34,8 @@ type SinkOptions struct {
 	Pipeline config.Pipeline
 	// Sink is the pipeline's opened sink; the caller closes it after Run.
 	Sink sinks.Sink
-	// Store keeps the pipeline's version, slot, snapshot plan and errors
-	// (a *bucketstore.Store).
+	// Store keeps the pipeline's version, slot, snapshot plan and errors:
+	// a *bucketstore.Store, or StateFiles for a config without storage.
 	Store  SinkStorage
 	Logger *slog.Logger
 	Tracer pipeline.StageTracer
@@ -51,8 +51,9 @@ type SinkOptions struct {
 //	stream:   read → decode (decode_workers) → eval → build → flush → commit
 //
 // The sink keeps the snapshot and stream progress (sinks.Sink.Resume);
-// storage keeps the pipeline's version: a changed sink, table list or sync
-// rules is a new version, which resets the sink and snapshots afresh.
+// SinkOptions.Store (storage, or a state file) keeps the pipeline's
+// version: a changed sink, table list or sync rules is a new version,
+// which resets the sink and snapshots afresh.
 type SinkRunner struct {
 	o     SinkOptions
 	pl    config.Pipeline

@@ -65,14 +65,30 @@
 //
 // A program that registers its sinks and then calls cli.Main (package
 // github.com/syncpipe/syncpipe/cli) is the whole syncpipe command with
-// those sinks: its validate checks the config against the registered names
-// with config.CheckSinks(sinks.Names()) and every pipeline's settings
-// against its sink's spec with CheckSettings (both offline, with file
-// positions), and its run builds each pipeline's sink with Open, whose
-// factory gets the checked Settings. examples/httpsink is such a program
-// in under 60 lines.
-// FlushAndCommit ends a pipeline (pipeline.From and any processing stages)
-// at a sink.
+// those sinks; one that calls replication.RunPipelines runs just its
+// configured pipelines (examples/httpsink). Either way the config is
+// checked against the registered names and every pipeline's settings
+// against its sink's spec, offline and with file positions
+// (replication.CheckSinks), and each pipeline's sink is built with Open,
+// whose factory gets the checked Settings. This package knows sink types
+// and settings, not config files: Open takes a type name and its raw
+// settings (Config), CheckSettings checks them alone. FlushAndCommit ends
+// a pipeline of your own at a sink.
+//
+// # No storage database needed
+//
+// A pipeline's sink keeps its progress (Commit, Resume). What the runner
+// keeps besides — the pipeline's version and fingerprint, its replication
+// slot, the snapshot's key range plan, the last stream position for
+// status, and the last error that needs an operator — lives in bucket
+// storage only when the config has a storage section (or a bucketstore
+// pipeline). A config whose pipelines all write to other sinks needs no
+// storage: it sets state_dir instead, and each pipeline's metadata is a
+// state file there, {state_dir}/{pipeline name}.state.json, replaced
+// atomically on each change. Keep state_dir next to the sinks' progress:
+// together they are the pipeline's whole state, to back up or delete
+// together, and one process uses them at a time. `syncpipe status`
+// reads the state files; the sink is never opened for it.
 //
 // # Keeping progress in a file
 //

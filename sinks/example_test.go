@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
@@ -91,49 +90,30 @@ func changes() pipeline.Source[stages.Change, sinks.Position] {
 	})
 }
 
-// A Go program registers its own sink type, names it in a YAML pipeline
-// with settings, opens it and runs the pipeline.
+// A Go program registers its own sink type, opens it by type name with
+// settings (as a YAML pipeline's sink: {type: counting, settings: {label:
+// audit}} does) and runs a pipeline into it.
 func ExampleRegister() {
-	yaml := `
-source:     {uri: "postgres://app@127.0.0.1:5432/app"}
-storage:    {uri: "postgres://app@127.0.0.1:5432/syncpipe"}
-sync_rules: {content: "bucket_definitions: {}"}
-pipelines:
-  - name: audit
-    stages: {flush_writers: 2}
-    sink: {type: counting, settings: {label: audit}}
-`
-	cfg, err := config.LoadBytes("syncpipe.yaml", []byte(yaml))
+	ctx := context.Background()
+	sink, err := sinks.Open(ctx, sinks.Config{Type: "counting", Settings: map[string]any{"label": "audit"}}, sinks.Env{Pipeline: "audit"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	if err := cfg.CheckSinks(sinks.Names()); err != nil {
+	run := pipeline.New[sinks.Position](pipeline.Config{Name: "audit"})
+	in := pipeline.From(run, pipeline.StageConfig{Name: "source"}, changes())
+	if err := sinks.FlushAndCommit(ctx, in, sink, 2); err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx := context.Background()
-	for _, p := range cfg.EffectivePipelines() {
-		sink, err := sinks.Open(ctx, p, sinks.Env{})
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		run := pipeline.New[sinks.Position](pipeline.Config{Name: p.Name, Depth: p.Stages.ChannelDepth})
-		in := pipeline.From(run, pipeline.StageConfig{Name: "source"}, changes())
-		if err := sinks.FlushAndCommit(ctx, in, sink, p.Stages.FlushWriters); err != nil {
-			fmt.Println(err)
-			return
-		}
-		if err := run.Run(ctx); err != nil {
-			fmt.Println(err)
-		}
-		if pos, ok, err := sink.Resume(ctx, "", 0); err == nil && ok {
-			fmt.Printf("%s: resume after LSN %d\n", p.Name, pos.LSN)
-		}
-		if err := sink.Close(ctx); err != nil {
-			fmt.Println(err)
-		}
+	if err := run.Run(ctx); err != nil {
+		fmt.Println(err)
+	}
+	if pos, ok, err := sink.Resume(ctx, "", 0); err == nil && ok {
+		fmt.Printf("audit: resume after LSN %d\n", pos.LSN)
+	}
+	if err := sink.Close(ctx); err != nil {
+		fmt.Println(err)
 	}
 	// Output:
 	// audit: committed up to LSN 1000

@@ -18,9 +18,9 @@ const (
 
 // FlushAndCommit ends a pipeline at sink: it adds a Flush stage with
 // writers writers (at least one) taken from sink.Writer, and the ordered
-// Commit stage calling sink.Commit. Use it after pipeline.From and your
-// own Process stages (decode, evaluate), if any. It fails, adding no stage,
-// when sink is nil or a writer cannot be created.
+// Commit stage calling sink.Commit. Use it after your source and your own
+// Process stages (decode, evaluate). It fails, adding no stage, when sink
+// is nil or a writer cannot be created.
 func FlushAndCommit(ctx context.Context, in *pipeline.Stream[stages.Change, Position], sink Sink, writers int) error {
 	if sink == nil {
 		return errors.New("nil sink")

@@ -86,8 +86,7 @@ func streamSource(n int) pipeline.Source[stages.Change, sinks.Position] {
 	})
 }
 
-// newPipeline wires src straight to sink: From, then FlushAndCommit with
-// writers writers and channels of depth batches.
+// newPipeline wires src → flush (writers) → commit to sink.
 func newPipeline(name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink, writers, depth int) (*pipeline.Pipeline[sinks.Position], error) {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: depth})
 	in := pipeline.From(p, pipeline.StageConfig{Name: "source"}, src)

@@ -10,25 +10,45 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/syncpipe/syncpipe/config"
+	"time"
 )
 
 // Env is what a Factory gets besides its settings: the context a sink lives
 // in, which a sink's settings alone do not say.
 type Env struct {
-	// Pipeline is the name of the pipeline the sink serves, for log lines
-	// and for sinks that keep per-pipeline state. Open fills it in from
-	// the pipeline when empty.
+	// Pipeline is the name of the pipeline the sink serves, for log lines,
+	// errors and sinks that keep per-pipeline state; empty when the sink
+	// serves no named pipeline.
 	Pipeline string
 	// Logger is where the sink logs; Open sets slog.Default() when nil, so
 	// a factory never has to check.
 	Logger *slog.Logger
-	// Config is the whole loaded configuration, for built-in sinks that
-	// read a shared section (bucketstore uses the storage section). Nil
-	// when a program builds a sink without a config file; custom sinks
-	// should rely on their settings only.
-	Config *config.Config
+	// Storage is the bucket storage database of the config's storage
+	// section, which the built-in bucketstore sink writes to; zero when
+	// the config has none. Custom sinks rely on their settings only.
+	Storage StorageConn
+}
+
+// StorageConn says how to reach the bucket storage database (the config's
+// storage section). It is spelled out here, rather than the whole config
+// passed, so that a sink sees only what it uses and this package does not
+// depend on the config package.
+type StorageConn struct {
+	URI               string
+	Schema            string
+	MaxConns          int
+	SynchronousCommit string
+	ConnectTimeout    time.Duration
+}
+
+// Config names a sink type and gives its settings, as a YAML pipeline
+// does in pipelines[].sink: Open builds a sink from it.
+type Config struct {
+	// Type is the registered sink type name.
+	Type string
+	// Settings are the raw settings as decoded from YAML (nil for none);
+	// Open checks them against the type's Spec.
+	Settings map[string]any
 }
 
 // Factory builds a sink from its settings (pipelines[].sink.settings),
@@ -97,8 +117,8 @@ func SpecOf(name string) (Spec, bool) {
 	return p.spec, ok
 }
 
-// Names returns the registered sink types, sorted; pass it to
-// config.CheckSinks to reject unknown types while validating a config.
+// Names returns the registered sink types, sorted, for validating the
+// sink types a config names (config.CheckSinks) and for error messages.
 func Names() []string {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
@@ -110,38 +130,35 @@ func Names() []string {
 // lacks the blank import that registers it.
 var ErrUnknownSink = errors.New("unknown sink type")
 
-// Open builds the sink of pipeline p with the factory registered for
-// p.Sink.Type (config.SinkBucketstore when empty), passing it p.Sink.Settings
-// and env. Errors name the pipeline and the sink type; an unknown type also
-// lists the registered ones. The caller owns the returned sink and must
-// Close it.
-func Open(ctx context.Context, p config.Pipeline, env Env) (Sink, error) {
-	typ := p.Sink.Type
-	if typ == "" {
-		typ = config.SinkBucketstore
+// Open builds a sink of type c.Type with the factory registered for it,
+// passing it c.Settings checked against the type's Spec, and env. Errors
+// name the sink type, and the pipeline when env.Pipeline is set; an
+// unknown type also lists the registered ones. The caller owns the
+// returned sink and must Close it.
+func Open(ctx context.Context, c Config, env Env) (Sink, error) {
+	who := ""
+	if env.Pipeline != "" {
+		who = fmt.Sprintf("pipeline %q: ", env.Pipeline)
 	}
 	registryMu.RLock()
-	pl, ok := registry[typ]
+	pl, ok := registry[c.Type]
 	registryMu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("pipeline %q: sink %q: %w; registered: %s", p.Name, typ, ErrUnknownSink, strings.Join(Names(), ", "))
-	}
-	if env.Pipeline == "" {
-		env.Pipeline = p.Name
+		return nil, fmt.Errorf("%ssink %q: %w; registered: %s", who, c.Type, ErrUnknownSink, strings.Join(Names(), ", "))
 	}
 	if env.Logger == nil {
 		env.Logger = slog.Default()
 	}
-	settings, err := pl.spec.Parse(p.Sink.Settings)
+	settings, err := pl.spec.Parse(c.Settings)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline %q: sink %s: %w", p.Name, typ, err)
+		return nil, fmt.Errorf("%ssink %s: %w", who, c.Type, err)
 	}
 	s, err := pl.factory(ctx, settings, env)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline %q: sink %s: %w", p.Name, typ, err)
+		return nil, fmt.Errorf("%ssink %s: %w", who, c.Type, err)
 	}
 	if s == nil {
-		return nil, fmt.Errorf("pipeline %q: sink %s: factory returned no sink", p.Name, typ)
+		return nil, fmt.Errorf("%ssink %s: factory returned no sink", who, c.Type)
 	}
 	return s, nil
 }

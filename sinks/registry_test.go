@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks"
 )
 
@@ -105,8 +104,8 @@ func TestOpenPassesSettingsAndEnv(t *testing.T) {
 		gotSettings, gotEnv = s, env
 		return want, nil
 	})
-	p := config.Pipeline{Name: "audit", Sink: config.Sink{Type: typ, Settings: map[string]any{"dir": "out"}}}
-	s, err := sinks.Open(context.Background(), p, sinks.Env{})
+	c := sinks.Config{Type: typ, Settings: map[string]any{"dir": "out"}}
+	s, err := sinks.Open(context.Background(), c, sinks.Env{Pipeline: "audit"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +114,7 @@ func TestOpenPassesSettingsAndEnv(t *testing.T) {
 	}
 
 	logger := slog.New(slog.DiscardHandler)
-	if _, err := sinks.Open(context.Background(), p, sinks.Env{Pipeline: "other", Logger: logger}); err != nil {
+	if _, err := sinks.Open(context.Background(), c, sinks.Env{Pipeline: "other", Logger: logger}); err != nil {
 		t.Fatal(err)
 	}
 	if gotEnv.Pipeline != "other" || gotEnv.Logger != logger {
@@ -126,8 +125,7 @@ func TestOpenPassesSettingsAndEnv(t *testing.T) {
 func TestOpenUnknownType(t *testing.T) {
 	known := uniq("unknown-known")
 	sinks.MustRegister(known, sinks.Spec{}, nopFactory)
-	p := config.Pipeline{Name: "p1", Sink: config.Sink{Type: "nosuch"}}
-	_, err := sinks.Open(context.Background(), p, sinks.Env{})
+	_, err := sinks.Open(context.Background(), sinks.Config{Type: "nosuch"}, sinks.Env{Pipeline: "p1"})
 	if !errors.Is(err, sinks.ErrUnknownSink) {
 		t.Fatalf("err = %v; want ErrUnknownSink", err)
 	}
@@ -136,11 +134,10 @@ func TestOpenUnknownType(t *testing.T) {
 			t.Errorf("err %q does not mention %s", err, part)
 		}
 	}
-	// An empty type means the default sink, which this test binary lacks.
-	p.Sink.Type = ""
-	if _, err := sinks.Open(context.Background(), p, sinks.Env{}); !errors.Is(err, sinks.ErrUnknownSink) ||
-		!strings.Contains(err.Error(), `"bucketstore"`) {
-		t.Errorf("empty type: err = %v; want unknown bucketstore", err)
+	// Without a pipeline name the error names the sink alone.
+	if _, err := sinks.Open(context.Background(), sinks.Config{}, sinks.Env{}); !errors.Is(err, sinks.ErrUnknownSink) ||
+		!strings.HasPrefix(err.Error(), `sink "": unknown sink type`) {
+		t.Errorf("empty type: err = %v; want an unknown sink error without a pipeline", err)
 	}
 }
 
@@ -150,41 +147,12 @@ func TestOpenFactoryFailure(t *testing.T) {
 	sinks.MustRegister(badType, sinks.Spec{}, func(context.Context, *sinks.Settings, sinks.Env) (sinks.Sink, error) { return nil, bad })
 	sinks.MustRegister(nilType, sinks.Spec{}, func(context.Context, *sinks.Settings, sinks.Env) (sinks.Sink, error) { return nil, nil })
 
-	_, err := sinks.Open(context.Background(), config.Pipeline{Name: "p2", Sink: config.Sink{Type: badType}}, sinks.Env{})
+	_, err := sinks.Open(context.Background(), sinks.Config{Type: badType}, sinks.Env{Pipeline: "p2"})
 	if want := `pipeline "p2": sink ` + badType + `: settings.dir: required`; !errors.Is(err, bad) || err.Error() != want {
 		t.Errorf("err = %v; want %s", err, want)
 	}
-	_, err = sinks.Open(context.Background(), config.Pipeline{Name: "p3", Sink: config.Sink{Type: nilType}}, sinks.Env{})
+	_, err = sinks.Open(context.Background(), sinks.Config{Type: nilType}, sinks.Env{Pipeline: "p3"})
 	if err == nil || !strings.Contains(err.Error(), "no sink") {
 		t.Errorf("nil sink: err = %v", err)
-	}
-}
-
-func TestCheckSinksRejectsUnregistered(t *testing.T) {
-	known := uniq("check-known")
-	sinks.MustRegister(known, sinks.Spec{}, nopFactory)
-	base := `
-source: {uri: "postgres://app@127.0.0.1/app"}
-storage: {uri: "postgres://app@127.0.0.1/syncpipe"}
-sync_rules: {content: "bucket_definitions: {}"}
-pipelines:
-  - name: a
-    sink: {type: ` + known + `}
-`
-	cfg, err := config.LoadBytes("ok.yaml", []byte(base))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.CheckSinks(sinks.Names()); err != nil {
-		t.Errorf("registered type rejected: %v", err)
-	}
-	cfg, err = config.LoadBytes("bad.yaml", []byte(base+"  - name: b\n    sink: {type: check-unknown}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = cfg.CheckSinks(sinks.Names())
-	if err == nil || !strings.Contains(err.Error(), `bad.yaml:9:`) ||
-		!strings.Contains(err.Error(), `pipelines[1].sink.type: unknown sink type "check-unknown"`) {
-		t.Errorf("err = %v", err)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/syncpipe/syncpipe/config"
 )
 
 // FieldType is the type of a sink setting's value in YAML.
@@ -255,48 +253,18 @@ func (s *Settings) Duration(name string) time.Duration {
 	return v
 }
 
-// CheckSettings checks the sink settings of every pipeline of cfg against
-// its sink's spec, offline, and returns the problems as config errors with
-// the file position of each setting (config.Errors); sink types that are
-// not registered are config.CheckSinks' to report.
-func CheckSettings(cfg *config.Config) error {
-	var errs config.Errors
-	for i, p := range cfg.EffectivePipelines() {
-		spec, ok := SpecOf(p.Sink.Type)
-		if !ok {
-			continue
-		}
-		_, err := spec.Parse(p.Sink.Settings)
-		for _, e := range flatten(err) {
-			var se *SettingError
-			path := fmt.Sprintf("pipelines[%d].sink.settings", i)
-			if errors.As(e, &se) && se.Key != "" {
-				path += "." + se.Key
-			}
-			msg := e.Error()
-			if se != nil {
-				msg = se.Msg
-			}
-			ce := cfg.ErrorAt(path, errors.New(msg))
-			ce.Msg = fmt.Sprintf("%s (sink %s)", msg, p.Sink.Type)
-			errs = append(errs, ce)
-		}
-	}
-	if len(errs) == 0 {
+// CheckSettings checks c.Settings against the Spec its type was
+// registered with, offline, and returns every problem as a *SettingError
+// (errors.Join), or nil; a type that is not registered is not its to
+// report (nil). The config-aware check that adds file positions lives with
+// the assembly (replication.CheckSinks).
+func CheckSettings(c Config) error {
+	spec, ok := SpecOf(c.Type)
+	if !ok {
 		return nil
 	}
-	return errs
-}
-
-// flatten lists the errors of an errors.Join.
-func flatten(err error) []error {
-	if err == nil {
-		return nil
-	}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
+	_, err := spec.Parse(c.Settings)
+	return err
 }
 
 // Reference renders the settings of every registered sink as Markdown,

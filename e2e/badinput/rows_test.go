@@ -74,6 +74,10 @@ func badRows() []badRow {
 			`^missing_table\.yaml:9:\d+: .*orders`)},
 		{cfg, "sync rules naming a column the table lacks (" + fixture("missing_column.yaml") + ")", configRow("missing_column.yaml", cli.ExitOK,
 			`^missing_column\.yaml:8:\d+: .*colour`)},
+		{cfg, "pipelines only to other sinks, no storage section and no `state_dir` (" + fixture("no_state_dir.yaml") + ")", configRow("no_state_dir.yaml", cli.ExitUsage,
+			`^no_state_dir\.yaml: state_dir: required: the directory of the pipelines' state files`)},
+		{cfg, "a storage section and `state_dir` (" + fixture("storage_and_state_dir.yaml") + ")", configRow("storage_and_state_dir.yaml", cli.ExitUsage,
+			`^storage_and_state_dir\.yaml:3:1: state_dir: set either a storage section or state_dir, not both`)},
 
 		// The source.
 		{src, "a rules table without primary key or replica identity (`CREATE TABLE items (id text, name text)`)", startRow(

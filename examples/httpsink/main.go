@@ -1,18 +1,23 @@
-// Command httpsink is syncpipe plus a sink type "http": each batch is POSTed as {"changes":[jsonl lines]}.
-// Delivery is at least once, so receivers de-duplicate streamed changes by (key, lsn, i) (sinks/doc.go).
+// Command httpsink runs the pipelines of a syncpipe config with one more sink type, "http": each
+// batch is POSTed as {"changes":[jsonl lines]}. It needs no storage database: each pipeline's state
+// is kept in state_dir. Delivery is at least once, so receivers de-duplicate streamed changes by
+// (key, lsn, i) (sinks/doc.go).
 package main
 
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/syncpipe/syncpipe/cli"
+	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/replication"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
 )
@@ -52,8 +57,30 @@ func main() {
 		p, err := sinks.OpenFileProgress(set.String("progress_file"))
 		return &sink{p, set.String("url"), &http.Client{Timeout: set.Duration("timeout")}}, err
 	})
+	path := flag.String("config", "", "the syncpipe YAML config (required)")
+	check := flag.Bool("check", false, "check the config offline, then exit")
+	flag.Parse()
+	cfg, err := config.Load(*path)
+	if err == nil {
+		err = replication.CheckSinks(cfg) // the sink types and their settings, with file positions
+	}
+	if err != nil {
+		for _, e := range config.AsErrors(err) {
+			fmt.Fprintln(os.Stderr, e)
+		}
+		os.Exit(2)
+	}
+	if *check {
+		fmt.Printf("%s: ok (%d pipeline(s))\n", *path, len(cfg.EffectivePipelines()))
+		return
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	if err := replication.RunPipelines(ctx, replication.Options{Config: cfg, Logger: log, Role: "all"}); err != nil {
+		log.Error("httpsink failed", "err", err)
+		os.Exit(1)
+	}
 }

@@ -1,108 +1,66 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/cli"
+	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
-// childEnv makes the test binary run main with the arguments it holds
-// (separated by \x1f) instead of the tests: the program under test, as a
-// process of its own, without a go build in the test.
-const childEnv = "HTTPSINK_TEST_ARGS"
+func TestMain(m *testing.M) { harness.Main(m) }
 
-func TestMain(m *testing.M) {
-	if args := os.Getenv(childEnv); args != "" {
-		os.Args = append(os.Args[:1], strings.Split(args, "\x1f")...)
-		main() // exits
-	}
-	pgtest.Main(m)
-}
+// binary is the example's program, built once (go build, -race when the
+// tests run with it) by the e2e harness.
+func binary(t *testing.T) string { return harness.BinaryOf(t, "./examples/httpsink") }
 
-// program runs httpsink with args as a child process, its output collected
-// in out.
-type program struct {
-	cmd    *exec.Cmd
-	out    bytes.Buffer // stdout and stderr; read only after exited
-	exited chan struct{}
-	err    error // the exit status, once exited is closed
-}
-
-func start(t *testing.T, args ...string) *program {
+// start runs httpsink with args as a child process, killed when the test
+// ends.
+func start(t *testing.T, args ...string) *harness.Proc {
 	t.Helper()
-	p := &program{exited: make(chan struct{})}
-	p.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, "\x1f"))
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	})
-	return p
+	return harness.Start(t, harness.ProcConfig{Binary: binary(t), Args: args})
 }
 
-// exitCode waits for the program to end and returns its exit code.
-func (p *program) exitCode(t *testing.T, within time.Duration) int {
+// check runs `httpsink -check -config path` and returns its exit code and
+// output.
+func check(t *testing.T, path string) (int, string) {
 	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(within):
-		t.Fatalf("httpsink still runs after %s", within)
-	}
-	var ee *exec.ExitError
-	if errors.As(p.err, &ee) {
-		return ee.ExitCode()
-	}
-	if p.err != nil {
-		t.Fatal(p.err)
-	}
-	return 0
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, stdout, stderr := harness.RunWith(t, ctx, harness.ProcConfig{Binary: binary(t), Args: []string{"-check", "-config", path}})
+	return code, stdout + stderr
 }
 
-// TestValidate runs the example's validate: it accepts the http sink with
-// good settings, and reports a mistyped one at its file position.
-func TestValidate(t *testing.T) {
+// TestCheck runs the example's config check: it accepts the http sink
+// with good settings in a config without storage, and reports a mistyped
+// one at its file position.
+func TestCheck(t *testing.T) {
 	dir := t.TempDir()
-	good := writeConfig(t, dir, "good.yaml", "postgres://app@127.0.0.1:1/app", "postgres://app@127.0.0.1:1/syncpipe", "http://127.0.0.1:1/", "")
-	p := start(t, "validate", "--offline", "--config", good)
-	if code := p.exitCode(t, time.Minute); code != cli.ExitOK || !strings.Contains(p.out.String(), good+": ok (1 pipeline(s)") {
-		t.Fatalf("validate of a good config: exit %d:\n%s", code, p.out.String())
+	good := writeConfig(t, dir, "good.yaml", "postgres://app@127.0.0.1:1/app", "http://127.0.0.1:1/", "")
+	if code, out := check(t, good); code != 0 || !strings.Contains(out, good+": ok (1 pipeline(s))") {
+		t.Fatalf("check of a good config: exit %d:\n%s", code, out)
 	}
-	bad := writeConfig(t, dir, "bad.yaml", "postgres://app@127.0.0.1:1/app", "postgres://app@127.0.0.1:1/syncpipe", "http://127.0.0.1:1/", "soon")
-	p = start(t, "validate", "--offline", "--config", bad)
+	bad := writeConfig(t, dir, "bad.yaml", "postgres://app@127.0.0.1:1/app", "http://127.0.0.1:1/", "soon")
 	yaml, _ := os.ReadFile(bad)
 	line, col := position(string(yaml), "timeout:")
 	want := fmt.Sprintf(`%s:%d:%d: pipelines[0].sink.settings.timeout: want a duration such as 30s or 5m, got "soon" (sink http)`, bad, line, col)
-	if code := p.exitCode(t, time.Minute); code != cli.ExitUsage || !strings.Contains(p.out.String(), want) {
-		t.Fatalf("validate of a mistyped timeout: exit %d, want %d and %q:\n%s", code, cli.ExitUsage, want, p.out.String())
+	if code, out := check(t, bad); code != 2 || !strings.Contains(out, want) {
+		t.Fatalf("check of a mistyped timeout: exit %d, want 2 and %q:\n%s", code, want, out)
 	}
 }
 
@@ -117,9 +75,10 @@ func position(text, s string) (line, col int) {
 	return 0, 0
 }
 
-// writeConfig writes a config whose only pipeline, hooks, sends the todos
-// table to url through the http sink; timeout is left out when empty.
-func writeConfig(t *testing.T, dir, name, source, storage, url, timeout string) string {
+// writeConfig writes a config without storage whose only pipeline, hooks,
+// sends the todos table to url through the http sink, its state in
+// dir/state; timeout is left out when empty.
+func writeConfig(t *testing.T, dir, name, source, url, timeout string) string {
 	t.Helper()
 	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), []byte(todos.Rules), 0o644); err != nil {
 		t.Fatal(err)
@@ -130,15 +89,11 @@ func writeConfig(t *testing.T, dir, name, source, storage, url, timeout string) 
 	}
 	path := filepath.Join(dir, name)
 	yaml := fmt.Sprintf(`source:     {uri: %q}
-storage:    {uri: %q}
+state_dir:  state
 sync_rules: {path: rules.yaml}
 replication:
   stream: {batch_max_wait: 20ms}
-api:
-  listen: 127.0.0.1:0
-  auth: {audience: [syncpipe], hs256_secrets: ["a-long-random-secret-for-the-example"]}
-telemetry: {metrics_listen: ""}
-log: {level: info, format: json}
+log: {level: info}
 pipelines:
   - name: hooks
     tables: [todos]
@@ -147,15 +102,16 @@ pipelines:
       type: http
       settings:
         %s
-`, source, storage, settings)
+`, source, settings)
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
 }
 
-// TestDeliversSnapshotAndStream runs `httpsink run` against a real
-// PostgreSQL and an HTTP receiver: every row of the snapshot arrives, then
+// TestDeliversSnapshotAndStream runs the example's binary, from a config
+// with no storage section, against a real PostgreSQL and an HTTP
+// receiver: every row of the snapshot arrives, then
 // the inserts, updates and deletes committed on the source, although the
 // receiver answers 500 to a few POSTs on the way (the program sends those
 // batches again, so the one it took before answering arrives twice), and
@@ -178,20 +134,12 @@ func TestDeliversSnapshotAndStream(t *testing.T) {
 	srv := httptest.NewServer(recv)
 	defer srv.Close()
 	dir := t.TempDir()
-	cfg := writeConfig(t, dir, "httpsink.yaml", srcURI, pgtest.NewDB(t), srv.URL+"/changes", "")
+	cfg := writeConfig(t, dir, "httpsink.yaml", srcURI, srv.URL+"/changes", "")
 
-	p := start(t, "validate", "--config", cfg)
-	if code := p.exitCode(t, time.Minute); code != cli.ExitOK || !strings.Contains(p.out.String(), "checked against the source") {
-		t.Fatalf("validate: exit %d:\n%s", code, p.out.String())
+	if code, out := check(t, cfg); code != 0 {
+		t.Fatalf("check: exit %d:\n%s", code, out)
 	}
-	run := start(t, "run", "--config", cfg, "--role", "replication")
-	defer func() {
-		if t.Failed() {
-			_ = run.cmd.Process.Kill()
-			<-run.exited
-			t.Logf("httpsink output:\n%s", run.out.String())
-		}
-	}()
+	run := start(t, "-config", cfg)
 	want := sourceRows(ctx, t, src)
 	recv.waitFor(t, ctx, run, "every snapshot row", func() string { return recv.diff(want) })
 
@@ -239,13 +187,10 @@ func TestDeliversSnapshotAndStream(t *testing.T) {
 	recv.mu.Lock()
 	dupsBefore := recv.dups
 	recv.mu.Unlock()
-	if err := run.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-run.exited
+	run.Kill()
 	sql(`UPDATE todos SET description = 'while down' WHERE id = ANY($1)`, ids[40:45])
 	sql(`DELETE FROM todos WHERE id = $1`, ids[45])
-	run = start(t, "run", "--config", cfg, "--role", "replication")
+	run = start(t, "-config", cfg)
 	want = sourceRows(ctx, t, src)
 	recv.waitFor(t, ctx, run, "the changes made while the program was down", func() string { return recv.diff(want) })
 	waitCommitted(t, ctx, run, progress, recv.streamedLSN())
@@ -273,18 +218,25 @@ func TestDeliversSnapshotAndStream(t *testing.T) {
 	}
 	t.Logf("%d changes applied, %d streamed changes dropped as already applied", applied, dups)
 
-	if err := run.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	// The pipeline's state is in its state file, next to the config: no
+	// storage database was involved.
+	b, err := os.ReadFile(filepath.Join(dir, "state", "hooks.state.json"))
+	var state struct {
+		Version      int  `json:"version"`
+		SnapshotDone bool `json:"snapshot_done"`
 	}
-	if code := run.exitCode(t, time.Minute); code != cli.ExitOK {
-		t.Fatalf("run exited with %d after SIGTERM", code)
+	if err != nil || json.Unmarshal(b, &state) != nil || state.Version != 1 || !state.SnapshotDone {
+		t.Errorf("state file: %s (%v); want version 1 (resumed, not restarted), snapshot done", b, err)
+	}
+	if err := run.Stop(); err != nil {
+		t.Fatalf("httpsink after SIGTERM: %v", err)
 	}
 }
 
 // waitCommitted waits until the progress file holds a stream position at
 // or past lsn outside any transaction: the program committed every batch
 // up to the transaction committed at lsn.
-func waitCommitted(t *testing.T, ctx context.Context, p *program, path string, lsn uint64) {
+func waitCommitted(t *testing.T, ctx context.Context, p *harness.Proc, path string, lsn uint64) {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -301,8 +253,8 @@ func waitCommitted(t *testing.T, ctx context.Context, p *program, path string, l
 		}
 		select {
 		case <-tick.C:
-		case <-p.exited:
-			t.Fatalf("httpsink exited (%v) before committing the stream past %X", p.err, lsn)
+		case <-p.Exited():
+			t.Fatalf("httpsink exited (%v) before committing the stream past %X", p.Err(), lsn)
 		case <-ctx.Done():
 			t.Fatalf("the stream was not committed past %X: progress file %s (%v)", lsn, b, err)
 		}
@@ -488,7 +440,7 @@ func (r *receiver) diff(want map[string]row) string {
 
 // waitFor returns once diff reports no difference, checking after every
 // POST; it fails the test when the program exits or ctx ends first.
-func (r *receiver) waitFor(t *testing.T, ctx context.Context, p *program, what string, diff func() string) {
+func (r *receiver) waitFor(t *testing.T, ctx context.Context, p *harness.Proc, what string, diff func() string) {
 	t.Helper()
 	for d := diff(); d != ""; d = diff() {
 		if r.failedToRead() {
@@ -496,8 +448,8 @@ func (r *receiver) waitFor(t *testing.T, ctx context.Context, p *program, what s
 		}
 		select {
 		case <-r.posted:
-		case <-p.exited:
-			t.Fatalf("httpsink exited (%v) before %s arrived: %s", p.err, what, d)
+		case <-p.Exited():
+			t.Fatalf("httpsink exited (%v) before %s arrived: %s", p.Err(), what, d)
 		case <-ctx.Done():
 			t.Fatalf("%s did not arrive: %s", what, d)
 		}

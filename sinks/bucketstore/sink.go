@@ -59,18 +59,18 @@ func (s *Store) FencedSink(group int, f Fence) *Sink {
 	return k
 }
 
-// openSink is the registry factory: it opens the storage of env.Config
-// and writes to the group named by the "group" setting, or the newest
+// openSink is the registry factory: it opens the storage env.Storage
+// names and writes to the group named by the "group" setting, or the newest
 // group that is not terminated.
 func openSink(ctx context.Context, settings *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
 	group := settings.Int("group")
 	if settings.Has("group") && group < 1 {
 		return nil, fmt.Errorf("settings.group: want a group id (a positive integer), got %d", group)
 	}
-	if env.Config == nil {
+	st := env.Storage
+	if st.URI == "" {
 		return nil, errors.New("bucketstore needs the storage section of a syncpipe config")
 	}
-	st := env.Config.Storage
 	store, err := Open(ctx, Config{URI: st.URI, Schema: st.Schema, MaxConns: int32(st.MaxConns),
 		SynchronousCommit: st.SynchronousCommit, ConnectTimeout: st.ConnectTimeout, Logger: env.Logger})
 	if err != nil {

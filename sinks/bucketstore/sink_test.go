@@ -22,6 +22,15 @@ func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Posi
 	})
 }
 
+// sinkPipeline wires src → flush (two writers) → commit to sink.
+func sinkPipeline(ctx context.Context, name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink) (*pipeline.Pipeline[sinks.Position], error) {
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: 2})
+	if err := sinks.FlushAndCommit(ctx, pipeline.From(p, pipeline.StageConfig{Name: "source"}, src), sink, 2); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func todoChanges(t *stages.Table, lo, hi int, bucket string) []stages.Change {
 	var cs []stages.Change
 	for i := lo; i < hi; i++ {
@@ -30,13 +39,6 @@ func todoChanges(t *stages.Table, lo, hi int, bucket string) []stages.Change {
 			Puts: []stages.Put{put(bucket, "todos", id, `{"id":"`+id+`"}`)}})
 	}
 	return cs
-}
-
-// twoWriterPipeline runs src through the sink with two writers.
-func twoWriterPipeline(ctx context.Context, name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink) (*pipeline.Pipeline[sinks.Position], error) {
-	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: 2})
-	in := pipeline.From(p, pipeline.StageConfig{Name: "source"}, src)
-	return p, sinks.FlushAndCommit(ctx, in, sink, 2)
 }
 
 // TestSinkSnapshotThenStream runs the sink in two pipelines with two
@@ -54,7 +56,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 		snap = append(snap, sinks.Batch{Items: todoChanges(todos, c*10, c*10+10, `1#global[]`),
 			Progress: sinks.Position{Table: "public.todos", LastKey: []string{fmt.Sprint(c*10 + 9)}, RowsDone: int64(c*10 + 10), Done: c == 4}})
 	}
-	p, err := twoWriterPipeline(ctx, "snapshot", listSource(snap), sink)
+	p, err := sinkPipeline(ctx, "snapshot", listSource(snap), sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 		stream = append(stream, sinks.Batch{Items: todoChanges(todos, c*3, c*3+3, `1#by_list["x"]`),
 			Progress: sinks.Position{LSN: uint64(200 + c*10)}})
 	}
-	p, err = twoWriterPipeline(ctx, "stream", listSource(stream), sink)
+	p, err = sinkPipeline(ctx, "stream", listSource(stream), sink)
 	if err != nil {
 		t.Fatal(err)
 	}

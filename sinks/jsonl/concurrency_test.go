@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
@@ -97,8 +96,7 @@ func TestConcurrentWritersNeverInterleave(t *testing.T) {
 // committed stream position available to Resume afterwards.
 func TestPipelineEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	p := config.Pipeline{Name: "e2e", Stages: config.Stages{FlushWriters: 2}, Sink: config.Sink{Type: "jsonl", Settings: map[string]any{"dir": dir}}}
-	s, err := sinks.Open(context.Background(), p, sinks.Env{})
+	s, err := sinks.Open(context.Background(), sinks.Config{Type: "jsonl", Settings: map[string]any{"dir": dir}}, sinks.Env{Pipeline: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +111,8 @@ func TestPipelineEndToEnd(t *testing.T) {
 		b.Progress = sinks.Position{LSN: uint64(next) * 16}
 		return b, nil
 	})
-	run := pipeline.New[sinks.Position](pipeline.Config{Name: p.Name})
-	in := pipeline.From(run, pipeline.StageConfig{Name: "source"}, src)
-	if err := sinks.FlushAndCommit(context.Background(), in, s, p.Stages.FlushWriters); err != nil {
+	run := pipeline.New[sinks.Position](pipeline.Config{Name: "e2e"})
+	if err := sinks.FlushAndCommit(context.Background(), pipeline.From(run, pipeline.StageConfig{Name: "source"}, src), s, 2); err != nil {
 		t.Fatal(err)
 	}
 	if err := run.Run(context.Background()); err != nil {

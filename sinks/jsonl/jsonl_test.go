@@ -13,7 +13,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
 	"github.com/syncpipe/syncpipe/stages"
@@ -27,7 +26,7 @@ var ctx = context.Background()
 // the test ends.
 func open(t *testing.T, settings map[string]any) sinks.Sink {
 	t.Helper()
-	s, err := sinks.Open(ctx, config.Pipeline{Name: t.Name(), Sink: config.Sink{Type: "jsonl", Settings: settings}}, sinks.Env{})
+	s, err := sinks.Open(ctx, sinks.Config{Type: "jsonl", Settings: settings}, sinks.Env{Pipeline: t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +171,7 @@ func TestWriteRejectsChangeWithoutTable(t *testing.T) {
 func TestProgressSurvivesReopen(t *testing.T) {
 	dir := t.TempDir()
 	settings := map[string]any{"dir": dir}
-	s, err := sinks.Open(ctx, config.Pipeline{Name: "a", Sink: config.Sink{Type: "jsonl", Settings: settings}}, sinks.Env{})
+	s, err := sinks.Open(ctx, sinks.Config{Type: "jsonl", Settings: settings}, sinks.Env{Pipeline: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +274,7 @@ func TestBadSettings(t *testing.T) {
 		{map[string]any{"dri": dir}, []string{"settings.dri: unknown", "settings.dir: required"}},
 		{map[string]any{"dir": file}, []string{"create directory"}},
 	} {
-		_, err := sinks.Open(ctx, config.Pipeline{Name: "bad", Sink: config.Sink{Type: "jsonl", Settings: tc.settings}}, sinks.Env{})
+		_, err := sinks.Open(ctx, sinks.Config{Type: "jsonl", Settings: tc.settings}, sinks.Env{Pipeline: "bad"})
 		if err == nil {
 			t.Errorf("settings %v accepted", tc.settings)
 			continue
@@ -301,7 +300,7 @@ func TestDirectoryBelongsToOneSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = sinks.Open(ctx, config.Pipeline{Name: "second", Sink: config.Sink{Type: "jsonl", Settings: map[string]any{"dir": dir + "/."}}}, sinks.Env{})
+	_, err = sinks.Open(ctx, sinks.Config{Type: "jsonl", Settings: map[string]any{"dir": dir + "/."}}, sinks.Env{Pipeline: "second"})
 	if err == nil || !strings.Contains(err.Error(), "already used") {
 		t.Errorf("second sink on one directory: err = %v", err)
 	}

@@ -30,7 +30,15 @@ type Options struct {
 	Top         string      // more top-level YAML (e.g. pipelines:)
 	Env         []string    // extra environment of every child
 	Data        *todos.Size // todo data loaded into the source, when not nil
+	// NoStorage leaves out the storage database and the storage and api
+	// sections: the config's pipelines (Top) must all write to sinks
+	// other than bucketstore, and keep their state in StateDir.
+	NoStorage bool
 }
+
+// StateDir is the state_dir of an Env with Options.NoStorage, relative
+// to Env.Dir.
+const StateDir = "state"
 
 // Env is a source database, an empty storage database and a config for
 // `syncpipe run` against them, with the children started on it.
@@ -38,9 +46,9 @@ type Env struct {
 	T          testing.TB
 	Dir        string        // the test's directory: config, rules
 	SourceURI  string        // the source database
-	StorageURI string        // the storage database
+	StorageURI string        // the storage database ("" with NoStorage)
 	Src        *pgx.Conn     // a connection to the source
-	Storage    *pgxpool.Pool // connections to storage
+	Storage    *pgxpool.Pool // connections to storage (nil with NoStorage)
 	Config     string        // path of the config file
 	API        string        // host:port of the sync API
 	Metrics    string        // host:port of the metrics listener ("" when off)
@@ -59,7 +67,10 @@ func New(t testing.TB, opt Options) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e := &Env{T: t, Dir: t.TempDir(), env: opt.Env}
-	e.SourceURI, e.StorageURI = pgtest.NewDB(t), pgtest.NewDB(t)
+	e.SourceURI = pgtest.NewDB(t)
+	if !opt.NoStorage {
+		e.StorageURI = pgtest.NewDB(t)
+	}
 	e.Src = pgtest.Connect(t, e.SourceURI)
 	if opt.Data != nil {
 		if _, err := todos.Load(ctx, e.Src, *opt.Data); err != nil {
@@ -71,9 +82,22 @@ func New(t testing.TB, opt Options) *Env {
 		rules = todos.Rules
 	}
 	e.WriteFile("rules.yaml", rules)
-	e.API = FreeAddr(t)
 	e.Config = filepath.Join(e.Dir, "syncpipe.yaml")
-	e.WriteFile("syncpipe.yaml", fmt.Sprintf(`source: {uri: %q}
+	if opt.NoStorage {
+		e.WriteFile("syncpipe.yaml", fmt.Sprintf(`source: {uri: %q}
+state_dir: %s
+sync_rules: {path: rules.yaml}
+replication:
+  workers_per_process: 2
+  stream: {batch_max_wait: 20ms, schema_check_interval: 1s}
+%s
+telemetry: {metrics_listen: ""}
+log: {level: info, format: json}
+%s
+`, e.SourceURI, StateDir, Indent(opt.Replication), opt.Top))
+	} else {
+		e.API = FreeAddr(t)
+		e.WriteFile("syncpipe.yaml", fmt.Sprintf(`source: {uri: %q}
 storage: {uri: %q}
 sync_rules: {path: rules.yaml}
 replication:
@@ -89,6 +113,15 @@ telemetry: {metrics_listen: ""}
 log: {level: info, format: json}
 %s
 `, e.SourceURI, e.StorageURI, Indent(opt.Replication), e.API, Secret, Indent(opt.API), opt.Top))
+	}
+	if opt.NoStorage {
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("syncpipe logs, every child (last 8 KiB):\n%s", e.TailLogs(8<<10))
+			}
+		})
+		return e
+	}
 	var err error
 	if e.Storage, err = pgxpool.New(ctx, e.StorageURI); err != nil {
 		t.Fatal(err)

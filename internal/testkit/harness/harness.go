@@ -26,15 +26,23 @@ import (
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
+// builds holds the binaries built by this test binary, by package path
+// (./cmd/syncpipe, ./examples/httpsink), each built once.
 var (
-	buildOnce sync.Once
-	binDir    string
-	binPath   string
-	buildErr  error
+	buildsMu sync.Mutex
+	builds   = map[string]*build{}
+	binDir   string
 )
 
+// build is one main package's binary, built on first use.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 // Main runs the package's tests, then stops the test cluster and removes
-// the built binary.
+// the built binaries.
 func Main(m *testing.M) {
 	pgtest.MainThen(m, func() {
 		if binDir != "" {
@@ -48,32 +56,53 @@ func Main(m *testing.M) {
 // so children are checked for races as the tests are.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() { binPath, buildErr = build() })
-	if buildErr != nil {
-		t.Fatalf("harness: %v", buildErr)
-	}
-	return binPath
+	return BinaryOf(t, "./cmd/syncpipe")
 }
 
-func build() (string, error) {
+// BinaryOf is Binary for another main package of the module, given as a
+// path from the module root (e.g. "./examples/httpsink"), for tests of a
+// program built on syncpipe's packages.
+func BinaryOf(t testing.TB, pkg string) string {
+	t.Helper()
+	buildsMu.Lock()
+	b, ok := builds[pkg]
+	if !ok {
+		b = &build{}
+		builds[pkg] = b
+	}
+	buildsMu.Unlock()
+	b.once.Do(func() { b.path, b.err = goBuild(pkg) })
+	if b.err != nil {
+		t.Fatalf("harness: %v", b.err)
+	}
+	return b.path
+}
+
+// goBuild builds pkg into the package's binary directory; builds run one
+// at a time (go build is parallel itself).
+func goBuild(pkg string) (string, error) {
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	if binDir, err = os.MkdirTemp("", "syncpipe-e2e-"); err != nil {
-		return "", fmt.Errorf("build syncpipe: %w", err)
+	if binDir == "" {
+		if binDir, err = os.MkdirTemp("", "syncpipe-e2e-"); err != nil {
+			return "", fmt.Errorf("build %s: %w", pkg, err)
+		}
 	}
-	out := filepath.Join(binDir, "syncpipe")
+	out := filepath.Join(binDir, filepath.Base(pkg))
 	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/syncpipe")...)
+	cmd := exec.CommandContext(ctx, "go", append(args, pkg)...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/syncpipe: %w\n%s", err, b)
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return out, nil
 }

@@ -34,7 +34,10 @@ const raceReport = "WARNING: DATA RACE"
 
 // ProcConfig says how to start a Proc.
 type ProcConfig struct {
-	Args   []string  // syncpipe's arguments, e.g. run --config F
+	// Binary is the program to run; the syncpipe binary (Binary) when
+	// empty, or one BinaryOf built.
+	Binary string
+	Args   []string  // the program's arguments, e.g. run --config F
 	Env    []string  // added to the test's environment
 	Dir    string    // working directory; the test's when empty
 	Stdout io.Writer // the child's stdout; discarded when nil
@@ -43,12 +46,17 @@ type ProcConfig struct {
 	OnLine func(line []byte)
 }
 
-// Start runs the syncpipe binary with c.Args as a child process. The child
+// Start runs the syncpipe binary (or c.Binary) with c.Args as a child
+// process. The child
 // is killed when the test ends if it still runs; a data race it reported
 // fails the test; when the test failed, the end of its logs is logged.
 func Start(t testing.TB, c ProcConfig) *Proc {
 	t.Helper()
-	cmd := exec.Command(Binary(t), c.Args...)
+	bin := c.Binary
+	if bin == "" {
+		bin = Binary(t)
+	}
+	cmd := exec.Command(bin, c.Args...)
 	cmd.Env = append(os.Environ(), c.Env...)
 	cmd.Dir = c.Dir
 	cmd.Stdout = c.Stdout
@@ -231,7 +239,11 @@ func Run(t testing.TB, ctx context.Context, args ...string) (code int, stdout, s
 func RunWith(t testing.TB, ctx context.Context, c ProcConfig) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	cmd := exec.CommandContext(ctx, Binary(t), c.Args...)
+	bin := c.Binary
+	if bin == "" {
+		bin = Binary(t)
+	}
+	cmd := exec.CommandContext(ctx, bin, c.Args...)
 	cmd.Env = append(os.Environ(), c.Env...)
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = &out, &errb
