@@ -43,8 +43,7 @@ type knownViolation struct {
 	from, to, reason string
 }
 
-var knownViolations = []knownViolation{
-}
+var knownViolations = []knownViolation{}
 
 // edge is one production import between two packages of the module, as
 // paths relative to the module root. Test files' imports are not edges.
