@@ -142,8 +142,13 @@ func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 	return published, err
 }
 
-// MakeDurable returns once every storage commit of the sink's group that
-// completed before the call is on disk (see StreamWriter.MakeDurable).
+// MakeDurable returns once every storage commit that completed before the
+// call is on disk. Writers may run with synchronous_commit=off for speed;
+// the stream calls this before acknowledging an LSN to the source, so the
+// acknowledged position always comes from a durable record: a transaction
+// with synchronous_commit=on flushes the WAL up to its own commit record,
+// which follows every earlier commit — on the same server run, hence the
+// sink's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
 func (k *Sink) MakeDurable(ctx context.Context) error {
 	return k.store.makeDurable(ctx, k.fence.Epoch)
 }

@@ -234,33 +234,16 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 	return res, nil
 }
 
-// Commit publishes a checkpoint of the writer's group at source position
-// lsn covering every op committed so far (Store.Commit keeps it below any
+// commitStream publishes a checkpoint of group at source position lsn
+// covering every op committed so far (Store.Commit keeps it below any
 // writer still in flight, and refuses while a transaction or a
 // re-snapshot is half written). It fails with ErrStorageRestarted when
-// storage restarted since the writer's Fence.Epoch: the ops it would
-// cover may have been lost; and with ErrLeaseLost, recording nothing, once
-// another process holds the writer's lease: the new holder resumes from
-// the position it read on taking over, so the slot must not be confirmed
-// past it.
-func (sw *StreamWriter) Commit(ctx context.Context, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
-	return sw.s.commitStream(ctx, sw.group, lsn, sw.fence)
-}
-
-// commitStream is Commit for group, fenced with f.
+// storage restarted since f.Epoch: the ops it would cover may have been
+// lost; and with ErrLeaseLost, recording nothing, once another process
+// holds f's lease: the new holder resumes from the position it read on
+// taking over, so the slot must not be confirmed past it.
 func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, f Fence) (Checkpoint, bool, error) {
 	return s.commit(ctx, group, lsn, 0, f, true)
-}
-
-// MakeDurable returns once every storage commit that completed before the
-// call is on disk. Writers may run with synchronous_commit=off for speed;
-// the stream calls this before acknowledging an LSN to the source, so the
-// acknowledged position always comes from a durable record: a transaction
-// with synchronous_commit=on flushes the WAL up to its own commit record,
-// which follows every earlier commit — on the same server run, hence the
-// writer's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
-func (sw *StreamWriter) MakeDurable(ctx context.Context) error {
-	return sw.s.makeDurable(ctx, sw.fence.Epoch)
 }
 
 // makeDurable is MakeDurable on the storage run epoch.
