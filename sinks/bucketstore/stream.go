@@ -281,10 +281,14 @@ var preparedKey = pipeline.NewKey[*Prepared]("bucketstore prepared")
 // and its writes' read-ahead is judged by the writes before them, which
 // only a single writer knows (see Prepared).
 func (k *Sink) StreamWriter(ctx context.Context) (sinks.Writer, error) {
-	// The stored position may be inside a source transaction, whose
-	// record only a write clears: so the run's first position-only batch
-	// is written (one transaction per run), not merely committed.
-	return &sinkStreamWriter{sw: k.store.NewStreamWriter(k.group, k.fence), storedInTxn: true}, nil
+	// A position-only batch is recorded by its commit alone, unless the
+	// stored position is inside a source transaction, whose record only a
+	// write clears.
+	p, _, err := k.store.StreamResume(ctx, k.group)
+	if err != nil {
+		return nil, err
+	}
+	return &sinkStreamWriter{sw: k.store.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
 }
 
 // sinkStreamWriter adapts a StreamWriter to sinks.Writer and
