@@ -112,7 +112,11 @@ func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		_, err := wr.WriteSnapshot(ctx, b.Items)
 		return err
 	}
-	// Nothing is visible to clients before Commit publishes a checkpoint.
+	// A stream batch here comes from a pipeline wired without Chain
+	// (sinks.NewPipeline, FlushAndCommit), which knows no OrderedStream:
+	// written without read-ahead or table records, in order only with one
+	// flush writer. Nothing is visible to clients before Commit publishes
+	// a checkpoint.
 	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(b.Progress.LSN)})
 	return err
 }
