@@ -33,14 +33,18 @@ type Batch[T, P any] struct {
 	// stages as StageInfo.Batch. The framework sets it on every stage's
 	// output, so a stage that builds its output batch itself keeps it.
 	trace context.Context
+	// side is the batch's side data (Attach, Attached), in attach order;
+	// shared between a batch and the batches derived from it, never
+	// written in place.
+	side []side
 }
 
 // Derive builds the output batch of a stage from its input: it keeps Seq,
-// Rows, Bytes and Progress and swaps the items. It exists because Go methods
+// Rows, Bytes, Progress and the side data (Attach) and swaps the items. It exists because Go methods
 // cannot change a type parameter, and because forgetting to carry Rows over is
 // the most common mistake in a hand-written stage.
 func Derive[Out, In, P any](in Batch[In, P], items []Out) Batch[Out, P] {
-	return Batch[Out, P]{Seq: in.Seq, Rows: in.Rows, Bytes: in.Bytes, Progress: in.Progress, Items: items}
+	return Batch[Out, P]{Seq: in.Seq, Rows: in.Rows, Bytes: in.Bytes, Progress: in.Progress, Items: items, side: in.side}
 }
 
 // Label is a caller-chosen key/value attached to a pipeline (for example

@@ -35,6 +35,10 @@
 //     a connection. Two writers let batch k be written while k+1 is written
 //     on the other writer and k+2 is read and evaluated upstream.
 //   - The CommitFunc is called by one goroutine, strictly in Seq order.
+//   - Side data (Key, Attach, Attached) is state of one batch that is not
+//     its payload — what a stage read ahead for it, records its write must
+//     store — attached by the source or any stage and travelling with the
+//     batch to its writer and its commit, never in a map keyed by Seq.
 //
 // # Durability and commit
 //

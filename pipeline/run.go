@@ -201,6 +201,9 @@ func runWorker[In, Out, P any](ctx context.Context, rs *runState, s *stage, work
 			return
 		}
 		o.Seq, o.Progress = b.Seq, b.Progress
+		if o.side == nil {
+			o.side = b.side
+		}
 		if !send(ctx, rs, s, worker, out, o, report) {
 			return
 		}

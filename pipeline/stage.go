@@ -32,7 +32,8 @@ func (f SourceFunc[T, P]) Next(ctx context.Context) (Batch[T, P], error) { retur
 // at once (StageConfig.Workers) and must then be safe for concurrent use.
 // The Seq and Progress of the returned batch are overwritten with the input's,
 // so a stage can never break ordering or progress; Rows and Bytes are taken
-// as returned (use Derive to carry them over). Every input batch must yield
+// as returned (use Derive to carry them over), and a returned batch without
+// side data gets the input's (see Attach). Every input batch must yield
 // exactly one output batch, possibly empty: dropping a batch would stall the
 // ordered commit forever, which is why there is no filter-out-batch result.
 // The input's Items may be reused by the stage once it has returned.

@@ -12,13 +12,21 @@
 //     resumable from its committed progress), and
 //  4. once every table is done, streams from the slot.
 //
-// Both paths are chains of the exported stages: a snapshot range is
-// read (postgres.SnapshotReader) → stages.Eval → stages.Build → flush →
-// ordered commit, the stream is read (the slot, with relation binding,
-// re-shapes and re-reads: streamer.go) → decode (streamdecode.go) →
-// stages.Eval → stages.Build → probe (the rows' stored state, read while
-// the batch before is written) → one writer → commit. This package keeps the
-// assembly: groups, units, scheduling, checkpoints, errors.
+// Both paths, of bucket storage and of every other sink, end in one chain
+// of the exported stages, sinks.Chain: stages.Eval → stages.Build →
+// flush → ordered commit. A snapshot range feeds it from
+// postgres.SnapshotReader; the stream from the slot (with relation
+// binding, re-shapes and re-reads: streamer.go) through decode
+// (streamdecode.go). Bucket storage's sink (bucketstore.Sink) adds what
+// its stream needs through the Sink contract's optional interfaces: one
+// writer in batch order (sinks.OrderedStream), the probe stage that reads
+// the rows' stored state while the batch before is written
+// (sinks.Preparer), and a commit that reports the checkpoints it
+// publishes (sinks.Publisher), which this package turns into
+// acknowledgements, lag and group activation. The table records a stream
+// write stores (shapes, re-read progress) travel with their batch as side
+// data (bucketstore.StreamTables). This package keeps the assembly:
+// groups, units, scheduling, checkpoints, errors.
 //
 // Pipelines with a sink other than bucket storage run in a SinkRunner
 // (sinkpipe.go): a slot of their own, a key-range snapshot into the sink

@@ -168,19 +168,3 @@ func liveLine(ls []line) string {
 	}
 	return s + " — " + strings.Join(parts, ", ")
 }
-
-// progressSink observes snapshot commits of the sink it wraps.
-type progressSink struct {
-	sinks.Sink
-	p *progress
-}
-
-func (s progressSink) Commit(ctx context.Context, b sinks.Batch) error {
-	if err := s.Sink.Commit(ctx, b); err != nil {
-		return err
-	}
-	if !b.Progress.IsStream() {
-		s.p.committed(b.Progress)
-	}
-	return nil
-}

@@ -76,7 +76,7 @@ type Options struct {
 // with the unit's lease: each write and commit bounded by
 // replication.storage_timeout.
 func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
-	var s sinks.Sink = progressSink{Sink: r.store.FencedSink(g.g.ID, f), p: r.progress}
+	var s sinks.Sink = r.store.FencedSink(g.g.ID, f)
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
@@ -116,6 +116,55 @@ func (s timeoutSink) Commit(ctx context.Context, b sinks.Batch) error {
 	ctx, cancel := s.r.storageCtx(ctx)
 	defer cancel()
 	return s.Sink.Commit(ctx, b)
+}
+
+// timeoutStream is timeoutSink for a group's stream: the bucketstore
+// sink's ordered stream writer, its read-ahead and its publishing commit
+// (sinks.OrderedStream, Preparer, Publisher), each bounded the same way.
+type timeoutStream struct {
+	timeoutSink
+	bs *bucketstore.Sink
+}
+
+func (r *Replicator) streamSink(bs *bucketstore.Sink) timeoutStream {
+	return timeoutStream{timeoutSink: timeoutSink{Sink: bs, r: r}, bs: bs}
+}
+
+func (s timeoutStream) StreamWriter(ctx context.Context) (sinks.Writer, error) {
+	w, err := s.bs.StreamWriter(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, ok := w.(sinks.Preparer)
+	if !ok {
+		return nil, errors.New("the bucketstore stream writer reads nothing ahead")
+	}
+	return timeoutStreamWriter{w: w, p: p, r: s.r}, nil
+}
+
+func (s timeoutStream) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
+	ctx, cancel := s.r.storageCtx(ctx)
+	defer cancel()
+	return s.bs.CommitPublish(ctx, b)
+}
+
+// timeoutStreamWriter bounds the stream writer's Prepare and Write.
+type timeoutStreamWriter struct {
+	w sinks.Writer
+	p sinks.Preparer
+	r *Replicator
+}
+
+func (w timeoutStreamWriter) Prepare(ctx context.Context, b sinks.Batch) (sinks.Batch, error) {
+	ctx, cancel := w.r.storageCtx(ctx)
+	defer cancel()
+	return w.p.Prepare(ctx, b)
+}
+
+func (w timeoutStreamWriter) Write(ctx context.Context, b sinks.Batch) error {
+	ctx, cancel := w.r.storageCtx(ctx)
+	defer cancel()
+	return w.w.Write(ctx, b)
 }
 
 // Replicator runs replication for the configured sync rules.

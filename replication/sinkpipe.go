@@ -45,10 +45,14 @@ type SinkOptions struct {
 
 // SinkRunner runs one pipeline whose sink is not bucket storage: its own
 // slot (named after the pipeline), a parallel snapshot of its tables in key
-// ranges, then the stream, through the exported stages:
+// ranges, then the stream, through the exported stages and the chain
+// bucket storage runs through too (sinks.Chain):
 //
 //	snapshot: read → eval → build → flush (flush_writers) → commit
 //	stream:   read → decode (decode_workers) → eval → build → flush → commit
+//
+// (a sink that is a sinks.OrderedStream gets one stream writer, and its
+// Preparer's probe stage before it).
 //
 // The sink keeps the snapshot and stream progress (sinks.Sink.Resume);
 // SinkOptions.Store (storage, or a state file) keeps the pipeline's

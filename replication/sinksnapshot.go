@@ -107,7 +107,7 @@ func (r *SinkRunner) plan(ctx context.Context, conn *pgx.Conn) (snapshotPlan, er
 }
 
 // snapshotRange runs one range's pipeline from its committed progress:
-// read → eval → build → flush → commit.
+// read → the shared chain (eval → build → flush → commit).
 func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo int, kr postgres.KeyRange) error {
 	name := t.t.ID
 	pos, _, err := r.o.Sink.Resume(ctx, name, rangeNo)
@@ -126,10 +126,9 @@ func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo in
 		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}, {Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}}})
 	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
-	workers := r.evalWorkers()
-	built := stages.Build(stages.Eval(read, pipeline.StageConfig{Workers: workers}, r.rowError),
-		pipeline.StageConfig{Workers: workers})
-	if err := sinks.FlushAndCommit(ctx, built, r.o.Sink, max(st.FlushWriters, 1)); err != nil {
+	err = sinks.Chain(ctx, read, r.o.Sink, sinks.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: st.FlushWriters,
+		OnRowError: r.rowError})
+	if err != nil {
 		return err
 	}
 	start := time.Now()

@@ -40,7 +40,9 @@ func (r *SinkRunner) stream(ctx context.Context) error {
 	return r.runStream(ctx, st, reader, fills)
 }
 
-// runStream wires and runs the stream pipeline.
+// runStream wires and runs the stream pipeline: read → decode → the
+// shared chain (eval → build → flush → commit), whose commits confirm the
+// position to the slot.
 func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *postgres.StreamReader, fills *fillConns) error {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "stream " + r.pl.Name, Tracer: r.o.Tracer, Depth: r.pl.Stages.ChannelDepth,
 		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}}, MaxInFlight: maxInFlight(reader.Limits())})
@@ -53,22 +55,8 @@ func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *
 		}))
 	decoded := postgres.Decode(read, pipeline.StageConfig{Workers: max(r.pl.Stages.DecodeWorkers, 1)},
 		postgres.DecodeConfig{Bind: r.bind, NewFill: fills.fill})
-	workers := r.evalWorkers()
-	built := stages.Build(stages.Eval(decoded, pipeline.StageConfig{Workers: workers}, r.rowError), pipeline.StageConfig{Workers: workers})
-	ws := make([]sinks.Writer, max(r.pl.Stages.FlushWriters, 1))
-	for i := range ws {
-		w, err := r.o.Sink.Writer(ctx, i)
-		if err != nil {
-			return fmt.Errorf("sink writer %d: %w", i, err)
-		}
-		ws[i] = w
-	}
-	flushed := pipeline.Flush(built, pipeline.StageConfig{Name: sinks.StageFlush}, ws)
 	var lastStatus time.Time
-	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b sinks.Batch) error {
-		if err := r.o.Sink.Commit(ctx, b); err != nil {
-			return err
-		}
+	onCommit := func(ctx context.Context, b sinks.Batch, _ bool) error {
 		if b.Progress.TxnLSN != 0 {
 			return nil // inside a source transaction: restarting replays it
 		}
@@ -87,8 +75,13 @@ func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *
 			}
 		}
 		return nil
-	})
-	err := p.Run(ctx)
+	}
+	err := sinks.Chain(ctx, decoded, r.o.Sink, sinks.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: r.pl.Stages.FlushWriters,
+		Stream: true, OnRowError: r.rowError, OnCommit: onCommit})
+	if err != nil {
+		return err
+	}
+	err = p.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
 	}

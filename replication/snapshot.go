@@ -155,8 +155,8 @@ func (r *Replicator) runClaimed(ctx context.Context, uc *unitClaim, run func(ctx
 }
 
 // snapshotRange runs the snapshot pipeline of one key range from its last
-// committed chunk: read → eval → build → flush_writers writers → ordered
-// progress commit, every write fenced with f. It reports whether the range
+// committed chunk: read → the shared chain (eval → build → flush_writers
+// writers → ordered progress commit), every write fenced with f. It reports whether the range
 // is finished (false after a yield); a range another process finished is
 // finished at once.
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState, f bucketstore.Fence) (bool, error) {
@@ -199,8 +199,12 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		// than cores only hold more batches in memory.
 		workers = max(1, runtime.GOMAXPROCS(0)/max(r.cfg.Replication.WorkersPerProcess, 1))
 	}
-	built := stages.Build(stages.Eval(read, pipeline.StageConfig{Workers: workers}, r.rowError), pipeline.StageConfig{Workers: workers})
-	if err := sinks.FlushAndCommit(ctx, built, sink, max(tune.FlushWriters, 1)); err != nil {
+	err = sinks.Chain(ctx, read, sink, sinks.ChainConfig{EvalWorkers: workers, FlushWriters: tune.FlushWriters,
+		OnRowError: r.rowError, OnCommit: func(_ context.Context, b sinks.Batch, _ bool) error {
+			r.progress.committed(b.Progress)
+			return nil
+		}})
+	if err != nil {
 		return false, err
 	}
 	start := time.Now()

@@ -42,7 +42,6 @@ type groupStorage interface {
 	claimStore
 
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
-	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter
 	Epoch() uint64
 	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
 }

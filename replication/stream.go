@@ -20,7 +20,6 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // closeTimeout bounds the I/O of closing a connection or a stream: a
@@ -149,22 +148,45 @@ func maxInFlight(lim logrepl.BatchLimits) int {
 	return 0
 }
 
+// streamSeq is the side data of a stream batch with the streamer's batch
+// number, which the decode stage's TOAST state is keyed by (toast.go).
+var streamSeq = pipeline.NewKey[uint64]("stream batch")
+
+// streamSource adapts the streamer to the stream pipeline's source: the
+// batch's position becomes its progress, the table records its write
+// stores (shapes, re-read progress) and its number side data.
+func streamSource(s *streamer) pipeline.SourceFunc[rawItem, sinks.Position] {
+	return func(ctx context.Context) (pipeline.Batch[rawItem, sinks.Position], error) {
+		sb, err := s.next(ctx)
+		if err != nil {
+			return pipeline.Batch[rawItem, sinks.Position]{}, err
+		}
+		p := sb.Progress
+		b := pipeline.Batch[rawItem, sinks.Position]{Rows: sb.Rows, Bytes: sb.Bytes, Items: sb.Items,
+			Progress: sinks.Position{LSN: uint64(p.LSN), TxnLSN: uint64(p.TxnLSN), TxnChanges: p.TxnChanges}}
+		pipeline.Attach(&b, streamSeq, p.seq)
+		if len(p.Tables) > 0 {
+			pipeline.Attach(&b, bucketstore.StreamTables, p.Tables)
+		}
+		return b, nil
+	}
+}
+
 // runStream builds and runs the stream pipeline: the streamer's batches →
-// decode → eval → build → probe (the rows' stored state) → one storage
-// writer → ordered commit with checkpoint and acknowledgement.
+// decode → the shared chain into the group's sink (eval → build → probe
+// (the rows' stored state) → one storage writer → ordered commit), whose
+// published checkpoints this feeds to acknowledgements, lag and group
+// activation.
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
-	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
+	p := pipeline.New[sinks.Position](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
 		Depth: r.pl.Stages.ChannelDepth, MaxInFlight: maxInFlight(s.lim)})
-	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[rawItem, streamPos](s.next))
-	// Changes of a row must reach the single writer in stream order, so
-	// the parallel stages keep batch order; decode stays on one goroutine
-	// (see toastState).
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, streamSource(s))
+	// Changes of a row must reach the single writer in stream order:
+	// decode stays on one goroutine (see toastState), and the chain keeps
+	// batch order for an ordered sink.
 	dec := &streamDecoder{r: r, group: g.g.ID, toast: &s.toast}
 	defer dec.close()
 	decoded := pipeline.Process(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec.decode)
-	workers := r.streamEvalWorkers()
-	built := stages.Build(stages.Eval(decoded, pipeline.StageConfig{Workers: workers, Ordered: true}, r.rowError),
-		pipeline.StageConfig{Workers: workers, Ordered: true})
 	active := g.state() == bucketstore.StateActive
 	// Acknowledgements trail the checkpoints: storage may commit
 	// asynchronously, so only a flushed WAL makes a position safe to
@@ -175,7 +197,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// it must reach an idle stream's last position too: a source server
 	// shutting down waits for its walsenders' clients to confirm the end
 	// of its WAL. So a ticker, not the next batch, acknowledges.
-	w := r.store.NewStreamWriter(g.g.ID, s.fence)
+	bs := r.store.FencedSink(g.g.ID, s.fence)
 	var committed atomic.Uint64 // end LSN of the last committed transaction
 	var durable atomic.Uint64   // the LSN of the last published checkpoint, durable as Commit returned
 	ack := func(ctx context.Context) error {
@@ -184,7 +206,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			return nil
 		}
 		if lsn > logrepl.LSN(durable.Load()) {
-			if err := w.MakeDurable(ctx); err != nil {
+			if err := bs.MakeDurable(ctx); err != nil {
 				return err
 			}
 		}
@@ -194,57 +216,18 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	actx, stopAcks := context.WithCancel(ctx)
 	var acks sync.WaitGroup
 	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
-	// The stored state of a batch's rows is read while the batch before
-	// it is written (bucketstore.Prepared), and handed to the writer by
-	// the batch's seq: stages carry items, not side data.
-	var prepared sync.Map // seq → *bucketstore.Prepared
-	probed := pipeline.Process(built, pipeline.StageConfig{Name: bucketstore.StageProbe},
-		func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) (pipeline.Batch[stages.Change, streamPos], error) {
-			ctx, cancel := r.storageCtx(ctx)
-			defer cancel()
-			prep, err := w.Prepare(ctx, b.Items)
-			if prep != nil {
-				prepared.Store(b.Seq, prep)
-			}
-			return b, err
-		})
-	storedInTxn := s.skip.TxnLSN != 0 // the stored position is inside a source transaction
-	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
-		p := b.Progress.StreamProgress
-		if len(b.Items) == 0 && len(p.Tables) == 0 && p.TxnLSN == 0 && !storedInTxn {
-			// A position only: the commit records it (an idle stream's
-			// one storage transaction per position, see doc.go).
-			return nil
-		}
-		ctx, cancel := r.storageCtx(ctx)
-		defer cancel()
-		var prep *bucketstore.Prepared
-		if v, ok := prepared.LoadAndDelete(b.Seq); ok {
-			prep = v.(*bucketstore.Prepared)
-		}
-		_, err := w.Write(ctx, b.Items, p, prep)
-		if err == nil {
-			storedInTxn = p.TxnLSN != 0
-		}
-		return err
-	})
-	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
-	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
-		s.toast.committed(b.Progress.seq)
+	onCommit := func(ctx context.Context, b sinks.Batch, published bool) error {
+		seq, _ := pipeline.Attached(b, streamSeq)
+		s.toast.committed(seq)
 		if b.Progress.TxnLSN != 0 {
-			return nil // inside a source transaction: nothing to publish
+			return nil // inside a source transaction: nothing published
 		}
-		ctx, cancel := r.storageCtx(ctx)
-		defer cancel()
-		_, published, err := w.Commit(ctx, b.Progress.LSN)
-		if err != nil {
-			return err
-		}
+		lsn := logrepl.LSN(b.Progress.LSN)
 		if published {
-			durable.Store(uint64(b.Progress.LSN))
+			durable.Store(uint64(lsn))
 		}
-		committed.Store(uint64(b.Progress.LSN))
-		s.lag.checkpointed(b.Progress.LSN)
+		committed.Store(uint64(lsn))
+		s.lag.checkpointed(lsn)
 		r.recovered(ctx, g.g.ID)
 		if !active {
 			// The first checkpoint of a processing group activates it and
@@ -259,8 +242,12 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			}
 		}
 		return nil
-	})
-	err := p.Run(ctx)
+	}
+	err := sinks.Chain(ctx, decoded, r.streamSink(bs), sinks.ChainConfig{EvalWorkers: r.streamEvalWorkers(),
+		Stream: true, OnRowError: r.rowError, OnCommit: onCommit})
+	if err == nil {
+		err = p.Run(ctx)
+	}
 	stopAcks()
 	acks.Wait()
 	// Confirm what storage holds before the stream's final status.

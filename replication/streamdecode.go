@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
@@ -50,12 +51,12 @@ func (d *streamDecoder) replicaID(lay *layout, row []syncrules.Value) [16]byte {
 }
 
 // decode is the stage's ProcessFunc.
-func (d *streamDecoder) decode(ctx context.Context, b streamBatch) (pipeline.Batch[stages.RowChange, streamPos], error) {
+func (d *streamDecoder) decode(ctx context.Context, b pipeline.Batch[rawItem, sinks.Position]) (pipeline.Batch[stages.RowChange, sinks.Position], error) {
 	if err := d.prefetchToast(ctx, b.Items); err != nil {
-		return pipeline.Batch[stages.RowChange, streamPos]{}, err
+		return pipeline.Batch[stages.RowChange, sinks.Position]{}, err
 	}
 	out := make([]stages.RowChange, 0, len(b.Items))
-	seq := b.Progress.seq
+	seq, _ := pipeline.Attached(b, streamSeq)
 	for i := range b.Items {
 		it := &b.Items[i]
 		if it.c == nil {
@@ -68,7 +69,7 @@ func (d *streamDecoder) decode(ctx context.Context, b streamBatch) (pipeline.Bat
 		}
 		rc, err := d.rowChange(ctx, it.lay, it.c, seq)
 		if err != nil {
-			return pipeline.Batch[stages.RowChange, streamPos]{}, err
+			return pipeline.Batch[stages.RowChange, sinks.Position]{}, err
 		}
 		out = append(out, rc)
 	}

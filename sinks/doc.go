@@ -90,6 +90,30 @@
 // together, and one process uses them at a time. `syncpipe status`
 // reads the state files; the sink is never opened for it.
 //
+// # The chain every pipeline runs
+//
+// `syncpipe run` runs every pipeline, bucket storage included, through
+// Chain: decoded row changes → stages.Eval → stages.Build → flush →
+// ordered commit, for each snapshot range and for the stream. A sink asks
+// for more through small optional interfaces that Chain finds by type
+// assertion:
+//
+//   - OrderedStream: the stream's changes must apply in order (a later
+//     change of a row overwrites an earlier one, the sink reads what it
+//     wrote). The stream then gets one writer, StreamWriter's, which sees
+//     the batches in Seq order, one at a time; flush_writers still sizes
+//     the snapshot.
+//   - Preparer, on that writer: Prepare runs as a stage of its own
+//     (StagePrepare, "probe"), so the work it does for batch k+1 (bucket
+//     storage reads the stored state of its rows) overlaps the Write of
+//     batch k. What it prepared travels with the batch as side data
+//     (pipeline.Attach), to exactly that batch's Write.
+//   - Publisher: a commit that publishes checkpoints reports whether it
+//     did, for the assembly's source acknowledgements and lag.
+//
+// Bucket storage (sinks/bucketstore) implements all three; a custom sink
+// can too, and then runs as the built-in one does.
+//
 // # Keeping progress in a file
 //
 // A sink whose data goes where no position can be stored with it (an HTTP

@@ -3,7 +3,6 @@ package sinks
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/stages"
@@ -25,13 +24,9 @@ func FlushAndCommit(ctx context.Context, in *pipeline.Stream[stages.Change, Posi
 	if sink == nil {
 		return errors.New("nil sink")
 	}
-	ws := make([]Writer, max(writers, 1))
-	for i := range ws {
-		w, err := sink.Writer(ctx, i)
-		if err != nil {
-			return fmt.Errorf("sink writer %d: %w", i, err)
-		}
-		ws[i] = w
+	ws, err := newWriters(ctx, sink, writers)
+	if err != nil {
+		return err
 	}
 	flushed := pipeline.Flush(in, pipeline.StageConfig{Name: StageFlush}, ws)
 	pipeline.Commit(flushed, pipeline.StageConfig{Name: StageCommit}, sink.Commit)

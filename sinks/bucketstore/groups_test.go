@@ -86,7 +86,7 @@ func TestPlanRangesKeepsFirstPlan(t *testing.T) {
 	if err != nil || len(again) != 3 {
 		t.Fatalf("re-plan replaced the stored plan: %+v %v", again, err)
 	}
-	if err := s.NewStreamWriter(g.ID, Fence{}).MakeDurable(ctx); err != nil {
+	if err := s.Sink(g.ID).MakeDurable(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

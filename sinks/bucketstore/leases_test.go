@@ -176,8 +176,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
-	wa := s.NewStreamWriter(g.ID, FenceOf(a))
-	if _, _, err := wa.Commit(ctx, 100); err != nil {
+	if _, _, err := s.commitStream(ctx, g.ID, 100, FenceOf(a)); err != nil {
 		t.Fatalf("commit under a held lease: %v", err)
 	}
 	if err := s.RenewLease(ctx, a, time.Millisecond); err != nil {
@@ -192,7 +191,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("take-over: %v %v", ok, err)
 	}
-	if _, _, err := wa.Commit(ctx, 200); !errors.Is(err, ErrLeaseLost) {
+	if _, _, err := s.commitStream(ctx, g.ID, 200, FenceOf(a)); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("the old holder's commit after the takeover: %v, want ErrLeaseLost", err)
 	}
 	resume := func() pglogrepl.LSN {
@@ -206,7 +205,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if got := resume(); got != 100 {
 		t.Fatalf("stream position %s after the fenced-out commit, want 0/64", got)
 	}
-	if _, _, err := s.NewStreamWriter(g.ID, FenceOf(b)).Commit(ctx, 200); err != nil {
+	if _, _, err := s.commitStream(ctx, g.ID, 200, FenceOf(b)); err != nil {
 		t.Fatalf("the new holder's commit: %v", err)
 	}
 	if got := resume(); got != 200 {

@@ -12,10 +12,6 @@ import (
 	"github.com/syncpipe/syncpipe/stages"
 )
 
-// StageProbe names the pipeline stage that calls Prepare, in stage errors,
-// spans and summaries.
-const StageProbe = "probe"
-
 // Prepared is a stream batch's stored row state read ahead of its write
 // (StreamWriter.Prepare), while the batch before it is being written.
 //

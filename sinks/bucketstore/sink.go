@@ -20,22 +20,28 @@ const TypeName = "bucketstore"
 
 func init() { sinks.MustRegister(TypeName, Spec, openSink) }
 
-// Spec declares the bucketstore sink's settings.
+// Spec declares the bucketstore sink's settings: none. The group a
+// pipeline writes to is not a setting: `syncpipe run` creates a group per
+// sync rules version and moves to a new one when the rules change or the
+// slot is lost, retiring the old one, so a group named in the config would
+// be written to after its retirement, or never (it was accepted and
+// ignored until the bucketstore pipeline ran through this sink).
 var Spec = sinks.Spec{
-	Summary: "PowerSync-style bucket storage in the database of the storage section, served by the sync API (the default sink).",
-	Fields: []sinks.Field{
-		{Name: "group", Type: sinks.FieldInt, Doc: "Replication group to write to; absent = the newest group that is not terminated."},
-	},
+	Summary: "PowerSync-style bucket storage in the database of the storage section, served by the sync API (the default sink). " +
+		"The replication group it writes to is the one `syncpipe run` keeps for the sync rules version, not a setting.",
 }
 
-// Sink adapts a Store to sinks.Sink for one replication group.
+// Sink adapts a Store to sinks.Sink for one replication group: the sink
+// the group's snapshot ranges and its stream run through (sinks.Chain).
 //
 // Snapshot batches (Position.Table set) are written insert-only with
-// WriteSnapshot and their Commit records the range's progress; stream
-// batches (Position.Table empty) are written with WriteStreamChanges, which
-// records the batch's LSN with its ops, and their Commit publishes a
-// checkpoint at that LSN covering every op committed so far (Store.Commit
-// keeps it below any writer still in flight).
+// WriteSnapshot and their Commit records the range's progress. The stream
+// is a sinks.OrderedStream: its one writer (StreamWriter) reads the stored
+// state of a batch's rows ahead (sinks.Preparer, see Prepared) and writes
+// the batch with its position and table records (StreamTables) in one
+// transaction; its Commit publishes a checkpoint at the batch's LSN
+// covering every op committed so far (Store.Commit keeps it below any
+// writer still in flight), and reports whether it did (sinks.Publisher).
 type Sink struct {
 	store *Store
 	group int
@@ -59,14 +65,11 @@ func (s *Store) FencedSink(group int, f Fence) *Sink {
 	return k
 }
 
-// openSink is the registry factory: it opens the storage env.Storage
-// names and writes to the group named by the "group" setting, or the newest
-// group that is not terminated.
-func openSink(ctx context.Context, settings *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
-	group := settings.Int("group")
-	if settings.Has("group") && group < 1 {
-		return nil, fmt.Errorf("settings.group: want a group id (a positive integer), got %d", group)
-	}
+// openSink is the registry factory, for programs that open sinks by name:
+// it opens the storage env.Storage names and writes to the newest group
+// that is not terminated. (`syncpipe run` gives each unit of a group a Sink
+// of its own, fenced by the unit's lease: Store.FencedSink.)
+func openSink(ctx context.Context, _ *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
 	st := env.Storage
 	if st.URI == "" {
 		return nil, errors.New("bucketstore needs the storage section of a syncpipe config")
@@ -76,15 +79,12 @@ func openSink(ctx context.Context, settings *sinks.Settings, env sinks.Env) (sin
 	if err != nil {
 		return nil, err
 	}
-	if group == 0 {
-		gs, err := store.Groups(ctx)
-		if err != nil || len(gs) == 0 {
-			store.Close()
-			return nil, fmt.Errorf("no replication group in storage to write to (start `syncpipe run` first, or set settings.group): %v", err)
-		}
-		group = gs[len(gs)-1].ID
+	gs, err := store.Groups(ctx)
+	if err != nil || len(gs) == 0 {
+		store.Close()
+		return nil, fmt.Errorf("no replication group in storage to write to (start `syncpipe run` first): %v", err)
 	}
-	k := store.Sink(group)
+	k := store.Sink(gs[len(gs)-1].ID)
 	k.owned = true
 	return k, nil
 }
@@ -112,20 +112,49 @@ func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		_, err := wr.WriteSnapshot(ctx, b.Items)
 		return err
 	}
-	// Nothing is visible to clients before Commit publishes a checkpoint.
+	// A stream batch here comes from a pipeline wired without Chain
+	// (sinks.NewPipeline, FlushAndCommit), which knows no OrderedStream:
+	// written without read-ahead or table records, in order only with one
+	// flush writer. Nothing is visible to clients before Commit publishes
+	// a checkpoint.
 	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(b.Progress.LSN)})
 	return err
 }
 
 // Commit records the batch's position: snapshot range progress, or a
-// checkpoint at the stream position.
+// checkpoint at the stream position (CommitPublish).
 func (k *Sink) Commit(ctx context.Context, b sinks.Batch) error {
+	_, err := k.CommitPublish(ctx, b)
+	return err
+}
+
+// CommitPublish is Commit reporting whether it published a checkpoint
+// (sinks.Publisher). A stream batch ending inside a source transaction
+// publishes nothing (a client never sees part of one), nor does a
+// snapshot batch. A checkpoint is refused, publishing nothing, while a
+// transaction or a re-read is half written (see StreamWriter.Commit for
+// its errors); a published one is flushed to disk.
+func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 	pos := b.Progress
 	if !pos.IsStream() {
-		return k.commitRange(ctx, pos)
+		return false, k.commitRange(ctx, pos)
 	}
-	_, _, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
-	return err
+	if pos.TxnLSN != 0 {
+		return false, nil
+	}
+	_, published, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
+	return published, err
+}
+
+// MakeDurable returns once every storage commit that completed before the
+// call is on disk. Writers may run with synchronous_commit=off for speed;
+// the stream calls this before acknowledging an LSN to the source, so the
+// acknowledged position always comes from a durable record: a transaction
+// with synchronous_commit=on flushes the WAL up to its own commit record,
+// which follows every earlier commit — on the same server run, hence the
+// sink's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
+func (k *Sink) MakeDurable(ctx context.Context) error {
+	return k.store.makeDurable(ctx, k.fence.Epoch)
 }
 
 func (k *Sink) tableID(ctx context.Context, table string) (string, error) {

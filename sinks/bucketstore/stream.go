@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/internal/freelist"
+	"github.com/syncpipe/syncpipe/pipeline"
+	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
 )
 
@@ -232,33 +234,21 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p St
 	return res, nil
 }
 
-// Commit publishes a checkpoint of the writer's group at source position
-// lsn covering every op committed so far (Store.Commit keeps it below any
+// commitStream publishes a checkpoint of group at source position lsn
+// covering every op committed so far (Store.Commit keeps it below any
 // writer still in flight, and refuses while a transaction or a
 // re-snapshot is half written). It fails with ErrStorageRestarted when
-// storage restarted since the writer's Fence.Epoch: the ops it would
-// cover may have been lost; and with ErrLeaseLost, recording nothing, once
-// another process holds the writer's lease: the new holder resumes from
-// the position it read on taking over, so the slot must not be confirmed
-// past it.
-func (sw *StreamWriter) Commit(ctx context.Context, lsn pglogrepl.LSN) (Checkpoint, bool, error) {
-	return sw.s.commitStream(ctx, sw.group, lsn, sw.fence)
-}
-
-// commitStream is Commit for group, fenced with f.
+// storage restarted since f.Epoch: the ops it would cover may have been
+// lost; and with ErrLeaseLost, recording nothing, once another process
+// holds f's lease: the new holder resumes from the position it read on
+// taking over, so the slot must not be confirmed past it.
 func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, f Fence) (Checkpoint, bool, error) {
 	return s.commit(ctx, group, lsn, 0, f, true)
 }
 
-// MakeDurable returns once every storage commit that completed before the
-// call is on disk. Writers may run with synchronous_commit=off for speed;
-// the stream calls this before acknowledging an LSN to the source, so the
-// acknowledged position always comes from a durable record: a transaction
-// with synchronous_commit=on flushes the WAL up to its own commit record,
-// which follows every earlier commit — on the same server run, hence the
-// writer's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
-func (sw *StreamWriter) MakeDurable(ctx context.Context) error {
-	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "flush storage WAL")
+// makeDurable is MakeDurable on the storage run epoch.
+func (s *Store) makeDurable(ctx context.Context, epoch uint64) error {
+	conn, err := s.acquire(ctx, epoch, "flush storage WAL")
 	if err != nil {
 		return err
 	}
@@ -270,5 +260,71 @@ func (sw *StreamWriter) MakeDurable(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("flush storage WAL: %w", err)
 	}
+	return nil
+}
+
+// StreamTables is the side data of a stream batch (pipeline.Attach) with
+// the table records its write changes (StreamProgress.Tables): shapes and
+// re-read progress that must be stored in the transaction of the batch
+// whose rows follow them. The stream's source attaches it; the Sink's
+// stream writer stores it. It is side data, not part of sinks.Position,
+// because only bucket storage knows these records and nothing resumes
+// from them.
+var StreamTables = pipeline.NewKey[[]TableUpdate]("bucketstore table updates")
+
+// preparedKey is the side data under which the stream writer's Prepare
+// hands a batch's read-ahead to its Write.
+var preparedKey = pipeline.NewKey[*Prepared]("bucketstore prepared")
+
+// StreamWriter returns the stream's one writer for a new stream run
+// (sinks.OrderedStream): a group's stream changes must apply in order,
+// and its writes' read-ahead is judged by the writes before them, which
+// only a single writer knows (see Prepared).
+func (k *Sink) StreamWriter(ctx context.Context) (sinks.Writer, error) {
+	// A position-only batch is recorded by its commit alone, unless the
+	// stored position is inside a source transaction, whose record only a
+	// write clears.
+	p, _, err := k.store.StreamResume(ctx, k.group)
+	if err != nil {
+		return nil, err
+	}
+	return &sinkStreamWriter{sw: k.store.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
+}
+
+// sinkStreamWriter adapts a StreamWriter to sinks.Writer and
+// sinks.Preparer.
+type sinkStreamWriter struct {
+	sw *StreamWriter
+	// storedInTxn is set while the stored position may be inside a
+	// source transaction.
+	storedInTxn bool
+}
+
+// Prepare reads the stored state of the batch's rows ahead of its Write
+// (StreamWriter.Prepare) and attaches it to the batch.
+func (w *sinkStreamWriter) Prepare(ctx context.Context, b sinks.Batch) (sinks.Batch, error) {
+	prep, err := w.sw.Prepare(ctx, b.Items)
+	if prep != nil {
+		pipeline.Attach(&b, preparedKey, prep)
+	}
+	return b, err
+}
+
+// Write writes a stream batch with its position and table records, using
+// what Prepare read for it.
+func (w *sinkStreamWriter) Write(ctx context.Context, b sinks.Batch) error {
+	tables, _ := pipeline.Attached(b, StreamTables)
+	pos := b.Progress
+	if len(b.Items) == 0 && len(tables) == 0 && pos.TxnLSN == 0 && !w.storedInTxn {
+		// A position only: the commit records it (an idle stream's one
+		// storage transaction per position, see replication's doc.go).
+		return nil
+	}
+	prep, _ := pipeline.Attached(b, preparedKey)
+	p := StreamProgress{LSN: pglogrepl.LSN(pos.LSN), TxnLSN: pglogrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges, Tables: tables}
+	if _, err := w.sw.Write(ctx, b.Items, p, prep); err != nil {
+		return err
+	}
+	w.storedInTxn = pos.TxnLSN != 0
 	return nil
 }
