@@ -44,7 +44,7 @@ func (r *Replicator) submitStream(g *group) error {
 			switch {
 			case err == nil || ctx.Err() != nil:
 				return nil
-			case slotGone(err), errors.Is(err, errTxnNotRedelivered):
+			case slotGone(err), errors.Is(err, postgres.ErrTxnNotRedelivered):
 				return r.replaceRetrying(ctx, g, err)
 			case publicationProblem(err):
 				// Changes made while the publication did not publish the
@@ -112,11 +112,11 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 		return err
 	}
 	defer closeStream()
-	s.st = st
 	s.fence = f
 	s.lag = r.metrics.streaming(g.g.ID)
 	defer s.lag.stop()
 	s.lim = streamLimits(r.pl.Stages.BatchMaxRows, int(r.pl.Stages.BatchMaxBytes), r.cfg.Replication.Stream.BatchMaxWait)
+	s.start(st)
 	return r.runStream(ctx, g, s, st)
 }
 
@@ -155,13 +155,10 @@ func maxInFlight(lim logrepl.BatchLimits) int {
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
 	p := pipeline.New[streamPos](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
 		Depth: r.pl.Stages.ChannelDepth, MaxInFlight: maxInFlight(s.lim)})
-	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[rawItem, streamPos](s.next))
+	decoded, dec := r.readDecode(p, g, s)
+	defer dec.Close()
 	// Changes of a row must reach the single writer in stream order, so
-	// the parallel stages keep batch order; decode stays on one goroutine
-	// (see toastState).
-	dec := &streamDecoder{r: r, group: g.g.ID, toast: &s.toast}
-	defer dec.close()
-	decoded := pipeline.Process(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec.decode)
+	// the parallel stages keep batch order.
 	workers := r.streamEvalWorkers()
 	built := stages.Build(stages.Eval(decoded, pipeline.StageConfig{Workers: workers, Ordered: true}, r.rowError),
 		pipeline.StageConfig{Workers: workers, Ordered: true})
@@ -208,7 +205,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			}
 			return b, err
 		})
-	storedInTxn := s.skip.TxnLSN != 0 // the stored position is inside a source transaction
+	storedInTxn := s.from.TxnLSN != 0 // the stored position is inside a source transaction
 	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
 		p := b.Progress.StreamProgress
 		if len(b.Items) == 0 && len(p.Tables) == 0 && p.TxnLSN == 0 && !storedInTxn {
@@ -230,7 +227,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	})
 	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
 	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
-		s.toast.committed(b.Progress.seq)
+		dec.Committed(b.Seq)
 		if b.Progress.TxnLSN != 0 {
 			return nil // inside a source transaction: nothing to publish
 		}
@@ -274,6 +271,43 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		return nil
 	}
 	return err
+}
+
+// readDecode adds the stream's read and decode stages to p: the group's
+// stream reader (the slot, with relation binding, re-shapes and re-reads:
+// streamer.go) → decode, which merges unchanged TOAST values from the
+// rows' previous states — the ones not committed yet, then storage's — and
+// so decodes on one goroutine whatever decode_workers says. Tell the
+// decoder every committed batch, and close it when the stream ends.
+func (r *Replicator) readDecode(p *pipeline.Pipeline[streamPos], g *group, s *streamer) (*pipeline.Stream[stages.RowChange, streamPos], *postgres.StreamDecoder) {
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[postgres.StreamItem, streamPos](s.rd))
+	dec := postgres.NewStreamDecoder(postgres.DecodeConfig{Rows: groupRows{r.store, g.g.ID}, Connect: r.connectSource,
+		Log: r.log, Merged: &r.toastMerged, Reread: &r.toastReread})
+	return postgres.Decode(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec), dec
+}
+
+// groupRows is the stored row data of a group, from which the stream
+// merges unchanged TOAST values (postgres.RowStore).
+type groupRows struct {
+	store groupStorage
+	group int
+}
+
+// RowData reads the stored row data of refs.
+func (g groupRows) RowData(ctx context.Context, refs []postgres.RowRef) (map[postgres.RowRef][]byte, error) {
+	rows := make([]bucketstore.RowRef, len(refs))
+	for i, ref := range refs {
+		rows[i] = bucketstore.RowRef(ref)
+	}
+	got, err := g.store.RowData(ctx, g.group, rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[postgres.RowRef][]byte, len(got))
+	for ref, data := range got {
+		out[postgres.RowRef(ref)] = data
+	}
+	return out, nil
 }
 
 // ackEvery calls ack every interval until ctx ends. A failure is logged
