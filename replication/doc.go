@@ -14,16 +14,17 @@
 //
 // Both paths are chains of the exported stages: a snapshot range is
 // read (postgres.SnapshotReader) → stages.Eval → stages.Build → flush →
-// ordered commit, the stream is read (the slot, with relation binding,
-// re-shapes and re-reads: streamer.go) → decode (streamdecode.go) →
+// ordered commit, the stream is read (postgres.StreamReader, with the
+// stored shapes, re-shapes and re-reads it asks for: streamer.go,
+// resnapshot.go) → decode (postgres.Decode) →
 // stages.Eval → stages.Build → probe (the rows' stored state, read while
 // the batch before is written) → one writer → commit. This package keeps the
 // assembly: groups, units, scheduling, checkpoints, errors.
 //
 // Pipelines with a sink other than bucket storage run in a SinkRunner
 // (sinkpipe.go): a slot of their own, a key-range snapshot into the sink
-// and a stream through postgres.Decode, with the sink keeping the progress
-// and storage the pipeline's version.
+// and a stream through the same reader and decoder, with the sink keeping
+// the progress and storage the pipeline's version.
 //
 // # Consistency
 //
@@ -136,7 +137,7 @@
 // table come from is one relation: storage records its OID
 // (source_tables.relation_id). The stream binds a pgoutput relation to a
 // rules table by its name or, under any other name, by that OID
-// (streamer.bind): a table renamed away, or moved to another schema, is
+// (postgres.StreamReader): a table renamed away, or moved to another schema, is
 // followed there and its changes apply as under its own name. Following
 // was chosen over re-reading the table when it comes back because the
 // slot delivers every change of the relation in order whatever its name,
@@ -164,9 +165,11 @@
 // which follows it.
 //
 // A sink pipeline (SinkRunner) follows a renamed or moved table the same
-// way, by the OID its tables had when it started; it has no catalog
-// check, so a table re-created under the name is bound by name, without
-// a re-read.
+// way (the same reader), from the OID its tables had when it started. A
+// sink can record no table shape nor be re-read into, so a shape change
+// or a table re-created under the name re-binds the table with its first
+// change in the new shape, without a re-read, and there is no catalog
+// check.
 //
 // # Lost slots, publication events, group replacement
 //
