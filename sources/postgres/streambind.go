@@ -70,10 +70,10 @@ type StreamCatalog interface {
 	Nudge(ctx context.Context) error
 }
 
-// Follow records that t's rows in the sink come from relation oid from
+// follow records that t's rows in the sink come from relation oid from
 // now on. A table that followed oid before loses it: oid is t's now, and
 // that table is re-shaped once its name shows another relation.
-func (r *StreamReader[P]) Follow(t *ReadTable, oid uint32) {
+func (r *StreamReader[P]) follow(t *ReadTable, oid uint32) {
 	if r.byOID[t.OID] == t {
 		delete(r.byOID, t.OID)
 	}
@@ -107,7 +107,7 @@ func (r *StreamReader[P]) bind(ctx context.Context, rel *logrepl.Relation, txn *
 	if t.rel == rel {
 		return t, nil
 	}
-	if sh := RelationShape(rel); rel.ID != t.OID || !sh.Equal(t.Shape) {
+	if sh := relationShape(rel); rel.ID != t.OID || !sh.equal(t.Shape) {
 		if err := r.reshape(ctx, t, sh, rel.ID, txn); err != nil {
 			return nil, err
 		}
@@ -137,7 +137,7 @@ func (r *StreamReader[P]) reshape(ctx context.Context, t *ReadTable, sh Shape, o
 		}
 		r.cut(txn)
 	}
-	r.Follow(t, oid)
+	r.follow(t, oid)
 	t.Shape, t.Table = sh, rs.Table
 	t.rel = nil
 	t.check = nil
@@ -166,7 +166,7 @@ func (r *StreamReader[P]) checkCatalogEvery(ctx context.Context) error {
 		if t == nil {
 			continue
 		}
-		if info.OID == t.OID && CatalogShape(info).Equal(t.Shape) {
+		if info.OID == t.OID && CatalogShape(info).equal(t.Shape) {
 			t.check = nil
 		} else if t.check == nil || t.check.info.OID != info.OID {
 			t.check = &catalogCheck{lsn: lsn, info: info}
@@ -194,7 +194,7 @@ func (r *StreamReader[P]) checkCatalogDue(ctx context.Context) error {
 		info := t.check.info
 		sh := CatalogShape(info)
 		t.check = nil
-		if info.OID == t.OID && sh.Equal(t.Shape) {
+		if info.OID == t.OID && sh.equal(t.Shape) {
 			continue
 		}
 		if err := r.reshape(ctx, t, sh, info.OID, nil); err != nil {

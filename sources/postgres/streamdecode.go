@@ -157,7 +157,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 	rc := it.Row
 	rc.Spec = t.Spec
 	if c.Kind == logrepl.Delete {
-		row, _, err := DecodeTuple(t, c.Old)
+		row, _, err := decodeTuple(t, c.Old)
 		if err != nil {
 			return rc, err
 		}
@@ -168,7 +168,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 		}
 		return rc, nil
 	}
-	row, missing, err := DecodeTuple(t, c.New)
+	row, missing, err := decodeTuple(t, c.New)
 	if err != nil {
 		return rc, err
 	}
@@ -176,7 +176,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 	if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
 		// An old image means the key changed (or identity is FULL): op
 		// build retracts the row under its old key when that key differs.
-		if rc.Old, _, err = DecodeTuple(t, c.Old); err != nil {
+		if rc.Old, _, err = decodeTuple(t, c.Old); err != nil {
 			return rc, err
 		}
 	}
@@ -215,10 +215,10 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 	return rc, nil
 }
 
-// DecodeTuple turns a tuple into a row in the table's column order and
+// decodeTuple turns a tuple into a row in the table's column order and
 // returns the indexes of the columns left out as unchanged TOAST values
 // (NULL in the row until filled).
-func DecodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
+func decodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
 	row := make([]syncrules.Value, len(t.Spec.Columns))
 	var missing []int
 	for i, col := range tup.Columns {

@@ -131,7 +131,7 @@ func NewStreamReader[P any](st *logrepl.Stream, cfg StreamReaderConfig[P]) *Stre
 		r.byName[t.Name] = t
 		oid := t.OID
 		t.OID = 0
-		r.Follow(t, oid)
+		r.follow(t, oid)
 	}
 	return r
 }

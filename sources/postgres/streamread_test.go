@@ -34,7 +34,7 @@ func TestBindFollowsTheRelation(t *testing.T) {
 	if got, err := r.bind(context.Background(), rel(300, "public", "items_old"), nil); got != nil || err != nil {
 		t.Fatalf("another relation under another name bound to %p (%v), want none", got, err)
 	}
-	r.Follow(items, 200)
+	r.follow(items, 200)
 	if notes.OID != 0 || r.byOID[200] != items || r.byOID[100] != nil {
 		t.Fatalf("after items took notes' relation: notes follows %d, 200 → %p, 100 → %p", notes.OID, r.byOID[200], r.byOID[100])
 	}

@@ -122,7 +122,7 @@ func (w *decodeWorker) prefetch(ctx context.Context, items []StreamItem) error {
 		if c.OldKind != logrepl.OldNone {
 			tup = c.Old
 		}
-		row, _, err := DecodeTuple(t, tup)
+		row, _, err := decodeTuple(t, tup)
 		if err != nil {
 			continue
 		}

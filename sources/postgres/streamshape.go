@@ -26,8 +26,8 @@ type ShapeColumn struct {
 	Key  bool   `json:"key,omitempty"` // part of the replica identity
 }
 
-// RelationShape is the shape a pgoutput relation describes.
-func RelationShape(rel *logrepl.Relation) Shape {
+// relationShape is the shape a pgoutput relation describes.
+func relationShape(rel *logrepl.Relation) Shape {
 	s := Shape{Identity: string(rune(rel.ReplicaIdentity)), Columns: make([]ShapeColumn, len(rel.Columns))}
 	for i, c := range rel.Columns {
 		s.Columns[i] = ShapeColumn{Name: c.Name, Type: c.TypeOID, Key: c.Key}
@@ -48,8 +48,8 @@ func CatalogShape(info TableInfo) Shape {
 	return s
 }
 
-// Equal reports whether s and o are the same shape.
-func (s Shape) Equal(o Shape) bool {
+// equal reports whether s and o are the same shape.
+func (s Shape) equal(o Shape) bool {
 	return s.Identity == o.Identity && slices.Equal(s.Columns, o.Columns)
 }
 
