@@ -15,9 +15,10 @@
 // Both paths, of bucket storage and of every other sink, end in one chain
 // of the exported stages, sinks.Chain: stages.Eval → stages.Build →
 // flush → ordered commit. A snapshot range feeds it from
-// postgres.SnapshotReader; the stream from the slot (with relation
-// binding, re-shapes and re-reads: streamer.go) through decode
-// (streamdecode.go). Bucket storage's sink (bucketstore.Sink) adds what
+// postgres.SnapshotReader; the stream from the one stream reader
+// (postgres.StreamReader, with the stored shapes, re-shapes and re-reads
+// it asks for: streamer.go, resnapshot.go) through the one decoder
+// (postgres.Decode). Bucket storage's sink (bucketstore.Sink) adds what
 // its stream needs through the Sink contract's optional interfaces: one
 // writer in batch order (sinks.OrderedStream), the probe stage that reads
 // the rows' stored state while the batch before is written
@@ -30,11 +31,11 @@
 //
 // Pipelines with a sink other than bucket storage run in a SinkRunner
 // (sinkpipe.go): a slot of their own, a key-range snapshot into the sink
-// and a stream through postgres.Decode, with the sink keeping the progress
-// and storage the pipeline's version — or, for a config without storage,
-// a state file per pipeline (sinkstate.go). RunPipelines (pipelines.go)
-// starts every configured pipeline; sinkconfig.go opens and checks the
-// configured sinks.
+// and a stream through the same reader and decoder, with the sink keeping
+// the progress and storage the pipeline's version — or, for a config
+// without storage, a state file per pipeline (sinkstate.go). RunPipelines
+// (pipelines.go) starts every configured pipeline; sinkconfig.go opens and
+// checks the configured sinks.
 //
 // # Consistency
 //
@@ -147,7 +148,7 @@
 // table come from is one relation: storage records its OID
 // (source_tables.relation_id). The stream binds a pgoutput relation to a
 // rules table by its name or, under any other name, by that OID
-// (streamer.bind): a table renamed away, or moved to another schema, is
+// (postgres.StreamReader): a table renamed away, or moved to another schema, is
 // followed there and its changes apply as under its own name. Following
 // was chosen over re-reading the table when it comes back because the
 // slot delivers every change of the relation in order whatever its name,
@@ -175,9 +176,11 @@
 // which follows it.
 //
 // A sink pipeline (SinkRunner) follows a renamed or moved table the same
-// way, by the OID its tables had when it started; it has no catalog
-// check, so a table re-created under the name is bound by name, without
-// a re-read.
+// way (the same reader), from the OID its tables had when it started. A
+// sink can record no table shape nor be re-read into, so a shape change
+// or a table re-created under the name re-binds the table with its first
+// change in the new shape, without a re-read, and there is no catalog
+// check.
 //
 // # Lost slots, publication events, group replacement
 //

@@ -68,7 +68,7 @@ const awayRetry = 2 * time.Second
 
 // endsStream reports errors the stream unit handles itself.
 func endsStream(err error) bool {
-	return slotGone(err) || errors.Is(err, bucketstore.ErrGroupStopped) || errors.Is(err, errTxnNotRedelivered) ||
+	return slotGone(err) || errors.Is(err, bucketstore.ErrGroupStopped) || errors.Is(err, postgres.ErrTxnNotRedelivered) ||
 		publicationProblem(err) || errors.Is(err, pipeline.ErrYielded)
 }
 

@@ -7,39 +7,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/todos"
-	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 )
-
-// TestBindFollowsTheStoredRelation: a relation is a rules table by its
-// name or, under any other name (renamed, moved to another schema), by the
-// OID of the relation its stored rows come from; another relation under
-// another name is none of the rules'. A table that takes over an OID
-// another table followed leaves that one without (it is re-read once its
-// name shows a relation).
-func TestBindFollowsTheStoredRelation(t *testing.T) {
-	sh := shape{Identity: "d", Columns: []shapeColumn{{Name: "id", Type: 23, Key: true}, {Name: "a", Type: 25}}}
-	items, notes := &tableState{shape: sh}, &tableState{shape: sh}
-	s := &streamer{byName: map[string]*tableState{"public.items": items, "public.notes": notes}, byOID: map[uint32]*tableState{}}
-	s.follow(items, 100)
-	s.follow(notes, 200)
-	rel := func(oid uint32, nsp, name string) *logrepl.Relation {
-		return &logrepl.Relation{ID: oid, Namespace: nsp, Name: name, ReplicaIdentity: 'd',
-			Columns: []logrepl.Column{{Name: "id", TypeOID: 23, Key: true}, {Name: "a", TypeOID: 25}}}
-	}
-	for _, r := range []*logrepl.Relation{rel(100, "public", "items_old"), rel(100, "other", "items"), rel(100, "public", "items")} {
-		ts, err := s.bind(context.Background(), r, nil)
-		if err != nil || ts != items {
-			t.Fatalf("relation %d %s.%s: bound to %p (%v), want items %p", r.ID, r.Namespace, r.Name, ts, err, items)
-		}
-	}
-	if ts, err := s.bind(context.Background(), rel(300, "public", "items_old"), nil); ts != nil || err != nil {
-		t.Fatalf("another relation under another name bound to %p (%v), want none", ts, err)
-	}
-	s.follow(items, 200)
-	if notes.oid != 0 || s.byOID[200] != items || s.byOID[100] != nil {
-		t.Fatalf("after items took notes' relation: notes follows %d, 200 → %p, 100 → %p", notes.oid, s.byOID[200], s.byOID[100])
-	}
-}
 
 // TestRenamedWhileStopped renames a rules table away while no replicator
 // runs, changes it under the new name and renames it back: the next run

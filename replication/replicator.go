@@ -598,7 +598,7 @@ func (r *Replicator) registerTables(ctx context.Context, g *group, infos []postg
 	regs := make([]bucketstore.TableRegistration, len(infos))
 	for i, info := range infos {
 		regs[i] = bucketstore.TableRegistration{RelationID: info.OID, Schema: info.Schema, Name: info.Name,
-			ReplicaIDColumns: identityNames(info), Shape: catalogShape(info).marshal()}
+			ReplicaIDColumns: identityNames(info), Shape: marshalShape(postgres.CatalogShape(info))}
 	}
 	stored, err := r.store.RegisterTables(ctx, g.g.ID, regs)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // Schema changes (see doc.go): a table whose shape differs from the one
@@ -31,7 +30,8 @@ import (
 
 // resnap is the re-read of one table.
 type resnap struct {
-	ts      *tableState
+	rt      *postgres.ReadTable
+	t       *table
 	conn    *pgx.Conn // its own source connection, opened on first use
 	reader  *postgres.SnapshotReader
 	after   []string // resume key (nil: from the start)
@@ -39,52 +39,43 @@ type resnap struct {
 	started time.Time
 }
 
-// reshape records sh as ts's shape, and oid as the relation its rows come
-// from, at the current position (inside txn when it is set): the changes
-// so far are cut into a batch, a batch of its own records the new shape —
-// removing the table's stored rows first when the replica identity
-// changes, or when oid is another relation than the stored rows' (a table
-// re-created under the name: the old one's rows are gone from the source)
-// — and the table's re-read starts (again).
-func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, oid uint32, txn *logrepl.Txn) error {
-	name := ts.t.info.QualifiedName()
-	info, err := s.discover(ctx, ts)
+// Reshape (postgres.StreamTables) records sh as rt's shape, and oid as the
+// relation its rows come from, in a batch of its own at the current
+// position — removing the table's stored rows first when the replica
+// identity changes, or when oid is another relation than the stored rows'
+// (a table re-created under the name: the old one's rows are gone from
+// the source) — and starts the table's re-read (again).
+func (s *streamer) Reshape(ctx context.Context, rt *postgres.ReadTable, sh postgres.Shape, oid uint32) (postgres.Reshape[streamPos], error) {
+	t := s.tables[rt]
+	name := t.info.QualifiedName()
+	info, err := s.discover(ctx, t)
 	if err != nil {
-		return err
+		return postgres.Reshape[streamPos]{}, err
 	}
-	lay, err := newLayout(&ts.t.stored.Table, s.g, sh, info)
+	lay, err := newLayout(&t.stored.Table, s.g, sh, info)
 	if err != nil {
-		return fmt.Errorf("table %s changed shape: %w", name, err)
+		return postgres.Reshape[streamPos]{}, fmt.Errorf("table %s changed shape: %w", name, err)
 	}
-	s.cutIfAny(txn)
-	b := s.open()
-	identity := sh.identity()
-	replaced := oid != ts.oid
-	rekeyed := !slices.Equal(identity, ts.shape.identity())
-	if rekeyed || replaced {
-		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
-	}
-	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: ts.t.stored.ID, Shape: sh.marshal(),
-		ReplicaIDColumns: identity, RelationID: oid, Resnapshot: &bucketstore.ResnapshotProgress{}})
-	s.cut(txn)
+	identity := sh.IdentityColumns()
+	replaced := oid != rt.OID
+	rekeyed := !slices.Equal(identity, rt.Shape.IdentityColumns())
+	update := bucketstore.TableUpdate{ID: t.stored.ID, Shape: marshalShape(sh),
+		ReplicaIDColumns: identity, RelationID: oid, Resnapshot: &bucketstore.ResnapshotProgress{}}
 	if replaced {
 		s.r.log.Info("another table has the name now (dropped and re-created, or renamed into place): re-reading it while the stream goes on",
-			"group", s.g.g.ID, "table", name, "relation", oid, "was", ts.oid)
+			"group", s.g.g.ID, "table", name, "relation", oid, "was", rt.OID)
 	} else {
 		s.r.log.Info("table shape changed: re-reading it while the stream goes on", "group", s.g.g.ID, "table", name,
 			"rekeyed", rekeyed, "columns", len(sh.Columns))
 	}
-	s.follow(ts, oid)
-	ts.shape, ts.info, ts.layout = sh, info, lay
-	ts.rel = nil
-	ts.check = nil
-	s.startResnap(ts, nil, 0)
-	return nil
+	s.startResnap(rt, nil, 0)
+	return postgres.Reshape[streamPos]{Table: lay, Clear: rekeyed || replaced,
+		Record: func(p *streamPos) { p.Tables = append(p.Tables, update) }}, nil
 }
 
-// discover reads ts's table from the source catalog.
-func (s *streamer) discover(ctx context.Context, ts *tableState) (postgres.TableInfo, error) {
-	name := ts.t.info.QualifiedName()
+// discover reads t from the source catalog.
+func (s *streamer) discover(ctx context.Context, t *table) (postgres.TableInfo, error) {
+	name := t.info.QualifiedName()
 	infos, err := discover(ctx, s.side, []string{name}, s.g.rules)
 	if err != nil {
 		return postgres.TableInfo{}, fmt.Errorf("discover %s after a schema change: %w", name, err)
@@ -95,40 +86,42 @@ func (s *streamer) discover(ctx context.Context, ts *tableState) (postgres.Table
 	return infos[0], nil
 }
 
-// startResnap (re)starts the re-read of ts after key after.
-func (s *streamer) startResnap(ts *tableState, after []string, rows int64) {
+// startResnap (re)starts the re-read of rt after key after.
+func (s *streamer) startResnap(rt *postgres.ReadTable, after []string, rows int64) {
 	for i, r := range s.resnaps {
-		if r.ts == ts {
+		if r.rt == rt {
 			r.close()
 			s.resnaps = append(s.resnaps[:i], s.resnaps[i+1:]...)
 			break
 		}
 	}
-	s.resnaps = append(s.resnaps, &resnap{ts: ts, after: after, rows: rows, started: time.Now()})
+	s.resnaps = append(s.resnaps, &resnap{rt: rt, t: s.tables[rt], after: after, rows: rows, started: time.Now()})
 }
 
-// resnapChunk reads the next chunk of the first table being re-read and
-// queues it as a batch that records the re-read's progress.
-func (s *streamer) resnapChunk(ctx context.Context) error {
+// Pending (postgres.StreamAside) reports whether a table is being re-read.
+func (s *streamer) Pending() bool { return len(s.resnaps) > 0 }
+
+// ReadAside (postgres.StreamAside) reads the next chunk of the first table
+// being re-read into b, a batch that records the re-read's progress.
+func (s *streamer) ReadAside(ctx context.Context, b *pipeline.Batch[postgres.StreamItem, streamPos]) error {
 	rs := s.resnaps[0]
-	ts := rs.ts
+	lay := rs.rt.Table
 	if rs.reader == nil {
 		conn, err := s.r.connectSource(ctx)
 		if err != nil {
 			return err
 		}
 		rs.conn = conn
-		rs.reader = postgres.NewSnapshotReader(conn, ts.info, postgres.KeyRange{}, postgres.SnapshotOptions{
+		rs.reader = postgres.NewSnapshotReader(conn, lay.Info, postgres.KeyRange{}, postgres.SnapshotOptions{
 			ChunkRows: s.r.pl.Stages.ChunkRows, After: rs.after, SocketTimeout: s.r.cfg.Source.SnapshotSocketTimeout})
 	}
 	chunk, err := rs.reader.Next(ctx)
 	done := errors.Is(err, pipeline.ErrEndOfInput)
 	if err != nil && !done {
-		return fmt.Errorf("re-read %s: %w", ts.info.QualifiedName(), err)
+		return fmt.Errorf("re-read %s: %w", lay.Info.QualifiedName(), err)
 	}
-	b := s.open()
 	for _, row := range chunk.Rows {
-		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Upsert, Row: ts.layout.fromCatalogRow(row)}})
+		b.Items = append(b.Items, postgres.StreamItem{Table: lay, Row: stages.RowChange{Spec: lay.Spec, Kind: stages.Upsert, Row: lay.FromCatalogRow(row)}})
 	}
 	rs.rows += int64(len(chunk.Rows))
 	prog := &bucketstore.ResnapshotProgress{LastKey: rs.reader.Position(), Rows: rs.rows, Done: done || chunk.Final}
@@ -141,14 +134,13 @@ func (s *streamer) resnapChunk(ctx context.Context) error {
 		if _, err := logrepl.Heartbeat(ctx, s.side); err != nil {
 			return err
 		}
-		s.r.log.Info("table re-read after a schema change", "group", s.g.g.ID, "table", ts.info.QualifiedName(),
+		s.r.log.Info("table re-read after a schema change", "group", s.g.g.ID, "table", lay.Info.QualifiedName(),
 			"rows", rs.rows, "elapsed", time.Since(rs.started).Round(time.Millisecond))
 		rs.close()
 		s.resnaps = s.resnaps[1:]
 	}
-	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: ts.t.stored.ID, Resnapshot: prog})
+	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: rs.t.stored.ID, Resnapshot: prog})
 	b.Rows = len(chunk.Rows)
-	s.cutAt(s.pos)
 	return nil
 }
 
@@ -159,85 +151,63 @@ func (rs *resnap) close() {
 	}
 }
 
-// fromCatalogRow maps a row in catalog column order (a re-read) onto the
-// layout's columns.
-func (l *layout) fromCatalogRow(row []syncrules.Value) []syncrules.Value {
-	out := make([]syncrules.Value, len(l.spec.Columns))
-	for i, j := range l.fromCatalog {
-		if j >= 0 && i < len(row) {
-			out[j] = row[i]
-		}
-	}
-	return out
-}
-
-// checkCatalog compares the source catalog with what storage records: the
-// publication must still publish every table completely (else the stream
-// ends with errPublication), every table the rules name must exist (else
-// the stream stops with errTableAway until it is back), and a table whose
-// shape differs from the stored one — a DDL the stream has not seen,
-// because no row of the table changed since — or that is another relation
-// than the stored rows' (re-created, renamed into place) is re-shaped once
-// the stream has passed the position read after the catalog (so the DDL is
-// behind it).
-func (s *streamer) checkCatalog(ctx context.Context) error {
-	names := make([]string, 0, len(s.byName))
-	for name := range s.byName {
-		names = append(names, name)
+// Catalog (postgres.StreamCatalog) reads the source catalog of the
+// tables and checks it: the publication must still publish every table
+// completely (else the stream ends with errPublication), and every table
+// the rules name must exist (else the stream stops with errTableAway
+// until it is back). The reader re-shapes a table whose shape differs
+// from the stored one — a DDL the stream has not seen, because no row of
+// the table changed since — or that is another relation than the stored
+// rows' (re-created, renamed into place) once the stream has passed the
+// position read after the catalog (so the DDL is behind it).
+func (s *streamer) Catalog(ctx context.Context, tables []*postgres.ReadTable) ([]postgres.TableInfo, logrepl.LSN, error) {
+	names := make([]string, 0, len(tables))
+	oids := make(map[string]uint32, len(tables))
+	for _, rt := range tables {
+		names = append(names, rt.Name)
+		oids[rt.Name] = rt.OID
 	}
 	// Read before the position below: a DDL it shows is behind that.
 	infos, derr := discover(ctx, s.side, names, s.g.rules)
-	if err := s.publishReplaced(ctx, infos); err != nil {
-		return err
+	if err := s.publishReplaced(ctx, infos, oids); err != nil {
+		return nil, 0, err
 	}
 	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.pl.Source.Publication, Tables: names})
 	if publicationProblem(err) {
-		return fmt.Errorf("%w: %w", errPublication, err)
+		return nil, 0, fmt.Errorf("%w: %w", errPublication, err)
 	}
 	if errors.Is(err, postgres.ErrTableNotFound) {
-		return fmt.Errorf("%w: %w", err, errTableAway)
+		return nil, 0, fmt.Errorf("%w: %w", err, errTableAway)
 	}
 	if err != nil {
-		return err // a table without a key, the connection gone, …
+		return nil, 0, err // a table without a key, the connection gone, …
 	}
 	if derr != nil && len(infos) == 0 {
-		return fmt.Errorf("check the source tables: %w", derr)
+		return nil, 0, fmt.Errorf("check the source tables: %w", derr)
 	}
-	lsn, lerr := currentLSN(ctx, s.side)
-	if lerr != nil {
-		return lerr
+	lsn, err := currentLSN(ctx, s.side)
+	if err != nil {
+		return nil, 0, err
 	}
-	due := false
-	for _, info := range infos {
-		ts := s.byName[info.Schema+"."+info.Name]
-		if ts == nil {
-			continue
-		}
-		if info.OID == ts.oid && catalogShape(info).equal(ts.shape) {
-			ts.check = nil
-		} else if ts.check == nil || ts.check.info.OID != info.OID {
-			ts.check = &catalogCheck{lsn: lsn, info: info}
-			due = true
-		}
-	}
-	if due {
-		// Bring the stream past lsn soon, also when the source is idle.
-		if _, err := logrepl.Heartbeat(ctx, s.side); err != nil {
-			return err
-		}
-	}
-	return nil
+	return infos, lsn, nil
+}
+
+// Nudge (postgres.StreamCatalog) brings the stream past the source's
+// current position soon, also when the source is idle: a heartbeat.
+func (s *streamer) Nudge(ctx context.Context) error {
+	_, err := logrepl.Heartbeat(ctx, s.side)
+	return err
 }
 
 // publishReplaced adds the tables that another relation than the stored
-// rows' has the name of (re-created, or renamed into place) to the
-// publication, if syncpipe manages it: a dropped table left it, and its
-// successor is re-read anyway, so none of its changes is lost. A
-// publication of the operator's is theirs: Preflight says what to run.
-func (s *streamer) publishReplaced(ctx context.Context, infos []postgres.TableInfo) error {
+// rows' (oids, by name) has the name of (re-created, or renamed into
+// place) to the publication, if syncpipe manages it: a dropped table left
+// it, and its successor is re-read anyway, so none of its changes is lost.
+// A publication of the operator's is theirs: Preflight says what to run.
+func (s *streamer) publishReplaced(ctx context.Context, infos []postgres.TableInfo, oids map[string]uint32) error {
 	var replaced []string
 	for _, info := range infos {
-		if ts := s.byName[info.Schema+"."+info.Name]; ts != nil && info.OID != ts.oid {
+		if oid, ok := oids[info.Schema+"."+info.Name]; ok && info.OID != oid {
 			replaced = append(replaced, info.QualifiedName())
 		}
 	}
@@ -247,29 +217,6 @@ func (s *streamer) publishReplaced(ctx context.Context, infos []postgres.TableIn
 	err := postgres.Preflight(ctx, s.side, postgres.PreflightOptions{Publication: s.r.pl.Source.Publication, Tables: replaced, AddTables: true})
 	if err != nil && !publicationProblem(err) && !fatal(err) {
 		return err // the connection gone, …: the others are the main check's
-	}
-	return nil
-}
-
-// checkCatalogDue re-shapes the tables whose catalog check is due: the
-// stream has passed its position, outside a transaction.
-func (s *streamer) checkCatalogDue(ctx context.Context) error {
-	if s.pos.TxnLSN != 0 {
-		return nil
-	}
-	for _, ts := range s.byName {
-		if ts.check == nil || s.pos.LSN < ts.check.lsn {
-			continue
-		}
-		info := ts.check.info
-		sh := catalogShape(info)
-		ts.check = nil
-		if info.OID == ts.oid && sh.equal(ts.shape) {
-			continue
-		}
-		if err := s.reshape(ctx, ts, sh, info.OID, nil); err != nil {
-			return err
-		}
 	}
 	return nil
 }

@@ -58,19 +58,6 @@ func (r *SinkRunner) table(name string) *sinkTable {
 	return r.tables[name]
 }
 
-// tableByOID returns the pipeline's table that is relation oid in the
-// catalog the pipeline started with, or nil.
-func (r *SinkRunner) tableByOID(oid uint32) *sinkTable {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.tables {
-		if t.info.OID == oid {
-			return t
-		}
-	}
-	return nil
-}
-
 // plan returns the stored key ranges, planning and storing them first if
 // this version has none: a resumed range must keep its bounds.
 func (r *SinkRunner) plan(ctx context.Context, conn *pgx.Conn) (snapshotPlan, error) {

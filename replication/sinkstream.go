@@ -3,18 +3,13 @@ package replication
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // stream applies the pipeline's slot to the sink until ctx ends:
@@ -25,36 +20,47 @@ func (r *SinkRunner) stream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tables, err := r.readTables()
+	if err != nil {
+		return err
+	}
 	st, closeStream, err := startSlot(ctx, r.o.Config, r.pl, r.state.SlotName, logrepl.LSN(pos.LSN), r.log)
 	if err != nil {
 		return err
 	}
 	defer closeStream()
-	rs := r.o.Config.Replication.Stream
 	r.log.Info("streaming from the replication slot", "slot", r.state.SlotName, "lsn", logrepl.LSN(pos.LSN).String())
-	lim := streamLimits(r.pl.Stages.BatchMaxRows, int(r.pl.Stages.BatchMaxBytes), rs.BatchMaxWait)
-	reader := postgres.NewStreamReader(st, lim, postgres.StreamPosition{LSN: logrepl.LSN(pos.LSN),
-		TxnLSN: logrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges})
-	fills := &fillConns{r: r}
-	defer fills.close()
-	return r.runStream(ctx, st, reader, fills)
+	lim := streamLimits(r.pl.Stages.BatchMaxRows, int(r.pl.Stages.BatchMaxBytes), r.o.Config.Replication.Stream.BatchMaxWait)
+	// The same reader as bucket storage's stream, without what needs
+	// storage: a table's shape change re-binds it (no re-read, no stored
+	// shape: a sink has no way to record one yet), there is no catalog
+	// check, and every idle position is recorded at once.
+	reader := postgres.NewStreamReader(st, postgres.StreamReaderConfig[sinks.Position]{
+		Limits: lim,
+		From: postgres.StreamPosition{LSN: logrepl.LSN(pos.LSN),
+			TxnLSN: logrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges},
+		Position: setSinkPos,
+		Tables:   tables, Reshape: sinkReshape{r},
+	})
+	return r.runStream(ctx, st, reader)
+}
+
+// setSinkPos records where a batch leaves the stream
+// (postgres.StreamReaderConfig.Position).
+func setSinkPos(p *sinks.Position, at postgres.StreamPosition) {
+	p.LSN, p.TxnLSN, p.TxnChanges = uint64(at.LSN), uint64(at.TxnLSN), at.TxnChanges
 }
 
 // runStream wires and runs the stream pipeline: read → decode → the
 // shared chain (eval → build → flush → commit), whose commits confirm the
 // position to the slot.
-func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *postgres.StreamReader, fills *fillConns) error {
+func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *postgres.StreamReader[sinks.Position]) error {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "stream " + r.pl.Name, Tracer: r.o.Tracer, Depth: r.pl.Stages.ChannelDepth,
 		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}}, MaxInFlight: maxInFlight(reader.Limits())})
-	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.SourceFunc[postgres.StreamChange, sinks.Position](
-		func(ctx context.Context) (pipeline.Batch[postgres.StreamChange, sinks.Position], error) {
-			changes, sp, bytes, err := reader.Next(ctx)
-			b := pipeline.Batch[postgres.StreamChange, sinks.Position]{Items: changes, Rows: len(changes), Bytes: int64(bytes),
-				Progress: sinks.Position{LSN: uint64(sp.LSN), TxnLSN: uint64(sp.TxnLSN), TxnChanges: sp.TxnChanges}}
-			return b, err
-		}))
-	decoded := postgres.Decode(read, pipeline.StageConfig{Workers: max(r.pl.Stages.DecodeWorkers, 1)},
-		postgres.DecodeConfig{Bind: r.bind, NewFill: fills.fill})
+	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[postgres.StreamItem, sinks.Position](reader))
+	dec := postgres.NewStreamDecoder(postgres.DecodeConfig{Connect: r.connect})
+	defer dec.Close()
+	decoded := postgres.Decode(read, pipeline.StageConfig{Workers: max(r.pl.Stages.DecodeWorkers, 1)}, dec)
 	var lastStatus time.Time
 	onCommit := func(ctx context.Context, b sinks.Batch, _ bool) error {
 		if b.Progress.TxnLSN != 0 {
@@ -88,98 +94,48 @@ func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *
 	return err
 }
 
-// bind returns the table a relation decodes into: the rules bound to the
-// relation's columns (a table whose columns changed gets a new binding
-// with its first change in the new shape), with decoding details from the
-// catalog where the catalog agrees on a column's type. A relation is the
-// pipeline's table by its name or, under any other name (renamed away,
-// moved to another schema), by the table's OID, so its changes there are
-// not lost (doc.go, "Renamed, moved and re-created tables"). Relations
-// the pipeline does not replicate give nil.
-func (r *SinkRunner) bind(_ context.Context, rel *logrepl.Relation) (*postgres.StreamTable, error) {
-	t := r.table(rel.Namespace + "." + rel.Name)
+// readTables are the pipeline's tables as the stream reader starts with
+// them: each bound in the catalog's shape, followed by the OID it had
+// when the pipeline started (doc.go, "Renamed, moved and re-created
+// tables").
+func (r *SinkRunner) readTables() ([]*postgres.ReadTable, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*postgres.ReadTable, 0, len(r.tables))
+	for _, t := range r.tables {
+		sh := postgres.CatalogShape(t.info)
+		st, err := r.bind(t, sh)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &postgres.ReadTable{Name: t.info.Schema + "." + t.info.Name, OID: t.info.OID, Shape: sh, Table: st})
+	}
+	return out, nil
+}
+
+// bind binds the rules to t in shape sh, with decoding details from the
+// catalog where it agrees on a column's type.
+func (r *SinkRunner) bind(t *sinkTable, sh postgres.Shape) (*postgres.StreamTable, error) {
+	return postgres.NewStreamTable(sh, t.info, timeStyle(r.rules), func(columns, identity []string) (*stages.TableSpec, error) {
+		if len(identity) == 0 {
+			identity = identityNames(t.info)
+		}
+		return stages.NewTableSpec(&t.t, r.rules, columns, identity)
+	})
+}
+
+// sinkReshape re-binds a table whose relation shows another shape, with
+// its first change in the new shape (postgres.StreamTables). A sink
+// cannot record a table's shape nor be re-read into yet, so nothing is
+// cleared or re-read.
+type sinkReshape struct{ r *SinkRunner }
+
+// Reshape binds rt's table in shape sh.
+func (s sinkReshape) Reshape(_ context.Context, rt *postgres.ReadTable, sh postgres.Shape, _ uint32) (postgres.Reshape[sinks.Position], error) {
+	t := s.r.table(rt.Table.Spec.Table.ID)
 	if t == nil {
-		if t = r.tableByOID(rel.ID); t == nil {
-			return nil, nil
-		}
+		return postgres.Reshape[sinks.Position]{}, fmt.Errorf("stream: table %s is not the pipeline's", rt.Name)
 	}
-	cols := make([]postgres.Column, len(rel.Columns))
-	names := make([]string, len(rel.Columns))
-	var identity []string
-	for i, c := range rel.Columns {
-		cols[i] = postgres.Column{Name: c.Name, TypeOID: c.TypeOID, Times: timeStyle(r.rules)}
-		if j := columnIndex(t.info, c.Name); j >= 0 && t.info.Columns[j].TypeOID == c.TypeOID {
-			cols[i] = t.info.Columns[j]
-		}
-		names[i] = c.Name
-		if c.Key {
-			identity = append(identity, c.Name)
-		}
-	}
-	if len(identity) == 0 {
-		identity = identityNames(t.info)
-	}
-	spec, err := stages.NewTableSpec(&t.t, r.rules, names, identity)
-	if err != nil {
-		return nil, err
-	}
-	return &postgres.StreamTable{Spec: spec, Columns: cols}, nil
-}
-
-// fillConns gives each decode worker its own source connection, opened on
-// first use, for filling unchanged TOAST values from the source.
-type fillConns struct {
-	r     *SinkRunner
-	mu    sync.Mutex
-	conns []*pgx.Conn
-}
-
-// fill returns decode worker i's FillFunc: the row's current state is read
-// from the source by key, and the values the UPDATE left out are taken
-// from it. A row deleted since keeps NULLs: its DELETE follows.
-func (f *fillConns) fill(int) postgres.FillFunc {
-	var conn *pgx.Conn
-	return func(ctx context.Context, t *postgres.StreamTable, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
-		st := f.r.table(t.Spec.Table.ID)
-		if st == nil {
-			return row, nil
-		}
-		key := make([]string, 0, len(st.info.KeyColumns))
-		for _, k := range st.info.KeyColumns {
-			j := slices.Index(t.Spec.Columns, st.info.Columns[k].Name)
-			if j < 0 || j >= len(tup.Columns) {
-				return nil, fmt.Errorf("fill unchanged TOAST values of %s: key column %s is not in the stream", st.t.ID, st.info.Columns[k].Name)
-			}
-			key = append(key, string(tup.Columns[j].Data))
-		}
-		if conn == nil {
-			c, err := f.r.connect(ctx)
-			if err != nil {
-				return nil, err
-			}
-			f.mu.Lock()
-			f.conns = append(f.conns, c)
-			f.mu.Unlock()
-			conn = c
-		}
-		cur, ok, err := postgres.ReadRow(ctx, conn, st.info, key)
-		if err != nil || !ok {
-			return row, err
-		}
-		for _, i := range missing {
-			if j := columnIndex(st.info, t.Spec.Columns[i]); j >= 0 {
-				row[i] = cur[j]
-			}
-		}
-		return row, nil
-	}
-}
-
-func (f *fillConns) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, c := range f.conns {
-		closeConn(c)
-	}
-	f.conns = nil
+	st, err := s.r.bind(t, sh)
+	return postgres.Reshape[sinks.Position]{Table: st}, err
 }

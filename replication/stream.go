@@ -20,6 +20,7 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
+	"github.com/syncpipe/syncpipe/stages"
 )
 
 // closeTimeout bounds the I/O of closing a connection or a stream: a
@@ -43,7 +44,7 @@ func (r *Replicator) submitStream(g *group) error {
 			switch {
 			case err == nil || ctx.Err() != nil:
 				return nil
-			case slotGone(err), errors.Is(err, errTxnNotRedelivered):
+			case slotGone(err), errors.Is(err, postgres.ErrTxnNotRedelivered):
 				return r.replaceRetrying(ctx, g, err)
 			case publicationProblem(err):
 				// Changes made while the publication did not publish the
@@ -111,11 +112,11 @@ func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) 
 		return err
 	}
 	defer closeStream()
-	s.st = st
 	s.fence = f
 	s.lag = r.metrics.streaming(g.g.ID)
 	defer s.lag.stop()
 	s.lim = streamLimits(r.pl.Stages.BatchMaxRows, int(r.pl.Stages.BatchMaxBytes), r.cfg.Replication.Stream.BatchMaxWait)
+	s.start(st)
 	return r.runStream(ctx, g, s, st)
 }
 
@@ -148,23 +149,19 @@ func maxInFlight(lim logrepl.BatchLimits) int {
 	return 0
 }
 
-// streamSeq is the side data of a stream batch with the streamer's batch
-// number, which the decode stage's TOAST state is keyed by (toast.go).
-var streamSeq = pipeline.NewKey[uint64]("stream batch")
-
-// streamSource adapts the streamer to the stream pipeline's source: the
-// batch's position becomes its progress, the table records its write
-// stores (shapes, re-read progress) and its number side data.
-func streamSource(s *streamer) pipeline.SourceFunc[rawItem, sinks.Position] {
-	return func(ctx context.Context) (pipeline.Batch[rawItem, sinks.Position], error) {
-		sb, err := s.next(ctx)
+// streamSource adapts the group's stream reader to the stream pipeline's
+// source: the position a batch leaves off at becomes its progress, and the
+// table records its write stores (shapes, re-read progress) go with it as
+// side data (bucketstore.StreamTables).
+func streamSource(rd *postgres.StreamReader[streamPos]) pipeline.SourceFunc[postgres.StreamItem, sinks.Position] {
+	return func(ctx context.Context) (pipeline.Batch[postgres.StreamItem, sinks.Position], error) {
+		sb, err := rd.Next(ctx)
 		if err != nil {
-			return pipeline.Batch[rawItem, sinks.Position]{}, err
+			return pipeline.Batch[postgres.StreamItem, sinks.Position]{}, err
 		}
 		p := sb.Progress
-		b := pipeline.Batch[rawItem, sinks.Position]{Rows: sb.Rows, Bytes: sb.Bytes, Items: sb.Items,
+		b := pipeline.Batch[postgres.StreamItem, sinks.Position]{Rows: sb.Rows, Bytes: sb.Bytes, Items: sb.Items,
 			Progress: sinks.Position{LSN: uint64(p.LSN), TxnLSN: uint64(p.TxnLSN), TxnChanges: p.TxnChanges}}
-		pipeline.Attach(&b, streamSeq, p.seq)
 		if len(p.Tables) > 0 {
 			pipeline.Attach(&b, bucketstore.StreamTables, p.Tables)
 		}
@@ -180,13 +177,11 @@ func streamSource(s *streamer) pipeline.SourceFunc[rawItem, sinks.Position] {
 func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *logrepl.Stream) error {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: fmt.Sprintf("stream group %d", g.g.ID), Tracer: r.opts.Tracer,
 		Depth: r.pl.Stages.ChannelDepth, MaxInFlight: maxInFlight(s.lim)})
-	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, streamSource(s))
 	// Changes of a row must reach the single writer in stream order:
-	// decode stays on one goroutine (see toastState), and the chain keeps
+	// decode stays on one goroutine (readDecode), and the chain keeps
 	// batch order for an ordered sink.
-	dec := &streamDecoder{r: r, group: g.g.ID, toast: &s.toast}
-	defer dec.close()
-	decoded := pipeline.Process(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec.decode)
+	decoded, dec := r.readDecode(p, g, s)
+	defer dec.Close()
 	active := g.state() == bucketstore.StateActive
 	// Acknowledgements trail the checkpoints: storage may commit
 	// asynchronously, so only a flushed WAL makes a position safe to
@@ -217,8 +212,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	var acks sync.WaitGroup
 	acks.Go(func() { r.ackEvery(actx, time.Second, ack) })
 	onCommit := func(ctx context.Context, b sinks.Batch, published bool) error {
-		seq, _ := pipeline.Attached(b, streamSeq)
-		s.toast.committed(seq)
+		dec.Committed(b.Seq)
 		if b.Progress.TxnLSN != 0 {
 			return nil // inside a source transaction: nothing published
 		}
@@ -441,4 +435,41 @@ func replicationURI(uri string, d time.Duration, stream bool) string {
 	// Spaces as %20: the connection string parser does not read '+'.
 	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String()
+}
+
+// readDecode adds the stream's read and decode stages to p: the group's
+// stream reader (the slot, with relation binding, re-shapes and re-reads:
+// streamer.go) → decode, which merges unchanged TOAST values from the
+// rows' previous states — the ones not committed yet, then storage's — and
+// so decodes on one goroutine whatever decode_workers says. Tell the
+// decoder every committed batch, and close it when the stream ends.
+func (r *Replicator) readDecode(p *pipeline.Pipeline[sinks.Position], g *group, s *streamer) (*pipeline.Stream[stages.RowChange, sinks.Position], *postgres.StreamDecoder) {
+	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, streamSource(s.rd))
+	dec := postgres.NewStreamDecoder(postgres.DecodeConfig{Rows: groupRows{r.store, g.g.ID}, Connect: r.connectSource,
+		Log: r.log, Merged: &r.toastMerged, Reread: &r.toastReread})
+	return postgres.Decode(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec), dec
+}
+
+// groupRows is the stored row data of a group, from which the stream
+// merges unchanged TOAST values (postgres.RowStore).
+type groupRows struct {
+	store groupStorage
+	group int
+}
+
+// RowData reads the stored row data of refs.
+func (g groupRows) RowData(ctx context.Context, refs []postgres.RowRef) (map[postgres.RowRef][]byte, error) {
+	rows := make([]bucketstore.RowRef, len(refs))
+	for i, ref := range refs {
+		rows[i] = bucketstore.RowRef(ref)
+	}
+	got, err := g.store.RowData(ctx, g.group, rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[postgres.RowRef][]byte, len(got))
+	for ref, data := range got {
+		out[postgres.RowRef(ref)] = data
+	}
+	return out, nil
 }

@@ -16,6 +16,21 @@
 //     resumes after any committed Chunk.LastKey. It satisfies the shape of
 //     a pipeline source: Next returns pipeline.ErrEndOfInput at the end.
 //
+// The stream side, one reader and one decoder for every sink:
+//
+//   - A StreamReader turns the slot's batches (logrepl) into pipeline
+//     batches of changes bound to their tables, with the position each
+//     batch leaves off at, also inside a transaction too large for one
+//     batch; resumed inside one, it skips the changes the sink holds. It
+//     follows a table by OID through renames, and hands shape changes,
+//     rows read aside (re-reads) and catalog checks to small interfaces
+//     the pipeline's assembly implements (StreamTables, StreamAside,
+//     StreamCatalog), so storage-specific work stays there.
+//   - Decode (with a StreamDecoder) turns the changes into typed rows. A
+//     value an UPDATE left out as unchanged TOAST is merged from the row's
+//     previous state — pending in the decoder, or stored in the sink
+//     (RowStore) — or, as the last resort, read from the source by key.
+//
 // # Values
 //
 // Source values become sync-rule values as SPEC §3 and PowerSync prescribe
