@@ -15,7 +15,7 @@
 //     (sources/postgres/logrepl); bucket storage reads it through
 //     replication's own streamer, other sinks through
 //     postgres.NewStreamReader.
-//  2. Decode. Column bytes become values (syncrules.Value). A snapshot
+//  2. Decode. Column bytes become values (model.Value). A snapshot
 //     chunk is decoded as SnapshotReader.Next reads it; the stream has a
 //     "decode" stage (postgres.StageDecode): postgres.Decode for other
 //     sinks, replication's decoder over postgres.DecodeTuple for bucket
@@ -23,7 +23,7 @@
 //  3. Evaluate. stages.Eval runs the sync rules (stages/syncrules: Parse,
 //     Rules.Bind, BoundTable.NewEvaluator) on each row: the buckets it
 //     belongs to and the parameter lookups it feeds.
-//  4. Build. stages.Build turns the outputs into stages.Change values: one
+//  4. Build. stages.Build turns the outputs into model.Change values: one
 //     PUT or REMOVE op per bucket with its checksum (stages/checksum: Put,
 //     Remove) and the row's replica id.
 //  5. Flush. The Flush stage (pipeline.Flush) writes batches to bucket

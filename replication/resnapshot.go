@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
@@ -121,7 +122,7 @@ func (s *streamer) ReadAside(ctx context.Context, b *pipeline.Batch[postgres.Str
 		return fmt.Errorf("re-read %s: %w", lay.Info.QualifiedName(), err)
 	}
 	for _, row := range chunk.Rows {
-		b.Items = append(b.Items, postgres.StreamItem{Table: lay, Row: stages.RowChange{Spec: lay.Spec, Kind: stages.Upsert, Row: lay.FromCatalogRow(row)}})
+		b.Items = append(b.Items, postgres.StreamItem{Table: lay, Row: stages.RowChange{Spec: lay.Spec, Kind: model.Upsert, Row: lay.FromCatalogRow(row)}})
 	}
 	rs.rows += int64(len(chunk.Rows))
 	prog := &bucketstore.ResnapshotProgress{LastKey: rs.reader.Position(), Rows: rs.rows, Done: done || chunk.Final}

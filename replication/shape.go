@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -29,7 +30,7 @@ func parseShape(b []byte) (postgres.Shape, error) {
 // newLayout binds rules to table t with shape sh, taking decoding details
 // (array element types, domains, TOAST) from the catalog's info where the
 // catalog agrees on a column's type.
-func newLayout(t *stages.Table, r rulesBinder, sh postgres.Shape, info postgres.TableInfo) (*postgres.StreamTable, error) {
+func newLayout(t *model.Table, r rulesBinder, sh postgres.Shape, info postgres.TableInfo) (*postgres.StreamTable, error) {
 	return postgres.NewStreamTable(sh, info, r.timeStyle(), func(columns, identity []string) (*stages.TableSpec, error) {
 		return r.spec(t, columns, identity)
 	})
@@ -37,7 +38,7 @@ func newLayout(t *stages.Table, r rulesBinder, sh postgres.Shape, info postgres.
 
 // rulesBinder makes table specs; the group's rules implement it.
 type rulesBinder interface {
-	spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error)
+	spec(t *model.Table, columns, identity []string) (*stages.TableSpec, error)
 	// timeStyle is how the rules render temporal values.
 	timeStyle() postgres.TimeStyle
 }

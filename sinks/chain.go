@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -133,7 +134,7 @@ func newWriters(ctx context.Context, sink Sink, n int) ([]Writer, error) {
 
 // commitFunc is the commit stage's function: the sink's commit, then
 // onCommit.
-func commitFunc(sink Sink, onCommit func(context.Context, Batch, bool) error) pipeline.CommitFunc[stages.Change, Position] {
+func commitFunc(sink Sink, onCommit func(context.Context, Batch, bool) error) pipeline.CommitFunc[model.Change, Position] {
 	pub, isPub := sink.(Publisher)
 	if onCommit == nil {
 		return sink.Commit

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // Stage names used by FlushAndCommit; they appear in stage errors, spans
@@ -20,7 +20,7 @@ const (
 // Commit stage calling sink.Commit. Use it after your source and your own
 // Process stages (decode, evaluate). It fails, adding no stage, when sink
 // is nil or a writer cannot be created.
-func FlushAndCommit(ctx context.Context, in *pipeline.Stream[stages.Change, Position], sink Sink, writers int) error {
+func FlushAndCommit(ctx context.Context, in *pipeline.Stream[model.Change, Position], sink Sink, writers int) error {
 	if sink == nil {
 		return errors.New("nil sink")
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // TestCompactionDuringDownload: a client half-way through its first
@@ -17,8 +17,8 @@ import (
 func TestCompactionDuringDownload(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
-	upsertAll := func(name string) []stages.Change {
-		var cs []stages.Change
+	upsertAll := func(name string) []model.Change {
+		var cs []model.Change
 		for i := range 2500 {
 			cs = append(cs, e.upsert("lists", fmt.Sprintf("l%04d", i), name, "nobody"))
 		}

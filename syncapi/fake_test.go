@@ -15,8 +15,8 @@ import (
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -73,7 +73,7 @@ func newFakeStore(groupID int, rules string) *fakeStore {
 // write stores upserts as replication would: a PUT per bucket the row is
 // in, and its parameter entries, retracting the keys it no longer
 // produces. It returns the last op id written.
-func (f *fakeStore) write(changes ...stages.Change) int64 {
+func (f *fakeStore) write(changes ...model.Change) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range changes {
@@ -91,7 +91,7 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 }
 
 // writeLookups versions the row's entries; f.mu must be held.
-func (f *fakeStore) writeLookups(c stages.Change) {
+func (f *fakeStore) writeLookups(c model.Change) {
 	now := map[string][]byte{}
 	for _, l := range c.Lookups {
 		now[string(l.Key)] = l.Params
@@ -321,7 +321,7 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 		if err != nil {
 			t.Fatal(err)
 		}
-		tbl := &stages.Table{ID: "tbl-" + name, GroupID: groupID, Schema: "public", Name: name}
+		tbl := &model.Table{ID: "tbl-" + name, GroupID: groupID, Schema: "public", Name: name}
 		e.tables[name] = &testTable{table: tbl, bound: bound, ev: bound.NewEvaluator()}
 	}
 	fe := &fakeEnv{env: e, fake: newFakeStore(groupID, rules)}
@@ -345,10 +345,10 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 
 // commit writes changes and publishes a checkpoint over them at the next
 // LSN, like env.commit.
-func (e *fakeEnv) commit(changes ...stages.Change) bucketstore.Checkpoint {
+func (e *fakeEnv) commit(changes ...model.Change) bucketstore.Checkpoint {
 	e.t.Helper()
 	for _, c := range changes {
-		if c.Kind != stages.Upsert {
+		if c.Kind != model.Upsert {
 			e.t.Fatalf("the fake store writes upserts only, got %v", c.Kind)
 		}
 	}

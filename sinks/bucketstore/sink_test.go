@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // listSource emits the given batches, then ends.
-func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Position] {
+func listSource(batches []sinks.Batch) pipeline.Source[model.Change, sinks.Position] {
 	i := 0
-	return pipeline.SourceFunc[stages.Change, sinks.Position](func(ctx context.Context) (sinks.Batch, error) {
+	return pipeline.SourceFunc[model.Change, sinks.Position](func(ctx context.Context) (sinks.Batch, error) {
 		if i == len(batches) {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
@@ -23,7 +23,7 @@ func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Posi
 }
 
 // sinkPipeline wires src → flush (two writers) → commit to sink.
-func sinkPipeline(ctx context.Context, name string, src pipeline.Source[stages.Change, sinks.Position], sink sinks.Sink) (*pipeline.Pipeline[sinks.Position], error) {
+func sinkPipeline(ctx context.Context, name string, src pipeline.Source[model.Change, sinks.Position], sink sinks.Sink) (*pipeline.Pipeline[sinks.Position], error) {
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: name, Depth: 2})
 	if err := sinks.FlushAndCommit(ctx, pipeline.From(p, pipeline.StageConfig{Name: "source"}, src), sink, 2); err != nil {
 		return nil, err
@@ -31,12 +31,12 @@ func sinkPipeline(ctx context.Context, name string, src pipeline.Source[stages.C
 	return p, nil
 }
 
-func todoChanges(t *stages.Table, lo, hi int, bucket string) []stages.Change {
-	var cs []stages.Change
+func todoChanges(t *model.Table, lo, hi int, bucket string) []model.Change {
+	var cs []model.Change
 	for i := lo; i < hi; i++ {
 		id := fmt.Sprint(i)
-		cs = append(cs, stages.Change{Table: t, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(bucket, "todos", id, `{"id":"`+id+`"}`)}})
+		cs = append(cs, model.Change{Table: t, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(bucket, "todos", id, `{"id":"`+id+`"}`)}})
 	}
 	return cs
 }

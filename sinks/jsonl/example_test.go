@@ -6,10 +6,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // A Go program that builds its own pipeline opens the sink with New
@@ -28,15 +28,15 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	todos := &stages.Table{Schema: "public", Name: "todos"}
+	todos := &model.Table{Schema: "public", Name: "todos"}
 	sent := false
-	src := pipeline.SourceFunc[stages.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
+	src := pipeline.SourceFunc[model.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
 		if sent {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
 		sent = true
-		put := stages.Put{Bucket: "global[]", ObjectType: "todos", ObjectID: "t1", Checksum: 7, Data: []byte(`{"id":"t1"}`)}
-		items := []stages.Change{{Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}}}
+		put := model.Put{Bucket: "global[]", ObjectType: "todos", ObjectID: "t1", Checksum: 7, Data: []byte(`{"id":"t1"}`)}
+		items := []model.Change{{Table: todos, Kind: model.Upsert, Puts: []model.Put{put}}}
 		return sinks.Batch{Rows: 1, Items: items, Progress: sinks.Position{LSN: 42}}, nil
 	})
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "todos"})

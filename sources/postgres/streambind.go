@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -130,7 +131,7 @@ func (r *StreamReader[P]) reshape(ctx context.Context, t *ReadTable, sh Shape, o
 		r.cutIfAny(txn)
 		b := r.open()
 		if rs.Clear {
-			b.Items = append(b.Items, StreamItem{Table: t.Table, Row: stages.RowChange{Spec: t.Table.Spec, Kind: stages.Truncate}})
+			b.Items = append(b.Items, StreamItem{Table: t.Table, Row: stages.RowChange{Spec: t.Table.Spec, Kind: model.Truncate}})
 		}
 		if rs.Record != nil {
 			rs.Record(&b.Progress)

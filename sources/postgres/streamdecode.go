@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // StageDecode is the decode stage's name in spans and summaries.
@@ -21,7 +21,7 @@ const StageDecode = "decode"
 
 // DecodeConfig configures a Decoder.
 type DecodeConfig struct {
-	// Rows, if set, is the sink's stored row data (stages.Change.RowData),
+	// Rows, if set, is the sink's stored row data (model.Change.RowData),
 	// from which an UPDATE's unchanged TOAST values are merged. The
 	// decoder then keys every change (RowChange.Key, RowData, Derived) and
 	// keeps the newest state of every row it decoded until its batch is
@@ -49,7 +49,7 @@ type RowStore interface {
 	RowData(ctx context.Context, refs []RowRef) (map[RowRef][]byte, error)
 }
 
-// RowRef names one row of a sink: its table's id (stages.Table.ID) and
+// RowRef names one row of a sink: its table's id (model.Table.ID) and
 // replica id.
 type RowRef struct {
 	Table string
@@ -131,7 +131,7 @@ func (w *decodeWorker) decode(ctx context.Context, items []StreamItem, seq uint6
 	for i := range items {
 		it := &items[i]
 		if it.Change == nil {
-			if rc := &it.Row; rc.Kind == stages.Upsert && w.d.rows != nil {
+			if rc := &it.Row; rc.Kind == model.Upsert && w.d.rows != nil {
 				rc.Key, rc.RowData, rc.Derived = w.replicaID(it.Table, rc.Row), stages.RowDataFor(rc.Spec, rc.Row), true
 				w.d.rows.remember(rc.Spec, rc.Key, rc.RowData, seq)
 			}
@@ -147,7 +147,7 @@ func (w *decodeWorker) decode(ctx context.Context, items []StreamItem, seq uint6
 	return out, nil
 }
 
-func (w *decodeWorker) replicaID(t *StreamTable, row []syncrules.Value) [16]byte {
+func (w *decodeWorker) replicaID(t *StreamTable, row []model.Value) [16]byte {
 	return stages.ReplicaID(&w.rk, t.Spec, row)
 }
 
@@ -161,7 +161,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 		if err != nil {
 			return rc, err
 		}
-		rc.Kind, rc.Row = stages.Delete, row
+		rc.Kind, rc.Row = model.Delete, row
 		if rows != nil {
 			rc.Key, rc.Derived = w.replicaID(t, row), true
 			rows.remember(t.Spec, rc.Key, nil, seq)
@@ -172,7 +172,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 	if err != nil {
 		return rc, err
 	}
-	rc.Kind = stages.Upsert
+	rc.Kind = model.Upsert
 	if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {
 		// An old image means the key changed (or identity is FULL): op
 		// build retracts the row under its old key when that key differs.
@@ -218,8 +218,8 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 // decodeTuple turns a tuple into a row in the table's column order and
 // returns the indexes of the columns left out as unchanged TOAST values
 // (NULL in the row until filled).
-func decodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
-	row := make([]syncrules.Value, len(t.Spec.Columns))
+func decodeTuple(t *StreamTable, tup logrepl.Tuple) ([]model.Value, []int, error) {
+	row := make([]model.Value, len(t.Spec.Columns))
 	var missing []int
 	for i, col := range tup.Columns {
 		if i >= len(t.Columns) {
@@ -244,7 +244,7 @@ func decodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, e
 // the source has are taken from it. That read may see a newer row
 // version, which the changes after it in the stream then overwrite; a row
 // deleted since keeps its NULLs (its DELETE follows).
-func (w *decodeWorker) reread(ctx context.Context, t *StreamTable, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
+func (w *decodeWorker) reread(ctx context.Context, t *StreamTable, tup logrepl.Tuple, row []model.Value) ([]model.Value, error) {
 	if w.d.cfg.Connect == nil {
 		return nil, fmt.Errorf("decode %s: an UPDATE left out unchanged TOAST values and the pipeline has no way to fill them", t.Spec.Table)
 	}

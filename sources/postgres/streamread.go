@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
@@ -346,7 +347,7 @@ func (r *StreamReader[P]) change(ctx context.Context, c *logrepl.Change, txn *lo
 				return err
 			}
 			if t != nil {
-				row.Spec, row.Kind = t.Table.Spec, stages.Truncate
+				row.Spec, row.Kind = t.Table.Spec, model.Truncate
 				items = append(items, StreamItem{Table: t.Table, Row: row})
 			}
 		}

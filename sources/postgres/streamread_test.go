@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
 )
@@ -137,7 +138,7 @@ func TestReaderTruncateAlone(t *testing.T) {
 // one of its latest batch (nil after a delete) until that batch is
 // committed; then the sink holds it and the decoder forgets it.
 func TestRowStatesNewestUntilCommitted(t *testing.T) {
-	spec := &stages.TableSpec{Table: &stages.Table{ID: "public.items"}, Toast: []int{1}}
+	spec := &stages.TableSpec{Table: &model.Table{ID: "public.items"}, Toast: []int{1}}
 	var rs rowStates
 	k := [16]byte{1}
 	ref := RowRef{Table: "public.items", Key: k}

@@ -9,15 +9,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // An UPDATE that leaves an out-of-line (TOASTed) value unchanged does not
 // carry it in pgoutput. With DecodeConfig.Rows, the value is merged from
 // the row's previous state: a sink that keeps big rows' values
-// (stages.Change.RowData; bucket storage's current_data.data) holds what
+// (model.Change.RowData; bucket storage's current_data.data) holds what
 // the stream itself last wrote for the row — the state at the previous
 // change, exactly what the UPDATE left unchanged.
 //
@@ -153,7 +153,7 @@ func hasUnchanged(tup logrepl.Tuple) bool {
 
 // merge fills the missing (unchanged TOAST) columns of row from the
 // previous state of the row stored under prevKey.
-func (w *decodeWorker) merge(ctx context.Context, t *StreamTable, prevKey [16]byte, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
+func (w *decodeWorker) merge(ctx context.Context, t *StreamTable, prevKey [16]byte, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error) {
 	ref := RowRef{Table: t.Spec.Table.ID, Key: prevKey}
 	data, pending := w.d.rows.pendingRow(ref)
 	if !pending {

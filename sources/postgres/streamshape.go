@@ -3,9 +3,9 @@ package postgres
 import (
 	"slices"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // Shape is what the rows a sink holds of a table depend on: its columns
@@ -121,8 +121,8 @@ func NewStreamTable(sh Shape, info TableInfo, times TimeStyle, spec func(columns
 
 // FromCatalogRow maps a row in catalog column order (read from the
 // source) onto the table's columns.
-func (t *StreamTable) FromCatalogRow(row []syncrules.Value) []syncrules.Value {
-	out := make([]syncrules.Value, len(t.Spec.Columns))
+func (t *StreamTable) FromCatalogRow(row []model.Value) []model.Value {
+	out := make([]model.Value, len(t.Spec.Columns))
 	for i, j := range t.FromCatalog {
 		if j >= 0 && i < len(row) {
 			out[j] = row[i]
