@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -267,7 +267,7 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 	d := append(c.data[:0], `{"id":"`...)
 	d = append(append(d, id...), `","list_id":"`...)
 	d = append(append(d, list...), `","description":`...)
-	d = appendJSONString(d, val("description"))
+	d = model.AppendJSONString(d, val("description"))
 	if bytes.Equal(val("completed"), []byte("t")) {
 		d = append(d, `,"completed":1,"created_at":"`...)
 	} else {
@@ -289,19 +289,6 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 	o = appendField(o, id)
 	o = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(o, 8), uint64(crc32.ChecksumIEEE(d)))
 	b.ops = appendField(o, d)
-}
-
-// appendJSONString appends s as a JSON string: verbatim between quotes
-// when nothing in it needs escaping (the generated descriptions), else
-// through encoding/json.
-func appendJSONString(dst, s []byte) []byte {
-	for _, ch := range s {
-		if ch < 0x20 || ch == '"' || ch == '\\' {
-			q, _ := json.Marshal(string(s))
-			return append(dst, q...)
-		}
-	}
-	return append(append(append(dst, '"'), s...), '"')
 }
 
 func appendField(b, v []byte) []byte {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
@@ -224,4 +225,15 @@ func appendBSONOp(b []byte, i int, row *bucketstore.OpRow) []byte {
 	}
 	b = bsonInt64Elem(b, "checksum", int64(row.Checksum))
 	return bsonClose(b, el)
+}
+
+// validUTF8 reports whether s is valid UTF-8, without converting it.
+func validUTF8[S string | []byte](s S) bool {
+	switch v := any(s).(type) {
+	case string:
+		return utf8.ValidString(v)
+	case []byte:
+		return utf8.Valid(v)
+	}
+	return false
 }

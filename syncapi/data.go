@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
@@ -148,7 +149,7 @@ func (b *batch) openLine(bucket string, after int64, f lineFormat) {
 		return
 	}
 	b.buf = append(b.buf, `{"data":{"bucket":`...)
-	b.buf = appendJSONString(b.buf, bucket)
+	b.buf = model.AppendJSONString(b.buf, bucket)
 	b.buf = append(b.buf, `,"after":`...)
 	b.buf = appendOpID(b.buf, after)
 	b.buf = append(b.buf, `,"data":[`...)

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -365,11 +365,11 @@ func (lw *lineWriter) streamError(code, msg string) error {
 		return lw.send(bsonClose(bsonClose(b, in), doc))
 	}
 	b := append(lw.line(), `{"error":{"code":`...)
-	b = appendJSONString(b, code)
+	b = model.AppendJSONString(b, code)
 	b = append(b, `,"message":`...)
-	b = appendJSONString(b, msg)
+	b = model.AppendJSONString(b, msg)
 	b = append(b, `,"description":`...)
-	b = appendJSONString(b, msg)
+	b = model.AppendJSONString(b, msg)
 	return lw.send(append(b, "}}"...))
 }
 
@@ -445,7 +445,7 @@ func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buc
 			b = append(b, ',')
 		}
 		b = append(b, `{"bucket":`...)
-		b = appendJSONString(b, e.name)
+		b = model.AppendJSONString(b, e.name)
 		// Bucket checksums are signed 32-bit, as PowerSync sends them.
 		b = append(b, `,"checksum":`...)
 		b = strconv.AppendInt(b, int64(int32(e.checksum)), 10)
@@ -482,7 +482,7 @@ func (lw *lineWriter) checkpoint(diff bool, lastOpID, writeCheckpoint int64, buc
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, name)
+			b = model.AppendJSONString(b, name)
 		}
 		b = append(b, ']')
 	}
@@ -499,7 +499,7 @@ func appendStreams(b []byte, si *streamsInfo) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"name":`...)
-		b = appendJSONString(b, st.Name)
+		b = model.AppendJSONString(b, st.Name)
 		b = append(b, `,"is_default":`...)
 		b = strconv.AppendBool(b, st.Default)
 		b = append(b, `,"errors":[`...)
@@ -518,7 +518,7 @@ func appendStreams(b []byte, si *streamsInfo) []byte {
 				b = strconv.AppendInt(b, int64(e.Subscription), 10)
 			}
 			b = append(b, `,"message":`...)
-			b = appendJSONString(b, e.Message)
+			b = model.AppendJSONString(b, e.Message)
 			b = append(b, '}')
 		}
 		b = append(b, "]}"...)
@@ -553,7 +553,7 @@ func appendOp(b []byte, row *bucketstore.OpRow, raw bool) []byte {
 	case row.Data == nil:
 		b = append(b, "null"...)
 	case raw:
-		b = appendJSONString(b, row.Data)
+		b = model.AppendJSONString(b, row.Data)
 	default:
 		b = append(b, row.Data...)
 	}
@@ -567,57 +567,12 @@ func appendStringOrNull(b []byte, s string) []byte {
 	if s == "" {
 		return append(b, "null"...)
 	}
-	return appendJSONString(b, s)
+	return model.AppendJSONString(b, s)
 }
 
 // appendOpID writes an op id as the protocol wants it: a decimal string.
 func appendOpID(b []byte, id int64) []byte {
 	b = append(b, '"')
 	b = strconv.AppendInt(b, id, 10)
-	return append(b, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// validUTF8 reports whether s is valid UTF-8, without converting it.
-func validUTF8[S string | []byte](s S) bool {
-	switch v := any(s).(type) {
-	case string:
-		return utf8.ValidString(v)
-	case []byte:
-		return utf8.Valid(v)
-	}
-	return false
-}
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
-// U+FFFD, as with encoding/json; HTML characters are not escaped.
-func appendJSONString[S string | []byte](b []byte, s S) []byte {
-	if !validUTF8(s) {
-		return appendJSONString(b, strings.ToValidUTF8(string(s), "\uFFFD"))
-	}
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			continue // multi-byte UTF-8 passes through: it is valid
-		}
-		b = append(b, s[start:i]...)
-		switch c {
-		case '"', '\\':
-			b = append(b, '\\', c)
-		case '\n':
-			b = append(b, '\\', 'n')
-		case '\r':
-			b = append(b, '\\', 'r')
-		case '\t':
-			b = append(b, '\\', 't')
-		default:
-			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		start = i + 1
-	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }

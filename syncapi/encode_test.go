@@ -25,26 +25,6 @@ func startStream(w http.ResponseWriter, r *http.Request, timeout time.Duration) 
 	return lw
 }
 
-func TestAppendJSONString(t *testing.T) {
-	t.Parallel()
-	for _, s := range []string{"", "plain", `q"uote`, `back\\slash`, "nl\n tab\t cr\r", "\x00\x01\x1f\x7f",
-		"ünïcödé ✓ 😀", "bad \xff utf8 \xe2\x82", "<html> & \u2028", `1#by_list["a"]`} {
-		got := appendJSONString(nil, s)
-		var back string
-		if err := json.Unmarshal(got, &back); err != nil {
-			t.Errorf("%q → %s: not JSON: %v", s, got, err)
-			continue
-		}
-		want := strings.ToValidUTF8(s, "\uFFFD")
-		if back != want {
-			t.Errorf("%q → %s → %q, want %q", s, got, back, want)
-		}
-		if b := appendJSONString(nil, []byte(s)); string(b) != string(got) {
-			t.Errorf("[]byte %q → %s, string → %s", s, b, got)
-		}
-	}
-}
-
 func TestAppendOpAllocations(t *testing.T) {
 	row := &bucketstore.OpRow{Bucket: "1#global[]", OpID: 42, Op: bucketstore.OpPut, ObjectType: "lists",
 		ObjectID: "a", Subkey: "t/u", Data: []byte(`{"id":"a","name":"x"}`), Checksum: 4000000000}
