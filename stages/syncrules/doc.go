@@ -46,8 +46,9 @@
 //
 // For each source table, call Rules.Bind with its ordered column names to
 // get a BoundTable, and BoundTable.NewEvaluator once per goroutine. Rows
-// arrive as []Value in column order, built with Null, Int, Real, Text,
-// Blob and Bool by the decode stage.
+// arrive as []model.Value in column order, built with model's Null, Int,
+// Real, Text, Blob and Bool by the decode stage; what values mean to rules
+// (truthiness, comparison, casts, SQLite functions) is defined here.
 //
 //   - Evaluator.EvaluateRow gives the row's Outputs: bucket id, object type
 //     and id, data JSON (exactly the bytes PowerSync would hash) and
