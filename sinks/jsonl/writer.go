@@ -218,9 +218,3 @@ func appendUUID(b []byte, u *[16]byte) []byte {
 	}
 	return b
 }
-
-// appendString appends s as a JSON string (invalid UTF-8 becomes U+FFFD),
-// with the escaper the rest of syncpipe uses.
-func appendString[S ~string | ~[]byte](b []byte, s S) []byte {
-	return model.AppendJSONString(b, s)
-}

@@ -20,7 +20,7 @@ func TestJSNumber(t *testing.T) {
 	}
 	for f, want := range cases {
 		if got := string(model.AppendJSONNumber(nil, f)); got != want {
-			t.Errorf("appendJSNumber(%v) = %s, want %s", f, got, want)
+			t.Errorf("model.AppendJSONNumber(%v) = %s, want %s", f, got, want)
 		}
 	}
 }
@@ -36,7 +36,7 @@ func TestJSString(t *testing.T) {
 	}
 	for in, want := range cases {
 		if got := string(model.AppendJSONString(nil, []byte(in))); got != want {
-			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
+			t.Errorf("model.AppendJSONString(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -32,16 +32,6 @@ func appendJSONBigNumber(dst []byte, f float64) []byte {
 	return append(dst, '.', '0')
 }
 
-// appendJSONNumberPlain appends a number as JSON.stringify does: like
-// toString, but non-finite values become null. Bucket ids use it, so REAL
-// 1.0 and INTEGER 1 give the same id.
-func appendJSONNumberPlain(dst []byte, f float64) []byte {
-	if f != f || math.IsInf(f, 0) {
-		return append(dst, "null"...)
-	}
-	return model.AppendJSNumber(dst, f)
-}
-
 // isJSSpace reports whether r is ECMAScript WhiteSpace or LineTerminator,
 // the set trimmed by parseInt/parseFloat and matched by \s.
 func isJSSpace(r rune) bool {
