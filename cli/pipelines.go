@@ -39,7 +39,7 @@ func replicate(ctx context.Context, cfg *config.Config, store *bucketstore.Store
 					log.Warn("closing the sink", "pipeline", pl.Name, "err", err)
 				}
 			}()
-			r := replication.NewSinkRunner(replication.SinkOptions{Config: cfg, Pipeline: pl, Sink: sink, Store: store,
+			r := replication.NewSinkRunner(replication.SinkOptions{Config: cfg, Pipeline: pl, Sink: sink, Store: store.Catalog(),
 				Logger: log, Tracer: opts.Tracer, Role: opts.Role})
 			if err := r.Run(ctx); err != nil {
 				return fmt.Errorf("pipeline %s: %w", pl.Name, err)

@@ -20,7 +20,7 @@ import (
 // The bucketstore pipeline is described by its active (else newest)
 // group; the others by their stored state. Sinks are not opened: a sink
 // belongs to the running process.
-func writePipelines(ctx context.Context, w io.Writer, cfg *config.Config, store statusStorage, groups []bucketstore.Group, src *pgx.Conn, now time.Time) error {
+func writePipelines(ctx context.Context, w io.Writer, cfg *config.Config, store statusCatalog, groups []bucketstore.Group, src *pgx.Conn, now time.Time) error {
 	stored, err := store.SinkPipelines(ctx)
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ type SinkOptions struct {
 	// Sink is the pipeline's opened sink; the caller closes it after Run.
 	Sink sinks.Sink
 	// Store keeps the pipeline's version, slot, snapshot plan and errors
-	// (a *bucketstore.Store).
+	// (a *bucketstore.Catalog).
 	Store  SinkStorage
 	Logger *slog.Logger
 	Tracer pipeline.StageTracer

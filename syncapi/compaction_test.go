@@ -42,7 +42,7 @@ func TestCompactionDuringDownload(t *testing.T) {
 			}
 		}
 		var err error
-		if compacted, err = e.store.Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{}); err != nil {
+		if compacted, err = e.store.Compactor().Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{}); err != nil {
 			t.Error(err)
 		}
 	}

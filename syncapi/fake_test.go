@@ -325,7 +325,7 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 		e.tables[name] = &testTable{table: tbl, bound: bound, ev: bound.NewEvaluator()}
 	}
 	fe := &fakeEnv{env: e, fake: newFakeStore(groupID, rules)}
-	cfg := Config{Store: fe.fake, Checksums: fe.fake, Checkpoints: fe.fake,
+	cfg := Config{Groups: fe.fake, Store: fe.fake, Checksums: fe.fake, Checkpoints: fe.fake,
 		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
 		SourceLSN: func(context.Context) (pglogrepl.LSN, error) {
 			return pglogrepl.LSN(e.sourceLSN.Load()), nil

@@ -185,7 +185,7 @@ func TestWriteCheckpoints(t *testing.T) {
 	}
 
 	// Without a source the endpoint answers 503.
-	srv, err := New(e.ctx, Config{Store: e.store, Auth: e.srv.cfg.Auth})
+	srv, err := New(e.ctx, Config{Groups: e.store.Catalog(), Store: e.store.Reader(), Sources: e.store.Reader(), Auth: e.srv.cfg.Auth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ bucket_definitions:
 // its first checkpoint, which makes it ACTIVE.
 func newGroup(t *testing.T, e *env, rules string) bucketstore.Group {
 	t.Helper()
-	g, err := e.store.CreateGroup(e.ctx, rules, "syncpipe_")
+	g, err := e.store.Catalog().CreateGroup(e.ctx, rules, "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,14 +414,14 @@ func newGroup(t *testing.T, e *env, rules string) bucketstore.Group {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.store.RegisterTable(e.ctx, g.ID, 2001, "public", "lists", []string{"id"})
+	st, err := e.store.Catalog().RegisterTable(e.ctx, g.ID, 2001, "public", "lists", []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.MarkTableSnapshotDone(e.ctx, st.ID, 0); err != nil {
+	if err := e.store.Catalog().MarkTableSnapshotDone(e.ctx, st.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.MarkSnapshotDone(e.ctx, g.ID, 0); err != nil {
+	if err := e.store.Catalog().MarkSnapshotDone(e.ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	bound, err := parsed.Bind("lists", todoTables["lists"])

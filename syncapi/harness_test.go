@@ -88,7 +88,7 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	g, err := store.CreateGroup(ctx, rules, "syncpipe_")
+	g, err := store.Catalog().CreateGroup(ctx, rules, "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 	rel := uint32(1000)
 	for name, cols := range tables {
 		rel++
-		st, err := store.RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
+		st, err := store.Catalog().RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
+		if err := store.Catalog().MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 		bound, err := parsed.Bind(name, cols)
@@ -113,7 +113,7 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 		}
 		e.tables[name] = &testTable{table: &st.Table, bound: bound, ev: bound.NewEvaluator()}
 	}
-	if err := store.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+	if err := store.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.w, err = store.NewWriter(ctx, g.ID); err != nil {
@@ -121,8 +121,8 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 	}
 	t.Cleanup(e.w.Close)
 	cfg := Config{
-		Store: store,
-		Auth:  config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
+		Groups: store.Catalog(), Store: store.Reader(), Sources: store.Reader(),
+		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
 		SourceLSN: func(context.Context) (pglogrepl.LSN, error) {
 			return pglogrepl.LSN(e.sourceLSN.Load()), nil
 		},

@@ -82,7 +82,7 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 
 	const msg = `publication "syncpipe" does not exist: CREATE PUBLICATION syncpipe FOR ALL TABLES on the source`
 	before := time.Now()
-	if err := e.store.ReportError(e.ctx, e.group.ID, msg); err != nil {
+	if err := e.store.Catalog().ReportError(e.ctx, e.group.ID, msg); err != nil {
 		t.Fatal(err)
 	}
 	// Within the TTL the cached answer stands: no storage read per probe.
@@ -107,18 +107,18 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 	}
 
 	// A PROCESSING group's error counts; once it is stopped it does not.
-	g2, err := e.store.CreateGroup(e.ctx, todoRules+"\n# v2\n", "syncpipe_")
+	g2, err := e.store.Catalog().CreateGroup(e.ctx, todoRules+"\n# v2\n", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.ReportError(e.ctx, g2.ID, "table public.todos has no replica identity"); err != nil {
+	if err := e.store.Catalog().ReportError(e.ctx, g2.ID, "table public.todos has no replica identity"); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
 	if _, b := healthz(t, e.srv); len(b.Reasons) != 2 || b.Reasons[1].Group != g2.ID || b.Reasons[1].State != string(bucketstore.StateProcessing) {
 		t.Fatalf("with a PROCESSING group's error: %+v", b)
 	}
-	if err := e.store.SetState(e.ctx, g2.ID, bucketstore.StateStop); err != nil {
+	if err := e.store.Catalog().SetState(e.ctx, g2.ID, bucketstore.StateStop); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
@@ -138,7 +138,7 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 	}
 	wg.Wait()
 
-	if err := e.store.ClearError(e.ctx, e.group.ID); err != nil {
+	if err := e.store.Catalog().ClearError(e.ctx, e.group.ID); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
@@ -160,7 +160,7 @@ func TestHealthzStorageUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := sdkmetric.NewManualReader()
-	srv, err := New(ctx, Config{Store: store, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	srv, err := New(ctx, Config{Groups: store.Catalog(), Store: store.Reader(), Sources: store.Reader(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: time.Hour}})
 	if err != nil {
 		t.Fatal(err)

@@ -198,7 +198,7 @@ func (iv *changeInterval) hasLookup(key []byte) bool {
 // loadChanges reads the change records of group over (from, to]. to must
 // be a published checkpoint: then every record overlapping the range is
 // committed (see the checkpoint invariant in doc.go).
-func (s *Store) loadChanges(ctx context.Context, group int, from, to int64) (*changeInterval, error) {
+func (s *Reader) loadChanges(ctx context.Context, group int, from, to int64) (*changeInterval, error) {
 	iv := &changeInterval{from: from, to: to, buckets: map[string]struct{}{}, lookups: map[string]struct{}{}}
 	rows, err := s.pool.Query(ctx, loadChangesSQL, group, from, to)
 	if err != nil {
