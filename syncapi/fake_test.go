@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -17,16 +18,19 @@ import (
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // fakeStore is bucket storage in memory: one group, its ops and
 // parameter entries, write checkpoints and published checkpoints. It
-// implements Storage, ChecksumSource and CheckpointSource, so a Server
-// runs on it with no PostgreSQL, and a test drives publication itself.
-// It keeps what the protocol sees (ops in op id order, parameter entries
-// versioned by op id, the newest checkpoint offered to subscribers) and
-// nothing else: no compaction, and change sets are always unknown, which
+// implements GroupReader, Storage, ChecksumSource and CheckpointSource,
+// so a Server runs on it with no PostgreSQL, and a test drives
+// publication, compaction and storage failures itself. It keeps what the
+// protocol sees (ops in op id order — PUTs, the REMOVEs of rows that left
+// a bucket, compaction's MOVEs and CLEARs —, parameter entries versioned
+// by op id, the compaction floor, the newest checkpoint offered to
+// subscribers) and nothing else: change sets are always unknown, which
 // makes streams re-evaluate everything at each checkpoint (correct, and
 // the path that checks the most).
 type fakeStore struct {
@@ -40,6 +44,18 @@ type fakeStore struct {
 	subs    map[chan bucketstore.Checkpoint]struct{}
 	reads   int // ReadBucketDataShape calls
 	queries int // Checksums calls
+	// rows: per source row, the buckets it is in now and its object
+	// there, so that a write REMOVEs it from the buckets it left.
+	rows map[[16]byte]map[string]fakeObject
+	// floor is the compaction floor (CompactFloor).
+	floor int64
+	// failing: storage methods that fail, by name, with their error.
+	failing map[string]error
+}
+
+// fakeObject is a row's object in one bucket.
+type fakeObject struct {
+	objectType, objectID, subkey string
 }
 
 // fakeParam is one version of a source row's entry under a lookup key;
@@ -59,6 +75,7 @@ type fakeWC struct {
 
 // The fake stands in for every interface the server takes.
 var (
+	_ GroupReader      = (*fakeStore)(nil)
 	_ Storage          = (*fakeStore)(nil)
 	_ ChecksumSource   = (*fakeStore)(nil)
 	_ CheckpointSource = (*fakeStore)(nil)
@@ -67,21 +84,39 @@ var (
 func newFakeStore(groupID int, rules string) *fakeStore {
 	return &fakeStore{group: bucketstore.Group{ID: groupID, State: bucketstore.StateActive, Rules: rules},
 		ops: map[string][]bucketstore.OpRow{}, wcs: map[bucketstore.WriteCheckpointClient]fakeWC{},
-		subs: map[chan bucketstore.Checkpoint]struct{}{}}
+		subs: map[chan bucketstore.Checkpoint]struct{}{}, rows: map[[16]byte]map[string]fakeObject{},
+		failing: map[string]error{}}
 }
 
-// write stores upserts as replication would: a PUT per bucket the row is
-// in, and its parameter entries, retracting the keys it no longer
-// produces. It returns the last op id written.
+// write stores upserts and deletes as replication would: a REMOVE in
+// each bucket the row left, a PUT per bucket the row is in, and its
+// parameter entries, retracting the keys it no longer produces. It
+// returns the last op id written.
 func (f *fakeStore) write(changes ...stages.Change) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range changes {
+		subkey := fmt.Sprintf("%s/%x", c.Table.ID, c.Key)
+		now := map[string]fakeObject{}
+		for _, p := range c.Puts {
+			now[p.Bucket] = fakeObject{objectType: p.ObjectType, objectID: p.ObjectID, subkey: subkey}
+		}
+		for _, bucket := range slices.Sorted(maps.Keys(f.rows[c.Key])) {
+			if _, stays := now[bucket]; stays {
+				continue
+			}
+			o := f.rows[c.Key][bucket]
+			f.nextOp++
+			f.ops[bucket] = append(f.ops[bucket], bucketstore.OpRow{Bucket: bucket, OpID: f.nextOp,
+				Op: bucketstore.OpRemove, ObjectType: o.objectType, ObjectID: o.objectID, Subkey: o.subkey,
+				Checksum: checksum.Remove(o.subkey)})
+		}
+		f.rows[c.Key] = now
 		for _, p := range c.Puts {
 			f.nextOp++
 			f.ops[p.Bucket] = append(f.ops[p.Bucket], bucketstore.OpRow{Bucket: p.Bucket, OpID: f.nextOp,
 				Op: bucketstore.OpPut, ObjectType: p.ObjectType, ObjectID: p.ObjectID,
-				Subkey: fmt.Sprintf("%s/%x", c.Table.ID, c.Key), Data: bytes.Clone(p.Data), Checksum: p.Checksum})
+				Subkey: subkey, Data: bytes.Clone(p.Data), Checksum: p.Checksum})
 		}
 		if c.TracksLookups {
 			f.writeLookups(c)
@@ -89,6 +124,54 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 	}
 	return f.nextOp
 }
+
+// compact compacts every bucket up to upTo as bucketstore's Compactor
+// does, in the fake's terms: it raises the floor first, then turns each
+// op a later one of the same object supersedes into a MOVE (its checksum
+// kept, its row dropped) and merges each bucket's leading MOVEs and
+// REMOVEs into one CLEAR carrying their checksum.
+func (f *fakeStore) compact(upTo int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.floor = max(f.floor, upTo)
+	for bucket, ops := range f.ops {
+		last := map[string]int64{} // object → its newest op id ≤ upTo
+		for _, op := range ops {
+			if op.OpID <= upTo && (op.Op == bucketstore.OpPut || op.Op == bucketstore.OpRemove) {
+				last[op.ObjectType+"/"+op.ObjectID] = op.OpID
+			}
+		}
+		for i, op := range ops {
+			if op.OpID <= upTo && (op.Op == bucketstore.OpPut || op.Op == bucketstore.OpRemove) && last[op.ObjectType+"/"+op.ObjectID] != op.OpID {
+				ops[i] = bucketstore.OpRow{Bucket: bucket, OpID: op.OpID, Op: bucketstore.OpMove, Checksum: op.Checksum}
+			}
+		}
+		n := 0
+		for n < len(ops) && ops[n].OpID <= upTo && ops[n].Op != bucketstore.OpPut {
+			n++
+		}
+		if n < 2 && (n == 0 || ops[0].Op == bucketstore.OpClear) {
+			continue
+		}
+		cleared := bucketstore.OpRow{Bucket: bucket, OpID: ops[n-1].OpID, Op: bucketstore.OpClear}
+		for _, op := range ops[:n] {
+			cleared.Checksum += op.Checksum
+		}
+		f.ops[bucket] = append([]bucketstore.OpRow{cleared}, ops[n:]...)
+	}
+}
+
+// fail makes the storage method named fail with err from now on (nil:
+// succeed again).
+func (f *fakeStore) fail(method string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing[method] = err
+}
+
+// failure is the error the method named is to fail with; f.mu must be
+// held.
+func (f *fakeStore) failure(method string) error { return f.failing[method] }
 
 // writeLookups versions the row's entries; f.mu must be held.
 func (f *fakeStore) writeLookups(c stages.Change) {
@@ -168,6 +251,9 @@ func (f *fakeStore) Subscribe(ctx context.Context) <-chan bucketstore.Checkpoint
 func (f *fakeStore) Group(_ context.Context, id int) (bucketstore.Group, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failure("Group"); err != nil {
+		return bucketstore.Group{}, err
+	}
 	if id != f.group.ID {
 		return bucketstore.Group{}, bucketstore.ErrNoGroup
 	}
@@ -177,12 +263,18 @@ func (f *fakeStore) Group(_ context.Context, id int) (bucketstore.Group, error) 
 func (f *fakeStore) Groups(context.Context) ([]bucketstore.Group, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failure("Groups"); err != nil {
+		return nil, err
+	}
 	return []bucketstore.Group{f.group}, nil
 }
 
 func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failure("ParameterRows"); err != nil {
+		return nil, err
+	}
 	out := make([][][]byte, len(lookups))
 	n := 0
 	for i, key := range lookups {
@@ -205,13 +297,23 @@ func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lo
 	return out, nil
 }
 
-// CompactFloor: the fake store is never compacted.
-func (f *fakeStore) CompactFloor(context.Context, int) (int64, error) { return 0, nil }
+func (f *fakeStore) CompactFloor(context.Context, int) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failure("CompactFloor"); err != nil {
+		return 0, err
+	}
+	return f.floor, nil
+}
 
 func (f *fakeStore) ReadBucketDataShape(_ context.Context, _ bucketstore.ReadShape, _ int, checkpoint int64,
 	reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (bool, error) {
 	f.mu.Lock()
 	f.reads++
+	if err := f.failure("ReadBucketDataShape"); err != nil {
+		f.mu.Unlock()
+		return false, err
+	}
 	var rows []bucketstore.OpRow
 	for _, r := range reqs {
 		for _, op := range f.ops[r.Bucket] {
@@ -234,6 +336,9 @@ func (f *fakeStore) Checksums(_ context.Context, _ int, checkpoint int64, bucket
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queries++
+	if err := f.failure("Checksums"); err != nil {
+		return nil, err
+	}
 	out := make([]bucketstore.BucketChecksum, len(buckets))
 	for i, b := range buckets {
 		out[i].Bucket = b
@@ -261,6 +366,9 @@ func (f *fakeStore) Stats() bucketstore.ChecksumStats {
 func (f *fakeStore) CreateWriteCheckpoint(_ context.Context, userID, clientID string, lsn pglogrepl.LSN) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failure("CreateWriteCheckpoint"); err != nil {
+		return 0, err
+	}
 	k := bucketstore.WriteCheckpointClient{UserID: userID, ClientID: clientID}
 	wc := f.wcs[k]
 	wc.n, wc.lsn = wc.n+1, max(wc.lsn, lsn)
@@ -271,6 +379,9 @@ func (f *fakeStore) CreateWriteCheckpoint(_ context.Context, userID, clientID st
 func (f *fakeStore) RequestWriteCheckpoint(_ context.Context, userID, clientID string, requested int64, lsn pglogrepl.LSN) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.failure("RequestWriteCheckpoint"); err != nil {
+		return 0, err
+	}
 	k := bucketstore.WriteCheckpointClient{UserID: userID, ClientID: clientID}
 	wc := f.wcs[k]
 	wc.n, wc.lsn = max(wc.n, requested), max(wc.lsn, lsn)
@@ -348,8 +459,8 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 func (e *fakeEnv) commit(changes ...stages.Change) bucketstore.Checkpoint {
 	e.t.Helper()
 	for _, c := range changes {
-		if c.Kind != stages.Upsert {
-			e.t.Fatalf("the fake store writes upserts only, got %v", c.Kind)
+		if c.Kind != stages.Upsert && c.Kind != stages.Delete {
+			e.t.Fatalf("the fake store writes upserts and deletes only, got %v", c.Kind)
 		}
 	}
 	return e.publish(e.fake.write(changes...))
@@ -360,6 +471,50 @@ func (e *fakeEnv) commit(changes ...stages.Change) bucketstore.Checkpoint {
 func (e *fakeEnv) publish(opID int64) bucketstore.Checkpoint {
 	e.lsn += 16
 	return e.fake.publish(opID, pglogrepl.LSN(e.lsn))
+}
+
+// protocolEnv is what a protocol test drives, whichever storage serves
+// it: env (PostgreSQL) and fakeEnv (the fake) both are one.
+type protocolEnv interface {
+	upsert(table string, vals ...string) stages.Change
+	delete(table, id string) stages.Change
+	commit(changes ...stages.Change) bucketstore.Checkpoint
+	open(tok string, body map[string]any) *stream
+	b(def string, params ...string) string
+	// server is the Server under test (its test hooks).
+	server() *Server
+	// offered waits until every stream has been offered cp.
+	offered(cp bucketstore.Checkpoint)
+	// compact compacts every bucket up to the last checkpoint and
+	// returns it.
+	compact() int64
+}
+
+// onBoth runs a protocol test on the fake ("fake": no PostgreSQL, so it
+// runs with -short) and on bucket storage ("postgres": the same answers
+// from the real store).
+func onBoth(t *testing.T, rules string, tables map[string][]string, tweak func(*Config), test func(t *testing.T, e protocolEnv)) {
+	t.Run("fake", func(t *testing.T) {
+		t.Parallel()
+		test(t, newFakeEnv(t, rules, tables, tweak))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		test(t, newEnv(t, rules, tables, tweak))
+	})
+}
+
+// offered returns at once: the fake's publish offers a checkpoint to
+// every subscriber before it returns.
+func (e *fakeEnv) offered(bucketstore.Checkpoint) {}
+
+// compact compacts the fake up to its last published checkpoint.
+func (e *fakeEnv) compact() int64 {
+	e.fake.mu.Lock()
+	upTo := e.fake.latest.OpID
+	e.fake.mu.Unlock()
+	e.fake.compact(upTo)
+	return upTo
 }
 
 // bucketNames lists a checkpoint line's buckets, sorted.

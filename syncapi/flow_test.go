@@ -22,7 +22,10 @@ import (
 
 func TestRowMovesBetweenBuckets(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, rowMovesBetweenBuckets)
+}
+
+func rowMovesBetweenBuckets(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("todos", "t1", "a", "move me"))
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
@@ -98,7 +101,10 @@ bucket_definitions:
 
 func TestPriorities(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, priorityRules, map[string][]string{"lists": {"id", "name"}}, nil)
+	onBoth(t, priorityRules, map[string][]string{"lists": {"id", "name"}}, nil, priorities)
+}
+
+func priorities(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "1", "later"), e.upsert("lists", "2", "second"), e.upsert("lists", "3", "first"))
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
@@ -217,7 +223,10 @@ func TestTokenExpiryClosesStream(t *testing.T) {
 
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.KeepaliveInterval = 20 * time.Millisecond })
+	onBoth(t, todoRules, todoTables, func(c *Config) { c.KeepaliveInterval = 20 * time.Millisecond }, keepalive)
+}
+
+func keepalive(t *testing.T, e protocolEnv) {
 	s := e.open(token(t, "u1", nil), nil)
 	// No checkpoint exists yet: keepalives are all there is.
 	for i := range 3 {
@@ -233,32 +242,24 @@ func TestKeepalive(t *testing.T) {
 // data line a stream sends, one more list is committed and its checkpoint
 // offered to every subscriber. It returns the first checkpoint and a
 // function returning the second once it was published.
-func publishDuringFirstSync(t *testing.T, e *env) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
+func publishDuringFirstSync(t *testing.T, e protocolEnv) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
 	t.Helper()
 	var lists []stages.Change
 	for i := range 2500 {
 		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
 	}
 	first := e.commit(lists...)
-	watch := e.srv.watcher.Subscribe(t.Context())
 	var second bucketstore.Checkpoint
 	calls := 0
-	e.srv.afterDataLine = func() {
+	e.server().afterDataLine = func() {
 		// Runs on the stream's goroutine after each data line: after the
-		// first, publish a new checkpoint and wait until the watcher has
-		// offered it to every subscriber.
+		// first, publish a new checkpoint and wait until it was offered
+		// to every subscriber.
 		if calls++; calls != 1 {
 			return
 		}
 		second = e.commit(e.upsert("lists", "new", "list", "nobody"))
-		for cp := range watch {
-			if cp.OpID >= second.OpID {
-				// Our channel may get it before the stream's: Latest
-				// returns once the fan-out to every subscriber is done.
-				e.srv.watcher.Latest()
-				return
-			}
-		}
+		e.offered(second)
 	}
 	return first, func() bucketstore.Checkpoint { return second }
 }
@@ -267,8 +268,11 @@ func publishDuringFirstSync(t *testing.T, e *env) (bucketstore.Checkpoint, func(
 // under way interrupts it (supersedeAfter 0 here: every send is long).
 func TestSupersededCheckpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
-	e.srv.supersedeAfter = 0
+	onBoth(t, todoRules, todoTables, nil, supersededCheckpoint)
+}
+
+func supersededCheckpoint(t *testing.T, e protocolEnv) {
+	e.server().supersedeAfter = 0
 	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
@@ -295,7 +299,10 @@ func TestSupersededCheckpoint(t *testing.T) {
 // checkpoint, then gets the second's diff and data.
 func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, newerCheckpointWaitsForShortSend)
+}
+
+func newerCheckpointWaitsForShortSend(t *testing.T, e protocolEnv) {
 	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
@@ -482,7 +489,10 @@ bucket_definitions:
 // new stream evaluates from scratch.
 func TestUnaffectedCheckpointsSendNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, unaffectedCheckpointsSendNothing)
+}
+
+func unaffectedCheckpointsSendNothing(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u2"))
 	tok := token(t, "u1", nil)
 	s := e.open(tok, map[string]any{})

@@ -207,6 +207,37 @@ func (e *env) publish(opID int64) bucketstore.Checkpoint {
 	return cp
 }
 
+// server is the Server under test.
+func (e *env) server() *Server { return e.srv }
+
+// offered waits until the server's checkpoint watcher has offered cp (or
+// a newer one) to every stream: a fresh subscription gets the newest at
+// once, and Latest returns once its fan-out is done.
+func (e *env) offered(cp bucketstore.Checkpoint) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	for got := range e.srv.watcher.Subscribe(ctx) {
+		if got.OpID >= cp.OpID {
+			e.srv.watcher.Latest()
+			return
+		}
+	}
+	e.t.Errorf("the watcher stopped before offering checkpoint %d", cp.OpID) // not Fatal: called on a stream's goroutine
+}
+
+// compact compacts the group's ops up to its last checkpoint and returns
+// how far; the test fails unless some ops were merged into CLEARs (not
+// Fatal: a test hook calls it on a stream's goroutine).
+func (e *env) compact() int64 {
+	e.t.Helper()
+	st, err := e.store.Compactor().Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{})
+	if err != nil || st.Cleared == 0 {
+		e.t.Errorf("compaction %+v, %v: want CLEARs", st, err)
+	}
+	return st.UpTo
+}
+
 // token mints an HS256 token for sub, valid for an hour; edit may change
 // the claims.
 func token(t testing.TB, sub string, edit func(jwt.MapClaims)) string {
