@@ -22,7 +22,8 @@ import (
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
-// fakeStore is bucket storage in memory: one group, its ops and
+// fakeStore is bucket storage in memory: groups (the newest ACTIVE,
+// those before it STOPped), their ops and
 // parameter entries, write checkpoints and published checkpoints. It
 // implements GroupReader, Storage, ChecksumSource and CheckpointSource,
 // so a Server runs on it with no PostgreSQL, and a test drives
@@ -35,7 +36,7 @@ import (
 // the path that checks the most).
 type fakeStore struct {
 	mu      sync.Mutex
-	group   bucketstore.Group
+	groups  []bucketstore.Group // ascending id; the last is ACTIVE
 	nextOp  int64
 	ops     map[string][]bucketstore.OpRow // bucket → ops, ascending op id
 	params  []fakeParam                    // ascending op id
@@ -46,11 +47,17 @@ type fakeStore struct {
 	queries int // Checksums calls
 	// rows: per source row, the buckets it is in now and its object
 	// there, so that a write REMOVEs it from the buckets it left.
-	rows map[[16]byte]map[string]fakeObject
+	rows map[fakeRow]map[string]fakeObject
 	// floor is the compaction floor (CompactFloor).
 	floor int64
 	// failing: storage methods that fail, by name, with their error.
 	failing map[string]error
+}
+
+// fakeRow is a source row of a group.
+type fakeRow struct {
+	group int
+	key   [16]byte
 }
 
 // fakeObject is a row's object in one bucket.
@@ -63,7 +70,7 @@ type fakeObject struct {
 type fakeParam struct {
 	opID   int64
 	key    string
-	source [16]byte
+	source fakeRow
 	rows   []byte
 }
 
@@ -82,9 +89,9 @@ var (
 )
 
 func newFakeStore(groupID int, rules string) *fakeStore {
-	return &fakeStore{group: bucketstore.Group{ID: groupID, State: bucketstore.StateActive, Rules: rules},
+	return &fakeStore{groups: []bucketstore.Group{{ID: groupID, State: bucketstore.StateActive, Rules: rules}},
 		ops: map[string][]bucketstore.OpRow{}, wcs: map[bucketstore.WriteCheckpointClient]fakeWC{},
-		subs: map[chan bucketstore.Checkpoint]struct{}{}, rows: map[[16]byte]map[string]fakeObject{},
+		subs: map[chan bucketstore.Checkpoint]struct{}{}, rows: map[fakeRow]map[string]fakeObject{},
 		failing: map[string]error{}}
 }
 
@@ -96,22 +103,23 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range changes {
+		row := fakeRow{group: c.Table.GroupID, key: c.Key}
 		subkey := fmt.Sprintf("%s/%x", c.Table.ID, c.Key)
 		now := map[string]fakeObject{}
 		for _, p := range c.Puts {
 			now[p.Bucket] = fakeObject{objectType: p.ObjectType, objectID: p.ObjectID, subkey: subkey}
 		}
-		for _, bucket := range slices.Sorted(maps.Keys(f.rows[c.Key])) {
+		for _, bucket := range slices.Sorted(maps.Keys(f.rows[row])) {
 			if _, stays := now[bucket]; stays {
 				continue
 			}
-			o := f.rows[c.Key][bucket]
+			o := f.rows[row][bucket]
 			f.nextOp++
 			f.ops[bucket] = append(f.ops[bucket], bucketstore.OpRow{Bucket: bucket, OpID: f.nextOp,
 				Op: bucketstore.OpRemove, ObjectType: o.objectType, ObjectID: o.objectID, Subkey: o.subkey,
 				Checksum: checksum.Remove(o.subkey)})
 		}
-		f.rows[c.Key] = now
+		f.rows[row] = now
 		for _, p := range c.Puts {
 			f.nextOp++
 			f.ops[p.Bucket] = append(f.ops[p.Bucket], bucketstore.OpRow{Bucket: p.Bucket, OpID: f.nextOp,
@@ -119,10 +127,23 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 				Subkey: subkey, Data: bytes.Clone(p.Data), Checksum: p.Checksum})
 		}
 		if c.TracksLookups {
-			f.writeLookups(c)
+			f.writeLookups(row, c)
 		}
 	}
 	return f.nextOp
+}
+
+// deploy adds a group for rules and makes it the ACTIVE one, the one
+// publish publishes, as a new rules version's first checkpoint does; the
+// previous group STOPs.
+func (f *fakeStore) deploy(rules string) bucketstore.Group {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	last := &f.groups[len(f.groups)-1]
+	last.State = bucketstore.StateStop
+	g := bucketstore.Group{ID: last.ID + 1, State: bucketstore.StateActive, Rules: rules}
+	f.groups = append(f.groups, g)
+	return g
 }
 
 // compact compacts every bucket up to upTo as bucketstore's Compactor
@@ -174,25 +195,25 @@ func (f *fakeStore) fail(method string, err error) {
 func (f *fakeStore) failure(method string) error { return f.failing[method] }
 
 // writeLookups versions the row's entries; f.mu must be held.
-func (f *fakeStore) writeLookups(c stages.Change) {
+func (f *fakeStore) writeLookups(row fakeRow, c stages.Change) {
 	now := map[string][]byte{}
 	for _, l := range c.Lookups {
 		now[string(l.Key)] = l.Params
 	}
-	for _, key := range f.rowKeys(c.Key) {
+	for _, key := range f.rowKeys(row) {
 		if _, ok := now[key]; !ok {
 			now[key] = []byte("[]")
 		}
 	}
 	for key, rows := range now {
 		f.nextOp++
-		f.params = append(f.params, fakeParam{opID: f.nextOp, key: key, source: c.Key, rows: bytes.Clone(rows)})
+		f.params = append(f.params, fakeParam{opID: f.nextOp, key: key, source: row, rows: bytes.Clone(rows)})
 	}
 }
 
 // rowKeys lists the keys a source row has live entries under; f.mu
 // must be held.
-func (f *fakeStore) rowKeys(source [16]byte) []string {
+func (f *fakeStore) rowKeys(source fakeRow) []string {
 	live := map[string]bool{}
 	for _, p := range f.params {
 		if p.source == source {
@@ -213,7 +234,7 @@ func (f *fakeStore) rowKeys(source [16]byte) []string {
 func (f *fakeStore) publish(opID int64, lsn pglogrepl.LSN) bucketstore.Checkpoint {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	cp := bucketstore.Checkpoint{GroupID: f.group.ID, OpID: opID, LSN: lsn, LSNText: lsn.String()}
+	cp := bucketstore.Checkpoint{GroupID: f.groups[len(f.groups)-1].ID, OpID: opID, LSN: lsn, LSNText: lsn.String()}
 	f.latest = cp
 	for ch := range f.subs {
 		offerLatest(ch, cp)
@@ -254,10 +275,12 @@ func (f *fakeStore) Group(_ context.Context, id int) (bucketstore.Group, error) 
 	if err := f.failure("Group"); err != nil {
 		return bucketstore.Group{}, err
 	}
-	if id != f.group.ID {
-		return bucketstore.Group{}, bucketstore.ErrNoGroup
+	for _, g := range f.groups {
+		if g.ID == id {
+			return g, nil
+		}
 	}
-	return f.group, nil
+	return bucketstore.Group{}, bucketstore.ErrNoGroup
 }
 
 func (f *fakeStore) Groups(context.Context) ([]bucketstore.Group, error) {
@@ -266,10 +289,10 @@ func (f *fakeStore) Groups(context.Context) ([]bucketstore.Group, error) {
 	if err := f.failure("Groups"); err != nil {
 		return nil, err
 	}
-	return []bucketstore.Group{f.group}, nil
+	return slices.Clone(f.groups), nil
 }
 
-func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
+func (f *fakeStore) ParameterRows(_ context.Context, group int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.failure("ParameterRows"); err != nil {
@@ -278,9 +301,9 @@ func (f *fakeStore) ParameterRows(_ context.Context, _ int, checkpoint int64, lo
 	out := make([][][]byte, len(lookups))
 	n := 0
 	for i, key := range lookups {
-		newest := map[[16]byte][]byte{} // per source row, at or below checkpoint
+		newest := map[fakeRow][]byte{} // per source row, at or below checkpoint
 		for _, p := range f.params {
-			if p.opID <= checkpoint && p.key == string(key) {
+			if p.opID <= checkpoint && p.key == string(key) && p.source.group == group {
 				newest[p.source] = p.rows
 			}
 		}
@@ -488,6 +511,9 @@ type protocolEnv interface {
 	// compact compacts every bucket up to the last checkpoint and
 	// returns it.
 	compact() int64
+	// newGroup deploys rules (over lists) as a new group holding list a
+	// of u1 and publishes its first checkpoint, which makes it ACTIVE.
+	newGroup(rules string) bucketstore.Group
 }
 
 // onBoth runs a protocol test on the fake ("fake": no PostgreSQL, so it
@@ -502,6 +528,27 @@ func onBoth(t *testing.T, rules string, tables map[string][]string, tweak func(*
 		t.Parallel()
 		test(t, newEnv(t, rules, tables, tweak))
 	})
+}
+
+// newGroup deploys rules as the fake's new ACTIVE group, writes list a
+// of u1 to it and publishes it, like env.newGroup.
+func (e *fakeEnv) newGroup(rules string) bucketstore.Group {
+	e.t.Helper()
+	g := e.fake.deploy(rules)
+	parsed, err := syncrules.Parse([]byte(rules), syncrules.Options{GroupID: strconv.Itoa(g.ID)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	bound, err := parsed.Bind("lists", todoTables["lists"])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tbl := &stages.Table{ID: "tbl-lists-" + strconv.Itoa(g.ID), GroupID: g.ID, Schema: "public", Name: "lists"}
+	e2 := &fakeEnv{env: &env{t: e.t, ctx: e.ctx, group: g, rules: parsed, lsn: e.lsn,
+		tables: map[string]*testTable{"lists": {table: tbl, bound: bound, ev: bound.NewEvaluator()}}}, fake: e.fake}
+	e2.commit(e2.upsert("lists", "a", "A", "u1"))
+	e.lsn = e2.lsn
+	return g
 }
 
 // offered returns at once: the fake's publish offers a checkpoint to

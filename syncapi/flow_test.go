@@ -324,7 +324,10 @@ func newerCheckpointWaitsForShortSend(t *testing.T, e protocolEnv) {
 
 func TestMaxBucketsPerConnection(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 2, 2 })
+	onBoth(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 2, 2 }, maxBucketsPerConnection)
+}
+
+func maxBucketsPerConnection(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"),
 		e.upsert("lists", "c", "C", "u2"), e.upsert("lists", "d", "D", "u2"), e.upsert("lists", "e", "E", "u2"))
 	// u1: 3 buckets; u2: 3 parameter rows. The messages start as
@@ -382,14 +385,17 @@ func TestLegacyObjectData(t *testing.T) {
 
 func TestGroupSwitch(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, groupSwitch)
+}
+
+func groupSwitch(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"))
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
 	c.apply(s.untilComplete()...)
 
 	// A new rules version replicates and takes over.
-	next := newGroup(t, e, `
+	next := e.newGroup(`
 bucket_definitions:
   mine:
     parameters: SELECT request.user_id() AS owner
@@ -410,7 +416,8 @@ bucket_definitions:
 
 // newGroup deploys rules as a new group holding list a of u1 and publishes
 // its first checkpoint, which makes it ACTIVE.
-func newGroup(t *testing.T, e *env, rules string) bucketstore.Group {
+func (e *env) newGroup(rules string) bucketstore.Group {
+	t := e.t
 	t.Helper()
 	g, err := e.store.Catalog().CreateGroup(e.ctx, rules, "syncpipe_")
 	if err != nil {
@@ -460,7 +467,7 @@ func httpRecord(srv *Server, method, target, auth, body string) *httptest.Respon
 
 func TestTokenAndClientParameters(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, `
+	onBoth(t, `
 bucket_definitions:
   team:
     parameters: SELECT token_parameters.team AS team
@@ -470,7 +477,10 @@ bucket_definitions:
     parameters: SELECT request.parameters() ->> 'list' AS list_id
     data:
       - SELECT id, name FROM lists WHERE id = bucket.list_id
-`, map[string][]string{"lists": {"id", "name", "owner_id"}}, nil)
+`, map[string][]string{"lists": {"id", "name", "owner_id"}}, nil, tokenAndClientParameters)
+}
+
+func tokenAndClientParameters(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "red"), e.upsert("lists", "b", "B", "blue"), e.upsert("lists", "c", "C", "blue"))
 	tok := token(t, "u1", func(c jwt.MapClaims) { c["parameters"] = map[string]any{"team": "red"} })
 	ls := e.open(tok, map[string]any{"parameters": map[string]any{"list": "b"}}).untilComplete()
