@@ -66,7 +66,7 @@ func RunCompaction(ctx context.Context, opt CompactionOptions) (Result, error) {
 	if err := drainRuns(ctx, d, opsBefore, opt, before, &rows); err != nil {
 		return res, err
 	}
-	group, err := activeGroup(ctx, d.store)
+	group, err := activeGroup(ctx, d.store.Reader())
 	if err != nil {
 		return res, err
 	}
@@ -134,8 +134,15 @@ func bucketDataSize(ctx context.Context, store *bucketstore.Store) (ops, bytes i
 	return ops, bytes, nil
 }
 
-func activeGroup(ctx context.Context, store *bucketstore.Store) (int, error) {
-	cp, _, ok, err := store.Reader().ActiveCheckpoint(ctx)
+// activeCheckpointer reads the ACTIVE group's checkpoint:
+// *bucketstore.Reader.
+type activeCheckpointer interface {
+	ActiveCheckpoint(ctx context.Context) (bucketstore.Checkpoint, bucketstore.Group, bool, error)
+}
+
+// activeGroup is the id of the group whose checkpoint clients are served.
+func activeGroup(ctx context.Context, store activeCheckpointer) (int, error) {
+	cp, _, ok, err := store.ActiveCheckpoint(ctx)
 	if err != nil || !ok {
 		return 0, fmt.Errorf("no active group (%v)", err)
 	}
