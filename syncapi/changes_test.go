@@ -160,3 +160,79 @@ func TestManyStreamsOneChecksumQuery(t *testing.T) {
 		}
 	}
 }
+
+// counts are the fake's storage queries, as env.counts reads the store's.
+func (e *fakeEnv) counts() counts {
+	st := e.srv.ChecksumStats()
+	e.fake.mu.Lock()
+	defer e.fake.mu.Unlock()
+	return counts{params: int64(e.fake.lookups), checksums: st.Queries, summed: st.Misses}
+}
+
+// TestFakeChangeRecordsSkipUnchangedWork is
+// TestIncrementalCheckpointSkipsUnchangedWork on the fake, whose change
+// records say exactly what each write touched: what a stream asks of
+// storage at a new checkpoint is decided by the change set alone. With
+// records, a write to one of the client's buckets costs no parameter and
+// no checksum query (the checkpoint's new ops, read once, give the
+// checksum), another user's list changes only global, and a new list of
+// the client's re-reads its lookups. Without, the stream re-reads its
+// lookups and sums every bucket.
+func TestFakeChangeRecordsSkipUnchangedWork(t *testing.T) {
+	t.Parallel()
+	for _, records := range []bool{true, false} {
+		e := newFakeEnv(t, todoRules, todoTables, nil)
+		if records {
+			e.fake.recordChanges()
+		}
+		e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
+			e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
+		s := e.open(token(t, "u1", nil), nil)
+		c := newClient(t)
+		c.apply(s.untilComplete()...)
+
+		before := e.counts()
+		cp := e.commit(e.upsert("todos", "t3", "a", "three"))
+		ls := s.untilComplete()
+		c.apply(ls...)
+		if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
+			t.Fatalf("records=%v: lines %v", records, got)
+		}
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "a")}) || ls[0].CheckpointDiff.LastOpID != opID(cp.OpID) {
+			t.Fatalf("records=%v: diff %s, want only by_list a at %d", records, ls[0].Raw, cp.OpID)
+		}
+		got := e.counts().minus(before)
+		if !records {
+			if got != (counts{params: 1, checksums: 1, summed: 3}) {
+				t.Fatalf("no records: %+v, want 1 parameter query and 1 checksum query summing 3 buckets", got)
+			}
+			continue
+		}
+		if got != (counts{}) || e.srv.deltas.served.Load() != 1 {
+			t.Fatalf("one changed bucket: %+v, %d streams served from a checkpoint delta; want no query, 1",
+				got, e.srv.deltas.served.Load())
+		}
+
+		before = e.counts()
+		e.commit(e.upsert("lists", "y", "Y", "u2"))
+		ls = s.untilComplete()
+		c.apply(ls...)
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
+			t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
+		}
+		if got := e.counts().minus(before); got != (counts{}) {
+			t.Fatalf("another user's list: %+v, want no parameter and no checksum query", got)
+		}
+
+		before = e.counts()
+		e.commit(e.upsert("lists", "c", "C", "u1"))
+		ls = s.untilComplete()
+		c.apply(ls...)
+		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "c"), e.b("global")}) {
+			t.Fatalf("new list of u1: diff %s, want by_list c and global", ls[0].Raw)
+		}
+		if got := e.counts().minus(before); got.params != 1 {
+			t.Fatalf("new list of u1: %+v, want 1 parameter query", got)
+		}
+	}
+}

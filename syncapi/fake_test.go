@@ -31,9 +31,10 @@ import (
 // protocol sees (ops in op id order — PUTs, the REMOVEs of rows that left
 // a bucket, compaction's MOVEs and CLEARs —, parameter entries versioned
 // by op id, the compaction floor, the newest checkpoint offered to
-// subscribers) and nothing else: change sets are always unknown, which
-// makes streams re-evaluate everything at each checkpoint (correct, and
-// the path that checks the most).
+// subscribers) and nothing else. Its change sets are unknown, which makes
+// streams re-evaluate everything at each checkpoint (correct, and the
+// path that checks the most), unless a test turns its change records on
+// (recordChanges).
 type fakeStore struct {
 	mu      sync.Mutex
 	groups  []bucketstore.Group // ascending id; the last is ACTIVE
@@ -45,6 +46,12 @@ type fakeStore struct {
 	subs    map[chan bucketstore.Checkpoint]struct{}
 	reads   int // ReadBucketDataShape calls
 	queries int // Checksums calls
+	summed  int // buckets Checksums summed
+	lookups int // ParameterRows calls
+	// records: the change records of each write since op id recordFrom,
+	// when kept (non-nil).
+	records    []fakeRecord
+	recordFrom int64
 	// rows: per source row, the buckets it is in now and its object
 	// there, so that a write REMOVEs it from the buckets it left.
 	rows map[fakeRow]map[string]fakeObject
@@ -52,6 +59,16 @@ type fakeStore struct {
 	floor int64
 	// failing: storage methods that fail, by name, with their error.
 	failing map[string]error
+}
+
+// fakeRecord is what one write changed in a group: the op ids it drew
+// (from, to], the buckets it wrote ops to and the lookup keys it gave
+// entries or retractions.
+type fakeRecord struct {
+	group    int
+	from, to int64
+	buckets  map[string]bool
+	lookups  map[string]bool
 }
 
 // fakeRow is a source row of a group.
@@ -102,6 +119,12 @@ func newFakeStore(groupID int, rules string) *fakeStore {
 func (f *fakeStore) write(changes ...stages.Change) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	start := f.nextOp
+	defer func() {
+		if f.records != nil && len(changes) > 0 {
+			f.records = append(f.records, f.record(changes[0].Table.GroupID, start, f.nextOp))
+		}
+	}()
 	for _, c := range changes {
 		row := fakeRow{group: c.Table.GroupID, key: c.Key}
 		subkey := fmt.Sprintf("%s/%x", c.Table.ID, c.Key)
@@ -131,6 +154,34 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 		}
 	}
 	return f.nextOp
+}
+
+// recordChanges makes the fake keep change records from now on, so that
+// Changes tells what changed between two checkpoints after the first
+// recorded write, as bucketstore's change records do.
+func (f *fakeStore) recordChanges() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.records, f.recordFrom = []fakeRecord{}, f.nextOp
+}
+
+// record is the change record of the ops group got in (from, to]; f.mu
+// must be held.
+func (f *fakeStore) record(group int, from, to int64) fakeRecord {
+	r := fakeRecord{group: group, from: from, to: to, buckets: map[string]bool{}, lookups: map[string]bool{}}
+	for bucket, ops := range f.ops {
+		for _, op := range ops {
+			if op.OpID > from && op.OpID <= to {
+				r.buckets[bucket] = true
+			}
+		}
+	}
+	for _, p := range f.params {
+		if p.opID > from && p.opID <= to && p.source.group == group {
+			r.lookups[p.key] = true
+		}
+	}
+	return r
 }
 
 // deploy adds a group for rules and makes it the ACTIVE one, the one
@@ -301,6 +352,7 @@ func (f *fakeStore) ParameterRows(_ context.Context, group int, checkpoint int64
 	out := make([][][]byte, len(lookups))
 	n := 0
 	for i, key := range lookups {
+		f.lookups++
 		newest := map[fakeRow][]byte{} // per source row, at or below checkpoint
 		for _, p := range f.params {
 			if p.opID <= checkpoint && p.key == string(key) && p.source.group == group {
@@ -363,6 +415,7 @@ func (f *fakeStore) Checksums(_ context.Context, _ int, checkpoint int64, bucket
 		return nil, err
 	}
 	out := make([]bucketstore.BucketChecksum, len(buckets))
+	f.summed += len(buckets)
 	for i, b := range buckets {
 		out[i].Bucket = b
 		for _, op := range f.ops[b] {
@@ -375,15 +428,37 @@ func (f *fakeStore) Checksums(_ context.Context, _ int, checkpoint int64, bucket
 	return out, nil
 }
 
-// Changes answers "unknown": streams then recompute buckets and sums.
-func (f *fakeStore) Changes(context.Context, int, int64, int64) (bucketstore.ChangeSet, error) {
-	return bucketstore.ChangeSet{}, nil
+// Changes answers from the change records of the writes in (from, to]
+// when they are kept and cover the range; otherwise "unknown", and
+// streams recompute buckets and sums.
+func (f *fakeStore) Changes(_ context.Context, group int, from, to int64) (bucketstore.ChangeSet, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.records == nil || from < f.recordFrom {
+		return bucketstore.ChangeSet{}, nil
+	}
+	var buckets []string
+	var lookups [][]byte
+	for _, r := range f.records {
+		if r.group != group || r.to <= from || r.from >= to {
+			continue
+		}
+		for b := range r.buckets {
+			buckets = append(buckets, b)
+		}
+		for k := range r.lookups {
+			lookups = append(lookups, []byte(k))
+		}
+	}
+	return bucketstore.KnownChanges(buckets, lookups), nil
 }
 
+// Stats counts the Checksums calls and the buckets they summed, as the
+// ChecksumCache counts its queries and misses.
 func (f *fakeStore) Stats() bucketstore.ChecksumStats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return bucketstore.ChecksumStats{Queries: int64(f.queries)}
+	return bucketstore.ChecksumStats{Queries: int64(f.queries), Misses: int64(f.summed)}
 }
 
 func (f *fakeStore) CreateWriteCheckpoint(_ context.Context, userID, clientID string, lsn pglogrepl.LSN) (int64, error) {

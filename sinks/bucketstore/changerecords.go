@@ -240,7 +240,13 @@ func (s *Reader) loadChanges(ctx context.Context, group int, from, to int64) (*c
 	if !found {
 		iv.allBuckets, iv.allLookups = true, true
 	}
-	// Sets too large to be worth holding are as good as unknown.
+	iv.index()
+	return iv, nil
+}
+
+// index makes the interval ready to answer: sets too large to be worth
+// holding are as good as unknown, and known buckets go in the filter.
+func (iv *changeInterval) index() {
 	if iv.allBuckets || len(iv.buckets) > maxRecordedNames {
 		iv.allBuckets, iv.buckets = true, nil
 	}
@@ -253,5 +259,4 @@ func (s *Reader) loadChanges(ctx context.Context, group int, from, to int64) (*c
 			iv.filter.add(BucketHash(b))
 		}
 	}
-	return iv, nil
 }
