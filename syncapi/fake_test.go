@@ -55,6 +55,8 @@ type fakeStore struct {
 	// rows: per source row, the buckets it is in now and its object
 	// there, so that a write REMOVEs it from the buckets it left.
 	rows map[fakeRow]map[string]fakeObject
+	// live: per source row, the lookup keys it has entries under now.
+	live map[fakeRow]map[string]bool
 	// floor is the compaction floor (CompactFloor).
 	floor int64
 	// failing: storage methods that fail, by name, with their error.
@@ -109,6 +111,7 @@ func newFakeStore(groupID int, rules string) *fakeStore {
 	return &fakeStore{groups: []bucketstore.Group{{ID: groupID, State: bucketstore.StateActive, Rules: rules}},
 		ops: map[string][]bucketstore.OpRow{}, wcs: map[bucketstore.WriteCheckpointClient]fakeWC{},
 		subs: map[chan bucketstore.Checkpoint]struct{}{}, rows: map[fakeRow]map[string]fakeObject{},
+		live:    map[fakeRow]map[string]bool{},
 		failing: map[string]error{}}
 }
 
@@ -251,33 +254,20 @@ func (f *fakeStore) writeLookups(row fakeRow, c stages.Change) {
 	for _, l := range c.Lookups {
 		now[string(l.Key)] = l.Params
 	}
-	for _, key := range f.rowKeys(row) {
+	for key := range f.live[row] {
 		if _, ok := now[key]; !ok {
 			now[key] = []byte("[]")
 		}
 	}
+	live := map[string]bool{}
 	for key, rows := range now {
 		f.nextOp++
 		f.params = append(f.params, fakeParam{opID: f.nextOp, key: key, source: row, rows: bytes.Clone(rows)})
-	}
-}
-
-// rowKeys lists the keys a source row has live entries under; f.mu
-// must be held.
-func (f *fakeStore) rowKeys(source fakeRow) []string {
-	live := map[string]bool{}
-	for _, p := range f.params {
-		if p.source == source {
-			live[p.key] = string(p.rows) != "[]"
+		if string(rows) != "[]" {
+			live[key] = true
 		}
 	}
-	var out []string
-	for k, ok := range live {
-		if ok {
-			out = append(out, k)
-		}
-	}
-	return out
+	f.live[row] = live
 }
 
 // publish makes op ids up to opID readable at lsn and offers the
