@@ -4,9 +4,9 @@
 //
 // # Roles
 //
-// Storage is used in five roles, and each has its own type, so that a
-// consumer names the role it needs and declares the few methods it calls
-// as an interface where it uses them (replication/storage.go,
+// Storage is split by role, each with its own type, so that a consumer
+// names the role it needs and declares the few methods it calls as an
+// interface where it uses them (replication/storage.go,
 // syncapi/storage.go, cli/status.go):
 //
 //   - schema: Open creates and migrates the schema (schema.go) and returns
