@@ -159,6 +159,18 @@ func (f *fakeStore) write(changes ...stages.Change) int64 {
 	return f.nextOp
 }
 
+// setGroup edits the stored group id (its state, its error), as
+// replication's catalog writes do.
+func (f *fakeStore) setGroup(id int, edit func(*bucketstore.Group)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.groups {
+		if f.groups[i].ID == id {
+			edit(&f.groups[i])
+		}
+	}
+}
+
 // recordChanges makes the fake keep change records from now on, so that
 // Changes tells what changed between two checkpoints after the first
 // recorded write, as bucketstore's change records do.
