@@ -1,6 +1,7 @@
 package syncapi
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -47,57 +48,65 @@ func diffBuckets(t *testing.T, l line) []string {
 func TestIncrementalCheckpointSkipsUnchangedWork(t *testing.T) {
 	t.Parallel()
 	for _, disabled := range []bool{false, true} {
-		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled })
-		e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
-			e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
-		s := e.open(token(t, "u1", nil), nil)
-		s.untilComplete()
+		t.Run(fmt.Sprintf("disabled=%v", disabled), func(t *testing.T) {
+			t.Parallel()
+			onBoth(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled }, func(t *testing.T, e protocolEnv) {
+				incrementalCheckpointSkipsUnchangedWork(t, e, disabled)
+			})
+		})
+	}
+}
 
-		before := e.counts()
-		cp := e.commit(e.upsert("todos", "t3", "a", "three"))
-		ls := s.untilComplete()
-		if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
-			t.Fatalf("disabled=%v: lines %v", disabled, got)
-		}
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "a")}) || ls[0].CheckpointDiff.LastOpID != opID(cp.OpID) {
-			t.Fatalf("disabled=%v: diff %s, want only by_list a at %d", disabled, ls[0].Raw, cp.OpID)
-		}
-		got := e.counts().minus(before)
-		if disabled {
-			// The old path: lookups re-read, all 3 buckets summed.
-			if got != (counts{params: 1, checksums: 1, summed: 3}) {
-				t.Fatalf("disabled: %+v, want 1 parameter query and 1 checksum query summing 3 buckets", got)
-			}
-			continue
-		}
-		if got != (counts{}) || e.srv.deltas.served.Load() != 1 {
-			t.Fatalf("one changed bucket: %+v, %d streams served from a checkpoint delta; want no parameter or checksum query, 1 (the delta gives the checksum)",
-				got, e.srv.deltas.served.Load())
-		}
+func incrementalCheckpointSkipsUnchangedWork(t *testing.T, e protocolEnv, disabled bool) {
+	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
+		e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
+	s := e.open(token(t, "u1", nil), nil)
+	s.untilComplete()
 
-		// Another user's list: only the global bucket changes for u1, and
-		// u1's lookups did not.
-		before = e.counts()
-		e.commit(e.upsert("lists", "y", "Y", "u2"))
-		ls = s.untilComplete()
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
-			t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
+	before := e.counts()
+	cp := e.commit(e.upsert("todos", "t3", "a", "three"))
+	ls := s.untilComplete()
+	if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
+		t.Fatalf("disabled=%v: lines %v", disabled, got)
+	}
+	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "a")}) || ls[0].CheckpointDiff.LastOpID != opID(cp.OpID) {
+		t.Fatalf("disabled=%v: diff %s, want only by_list a at %d", disabled, ls[0].Raw, cp.OpID)
+	}
+	got := e.counts().minus(before)
+	if disabled {
+		// The old path: lookups re-read, all 3 buckets summed.
+		if got != (counts{params: 1, checksums: 1, summed: 3}) {
+			t.Fatalf("disabled: %+v, want 1 parameter query and 1 checksum query summing 3 buckets", got)
 		}
-		if got := e.counts().minus(before); got != (counts{}) {
-			t.Fatalf("another user's list: %+v, want no parameter and no checksum query", got)
-		}
+		return
+	}
+	if got != (counts{}) || e.server().deltas.served.Load() != 1 {
+		t.Fatalf("one changed bucket: %+v, %d streams served from a checkpoint delta; want no parameter or checksum query, 1 (the delta gives the checksum)",
+			got, e.server().deltas.served.Load())
+	}
 
-		// A new list of u1: its lookups changed, so they are re-read and
-		// the new (empty) bucket is announced.
-		before = e.counts()
-		e.commit(e.upsert("lists", "c", "C", "u1"))
-		ls = s.untilComplete()
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "c"), e.b("global")}) {
-			t.Fatalf("new list of u1: diff %s, want by_list c and global", ls[0].Raw)
-		}
-		if got := e.counts().minus(before); got.params != 1 {
-			t.Fatalf("new list of u1: %+v, want 1 parameter query", got)
-		}
+	// Another user's list: only the global bucket changes for u1, and
+	// u1's lookups did not.
+	before = e.counts()
+	e.commit(e.upsert("lists", "y", "Y", "u2"))
+	ls = s.untilComplete()
+	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
+		t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
+	}
+	if got := e.counts().minus(before); got != (counts{}) {
+		t.Fatalf("another user's list: %+v, want no parameter and no checksum query", got)
+	}
+
+	// A new list of u1: its lookups changed, so they are re-read and
+	// the new (empty) bucket is announced.
+	before = e.counts()
+	e.commit(e.upsert("lists", "c", "C", "u1"))
+	ls = s.untilComplete()
+	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "c"), e.b("global")}) {
+		t.Fatalf("new list of u1: diff %s, want by_list c and global", ls[0].Raw)
+	}
+	if got := e.counts().minus(before); got.params != 1 {
+		t.Fatalf("new list of u1: %+v, want 1 parameter query", got)
 	}
 }
 
@@ -167,72 +176,4 @@ func (e *fakeEnv) counts() counts {
 	e.fake.mu.Lock()
 	defer e.fake.mu.Unlock()
 	return counts{params: int64(e.fake.lookups), checksums: st.Queries, summed: st.Misses}
-}
-
-// TestFakeChangeRecordsSkipUnchangedWork is
-// TestIncrementalCheckpointSkipsUnchangedWork on the fake, whose change
-// records say exactly what each write touched: what a stream asks of
-// storage at a new checkpoint is decided by the change set alone. With
-// records, a write to one of the client's buckets costs no parameter and
-// no checksum query (the checkpoint's new ops, read once, give the
-// checksum), another user's list changes only global, and a new list of
-// the client's re-reads its lookups. Without, the stream re-reads its
-// lookups and sums every bucket.
-func TestFakeChangeRecordsSkipUnchangedWork(t *testing.T) {
-	t.Parallel()
-	for _, records := range []bool{true, false} {
-		e := newFakeEnv(t, todoRules, todoTables, nil)
-		if records {
-			e.fake.recordChanges()
-		}
-		e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
-			e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
-		s := e.open(token(t, "u1", nil), nil)
-		c := newClient(t)
-		c.apply(s.untilComplete()...)
-
-		before := e.counts()
-		cp := e.commit(e.upsert("todos", "t3", "a", "three"))
-		ls := s.untilComplete()
-		c.apply(ls...)
-		if got := kinds(ls); !slices.Equal(got, []string{"checkpoint_diff", "data", "checkpoint_complete"}) {
-			t.Fatalf("records=%v: lines %v", records, got)
-		}
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "a")}) || ls[0].CheckpointDiff.LastOpID != opID(cp.OpID) {
-			t.Fatalf("records=%v: diff %s, want only by_list a at %d", records, ls[0].Raw, cp.OpID)
-		}
-		got := e.counts().minus(before)
-		if !records {
-			if got != (counts{params: 1, checksums: 1, summed: 3}) {
-				t.Fatalf("no records: %+v, want 1 parameter query and 1 checksum query summing 3 buckets", got)
-			}
-			continue
-		}
-		if got != (counts{}) || e.srv.deltas.served.Load() != 1 {
-			t.Fatalf("one changed bucket: %+v, %d streams served from a checkpoint delta; want no query, 1",
-				got, e.srv.deltas.served.Load())
-		}
-
-		before = e.counts()
-		e.commit(e.upsert("lists", "y", "Y", "u2"))
-		ls = s.untilComplete()
-		c.apply(ls...)
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("global")}) {
-			t.Fatalf("another user's list: diff %s, want only global", ls[0].Raw)
-		}
-		if got := e.counts().minus(before); got != (counts{}) {
-			t.Fatalf("another user's list: %+v, want no parameter and no checksum query", got)
-		}
-
-		before = e.counts()
-		e.commit(e.upsert("lists", "c", "C", "u1"))
-		ls = s.untilComplete()
-		c.apply(ls...)
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "c"), e.b("global")}) {
-			t.Fatalf("new list of u1: diff %s, want by_list c and global", ls[0].Raw)
-		}
-		if got := e.counts().minus(before); got.params != 1 {
-			t.Fatalf("new list of u1: %+v, want 1 parameter query", got)
-		}
-	}
 }

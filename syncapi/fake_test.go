@@ -31,10 +31,9 @@ import (
 // protocol sees (ops in op id order — PUTs, the REMOVEs of rows that left
 // a bucket, compaction's MOVEs and CLEARs —, parameter entries versioned
 // by op id, the compaction floor, the newest checkpoint offered to
-// subscribers) and nothing else. Its change sets are unknown, which makes
-// streams re-evaluate everything at each checkpoint (correct, and the
-// path that checks the most), unless a test turns its change records on
-// (recordChanges).
+// subscribers, and the change records of its writes) and nothing else.
+// Without change records (recordChanges not called) its change sets are
+// unknown, which makes streams re-evaluate everything at each checkpoint.
 type fakeStore struct {
 	mu      sync.Mutex
 	groups  []bucketstore.Group // ascending id; the last is ACTIVE
@@ -545,6 +544,14 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 	if tweak != nil {
 		tweak(&cfg)
 	}
+	// Like bucket storage, the fake keeps change records, unless the
+	// config ignores them (the baseline switches bucketstore's cache, so
+	// here it is the fake that does without).
+	if cfg.Baseline.IgnoreChangeRecords && cfg.Checksums == fe.fake {
+		cfg.Baseline.IgnoreChangeRecords = false
+	} else {
+		fe.fake.recordChanges()
+	}
 	if e.srv, err = New(e.ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -591,6 +598,8 @@ type protocolEnv interface {
 	// newGroup deploys rules (over lists) as a new group holding list a
 	// of u1 and publishes its first checkpoint, which makes it ACTIVE.
 	newGroup(rules string) bucketstore.Group
+	// counts are the storage queries the server made so far.
+	counts() counts
 }
 
 // onBoth runs a protocol test on the fake ("fake": no PostgreSQL, so it

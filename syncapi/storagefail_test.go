@@ -44,25 +44,26 @@ func TestStorageFailureEndsStream(t *testing.T) {
 // TestStorageFailureLater: a stream that completed a checkpoint and
 // fails reading the next one ends with the same error line, after no
 // line of the failed checkpoint but possibly its diff; the client keeps
-// what it completed and resumes from it.
+// what it completed and resumes from it. The next checkpoint gives the
+// client list c, which it did not have, so the stream needs every read:
+// its lookups changed (ParameterRows), and the bucket's checksum and its
+// older ops are in no checkpoint delta (Checksums, ReadBucketDataShape,
+// then CompactFloor).
 func TestStorageFailureLater(t *testing.T) {
 	t.Parallel()
-	// Group and ParameterRows are read once per stream when the change
-	// records show no lookup changed; the fake's unknown change sets make
-	// every checkpoint re-read the lookups, and the data reads happen
-	// for every checkpoint with new ops.
 	for _, method := range []string{"ParameterRows", "Checksums", "ReadBucketDataShape", "CompactFloor"} {
 		t.Run(method, func(t *testing.T) {
 			t.Parallel()
 			e := newFakeEnv(t, todoRules, todoTables, nil)
-			e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("todos", "t1", "a", "one"))
+			e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("todos", "t1", "a", "one"),
+				e.upsert("lists", "c", "C", "u2"), e.upsert("todos", "tc", "c", "in c"))
 			s := e.open(token(t, "u1", nil), nil)
 			c := newClient(t)
 			c.apply(s.untilComplete()...)
 			done := c.complete
 
 			e.fake.fail(method, errors.New("storage down: secret detail"))
-			e.commit(e.upsert("todos", "t2", "a", "two"))
+			e.commit(e.upsert("todos", "t2", "a", "two"), e.upsert("lists", "c", "C", "u1"))
 			ls := s.end()
 			checkFailedStream(t, ls, codeInternal)
 			if c.complete != done {
@@ -73,8 +74,8 @@ func TestStorageFailureLater(t *testing.T) {
 			cp := e.commit(e.upsert("todos", "t3", "a", "three"))
 			ls = e.open(token(t, "u1", nil), map[string]any{"buckets": c.positions()}).untilComplete()
 			c.apply(ls...)
-			if c.complete != opID(cp.OpID) || len(c.rows[e.b("by_list", "a")]) != 3 {
-				t.Fatalf("resumed: completed %q with rows %v, want %d with t1, t2 and t3", c.complete, c.rows[e.b("by_list", "a")], cp.OpID)
+			if c.complete != opID(cp.OpID) || len(c.rows[e.b("by_list", "a")]) != 3 || c.rows[e.b("by_list", "c")]["todos/tc"] == "" {
+				t.Fatalf("resumed: completed %q with rows %v, want %d with t1, t2 and t3 in a, tc in c", c.complete, c.rows, cp.OpID)
 			}
 		})
 	}
