@@ -121,52 +121,60 @@ func incrementalCheckpointSkipsUnchangedWork(t *testing.T, e protocolEnv, disabl
 func TestManyStreamsOneChecksumQuery(t *testing.T) {
 	t.Parallel()
 	for _, disabled := range []bool{false, true} {
-		e := newEnv(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled })
-		const users = 20
-		var setup []stages.Change
-		for u := range users {
-			user := "u" + string(rune('a'+u))
-			setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))
+		t.Run(fmt.Sprintf("disabled=%v", disabled), func(t *testing.T) {
+			t.Parallel()
+			onBoth(t, todoRules, todoTables, func(c *Config) { c.Baseline.IgnoreChangeRecords = disabled }, func(t *testing.T, e protocolEnv) {
+				manyStreamsOneChecksumQuery(t, e, disabled)
+			})
+		})
+	}
+}
+
+func manyStreamsOneChecksumQuery(t *testing.T, e protocolEnv, disabled bool) {
+	const users = 20
+	var setup []stages.Change
+	for u := range users {
+		user := "u" + string(rune('a'+u))
+		setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))
+	}
+	e.commit(setup...)
+	streams := make([]*stream, users)
+	for u := range users {
+		streams[u] = e.open(token(t, "u"+string(rune('a'+u)), nil), nil)
+		streams[u].untilComplete()
+	}
+	before := e.counts()
+	cp := e.commit(e.upsert("todos", "t-uc", "l-uc", "changed"))
+	ls := streams[2].untilComplete()
+	if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "l-uc")}) {
+		t.Fatalf("disabled=%v: diff %s, want only by_list l-uc", disabled, ls[0].Raw)
+	}
+	copied, reads, served := e.server().reads.copied.Load(), e.server().deltas.reads.Load(), e.server().deltas.served.Load()
+	cp2 := e.commit(e.upsert("lists", "l-zz", "Z", "nobody"))
+	for u, s := range streams {
+		ls := s.untilComplete()
+		if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(cp2.OpID) {
+			t.Fatalf("disabled=%v: stream %d completed %s, want %d", disabled, u, last, cp2.OpID)
 		}
-		e.commit(setup...)
-		streams := make([]*stream, users)
-		for u := range users {
-			streams[u] = e.open(token(t, "u"+string(rune('a'+u)), nil), nil)
-			streams[u].untilComplete()
+	}
+	copied = e.server().reads.copied.Load() - copied
+	reads, served = e.server().deltas.reads.Load()-reads, e.server().deltas.served.Load()-served
+	if disabled {
+		if copied != users-1 || reads != 0 {
+			t.Errorf("no change records: %d streams read the new global op: %d copied another's read, %d checkpoint deltas; want %d and 0",
+				users, copied, reads, users-1)
 		}
-		before := e.counts()
-		cp := e.commit(e.upsert("todos", "t-uc", "l-uc", "changed"))
-		ls := streams[2].untilComplete()
-		if got := diffBuckets(t, ls[0]); !slices.Equal(got, []string{e.b("by_list", "l-uc")}) {
-			t.Fatalf("disabled=%v: diff %s, want only by_list l-uc", disabled, ls[0].Raw)
-		}
-		copied, reads, served := e.srv.reads.copied.Load(), e.srv.deltas.reads.Load(), e.srv.deltas.served.Load()
-		cp2 := e.commit(e.upsert("lists", "l-zz", "Z", "nobody"))
-		for u, s := range streams {
-			ls := s.untilComplete()
-			if last := ls[len(ls)-1].CheckpointComplete.LastOpID; last != opID(cp2.OpID) {
-				t.Fatalf("disabled=%v: stream %d completed %s, want %d", disabled, u, last, cp2.OpID)
-			}
-		}
-		copied = e.srv.reads.copied.Load() - copied
-		reads, served = e.srv.deltas.reads.Load()-reads, e.srv.deltas.served.Load()-served
-		if disabled {
-			if copied != users-1 || reads != 0 {
-				t.Errorf("no change records: %d streams read the new global op: %d copied another's read, %d checkpoint deltas; want %d and 0",
-					users, copied, reads, users-1)
-			}
-			continue
-		}
-		// The other streams evaluate cp2 from cp or, if they never saw
-		// cp, from the checkpoint before: one delta each, at most two.
-		if reads < 1 || reads > 2 || served != users || copied != 0 {
-			t.Errorf("%d streams read the new global op: %d deltas read, %d streams served from them, %d copied another's read; want 1–2, %d, 0",
-				users, reads, served, copied, users)
-		}
-		if got := e.counts().minus(before); got != (counts{}) {
-			t.Fatalf("%d streams over 2 checkpoints (%d, %d) with one changed bucket each: %+v, want no checksum and no parameter query",
-				users, cp.OpID, cp2.OpID, got)
-		}
+		return
+	}
+	// The other streams evaluate cp2 from cp or, if they never saw
+	// cp, from the checkpoint before: one delta each, at most two.
+	if reads < 1 || reads > 2 || served != users || copied != 0 {
+		t.Errorf("%d streams read the new global op: %d deltas read, %d streams served from them, %d copied another's read; want 1–2, %d, 0",
+			users, reads, served, copied, users)
+	}
+	if got := e.counts().minus(before); got != (counts{}) {
+		t.Fatalf("%d streams over 2 checkpoints (%d, %d) with one changed bucket each: %+v, want no checksum and no parameter query",
+			users, cp.OpID, cp2.OpID, got)
 	}
 }
 
