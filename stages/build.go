@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -13,7 +14,7 @@ import (
 // one source table. Build it once per table (and again when its columns
 // change); it is immutable and shared by all goroutines.
 type TableSpec struct {
-	Table *Table
+	Table *model.Table
 	// Bound is the sync rules bound to the table's columns.
 	Bound *syncrules.BoundTable
 	// Columns are the table's column names in row order.
@@ -29,7 +30,7 @@ type TableSpec struct {
 
 // NewTableSpec binds rules to a table's columns and resolves its replica
 // identity columns by name.
-func NewTableSpec(t *Table, rules *syncrules.Rules, columns, identity []string) (*TableSpec, error) {
+func NewTableSpec(t *model.Table, rules *syncrules.Rules, columns, identity []string) (*TableSpec, error) {
 	bound, err := rules.Bind(t.String(), columns)
 	if err != nil {
 		return nil, fmt.Errorf("bind sync rules to %s: %w", t, err)
@@ -69,28 +70,28 @@ type Builder struct {
 // NewBuilder returns a builder for spec's table.
 func NewBuilder(spec *TableSpec) *Builder {
 	b := &Builder{spec: spec}
-	b.w = evalWorker{evs: map[*TableSpec]*syncrules.Evaluator{}, onErr: func(_ *Table, err error) { b.err = err }}
+	b.w = evalWorker{evs: map[*TableSpec]*syncrules.Evaluator{}, onErr: func(_ *model.Table, err error) { b.err = err }}
 	return b
 }
 
 // ReplicaID returns the replica id of a row from its identity columns.
-func (b *Builder) ReplicaID(row []syncrules.Value) uuid.UUID { return ReplicaID(&b.rk, b.spec, row) }
+func (b *Builder) ReplicaID(row []model.Value) uuid.UUID { return ReplicaID(&b.rk, b.spec, row) }
 
 // ReplicaID computes the replica id of a row of spec's table (UUIDv5 of
 // its identity columns) with rk's scratch state.
-func ReplicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) uuid.UUID {
+func ReplicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []model.Value) uuid.UUID {
 	rk.Reset()
 	for _, i := range spec.Identity {
 		name := spec.Columns[i]
 		v := row[i]
 		switch v.Kind() {
-		case syncrules.KindText:
+		case model.KindText:
 			rk.String(name, v.Str())
-		case syncrules.KindInteger:
+		case model.KindInteger:
 			rk.Int64(name, v.Int64())
-		case syncrules.KindReal:
+		case model.KindReal:
 			rk.Double(name, v.Float64())
-		case syncrules.KindBlob:
+		case model.KindBlob:
 			rk.Binary(name, v.Bytes())
 		default:
 			rk.Null(name)
@@ -102,16 +103,16 @@ func ReplicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []syncrules.Value) 
 // Upsert appends the Change for the new state of row (values in column
 // order) to dst. Rows that fail a query's evaluation are still written for
 // the queries that succeed; the error says which failed.
-func (b *Builder) Upsert(row []syncrules.Value, dst []Change) ([]Change, error) {
+func (b *Builder) Upsert(row []model.Value, dst []model.Change) ([]model.Change, error) {
 	b.err = nil
-	ev := b.w.eval([]RowChange{{Spec: b.spec, Kind: Upsert, Row: row}}, estimateSize(row))
+	ev := b.w.eval([]RowChange{{Spec: b.spec, Kind: model.Upsert, Row: row}}, estimateSize(row))
 	return append(dst, build(&b.rk, ev, 0)...), b.err
 }
 
 // Delete appends the Change deleting the row whose identity columns are in
 // row (other columns may be NULL) to dst.
-func (b *Builder) Delete(row []syncrules.Value, dst []Change) []Change {
-	return append(dst, build(&b.rk, []Evaluated{{RowChange: &RowChange{Spec: b.spec, Kind: Delete, Row: row}}}, 0)...)
+func (b *Builder) Delete(row []model.Value, dst []model.Change) []model.Change {
+	return append(dst, build(&b.rk, []Evaluated{{RowChange: &RowChange{Spec: b.spec, Kind: model.Delete, Row: row}}}, 0)...)
 }
 
 func joinErr(a, b error) error {

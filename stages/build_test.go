@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -16,12 +17,12 @@ func todoSpecs(t testing.TB) (lists, todoSpec *TableSpec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lists, err = NewTableSpec(&Table{ID: "tl", Schema: "public", Name: "lists"}, rules,
+	lists, err = NewTableSpec(&model.Table{ID: "tl", Schema: "public", Name: "lists"}, rules,
 		[]string{"id", "name", "owner_id"}, []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	todoSpec, err = NewTableSpec(&Table{ID: "tt", Schema: "public", Name: "todos"}, rules,
+	todoSpec, err = NewTableSpec(&model.Table{ID: "tt", Schema: "public", Name: "todos"}, rules,
 		[]string{"id", "list_id", "description", "completed", "created_at"}, []string{"id"})
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +33,8 @@ func todoSpecs(t testing.TB) (lists, todoSpec *TableSpec) {
 func TestBuilderTodoRow(t *testing.T) {
 	_, spec := todoSpecs(t)
 	b := NewBuilder(spec)
-	row := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"),
-		syncrules.Bool(true), syncrules.Text("2026-01-01 09:00:00Z")}
+	row := []model.Value{model.Text("t1"), model.Text("l1"), model.Text("milk"),
+		model.Bool(true), model.Text("2026-01-01 09:00:00Z")}
 	cs, err := b.Upsert(row, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +61,7 @@ func TestBuilderTodoRow(t *testing.T) {
 func TestBuilderParameterTable(t *testing.T) {
 	spec, _ := todoSpecs(t)
 	b := NewBuilder(spec)
-	cs, err := b.Upsert([]syncrules.Value{syncrules.Text("l1"), syncrules.Text("Groceries"), syncrules.Text("u1")}, nil)
+	cs, err := b.Upsert([]model.Value{model.Text("l1"), model.Text("Groceries"), model.Text("u1")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +73,8 @@ func TestBuilderParameterTable(t *testing.T) {
 		string(c.Lookups[0].Params) != `[{"list_id":"l1"}]` {
 		t.Fatalf("lookups = %q", c.Lookups)
 	}
-	cs = b.Delete([]syncrules.Value{syncrules.Text("l1"), syncrules.Null(), syncrules.Null()}, cs)
-	if cs[1].Kind != Delete || cs[1].Key != c.Key || !cs[1].TracksLookups || len(cs[1].Puts) != 0 {
+	cs = b.Delete([]model.Value{model.Text("l1"), model.Null(), model.Null()}, cs)
+	if cs[1].Kind != model.Delete || cs[1].Key != c.Key || !cs[1].TracksLookups || len(cs[1].Puts) != 0 {
 		t.Fatalf("delete change = %+v (upsert key %x)", cs[1], c.Key)
 	}
 }
@@ -81,9 +82,9 @@ func TestBuilderParameterTable(t *testing.T) {
 func TestBatchesDoNotShareMemory(t *testing.T) {
 	_, spec := todoSpecs(t)
 	b := NewBuilder(spec)
-	row := func(id string) []syncrules.Value {
-		return []syncrules.Value{syncrules.Text(id), syncrules.Text("l1"), syncrules.Text("x"),
-			syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
+	row := func(id string) []model.Value {
+		return []model.Value{model.Text(id), model.Text("l1"), model.Text("x"),
+			model.Bool(false), model.Text("2026-01-01 09:00:00Z")}
 	}
 	first, _ := b.Upsert(row("a"), nil)
 	before := string(first[0].Puts[0].Data)
@@ -100,10 +101,10 @@ func TestMissingIdentityColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewTableSpec(&Table{Schema: "public", Name: "lists"}, rules, []string{"id"}, []string{"uuid"}); err == nil {
+	if _, err := NewTableSpec(&model.Table{Schema: "public", Name: "lists"}, rules, []string{"id"}, []string{"uuid"}); err == nil {
 		t.Fatal("unknown identity column accepted")
 	}
-	if _, err := NewTableSpec(&Table{Schema: "public", Name: "lists"}, rules, []string{"id"}, nil); err == nil {
+	if _, err := NewTableSpec(&model.Table{Schema: "public", Name: "lists"}, rules, []string{"id"}, nil); err == nil {
 		t.Fatal("table without identity accepted")
 	}
 }
@@ -113,12 +114,12 @@ func TestMissingIdentityColumn(t *testing.T) {
 // Build stages run it: batches of 1000 rows.
 func BenchmarkBuildTodoRow(b *testing.B) {
 	_, spec := todoSpecs(b)
-	row := []syncrules.Value{syncrules.Text("0d5c1d0e-7d1b-4c9f-9e43-1d2b3c4d5e6f"),
-		syncrules.Text("8a7b6c5d-4e3f-4a1b-9c8d-7e6f5a4b3c2d"),
-		syncrules.Text("buy milk tomorrow morning (#12345)..........................."),
-		syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00.123456Z")}
+	row := []model.Value{model.Text("0d5c1d0e-7d1b-4c9f-9e43-1d2b3c4d5e6f"),
+		model.Text("8a7b6c5d-4e3f-4a1b-9c8d-7e6f5a4b3c2d"),
+		model.Text("buy milk tomorrow morning (#12345)..........................."),
+		model.Bool(false), model.Text("2026-01-01 09:00:00.123456Z")}
 	const batch = 1000
-	rows := make([][]syncrules.Value, batch)
+	rows := make([][]model.Value, batch)
 	for i := range rows {
 		rows[i] = row
 	}

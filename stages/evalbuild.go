@@ -3,6 +3,7 @@ package stages
 import (
 	"context"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
@@ -17,7 +18,7 @@ const (
 // RowErrorFunc is told about a row whose sync rules evaluation failed for
 // some query; the row is still written for the queries that succeeded, as
 // the PowerSync service does, so one bad row never stops replication.
-type RowErrorFunc func(t *Table, err error)
+type RowErrorFunc func(t *model.Table, err error)
 
 // Eval adds the bucket eval stage: every row change is evaluated against
 // its table's sync rules (bucket data queries and parameter queries) on
@@ -61,7 +62,7 @@ func (w *evalWorker) eval(in []RowChange, bytes int) []Evaluated {
 		rc := &in[i]
 		e := &out[i]
 		e.RowChange = rc
-		if rc.Kind != Upsert {
+		if rc.Kind != model.Upsert {
 			continue
 		}
 		ev := w.evaluator(rc.Spec)
@@ -89,13 +90,13 @@ func (w *evalWorker) eval(in []RowChange, bytes int) []Evaluated {
 // replica id, PUT checksums, parameter lookups and, for big rows, the
 // TOASTable values storage keeps for merging later updates. An UPDATE that
 // changed the row's key first retracts the row under its old key.
-func Build[P any](in *pipeline.Stream[Evaluated, P], cfg pipeline.StageConfig) *pipeline.Stream[Change, P] {
+func Build[P any](in *pipeline.Stream[Evaluated, P], cfg pipeline.StageConfig) *pipeline.Stream[model.Change, P] {
 	if cfg.Name == "" {
 		cfg.Name = StageBuild
 	}
-	return pipeline.ProcessWorkers(in, cfg, func(int) pipeline.ProcessFunc[Evaluated, Change, P] {
+	return pipeline.ProcessWorkers(in, cfg, func(int) pipeline.ProcessFunc[Evaluated, model.Change, P] {
 		var rk checksum.ReplicaKey
-		return func(_ context.Context, b pipeline.Batch[Evaluated, P]) (pipeline.Batch[Change, P], error) {
+		return func(_ context.Context, b pipeline.Batch[Evaluated, P]) (pipeline.Batch[model.Change, P], error) {
 			return pipeline.Derive(b, build(&rk, b.Items, int(b.Bytes))), nil
 		}
 	})
@@ -103,39 +104,39 @@ func Build[P any](in *pipeline.Stream[Evaluated, P], cfg pipeline.StageConfig) *
 
 // build makes the Changes of one batch; their Puts share one slice and
 // their RowData one buffer.
-func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
-	out := make([]Change, 0, len(in))
+func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []model.Change {
+	out := make([]model.Change, 0, len(in))
 	n := 0
 	for i := range in {
 		n += len(in[i].Outputs)
 	}
-	puts := make([]Put, 0, n)
-	var lks []Lookup
+	puts := make([]model.Put, 0, n)
+	var lks []model.Lookup
 	var buf []byte
 	for i := range in {
 		e := &in[i]
 		spec := e.Spec
 		t := spec.Table
-		if e.Kind == Truncate {
-			out = append(out, Change{Table: t, Kind: Truncate})
+		if e.Kind == model.Truncate {
+			out = append(out, model.Change{Table: t, Kind: model.Truncate})
 			continue
 		}
 		key := e.Key
 		if !e.Derived {
 			key = ReplicaID(rk, spec, e.Row)
 		}
-		if e.Kind == Delete {
-			out = append(out, Change{Table: t, Kind: Delete, Key: key,
+		if e.Kind == model.Delete {
+			out = append(out, model.Change{Table: t, Kind: model.Delete, Key: key,
 				TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			continue
 		}
 		if e.Old != nil {
 			if old := ReplicaID(rk, spec, e.Old); old != key {
-				out = append(out, Change{Table: t, Kind: Delete, Key: old,
+				out = append(out, model.Change{Table: t, Kind: model.Delete, Key: old,
 					TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			}
 		}
-		c := Change{Table: t, Kind: Upsert, Key: key, TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex}
+		c := model.Change{Table: t, Kind: model.Upsert, Key: key, TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex}
 		switch {
 		case e.Derived:
 			c.RowData = e.RowData
@@ -151,7 +152,7 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 			start := len(puts)
 			for j := range e.Outputs {
 				o := &e.Outputs[j]
-				puts = append(puts, Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
+				puts = append(puts, model.Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
 					Data: o.Data, Checksum: checksum.Put(o.ObjectType, o.ObjectID, o.Data)})
 			}
 			c.Puts = puts[start:len(puts):len(puts)]
@@ -160,7 +161,7 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []Change {
 			c.TracksLookups = true
 			start := len(lks)
 			for _, l := range e.Lookups {
-				lks = append(lks, Lookup{Key: l.Key, Params: l.Rows})
+				lks = append(lks, model.Lookup{Key: l.Key, Params: l.Rows})
 			}
 			c.Lookups = lks[start:len(lks):len(lks)]
 		}

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/stages/checksum"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // The Eval and Build stages give exactly the Changes the one-step Builder
@@ -17,31 +17,31 @@ import (
 func TestEvalBuildMatchesBuilder(t *testing.T) {
 	lists, todoSpec := todoSpecs(t)
 	todoSpec.Toast = []int{2}
-	todo := func(id, list, desc string) []syncrules.Value {
-		return []syncrules.Value{syncrules.Text(id), syncrules.Text(list), syncrules.Text(desc), syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
+	todo := func(id, list, desc string) []model.Value {
+		return []model.Value{model.Text(id), model.Text(list), model.Text(desc), model.Bool(false), model.Text("2026-01-01 09:00:00Z")}
 	}
-	list := func(id, name string) []syncrules.Value {
-		return []syncrules.Value{syncrules.Text(id), syncrules.Text(name), syncrules.Text("u1")}
+	list := func(id, name string) []model.Value {
+		return []model.Value{model.Text(id), model.Text(name), model.Text("u1")}
 	}
 	in := []RowChange{
-		{Spec: todoSpec, Kind: Upsert, Row: todo("t1", "l1", "milk"), TxnLSN: 9, TxnIndex: 0},
-		{Spec: lists, Kind: Upsert, Row: list("l1", "groceries"), TxnLSN: 9, TxnIndex: 1},
-		{Spec: todoSpec, Kind: Upsert, Row: todo("t2", "l2", strings.Repeat("long ", 200))},
-		{Spec: todoSpec, Kind: Delete, Row: []syncrules.Value{syncrules.Text("t3"), {}, {}, {}, {}}},
-		{Spec: todoSpec, Kind: Upsert, Row: todo("t5", "l1", "moved"), Old: []syncrules.Value{syncrules.Text("t4"), {}, {}, {}, {}}},
-		{Spec: todoSpec, Kind: Upsert, Row: todo("t6", "l1", "same key"), Old: []syncrules.Value{syncrules.Text("t6"), {}, {}, {}, {}}},
-		{Spec: lists, Kind: Truncate},
+		{Spec: todoSpec, Kind: model.Upsert, Row: todo("t1", "l1", "milk"), TxnLSN: 9, TxnIndex: 0},
+		{Spec: lists, Kind: model.Upsert, Row: list("l1", "groceries"), TxnLSN: 9, TxnIndex: 1},
+		{Spec: todoSpec, Kind: model.Upsert, Row: todo("t2", "l2", strings.Repeat("long ", 200))},
+		{Spec: todoSpec, Kind: model.Delete, Row: []model.Value{model.Text("t3"), {}, {}, {}, {}}},
+		{Spec: todoSpec, Kind: model.Upsert, Row: todo("t5", "l1", "moved"), Old: []model.Value{model.Text("t4"), {}, {}, {}, {}}},
+		{Spec: todoSpec, Kind: model.Upsert, Row: todo("t6", "l1", "same key"), Old: []model.Value{model.Text("t6"), {}, {}, {}, {}}},
+		{Spec: lists, Kind: model.Truncate},
 	}
-	var want []Change
+	var want []model.Change
 	for _, rc := range in {
 		b := NewBuilder(rc.Spec)
 		switch rc.Kind {
-		case Truncate:
-			want = append(want, Change{Table: rc.Spec.Table, Kind: Truncate})
+		case model.Truncate:
+			want = append(want, model.Change{Table: rc.Spec.Table, Kind: model.Truncate})
 			continue
-		case Delete:
+		case model.Delete:
 			want = b.Delete(rc.Row, want)
-		case Upsert:
+		case model.Upsert:
 			if rc.Old != nil && b.ReplicaID(rc.Old) != b.ReplicaID(rc.Row) {
 				want = b.Delete(rc.Old, want)
 			}
@@ -50,9 +50,9 @@ func TestEvalBuildMatchesBuilder(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for i := len(want) - 1; i >= 0 && want[i].Kind != Truncate && want[i].TxnLSN == 0; i-- {
+		for i := len(want) - 1; i >= 0 && want[i].Kind != model.Truncate && want[i].TxnLSN == 0; i-- {
 			want[i].TxnLSN, want[i].TxnIndex = rc.TxnLSN, rc.TxnIndex
-			if i == 0 || rc.Kind != Upsert || rc.Old == nil {
+			if i == 0 || rc.Kind != model.Upsert || rc.Old == nil {
 				break
 			}
 		}
@@ -67,10 +67,10 @@ func TestEvalBuildMatchesBuilder(t *testing.T) {
 		sent = true
 		return pipeline.Batch[RowChange, int]{Items: in, Rows: len(in)}, nil
 	}))
-	var got []Change
+	var got []model.Change
 	var rowErrs int
-	built := Build(Eval(src, pipeline.StageConfig{Workers: 2}, func(*Table, error) { rowErrs++ }), pipeline.StageConfig{Workers: 2})
-	pipeline.Commit(built, pipeline.StageConfig{Name: "commit"}, func(_ context.Context, b pipeline.Batch[Change, int]) error {
+	built := Build(Eval(src, pipeline.StageConfig{Workers: 2}, func(*model.Table, error) { rowErrs++ }), pipeline.StageConfig{Workers: 2})
+	pipeline.Commit(built, pipeline.StageConfig{Name: "commit"}, func(_ context.Context, b pipeline.Batch[model.Change, int]) error {
 		got = append(got, b.Items...)
 		return nil
 	})
@@ -94,7 +94,7 @@ func TestEvalBuildMatchesBuilder(t *testing.T) {
 }
 
 // normal drops the difference between nil and empty slices.
-func normal(c Change) Change {
+func normal(c model.Change) model.Change {
 	if len(c.Puts) == 0 {
 		c.Puts = nil
 	}
@@ -109,15 +109,15 @@ func normal(c Change) Change {
 // encoded again; one without is hashed.
 func TestBuildTakesAKnownKey(t *testing.T) {
 	_, todoSpec := todoSpecs(t)
-	row := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"), syncrules.Bool(false), syncrules.Text("2026-01-01 09:00:00Z")}
+	row := []model.Value{model.Text("t1"), model.Text("l1"), model.Text("milk"), model.Bool(false), model.Text("2026-01-01 09:00:00Z")}
 	var rk checksum.ReplicaKey
 	hashed := ReplicaID(&rk, todoSpec, row)
 	known := [16]byte{1, 2, 3} // not the row's hash: shows which one build used
 	data := []byte("derived")  // not the row's encoding (a small row has none)
 	in := []Evaluated{
-		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row, Key: known, RowData: data, Derived: true}},
-		{RowChange: &RowChange{Spec: todoSpec, Kind: Delete, Row: row, Key: known, Derived: true}},
-		{RowChange: &RowChange{Spec: todoSpec, Kind: Upsert, Row: row}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: model.Upsert, Row: row, Key: known, RowData: data, Derived: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: model.Delete, Row: row, Key: known, Derived: true}},
+		{RowChange: &RowChange{Spec: todoSpec, Kind: model.Upsert, Row: row}},
 	}
 	got := build(&rk, in, 0)
 	if len(got) != 3 || got[0].Key != known || got[1].Key != known || got[2].Key != hashed {

@@ -1,6 +1,9 @@
 package stages
 
-import "github.com/syncpipe/syncpipe/stages/syncrules"
+import (
+	"github.com/syncpipe/syncpipe/model"
+	"github.com/syncpipe/syncpipe/stages/syncrules"
+)
 
 // RowChange is a decoded source row change: what the decode stage (or a
 // snapshot read) hands to bucket eval. Row values are in Spec.Columns
@@ -9,14 +12,14 @@ type RowChange struct {
 	Spec *TableSpec
 	// Kind is Upsert (a snapshot row, an INSERT or an UPDATE), Delete or
 	// Truncate (Row unused).
-	Kind ChangeKind
+	Kind model.ChangeKind
 	// Row is the row's new state for an Upsert; for a Delete, its replica
 	// identity columns (the other columns may be NULL).
-	Row []syncrules.Value
+	Row []model.Value
 	// Old is, for an Upsert from an UPDATE that sent an old key image, the
 	// row's previous identity: when it gives another replica id than Row,
 	// op build retracts the row under the old one first.
-	Old []syncrules.Value
+	Old []model.Value
 	// Key and RowData, when Derived is set, are Row's replica id and its
 	// RowData (see Change), which the decode stage computed already: it
 	// tracks TOAST state by them. Op build then uses them rather than
@@ -44,10 +47,10 @@ type Evaluated struct {
 
 // Upserts wraps snapshot rows of one table as row changes, the input of
 // the eval stage; the rows are not copied.
-func Upserts(spec *TableSpec, rows [][]syncrules.Value) []RowChange {
+func Upserts(spec *TableSpec, rows [][]model.Value) []RowChange {
 	out := make([]RowChange, len(rows))
 	for i, r := range rows {
-		out[i] = RowChange{Spec: spec, Kind: Upsert, Row: r}
+		out[i] = RowChange{Spec: spec, Kind: model.Upsert, Row: r}
 	}
 	return out
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // RowDataMinBytes is the estimated row size from which a Change carries the
@@ -27,7 +27,7 @@ const rowDataVersion = 1
 // RowDataFor returns the RowData a Change of row carries (see
 // Change.RowData): the encoded TOASTable values of a big row of a table
 // with TOASTable columns, else nil.
-func RowDataFor(spec *TableSpec, row []syncrules.Value) []byte {
+func RowDataFor(spec *TableSpec, row []model.Value) []byte {
 	if len(spec.Toast) == 0 || estimateSize(row) < RowDataMinBytes {
 		return nil
 	}
@@ -35,15 +35,15 @@ func RowDataFor(spec *TableSpec, row []syncrules.Value) []byte {
 }
 
 // estimateSize approximates a row's stored size from its decoded values.
-func estimateSize(row []syncrules.Value) int {
+func estimateSize(row []model.Value) int {
 	n := 24 // tuple header
 	for _, v := range row {
 		switch v.Kind() {
-		case syncrules.KindText:
+		case model.KindText:
 			n += len(v.Str()) + 4
-		case syncrules.KindBlob:
+		case model.KindBlob:
 			n += len(v.Bytes()) + 4
-		case syncrules.KindNull:
+		case model.KindNull:
 		default:
 			n += 8
 		}
@@ -55,7 +55,7 @@ func estimateSize(row []syncrules.Value) int {
 // (spec.Toast) to dst: a version byte, then per value the column name, the
 // value's kind and its payload. Names rather than positions keep stored
 // data meaningful across column reorderings.
-func AppendRowData(dst []byte, spec *TableSpec, row []syncrules.Value) []byte {
+func AppendRowData(dst []byte, spec *TableSpec, row []model.Value) []byte {
 	dst = append(dst, rowDataVersion)
 	for _, i := range spec.Toast {
 		v := row[i]
@@ -67,14 +67,14 @@ func AppendRowData(dst []byte, spec *TableSpec, row []syncrules.Value) []byte {
 		dst = append(dst, name...)
 		dst = append(dst, byte(v.Kind()))
 		switch v.Kind() {
-		case syncrules.KindInteger:
+		case model.KindInteger:
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Int64()))
-		case syncrules.KindReal:
+		case model.KindReal:
 			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(v.Float64()))
-		case syncrules.KindText:
+		case model.KindText:
 			dst = binary.AppendUvarint(dst, uint64(len(v.Str())))
 			dst = append(dst, v.Str()...)
-		case syncrules.KindBlob:
+		case model.KindBlob:
 			dst = binary.AppendUvarint(dst, uint64(len(v.Bytes())))
 			dst = append(dst, v.Bytes()...)
 		}
@@ -88,7 +88,7 @@ var errRowData = errors.New("malformed stored row data")
 // stored row data (written by AppendRowData for spec's table). It reports
 // whether every missing column was found; the found ones are filled either
 // way. The filled values copy their bytes out of data.
-func MergeRowData(spec *TableSpec, data []byte, row []syncrules.Value, missing []int) (bool, error) {
+func MergeRowData(spec *TableSpec, data []byte, row []model.Value, missing []int) (bool, error) {
 	if len(data) == 0 {
 		return len(missing) == 0, nil
 	}
@@ -103,32 +103,32 @@ func MergeRowData(spec *TableSpec, data []byte, row []syncrules.Value, missing [
 			return false, errRowData
 		}
 		name := p[k : k+int(n)]
-		kind := syncrules.Kind(p[k+int(n)])
+		kind := model.Kind(p[k+int(n)])
 		p = p[k+int(n)+1:]
-		var v syncrules.Value
+		var v model.Value
 		switch kind {
-		case syncrules.KindInteger, syncrules.KindReal:
+		case model.KindInteger, model.KindReal:
 			if len(p) < 8 {
 				return false, errRowData
 			}
 			bits := binary.LittleEndian.Uint64(p)
 			p = p[8:]
-			if kind == syncrules.KindInteger {
-				v = syncrules.Int(int64(bits))
+			if kind == model.KindInteger {
+				v = model.Int(int64(bits))
 			} else {
-				v = syncrules.Real(math.Float64frombits(bits))
+				v = model.Real(math.Float64frombits(bits))
 			}
-		case syncrules.KindText, syncrules.KindBlob:
+		case model.KindText, model.KindBlob:
 			l, k := binary.Uvarint(p)
 			if k <= 0 || uint64(len(p)-k) < l {
 				return false, errRowData
 			}
 			payload := p[k : k+int(l)]
 			p = p[k+int(l):]
-			if kind == syncrules.KindText {
-				v = syncrules.Text(string(payload))
+			if kind == model.KindText {
+				v = model.Text(string(payload))
 			} else {
-				v = syncrules.Blob(append([]byte(nil), payload...))
+				v = model.Blob(append([]byte(nil), payload...))
 			}
 		default:
 			return false, fmt.Errorf("%w: kind %d", errRowData, kind)

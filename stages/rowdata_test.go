@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 func toastSpec(t testing.TB) *TableSpec {
@@ -18,10 +18,10 @@ func toastSpec(t testing.TB) *TableSpec {
 func TestRowDataOnlyForBigRows(t *testing.T) {
 	spec := toastSpec(t)
 	b := NewBuilder(spec)
-	small := []syncrules.Value{syncrules.Text("t1"), syncrules.Text("l1"), syncrules.Text("milk"),
-		syncrules.Bool(true), syncrules.Null()}
-	big := []syncrules.Value{syncrules.Text("t2"), syncrules.Text("l1"), syncrules.Text(strings.Repeat("milk ", 100)),
-		syncrules.Int(7), syncrules.Null()}
+	small := []model.Value{model.Text("t1"), model.Text("l1"), model.Text("milk"),
+		model.Bool(true), model.Null()}
+	big := []model.Value{model.Text("t2"), model.Text("l1"), model.Text(strings.Repeat("milk ", 100)),
+		model.Int(7), model.Null()}
 	cs, err := b.Upsert(small, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestRowDataOnlyForBigRows(t *testing.T) {
 		t.Fatal("big row carries no row data")
 	}
 	// Merge the stored values into an update that left them out.
-	upd := []syncrules.Value{syncrules.Text("t2"), syncrules.Text("l2"), syncrules.Null(), syncrules.Int(0), syncrules.Null()}
+	upd := []model.Value{model.Text("t2"), model.Text("l2"), model.Null(), model.Int(0), model.Null()}
 	complete, err := MergeRowData(spec, cs[1].RowData, upd, []int{2})
 	if err != nil || !complete {
 		t.Fatalf("merge: complete %v, err %v", complete, err)
@@ -59,9 +59,9 @@ func TestRowDataOnlyForBigRows(t *testing.T) {
 
 func TestRowDataRoundTripsEveryKind(t *testing.T) {
 	spec := &TableSpec{Columns: []string{"i", "r", "s", "b", "n"}, Toast: []int{0, 1, 2, 3, 4}}
-	row := []syncrules.Value{syncrules.Int(-42), syncrules.Real(2.5), syncrules.Text("héllo"), syncrules.Blob([]byte{0, 1, 2}), syncrules.Null()}
+	row := []model.Value{model.Int(-42), model.Real(2.5), model.Text("héllo"), model.Blob([]byte{0, 1, 2}), model.Null()}
 	data := AppendRowData(nil, spec, row)
-	got := make([]syncrules.Value, len(row))
+	got := make([]model.Value, len(row))
 	complete, err := MergeRowData(spec, data, got, []int{0, 1, 2, 3})
 	if err != nil || !complete {
 		t.Fatalf("complete %v, err %v", complete, err)
@@ -83,11 +83,11 @@ func TestRowDataRoundTripsEveryKind(t *testing.T) {
 // return an error or values, never panic.
 func FuzzMergeRowData(f *testing.F) {
 	spec := &TableSpec{Columns: []string{"i", "r", "s", "b"}, Toast: []int{0, 1, 2, 3}}
-	f.Add(AppendRowData(nil, spec, []syncrules.Value{syncrules.Int(1), syncrules.Real(1), syncrules.Text("x"), syncrules.Blob([]byte("y"))}))
-	f.Add([]byte{1, 1, 's', byte(syncrules.KindText), 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add(AppendRowData(nil, spec, []model.Value{model.Int(1), model.Real(1), model.Text("x"), model.Blob([]byte("y"))}))
+	f.Add([]byte{1, 1, 's', byte(model.KindText), 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 's'}) // name length 2^64-1
 	f.Fuzz(func(t *testing.T, data []byte) {
-		row := make([]syncrules.Value, 4)
+		row := make([]model.Value, 4)
 		_, _ = MergeRowData(spec, data, row, []int{0, 1, 2, 3})
 	})
 }

@@ -1,5 +1,7 @@
 package syncrules
 
+import "github.com/syncpipe/syncpipe/model"
+
 // The parser produces this small AST; the compiler turns it into
 // evaluators. Every node records the byte offset of its first token so
 // errors can point at it.
@@ -40,7 +42,7 @@ func mapChildren(n node, f func(node) node) node {
 
 type litNode struct {
 	pos int
-	v   Value
+	v   model.Value
 	raw string
 }
 

@@ -3,16 +3,17 @@ package syncrules
 import (
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
 // todoRow is a SPEC §9 todos row as the decode stage delivers it.
-var todoRow = []Value{
-	Text("0b7ad3a6-5f7e-4c1b-9d0a-1f2e3d4c5b6a"),
-	Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"),
-	Text("Buy milk, eggs, bread and butter before the shop closes at 8"),
-	Int(1),
-	Text("2024-05-01 10:00:00.123456Z"),
+var todoRow = []model.Value{
+	model.Text("0b7ad3a6-5f7e-4c1b-9d0a-1f2e3d4c5b6a"),
+	model.Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"),
+	model.Text("Buy milk, eggs, bread and butter before the shop closes at 8"),
+	model.Int(1),
+	model.Text("2024-05-01 10:00:00.123456Z"),
 }
 
 func benchTodos(b *testing.B, withChecksum bool) {
@@ -57,7 +58,7 @@ func BenchmarkEvaluateLists(b *testing.B) {
 	r := mustParse(b, todosRules)
 	bt, _ := r.Bind("lists", []string{"id", "name", "owner_id"})
 	ev := bt.NewEvaluator()
-	row := []Value{Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"), Text("Groceries"), Text("user-1")}
+	row := []model.Value{model.Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"), model.Text("Groceries"), model.Text("user-1")}
 	out := make([]Output, 0, 4)
 	le := make([]LookupEntry, 0, 4)
 	buf := make([]byte, 0, 1<<12)

@@ -3,6 +3,8 @@ package syncrules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // BoundTable is the part of the rules that applies to one source table,
@@ -100,7 +102,7 @@ func bindData(q *dataQuery, b *binder, columns []string) *boundData {
 		}
 		s := len(bd.keys)
 		slotOf[name] = s
-		key := appendJSONString(nil, name)
+		key := model.AppendJSONString(nil, name)
 		bd.keys = append(bd.keys, append(key, ':'))
 		if name == "id" {
 			bd.idSlot = s
@@ -134,12 +136,12 @@ func bindParam(q *tableParamQuery, b *binder) *boundParam {
 	bp := &boundParam{q: q, filter: bindMatch(q.filter.node, b), nslots: len(q.filter.params)}
 	for _, lc := range q.lookupCols {
 		bp.colIdx = append(bp.colIdx, b.index(lc.col))
-		bp.keys = append(bp.keys, append(appendJSONString(nil, lc.name), ':'))
+		bp.keys = append(bp.keys, append(model.AppendJSONString(nil, lc.name), ':'))
 	}
 	bp.keyHead = append(bp.keyHead, '[')
-	bp.keyHead = appendJSONString(bp.keyHead, q.def.name)
+	bp.keyHead = model.AppendJSONString(bp.keyHead, q.def.name)
 	bp.keyHead = append(bp.keyHead, ',')
-	bp.keyHead = appendJSONString(bp.keyHead, q.queryID)
+	bp.keyHead = model.AppendJSONString(bp.keyHead, q.queryID)
 	return bp
 }
 
@@ -157,7 +159,7 @@ func (t *BoundTable) HasParameters() bool { return len(t.params) > 0 || len(t.lo
 func (t *BoundTable) NewEvaluator() *Evaluator {
 	return &Evaluator{
 		t:       t,
-		vals:    make([]Value, t.maxOut),
+		vals:    make([]model.Value, t.maxOut),
 		present: make([]bool, t.maxOut),
 		scratch: make([]byte, 0, 128),
 	}

@@ -3,6 +3,8 @@ package syncrules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // ckind classifies a compiled clause the way PowerSync's legacy compiler
@@ -365,13 +367,13 @@ func (c *compiler) binary(n *binaryNode) clause {
 		return c.in(n, l, r)
 	case "->", "->>":
 		lit, ok := n.r.(*litNode)
-		if !ok || lit.v.kind != KindText {
+		if !ok || lit.v.Kind() != model.KindText {
 			return c.errorf(n.r.position(), n.op, "the right side of %s must be a string literal", n.op)
 		}
 		text := n.op == "->>"
 		fixed := c.fixedJSON
 		return c.compose(n.pos, n.op, "json"+n.op+lit.v.String(), []clause{l},
-			func(a []expr) expr { return &jsonOpE{x: a[0], path: lit.v.s, text: text, fixed: fixed} })
+			func(a []expr) expr { return &jsonOpE{x: a[0], path: lit.v.Str(), text: text, fixed: fixed} })
 	case "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "||":
 		op := n.op
 		return c.compose(n.pos, op, op, []clause{l, r}, func(a []expr) expr { return &binE{op: op, l: a[0], r: a[1]} })
@@ -490,7 +492,7 @@ func paramKeys(ps []*inputParam) string {
 // specification with final slot numbers.
 func (c *compiler) whereSpec(where node) *matchSpec {
 	if where == nil {
-		return &matchSpec{node: &mBool{e: &constE{v: Int(1)}}}
+		return &matchSpec{node: &mBool{e: &constE{v: model.Int(1)}}}
 	}
 	cl := c.compile(where)
 	if cl.kind == ckErr {

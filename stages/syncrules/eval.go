@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Output is one row placed in one bucket: the input of the op build stage.
@@ -38,7 +40,7 @@ type LookupEntry struct {
 type Evaluator struct {
 	t       *BoundTable
 	arena   setArena
-	vals    []Value
+	vals    []model.Value
 	present []bool
 	scratch []byte
 	ctx     evalCtx
@@ -52,7 +54,7 @@ var errRowWidth = errors.New("row has the wrong number of columns")
 // bucket id strings of parameterised buckets (and id text for non-TEXT
 // ids). If some queries fail on this row, their outputs are missing and the
 // returned error (EvalErrors joined) says which; other outputs are valid.
-func (e *Evaluator) EvaluateRow(row []Value, out []Output, buf []byte) ([]Output, []byte, error) {
+func (e *Evaluator) EvaluateRow(row []model.Value, out []Output, buf []byte) ([]Output, []byte, error) {
 	if len(row) != len(e.t.columns) {
 		return out, buf, fmt.Errorf("%s: %w (got %d, want %d)", e.t.table, errRowWidth, len(row), len(e.t.columns))
 	}
@@ -93,7 +95,7 @@ outer:
 		b = append(b, '[')
 		ok := true
 		for j, s := range q.slots {
-			v, set := Value{}, false
+			v, set := model.Value{}, false
 			if s >= 0 {
 				v, set = e.arena.get(i, s)
 			}
@@ -150,7 +152,7 @@ func (e *Evaluator) writeData(bd *boundData, buf []byte) ([]byte, string, error)
 	buf = append(buf, '{')
 	first := true
 	for i := 0; i < n; i++ {
-		if !present[i] || vals[i].kind == KindBlob {
+		if !present[i] || vals[i].Kind() == model.KindBlob {
 			continue
 		}
 		if !first {
@@ -163,10 +165,10 @@ func (e *Evaluator) writeData(bd *boundData, buf []byte) ([]byte, string, error)
 	buf = append(buf, '}')
 	id := ""
 	if s := bd.idSlot; s >= 0 && present[s] {
-		switch v := vals[s]; v.kind {
-		case KindText:
-			id = v.s
-		case KindInteger, KindReal:
+		switch v := vals[s]; v.Kind() {
+		case model.KindText:
+			id = v.Str()
+		case model.KindInteger, model.KindReal:
 			id = textOf(v)
 		}
 	}
@@ -176,14 +178,14 @@ func (e *Evaluator) writeData(bd *boundData, buf []byte) ([]byte, string, error)
 // appendDataValue writes a value into row data JSON like PowerSync's
 // JSONBig.stringify: INTEGER as digits, REAL as JavaScript prints it with
 // ".0" added to integral values, TEXT JSON-escaped.
-func appendDataValue(b []byte, v Value) []byte {
-	switch v.kind {
-	case KindInteger:
+func appendDataValue(b []byte, v model.Value) []byte {
+	switch v.Kind() {
+	case model.KindInteger:
 		return strconv.AppendInt(b, v.Int64(), 10)
-	case KindReal:
+	case model.KindReal:
 		return appendJSONBigNumber(b, v.Float64())
-	case KindText:
-		return appendJSONString(b, v.s)
+	case model.KindText:
+		return model.AppendJSONString(b, v.Str())
 	}
 	return append(b, "null"...)
 }
@@ -192,18 +194,18 @@ func appendDataValue(b []byte, v Value) []byte {
 // PowerSync's bucket name serializer does (JSON.stringify of the value:
 // REAL 1.0 and INTEGER 1 both give 1, NULL gives null). BLOB is not a
 // valid parameter.
-func appendParamValue(b []byte, v Value) ([]byte, bool) {
-	switch v.kind {
-	case KindInteger:
+func appendParamValue(b []byte, v model.Value) ([]byte, bool) {
+	switch v.Kind() {
+	case model.KindInteger:
 		return strconv.AppendInt(b, v.Int64(), 10), true
-	case KindReal:
+	case model.KindReal:
 		return appendJSONNumberPlain(b, v.Float64()), true
-	case KindText:
-		return appendJSONString(b, v.s), true
-	case KindNull:
+	case model.KindText:
+		return model.AppendJSONString(b, v.Str()), true
+	case model.KindNull:
 		return append(b, "null"...), true
-	case kindJSON:
-		return append(b, v.s...), true
+	case model.KindJSON:
+		return append(b, v.JSONText()...), true
 	}
 	return b, false
 }
@@ -212,8 +214,8 @@ func appendParamValue(b []byte, v Value) ([]byte, bool) {
 // lookups (JSONBig of the normalised values): integral REALs as the exact
 // integer they hold, so that both sides of a lookup agree, other REALs as
 // JavaScript prints them (NaN and Infinity included).
-func appendLookupValue(b []byte, v Value) ([]byte, bool) {
-	if v.kind == KindReal {
+func appendLookupValue(b []byte, v model.Value) ([]byte, bool) {
+	if v.Kind() == model.KindReal {
 		f := v.Float64()
 		if f == math.Trunc(f) && !math.IsInf(f, 0) {
 			if f == 0 {
@@ -221,7 +223,7 @@ func appendLookupValue(b []byte, v Value) ([]byte, bool) {
 			}
 			return strconv.AppendFloat(b, f, 'f', 0, 64), true
 		}
-		return appendJSNumber(b, f), true
+		return model.AppendJSNumber(b, f), true
 	}
 	return appendParamValue(b, v)
 }
@@ -230,7 +232,7 @@ func appendLookupValue(b []byte, v Value) ([]byte, bool) {
 // entries, appended to out (their bytes to buf). A row that matches no
 // parameter query yields nothing; storage then records an empty "[]" for
 // lookups the row produced before.
-func (e *Evaluator) EvaluateParameterRow(row []Value, out []LookupEntry, buf []byte) ([]LookupEntry, []byte, error) {
+func (e *Evaluator) EvaluateParameterRow(row []model.Value, out []LookupEntry, buf []byte) ([]LookupEntry, []byte, error) {
 	if len(row) != len(e.t.columns) {
 		return out, buf, fmt.Errorf("%s: %w (got %d, want %d)", e.t.table, errRowWidth, len(row), len(e.t.columns))
 	}
@@ -249,11 +251,11 @@ func (e *Evaluator) EvaluateParameterRow(row []Value, out []LookupEntry, buf []b
 		rs := len(buf)
 		buf = append(buf, '[', '{')
 		for i, idx := range bp.colIdx {
-			v := Null()
+			v := model.Null()
 			if idx >= 0 {
 				v = row[idx]
 			}
-			if v.kind == KindBlob {
+			if v.Kind() == model.KindBlob {
 				continue
 			}
 			if buf[len(buf)-1] != '{' {

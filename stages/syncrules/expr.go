@@ -3,13 +3,15 @@ package syncrules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // expr is a compiled expression. Evaluation never panics on any input;
 // problems are returned as errors (PowerSync turns them into a per-row
 // evaluation error).
 type expr interface {
-	eval(c *evalCtx) (Value, error)
+	eval(c *evalCtx) (model.Value, error)
 	// bind returns a copy with column references resolved against a table.
 	bind(b *binder) expr
 }
@@ -17,7 +19,7 @@ type expr interface {
 // evalCtx carries what an expression can see: the current row (source row
 // or json_each row) and, at sync time, the request.
 type evalCtx struct {
-	row []Value
+	row []model.Value
 	req *reqState
 }
 
@@ -33,10 +35,10 @@ func (b *binder) index(name string) int {
 	return -1
 }
 
-type constE struct{ v Value }
+type constE struct{ v model.Value }
 
-func (e *constE) eval(*evalCtx) (Value, error) { return e.v, nil }
-func (e *constE) bind(*binder) expr            { return e }
+func (e *constE) eval(*evalCtx) (model.Value, error) { return e.v, nil }
+func (e *constE) bind(*binder) expr                  { return e }
 
 // colE reads a column of the current row; idx -1 means the column does not
 // exist in the bound table, which reads as NULL (JavaScript undefined).
@@ -45,9 +47,9 @@ type colE struct {
 	idx  int
 }
 
-func (e *colE) eval(c *evalCtx) (Value, error) {
+func (e *colE) eval(c *evalCtx) (model.Value, error) {
 	if e.idx < 0 || e.idx >= len(c.row) {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	return c.row[e.idx], nil
 }
@@ -55,12 +57,12 @@ func (e *colE) bind(b *binder) expr { return &colE{name: e.name, idx: b.index(e.
 
 type notE struct{ x expr }
 
-func (e *notE) eval(c *evalCtx) (Value, error) {
+func (e *notE) eval(c *evalCtx) (model.Value, error) {
 	v, err := e.x.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
-	return Bool(!v.truthy()), nil
+	return model.Bool(!truthy(v)), nil
 }
 func (e *notE) bind(b *binder) expr { return &notE{x: e.x.bind(b)} }
 
@@ -71,19 +73,19 @@ type logicE struct {
 	l, r expr
 }
 
-func (e *logicE) eval(c *evalCtx) (Value, error) {
+func (e *logicE) eval(c *evalCtx) (model.Value, error) {
 	a, err := e.l.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	b, err := e.r.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	if e.and {
-		return Bool(a.truthy() && b.truthy()), nil
+		return model.Bool(truthy(a) && truthy(b)), nil
 	}
-	return Bool(a.truthy() || b.truthy()), nil
+	return model.Bool(truthy(a) || truthy(b)), nil
 }
 func (e *logicE) bind(b *binder) expr { return &logicE{and: e.and, l: e.l.bind(b), r: e.r.bind(b)} }
 
@@ -93,42 +95,42 @@ type binE struct {
 	l, r expr
 }
 
-func (e *binE) eval(c *evalCtx) (Value, error) {
+func (e *binE) eval(c *evalCtx) (model.Value, error) {
 	a, err := e.l.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	b, err := e.r.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	return binaryOp(e.op, a, b)
 }
 func (e *binE) bind(b *binder) expr { return &binE{op: e.op, l: e.l.bind(b), r: e.r.bind(b)} }
 
-func binaryOp(op string, a, b Value) (Value, error) {
+func binaryOp(op string, a, b model.Value) (model.Value, error) {
 	switch op {
 	case "=", "!=", "<", ">", "<=", ">=":
-		if a.kind == KindNull || b.kind == KindNull {
-			return Null(), nil
+		if a.Kind() == model.KindNull || b.Kind() == model.KindNull {
+			return model.Null(), nil
 		}
 		d, err := compareValues(a, b)
 		if err != nil {
-			return Value{}, err
+			return model.Value{}, err
 		}
 		switch op {
 		case "=":
-			return Bool(d == 0), nil
+			return model.Bool(d == 0), nil
 		case "!=":
-			return Bool(d != 0), nil
+			return model.Bool(d != 0), nil
 		case "<":
-			return Bool(d < 0), nil
+			return model.Bool(d < 0), nil
 		case ">":
-			return Bool(d > 0), nil
+			return model.Bool(d > 0), nil
 		case "<=":
-			return Bool(d <= 0), nil
+			return model.Bool(d <= 0), nil
 		default:
-			return Bool(d >= 0), nil
+			return model.Bool(d >= 0), nil
 		}
 	case "+", "-", "*", "/":
 		return arith(op[0], a, b)
@@ -137,7 +139,7 @@ func binaryOp(op string, a, b Value) (Value, error) {
 	case "IN":
 		return inJSONArray(a, b)
 	}
-	return Value{}, fmt.Errorf("operator %s not supported", op)
+	return model.Value{}, fmt.Errorf("operator %s not supported", op)
 }
 
 type isNullE struct {
@@ -145,12 +147,12 @@ type isNullE struct {
 	not bool
 }
 
-func (e *isNullE) eval(c *evalCtx) (Value, error) {
+func (e *isNullE) eval(c *evalCtx) (model.Value, error) {
 	v, err := e.x.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
-	return Bool(v.IsNull() != e.not), nil
+	return model.Bool(v.IsNull() != e.not), nil
 }
 func (e *isNullE) bind(b *binder) expr { return &isNullE{x: e.x.bind(b), not: e.not} }
 
@@ -159,10 +161,10 @@ type castE struct {
 	to string
 }
 
-func (e *castE) eval(c *evalCtx) (Value, error) {
+func (e *castE) eval(c *evalCtx) (model.Value, error) {
 	v, err := e.x.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	return castTo(v, e.to)
 }
@@ -177,16 +179,16 @@ type jsonOpE struct {
 	fixed bool // fixed_json_extract
 }
 
-func (e *jsonOpE) eval(c *evalCtx) (Value, error) {
+func (e *jsonOpE) eval(c *evalCtx) (model.Value, error) {
 	v, err := e.x.eval(c)
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	op := "->"
 	if e.text {
 		op = "->>"
 	}
-	return jsonExtract(v, Text(e.path), op, e.fixed)
+	return jsonExtract(v, model.Text(e.path), op, e.fixed)
 }
 func (e *jsonOpE) bind(b *binder) expr {
 	return &jsonOpE{x: e.x.bind(b), path: e.path, text: e.text, fixed: e.fixed}
@@ -199,19 +201,19 @@ type callE struct {
 	args []expr
 }
 
-func (e *callE) eval(c *evalCtx) (Value, error) {
-	var buf [4]Value
+func (e *callE) eval(c *evalCtx) (model.Value, error) {
+	var buf [4]model.Value
 	vals := buf[:0]
 	for _, a := range e.args {
 		v, err := a.eval(c)
 		if err != nil {
-			return Value{}, err
+			return model.Value{}, err
 		}
 		vals = append(vals, v)
 	}
 	v, err := e.fn.call(vals)
 	if err != nil {
-		return Value{}, fmt.Errorf("%s(): %w", e.fn.name, err)
+		return model.Value{}, fmt.Errorf("%s(): %w", e.fn.name, err)
 	}
 	return v, nil
 }
@@ -245,30 +247,30 @@ type reqE struct {
 	sreq streamReq // reqStream's value
 }
 
-func (e *reqE) eval(c *evalCtx) (Value, error) {
+func (e *reqE) eval(c *evalCtx) (model.Value, error) {
 	r := c.req
 	if r == nil {
-		return Value{}, fmt.Errorf("request value %s used without a request", e.describe())
+		return model.Value{}, fmt.Errorf("request value %s used without a request", e.describe())
 	}
 	switch e.fn {
 	case reqUserID:
-		return Text(r.userID), nil
+		return model.Text(r.userID), nil
 	case reqJWT:
-		return Text(r.rawClaims), nil
+		return model.Text(r.rawClaims), nil
 	case reqParameters:
-		return Text(r.rawParams), nil
+		return model.Text(r.rawParams), nil
 	case reqParameter:
 		k, err := e.arg.eval(c)
 		if err != nil {
-			return Value{}, err
+			return model.Value{}, err
 		}
-		if k.kind != KindText {
-			return Null(), nil
+		if k.Kind() != model.KindText {
+			return model.Null(), nil
 		}
-		return r.parameter(k.s), nil
+		return r.parameter(k.Str()), nil
 	case reqTokenParam:
 		if e.name == "user_id" {
-			return Text(r.userID), nil
+			return model.Text(r.userID), nil
 		}
 		return r.tokenParams[e.name], nil
 	case reqStream:
@@ -310,19 +312,19 @@ func (e *reqE) describe() string {
 // without '$' is one key, as in SQLite (x ->> 'a.b' reads the key "a.b"),
 // and a JSON null found is 'null' for -> and NULL for ->> and
 // json_extract (edition 1 has it the other way round).
-func jsonExtract(src, path Value, op string, fixed bool) (Value, error) {
-	if src.kind == KindNull || path.kind == KindNull {
-		return Null(), nil
+func jsonExtract(src, path model.Value, op string, fixed bool) (model.Value, error) {
+	if src.Kind() == model.KindNull || path.Kind() == model.KindNull {
+		return model.Null(), nil
 	}
 	// The document is parsed before the path is looked at, and a null
 	// document is NULL whatever the path (a null reached by the path is
 	// "null" text for ->> below).
 	doc, err := parseJSONBig(textOf(src))
 	if err != nil {
-		return Value{}, fmt.Errorf("%s: %w", op, err)
+		return model.Value{}, fmt.Errorf("%s: %w", op, err)
 	}
 	if doc.k == jNull {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	comps := strings.Split(textOf(path), ".")
 	if fixed && !strings.HasPrefix(comps[0], "$") && op != "json_extract" {
@@ -330,7 +332,7 @@ func jsonExtract(src, path Value, op string, fixed bool) (Value, error) {
 	} else if strings.HasPrefix(comps[0], "$") {
 		comps = comps[1:] // "$", but also "$x": PowerSync drops the part that starts with $
 	} else if op == "json_extract" {
-		return Value{}, ErrJSONPath
+		return model.Value{}, ErrJSONPath
 	}
 	cur, found := doc, true
 	for _, c := range comps {
@@ -343,16 +345,16 @@ func jsonExtract(src, path Value, op string, fixed bool) (Value, error) {
 		}
 	}
 	if !found {
-		return Null(), nil // undefined
+		return model.Null(), nil // undefined
 	}
 	if op == "->" {
 		if cur.k == jNull && !fixed {
-			return Null(), nil // edition 1: -> gives NULL for JSON null
+			return model.Null(), nil // edition 1: -> gives NULL for JSON null
 		}
-		return Text(string(appendJSONBig(nil, &cur, false))), nil
+		return model.Text(string(appendJSONBig(nil, &cur, false))), nil
 	}
 	if cur.k == jNull && fixed {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	return cur.toSQLiteLegacy(false), nil
 }

@@ -3,6 +3,8 @@ package syncrules
 import (
 	"errors"
 	"fmt"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // inputParam is one value that links a row to a request: a bucket
@@ -28,7 +30,7 @@ type matchSpec struct {
 // j tells whether slot j is assigned.
 type setArena struct {
 	n     int
-	vals  []Value
+	vals  []model.Value
 	masks []uint64
 }
 
@@ -43,20 +45,20 @@ func (a *setArena) count() int { return len(a.masks) }
 // add appends an empty set and returns its index.
 func (a *setArena) add() int {
 	for i := 0; i < a.n; i++ {
-		a.vals = append(a.vals, Value{})
+		a.vals = append(a.vals, model.Value{})
 	}
 	a.masks = append(a.masks, 0)
 	return len(a.masks) - 1
 }
 
-func (a *setArena) set(i, slot int, v Value) {
+func (a *setArena) set(i, slot int, v model.Value) {
 	a.vals[i*a.n+slot] = v
 	a.masks[i] |= 1 << uint(slot)
 }
 
-func (a *setArena) get(i, slot int) (Value, bool) {
+func (a *setArena) get(i, slot int) (model.Value, bool) {
 	if a.masks[i]&(1<<uint(slot)) == 0 {
-		return Value{}, false
+		return model.Value{}, false
 	}
 	return a.vals[i*a.n+slot], true
 }
@@ -87,7 +89,7 @@ func (m *mBool) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, err
 	}
 	lo := a.count()
-	if v.truthy() {
+	if truthy(v) {
 		a.add()
 	}
 	return lo, a.count(), nil
@@ -106,7 +108,7 @@ func (m *mEq) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, err
 	}
 	lo := a.count()
-	if v.kind != KindNull && v.kind != KindBlob {
+	if v.Kind() != model.KindNull && v.Kind() != model.KindBlob {
 		a.set(a.add(), m.p.slot, v)
 	}
 	return lo, a.count(), nil
@@ -127,7 +129,7 @@ func (m *mRowInParam) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, err
 	}
 	lo := a.count()
-	if v.kind != KindBlob {
+	if v.Kind() != model.KindBlob {
 		a.set(a.add(), m.p.slot, v)
 	}
 	return lo, a.count(), nil
@@ -149,13 +151,13 @@ func (m *mParamInRow) filter(c *evalCtx, a *setArena) (int, int, error) {
 		return 0, 0, err
 	}
 	lo := a.count()
-	if v.kind == KindNull {
+	if v.Kind() == model.KindNull {
 		return lo, lo, nil
 	}
-	if v.kind != KindText {
+	if v.Kind() != model.KindText {
 		return 0, 0, errNotArray
 	}
-	doc, err := parseJSON(v.s)
+	doc, err := parseJSON(v.Str())
 	if err != nil {
 		return 0, 0, fmt.Errorf("IN: %w", err)
 	}
@@ -175,16 +177,16 @@ func (m *mParamInRow) filter(c *evalCtx, a *setArena) (int, int, error) {
 // bucket parameter as PowerSync keeps it: strings TEXT, numbers doubles
 // (REAL), null NULL, and booleans, objects and arrays as the JSON
 // JavaScript writes for them.
-func jsElementValue(el *jval) Value {
+func jsElementValue(el *jval) model.Value {
 	switch el.k {
 	case jNull:
-		return Null()
+		return model.Null()
 	case jStr:
-		return Text(el.s)
+		return model.Text(el.s)
 	case jNum:
-		return Real(el.numFloat())
+		return model.Real(el.numFloat())
 	}
-	return Value{kind: kindJSON, s: string(appendJSONPlain(nil, el))}
+	return model.JSON(string(appendJSONPlain(nil, el)))
 }
 
 // mParamBool is a request-only condition inside a table query: the row

@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/text/cases"
 	"golang.org/x/text/language"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // builtin is a scalar SQL function with PowerSync's semantics.
@@ -17,7 +19,7 @@ type builtin struct {
 	name    string
 	minArgs int
 	maxArgs int
-	call    func(args []Value) (Value, error)
+	call    func(args []model.Value) (model.Value, error)
 }
 
 // builtins are the functions of SPEC §3 plus typeof, instr, json_valid
@@ -66,26 +68,26 @@ var aggregates = map[string]bool{
 // fnUpper and fnLower are JavaScript's toUpperCase/toLowerCase: full
 // Unicode case mapping (ß → SS, final sigma), which x/text/cases does;
 // ASCII takes the fast path.
-func fnUpper(a []Value) (Value, error) {
+func fnUpper(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	s := textOf(a[0])
 	if isASCII(s) {
-		return Text(strings.ToUpper(s)), nil
+		return model.Text(strings.ToUpper(s)), nil
 	}
-	return Text(cases.Upper(language.Und).String(s)), nil
+	return model.Text(cases.Upper(language.Und).String(s)), nil
 }
 
-func fnLower(a []Value) (Value, error) {
+func fnLower(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	s := textOf(a[0])
 	if isASCII(s) {
-		return Text(strings.ToLower(s)), nil
+		return model.Text(strings.ToLower(s)), nil
 	}
-	return Text(cases.Lower(language.Und).String(s)), nil
+	return model.Text(cases.Lower(language.Und).String(s)), nil
 }
 
 func isASCII(s string) bool {
@@ -100,47 +102,47 @@ func isASCII(s string) bool {
 // fnInstr is SQLite's instr as PowerSync implements it: the 1-based
 // position of y in x (0 if absent), in bytes when both are BLOBs and in
 // UTF-16 code units otherwise.
-func fnInstr(a []Value) (Value, error) {
+func fnInstr(a []model.Value) (model.Value, error) {
 	x, y := a[0], a[1]
 	if x.IsNull() || y.IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
-	if x.kind == KindBlob && y.kind == KindBlob {
-		return Int(int64(bytes.Index(x.b, y.b) + 1)), nil
+	if x.Kind() == model.KindBlob && y.Kind() == model.KindBlob {
+		return model.Int(int64(bytes.Index(x.Bytes(), y.Bytes()) + 1)), nil
 	}
 	hay, needle := textOf(x), textOf(y)
 	i := strings.Index(hay, needle)
 	if i < 0 {
-		return Int(0), nil
+		return model.Int(0), nil
 	}
-	return Int(int64(jsStringLen(hay[:i]) + 1)), nil
+	return model.Int(int64(jsStringLen(hay[:i]) + 1)), nil
 }
 
 // fnSubstring follows PowerSync's SQLite-compatible substring on UTF-16
 // code units: 1-based start, 0 and negative starts as in SQLite, negative
 // lengths count backwards.
-func fnSubstring(a []Value) (Value, error) {
+func fnSubstring(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	if a[1].IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	text := textOf(a[0])
 	startV, err := castInteger(a[1])
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	start := startV.Int64()
 	n := int64(jsStringLen(text))
 	var length int64
 	if len(a) == 3 {
 		if a[2].IsNull() {
-			return Null(), nil
+			return model.Null(), nil
 		}
 		l, err := castInteger(a[2])
 		if err != nil {
-			return Value{}, err
+			return model.Value{}, err
 		}
 		length = l.Int64()
 	} else {
@@ -157,9 +159,9 @@ func fnSubstring(a []Value) (Value, error) {
 		realStart = start - 1
 	}
 	if length < 0 {
-		return Text(jsSubstring(text, satAdd(realStart, length), realStart)), nil
+		return model.Text(jsSubstring(text, satAdd(realStart, length), realStart)), nil
 	}
-	return Text(jsSubstring(text, realStart, satAdd(realStart, length))), nil
+	return model.Text(jsSubstring(text, realStart, satAdd(realStart, length))), nil
 }
 
 func satAdd(a, b int64) int64 {
@@ -188,103 +190,105 @@ func jsSubstring(s string, a, b int64) string {
 	return string(utf16.Decode(u[a:b]))
 }
 
-func fnLength(a []Value) (Value, error) {
-	switch a[0].kind {
-	case KindNull:
-		return Null(), nil
-	case KindBlob:
-		return Int(int64(len(a[0].b))), nil
+func fnLength(a []model.Value) (model.Value, error) {
+	switch a[0].Kind() {
+	case model.KindNull:
+		return model.Null(), nil
+	case model.KindBlob:
+		return model.Int(int64(len(a[0].Bytes()))), nil
 	}
-	return Int(int64(jsStringLen(textOf(a[0])))), nil
+	return model.Int(int64(jsStringLen(textOf(a[0])))), nil
 }
 
-func fnHex(a []Value) (Value, error) {
+func fnHex(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Text(""), nil
+		return model.Text(""), nil
 	}
-	return Text(hexUpper(blobOf(a[0]))), nil
+	return model.Text(hexUpper(blobOf(a[0]))), nil
 }
 
-func fnBase64(a []Value) (Value, error) {
+func fnBase64(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Text(""), nil
+		return model.Text(""), nil
 	}
-	return Text(base64.StdEncoding.EncodeToString(blobOf(a[0]))), nil
+	return model.Text(base64.StdEncoding.EncodeToString(blobOf(a[0]))), nil
 }
 
-func fnTypeof(a []Value) (Value, error) { return Text(a[0].kind.String()), nil }
+func fnTypeof(a []model.Value) (model.Value, error) { return model.Text(a[0].Kind().String()), nil }
 
-func fnIfnull(a []Value) (Value, error) {
+func fnIfnull(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
 		return a[1], nil
 	}
 	return a[0], nil
 }
 
-func fnIif(a []Value) (Value, error) {
-	if a[0].truthy() {
+func fnIif(a []model.Value) (model.Value, error) {
+	if truthy(a[0]) {
 		return a[1], nil
 	}
 	return a[2], nil
 }
 
-func fnJSONExtract(a []Value) (Value, error) { return jsonExtract(a[0], a[1], "json_extract", false) }
-func fnJSONExtractFixed(a []Value) (Value, error) {
+func fnJSONExtract(a []model.Value) (model.Value, error) {
+	return jsonExtract(a[0], a[1], "json_extract", false)
+}
+func fnJSONExtractFixed(a []model.Value) (model.Value, error) {
 	return jsonExtract(a[0], a[1], "json_extract", true)
 }
 
-func fnJSONArrayLength(a []Value) (Value, error)      { return jsonArrayLength(a, false) }
-func fnJSONArrayLengthFixed(a []Value) (Value, error) { return jsonArrayLength(a, true) }
+func fnJSONArrayLength(a []model.Value) (model.Value, error)      { return jsonArrayLength(a, false) }
+func fnJSONArrayLengthFixed(a []model.Value) (model.Value, error) { return jsonArrayLength(a, true) }
 
-func jsonArrayLength(a []Value, fixed bool) (Value, error) {
+func jsonArrayLength(a []model.Value, fixed bool) (model.Value, error) {
 	j := a[0]
 	if len(a) == 2 && !a[1].IsNull() {
 		v, err := jsonExtract(j, a[1], "json_extract", fixed)
 		if err != nil {
-			return Value{}, err
+			return model.Value{}, err
 		}
 		j = v
 	}
 	if j.IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	doc, err := parseJSONBig(textOf(j))
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	if doc.k != jArr {
-		return Int(0), nil
+		return model.Int(0), nil
 	}
-	return Int(int64(len(doc.arr))), nil
+	return model.Int(int64(len(doc.arr))), nil
 }
 
-func fnJSONValid(a []Value) (Value, error) {
+func fnJSONValid(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Int(0), nil
+		return model.Int(0), nil
 	}
 	_, err := parseJSONBig(textOf(a[0]))
-	return Bool(err == nil), nil
+	return model.Bool(err == nil), nil
 }
 
 var errJSONKeys = errors.New("json_keys needs a JSON object")
 
-func fnJSONKeys(a []Value) (Value, error) {
+func fnJSONKeys(a []model.Value) (model.Value, error) {
 	if a[0].IsNull() {
-		return Null(), nil
+		return model.Null(), nil
 	}
 	doc, err := parseJSONBig(textOf(a[0]))
 	if err != nil {
-		return Value{}, err
+		return model.Value{}, err
 	}
 	if doc.k != jObj {
-		return Value{}, errJSONKeys
+		return model.Value{}, errJSONKeys
 	}
 	out := []byte{'['}
 	for n, i := range jsKeyOrder(doc.keys) {
 		if n > 0 {
 			out = append(out, ',')
 		}
-		out = appendJSONString(out, doc.keys[i])
+		out = model.AppendJSONString(out, doc.keys[i])
 	}
-	return Text(string(append(out, ']'))), nil
+	return model.Text(string(append(out, ']'))), nil
 }

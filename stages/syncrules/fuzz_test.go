@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // FuzzParse feeds arbitrary text to the tokenizer, parser and compiler in
@@ -97,7 +99,7 @@ func FuzzEvaluate(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		row := []Value{Text(a), Text(a), Int(b), Real(c), Blob(d), Text(a), Null()}
+		row := []model.Value{model.Text(a), model.Text(a), model.Int(b), model.Real(c), model.Blob(d), model.Text(a), model.Null()}
 		ev := bt.NewEvaluator()
 		out1, _, err1 := ev.EvaluateRow(row, nil, nil)
 		out2, _, err2 := ev.EvaluateRow(row, nil, nil)
@@ -172,7 +174,7 @@ func FuzzStreamQuery(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			row := []Value{Text("i"), Int(1), Null(), Text("l"), Text("u"), Real(2.5), Int(0)}
+			row := []model.Value{model.Text("i"), model.Int(1), model.Null(), model.Text("l"), model.Text("u"), model.Real(2.5), model.Int(0)}
 			ev := bt.NewEvaluator()
 			if _, _, err := ev.EvaluateRow(row, nil, nil); err != nil && !errors.As(err, new(*EvalError)) {
 				t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // The golden corpus: (rules, row) → expected buckets/data, and (rules,
@@ -86,35 +88,35 @@ func (b *goldenBucket) UnmarshalYAML(n *yaml.Node) error {
 
 // rowValues converts a YAML sequence into rule values by tag: str → TEXT,
 // int → INTEGER, float → REAL, null → NULL, bool → 1/0, binary → BLOB.
-func rowValues(t *testing.T, n *yaml.Node) []Value {
+func rowValues(t *testing.T, n *yaml.Node) []model.Value {
 	t.Helper()
-	var out []Value
+	var out []model.Value
 	for _, el := range n.Content {
 		switch el.Tag {
 		case "!!null":
-			out = append(out, Null())
+			out = append(out, model.Null())
 		case "!!int":
 			var i int64
 			if err := el.Decode(&i); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Int(i))
+			out = append(out, model.Int(i))
 		case "!!float":
 			var f float64
 			if err := el.Decode(&f); err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Real(f))
+			out = append(out, model.Real(f))
 		case "!!bool":
-			out = append(out, Bool(el.Value == "true"))
+			out = append(out, model.Bool(el.Value == "true"))
 		case "!!binary":
 			b, err := base64.StdEncoding.DecodeString(el.Value)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out = append(out, Blob(b))
+			out = append(out, model.Blob(b))
 		default:
-			out = append(out, Text(el.Value))
+			out = append(out, model.Text(el.Value))
 		}
 	}
 	return out

@@ -4,22 +4,24 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // evalExpr compiles "SELECT <e> AS v FROM t" the way a data query's SELECT
 // list is compiled, binds it to cols and evaluates it on row. Constant
 // expressions are folded at compile time, so their errors surface as
 // compile errors; both are returned as the error.
-func evalExpr(t *testing.T, e string, cols []string, row []Value) (Value, error) {
+func evalExpr(t *testing.T, e string, cols []string, row []model.Value) (model.Value, error) {
 	t.Helper()
 	s, perr := parseSelect("SELECT " + e + " AS v FROM t")
 	if perr != nil {
-		return Value{}, perr
+		return model.Value{}, perr
 	}
 	c := newCompiler(modeData, "t")
 	cl := c.compile(s.cols[0].expr)
 	if len(c.errs) > 0 {
-		return Value{}, c.errs[0]
+		return model.Value{}, c.errs[0]
 	}
 	b := &binder{cols: map[string]int{}}
 	for i, n := range cols {
@@ -29,8 +31,8 @@ func evalExpr(t *testing.T, e string, cols []string, row []Value) (Value, error)
 }
 
 // sameValue compares values, treating NaN as equal to NaN.
-func sameValue(a, b Value) bool {
-	if a.kind == KindReal && b.kind == KindReal && math.IsNaN(a.Float64()) && math.IsNaN(b.Float64()) {
+func sameValue(a, b model.Value) bool {
+	if a.Kind() == model.KindReal && b.Kind() == model.KindReal && math.IsNaN(a.Float64()) && math.IsNaN(b.Float64()) {
 		return true
 	}
 	return a.Equal(b)
@@ -40,11 +42,11 @@ var errAny = errors.New("any error")
 
 type exprCase struct {
 	expr string
-	want Value
+	want model.Value
 	err  error // errAny: expect some error
 }
 
-func runExprCases(t *testing.T, cases []exprCase, cols []string, row []Value) {
+func runExprCases(t *testing.T, cases []exprCase, cols []string, row []model.Value) {
 	t.Helper()
 	for _, c := range cases {
 		got, err := evalExpr(t, c.expr, cols, row)

@@ -6,82 +6,20 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // PowerSync evaluates rules in JavaScript, so number ↔ text conversions
 // follow the ECMAScript algorithms, not Go's or SQLite's. These helpers
 // implement exactly the parts rules can observe.
 
-// appendJSNumber appends Number.prototype.toString(f): shortest round-trip
-// digits, plain notation for exponents in [-7, 21), otherwise d.ddde±x.
-func appendJSNumber(dst []byte, f float64) []byte {
-	switch {
-	case f != f:
-		return append(dst, "NaN"...)
-	case math.IsInf(f, 1):
-		return append(dst, "Infinity"...)
-	case math.IsInf(f, -1):
-		return append(dst, "-Infinity"...)
-	case f == 0:
-		return append(dst, '0')
-	}
-	if f < 0 {
-		dst = append(dst, '-')
-		f = -f
-	}
-	var tmp [32]byte
-	e := strconv.AppendFloat(tmp[:0], f, 'e', -1, 64) // d[.ddd]e±xx
-	epos := 0
-	for epos < len(e) && e[epos] != 'e' {
-		epos++
-	}
-	var digits [24]byte
-	k := 0
-	for _, c := range e[:epos] {
-		if c != '.' {
-			digits[k] = c
-			k++
-		}
-	}
-	exp, _ := strconv.Atoi(string(e[epos+1:]))
-	n := exp + 1 // value = 0.digits × 10^n
-	switch {
-	case k <= n && n <= 21:
-		dst = append(dst, digits[:k]...)
-		for i := k; i < n; i++ {
-			dst = append(dst, '0')
-		}
-	case 0 < n && n <= 21:
-		dst = append(dst, digits[:n]...)
-		dst = append(dst, '.')
-		dst = append(dst, digits[n:k]...)
-	case -6 < n && n <= 0:
-		dst = append(dst, '0', '.')
-		for i := 0; i < -n; i++ {
-			dst = append(dst, '0')
-		}
-		dst = append(dst, digits[:k]...)
-	default:
-		dst = append(dst, digits[0])
-		if k > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, digits[1:k]...)
-		}
-		dst = append(dst, 'e')
-		if n-1 >= 0 {
-			dst = append(dst, '+')
-		}
-		dst = strconv.AppendInt(dst, int64(n-1), 10)
-	}
-	return dst
-}
-
 // appendJSONBigNumber appends a REAL the way PowerSync's JSONBig.stringify
 // writes JavaScript numbers into row data: Number.prototype.toString, plus
 // ".0" when that looks like an integer (so the type survives a round trip).
 func appendJSONBigNumber(dst []byte, f float64) []byte {
 	start := len(dst)
-	dst = appendJSNumber(dst, f)
+	dst = model.AppendJSNumber(dst, f)
 	s := dst[start:]
 	if len(s) > 0 && s[0] == '-' {
 		s = s[1:]
@@ -101,7 +39,7 @@ func appendJSONNumberPlain(dst []byte, f float64) []byte {
 	if f != f || math.IsInf(f, 0) {
 		return append(dst, "null"...)
 	}
-	return appendJSNumber(dst, f)
+	return model.AppendJSNumber(dst, f)
 }
 
 // isJSSpace reports whether r is ECMAScript WhiteSpace or LineTerminator,
@@ -261,12 +199,12 @@ func floatToInt64(f float64) int64 {
 
 // jsNumberValue is a JSON number as the service reads it (JSON.parse: a
 // double): INTEGER when integral and within int64, REAL otherwise.
-func jsNumberValue(v *jval) Value {
+func jsNumberValue(v *jval) model.Value {
 	f := v.numFloat()
 	if isSafeIntegral(f) {
-		return Int(int64(f))
+		return model.Int(int64(f))
 	}
-	return Real(f)
+	return model.Real(f)
 }
 
 // isSafeIntegral reports whether f is an integer that int64 represents
@@ -274,13 +212,3 @@ func jsNumberValue(v *jval) Value {
 func isSafeIntegral(f float64) bool {
 	return f == math.Trunc(f) && f >= -9.223372036854775808e18 && f < 9.223372036854775807e18
 }
-
-// AppendJSNumber appends f as JavaScript's Number.prototype.toString
-// prints it (1 → "1", 1e21 → "1e+21", NaN → "NaN"). Sources use it to
-// write numbers inside JSON text (array columns) exactly as PowerSync does.
-func AppendJSNumber(dst []byte, f float64) []byte { return appendJSNumber(dst, f) }
-
-// AppendJSONString appends s (a string or byte slice) as a JSON string
-// escaped the way JSON.stringify escapes it; invalid UTF-8 becomes U+FFFD.
-// Every JSON writer of syncpipe uses it, so escaping is the same everywhere.
-func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte { return appendJSONString(dst, s) }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // jkind is the type of a parsed JSON value.
@@ -417,7 +419,7 @@ func appendJSONBigOpt(dst []byte, v *jval, jsNumbers, boolInts bool) []byte {
 		}
 		return append(dst, "false"...)
 	case jStr:
-		return appendJSONString(dst, v.s)
+		return model.AppendJSONString(dst, v.s)
 	case jNum:
 		if v.isInt && !jsNumbers {
 			if v.s == "-0" {
@@ -441,7 +443,7 @@ func appendJSONBigOpt(dst []byte, v *jval, jsNumbers, boolInts bool) []byte {
 			if n > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendJSONString(dst, v.keys[i])
+			dst = model.AppendJSONString(dst, v.keys[i])
 			dst = append(dst, ':')
 			dst = appendJSONBigOpt(dst, &v.vals[i], jsNumbers, boolInts)
 		}
@@ -461,7 +463,7 @@ func appendJSONPlain(dst []byte, v *jval) []byte {
 		}
 		return append(dst, "false"...)
 	case jStr:
-		return appendJSONString(dst, v.s)
+		return model.AppendJSONString(dst, v.s)
 	case jNum:
 		return appendJSONNumberPlain(dst, v.numFloat())
 	case jArr:
@@ -479,7 +481,7 @@ func appendJSONPlain(dst []byte, v *jval) []byte {
 		if n > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, v.keys[i])
+		dst = model.AppendJSONString(dst, v.keys[i])
 		dst = append(dst, ':')
 		dst = appendJSONPlain(dst, &v.vals[i])
 	}
@@ -512,73 +514,20 @@ func jsKeyOrder(keys []string) []int {
 // toSQLiteLegacy converts a JSON value extracted by json_extract/->> into a
 // rule value with edition-1 semantics: objects, arrays and (quirk) null
 // become JSON text, booleans 1/0, integers INTEGER, other numbers REAL.
-func (v *jval) toSQLiteLegacy(jsNumbers bool) Value {
+func (v *jval) toSQLiteLegacy(jsNumbers bool) model.Value {
 	switch v.k {
 	case jBool:
-		return Bool(v.b)
+		return model.Bool(v.b)
 	case jStr:
-		return Text(v.s)
+		return model.Text(v.s)
 	case jNum:
 		if v.isInt && !jsNumbers {
 			if i, err := strconv.ParseInt(v.s, 10, 64); err == nil {
-				return Int(i)
+				return model.Int(i)
 			}
 		}
-		return Real(v.numFloat())
+		return model.Real(v.numFloat())
 	default:
-		return Text(string(appendJSONBig(nil, v, jsNumbers)))
+		return model.Text(string(appendJSONBig(nil, v, jsNumbers)))
 	}
-}
-
-// appendJSONString appends s as JSON.stringify writes a string: quotes,
-// backslash and control characters escaped (\b \t \n \f \r or \u00xx), all
-// other characters verbatim. Invalid UTF-8 is written as U+FFFD. It takes
-// strings and byte slices alike, without converting (or allocating).
-func appendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c >= utf8.RuneSelf {
-			var rb [utf8.UTFMax]byte
-			r, w := utf8.DecodeRune(rb[:copy(rb[:], s[i:])])
-			if r != utf8.RuneError || w != 1 {
-				i += w
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\uFFFD"...)
-			i++
-			start = i
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"':
-			dst = append(dst, '\\', '"')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			const hexd = "0123456789abcdef"
-			dst = append(dst, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&15])
-		}
-		i++
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Errors returned while evaluating a row. They never abort other queries;
@@ -25,32 +27,32 @@ var (
 
 // textOf converts a non-NULL value to text as PowerSync's castAsText does
 // (numbers as JavaScript prints them, blobs decoded as UTF-8).
-func textOf(v Value) string {
-	switch v.kind {
-	case KindText:
-		return v.s
-	case KindInteger:
+func textOf(v model.Value) string {
+	switch v.Kind() {
+	case model.KindText:
+		return v.Str()
+	case model.KindInteger:
 		return strconv.FormatInt(v.Int64(), 10)
-	case KindReal:
-		return string(appendJSNumber(nil, v.Float64()))
-	case KindBlob:
-		return decodeUTF8(v.b)
+	case model.KindReal:
+		return string(model.AppendJSNumber(nil, v.Float64()))
+	case model.KindBlob:
+		return decodeUTF8(v.Bytes())
 	default:
 		return ""
 	}
 }
 
 // appendText appends textOf(v) without the intermediate string.
-func appendText(dst []byte, v Value) []byte {
-	switch v.kind {
-	case KindText:
-		return append(dst, v.s...)
-	case KindInteger:
+func appendText(dst []byte, v model.Value) []byte {
+	switch v.Kind() {
+	case model.KindText:
+		return append(dst, v.Str()...)
+	case model.KindInteger:
 		return strconv.AppendInt(dst, v.Int64(), 10)
-	case KindReal:
-		return appendJSNumber(dst, v.Float64())
-	case KindBlob:
-		return append(dst, decodeUTF8(v.b)...)
+	case model.KindReal:
+		return model.AppendJSNumber(dst, v.Float64())
+	case model.KindBlob:
+		return append(dst, decodeUTF8(v.Bytes())...)
 	}
 	return dst
 }
@@ -74,9 +76,9 @@ func decodeUTF8(b []byte) string {
 }
 
 // blobOf converts a non-NULL value to bytes (castAsBlob).
-func blobOf(v Value) []byte {
-	if v.kind == KindBlob {
-		return v.b
+func blobOf(v model.Value) []byte {
+	if v.Kind() == model.KindBlob {
+		return v.Bytes()
 	}
 	return []byte(textOf(v))
 }
@@ -85,11 +87,11 @@ func blobOf(v Value) []byte {
 // arithmetic, as PowerSync's parseNumeric: text keeps its leading
 // (optionally signed) number, INTEGER when it has no fraction or exponent,
 // REAL otherwise; text without one is INTEGER 0.
-func castNumeric(v Value) Value {
-	switch v.kind {
-	case KindInteger, KindReal:
+func castNumeric(v model.Value) model.Value {
+	switch v.Kind() {
+	case model.KindInteger, model.KindReal:
 		return v
-	case KindText, KindBlob:
+	case model.KindText, model.KindBlob:
 		s := trimJSSpaceLeft(textOf(v))
 		i := 0
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
@@ -107,11 +109,11 @@ func castNumeric(v Value) Value {
 				j++
 			}
 			if intDigits == 0 && j == i+1 {
-				return Int(0) // neither "1" nor ".5"
+				return model.Int(0) // neither "1" nor ".5"
 			}
 			i, isInt = j, false
 		} else if intDigits == 0 {
-			return Int(0)
+			return model.Int(0)
 		}
 		if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
 			j := i + 1
@@ -128,49 +130,49 @@ func castNumeric(v Value) Value {
 		}
 		if isInt {
 			if n, err := strconv.ParseInt(strings.TrimPrefix(s[:i], "+"), 10, 64); err == nil {
-				return Int(n)
+				return model.Int(n)
 			}
 		}
 		f := jsParseFloat(s[:i])
 		if f != f {
-			return Int(0)
+			return model.Int(0)
 		}
-		return Real(f)
+		return model.Real(f)
 	}
-	return Int(0)
+	return model.Int(0)
 }
 
 // castReal is CAST(x AS real): JavaScript parseFloat for text, NaN → 0.
-func castReal(v Value) Value {
-	switch v.kind {
-	case KindReal:
+func castReal(v model.Value) model.Value {
+	switch v.Kind() {
+	case model.KindReal:
 		return v
-	case KindInteger:
-		return Real(float64(v.Int64()))
-	case KindText, KindBlob:
+	case model.KindInteger:
+		return model.Real(float64(v.Int64()))
+	case model.KindText, model.KindBlob:
 		f := jsParseFloat(textOf(v))
 		if f != f {
 			f = 0
 		}
-		return Real(f)
+		return model.Real(f)
 	}
-	return Real(0)
+	return model.Real(0)
 }
 
 // castInteger is CAST(x AS integer): the leading (optionally signed)
 // digits of text, floor of reals. Non-finite reals are an error
 // (JavaScript's BigInt throws).
-func castInteger(v Value) (Value, error) {
-	switch v.kind {
-	case KindInteger:
+func castInteger(v model.Value) (model.Value, error) {
+	switch v.Kind() {
+	case model.KindInteger:
 		return v, nil
-	case KindReal:
+	case model.KindReal:
 		f := v.Float64()
 		if f != f || math.IsInf(f, 0) {
-			return Value{}, ErrNotNumber
+			return model.Value{}, ErrNotNumber
 		}
-		return Int(floatToInt64(math.Floor(f))), nil
-	case KindText, KindBlob:
+		return model.Int(floatToInt64(math.Floor(f))), nil
+	case model.KindText, model.KindBlob:
 		s := trimJSSpaceLeft(textOf(v))
 		neg := false
 		if s != "" && (s[0] == '+' || s[0] == '-') {
@@ -178,28 +180,28 @@ func castInteger(v Value) (Value, error) {
 		}
 		d := leadingDigits(s)
 		if d == "" || (len(s) > 0 && s[0] != d[0]) {
-			return Int(0), nil
+			return model.Int(0), nil
 		}
 		n := parseDigitsInt64(d)
 		if neg {
 			n = -n
 		}
-		return Int(n), nil
+		return model.Int(n), nil
 	}
-	return Int(0), nil
+	return model.Int(0), nil
 }
 
 // castTo implements CAST(v AS to) for the five supported type names.
-func castTo(v Value, to string) (Value, error) {
-	if v.kind == KindNull {
+func castTo(v model.Value, to string) (model.Value, error) {
+	if v.Kind() == model.KindNull {
 		return v, nil
 	}
 	switch to {
 	case "text":
-		if v.kind == KindText {
+		if v.Kind() == model.KindText {
 			return v, nil
 		}
-		return Text(textOf(v)), nil
+		return model.Text(textOf(v)), nil
 	case "numeric":
 		return castNumeric(v), nil
 	case "real":
@@ -207,19 +209,19 @@ func castTo(v Value, to string) (Value, error) {
 	case "integer":
 		return castInteger(v)
 	case "blob":
-		return Blob(blobOf(v)), nil
+		return model.Blob(blobOf(v)), nil
 	}
-	return Value{}, fmt.Errorf("unsupported cast type %q", to)
+	return model.Value{}, fmt.Errorf("unsupported cast type %q", to)
 }
 
 // typeRank orders values of different classes as SQLite does.
-func typeRank(k Kind) int {
+func typeRank(k model.Kind) int {
 	switch k {
-	case KindNull:
+	case model.KindNull:
 		return 0
-	case KindInteger, KindReal:
+	case model.KindInteger, model.KindReal:
 		return 1
-	case KindText:
+	case model.KindText:
 		return 2
 	default:
 		return 3
@@ -229,21 +231,21 @@ func typeRank(k Kind) int {
 // compareValues compares two values like PowerSync: numbers numerically
 // (exactly, across INTEGER and REAL), text by UTF-16 code units (JavaScript
 // string order), different classes by SQLite's class order.
-func compareValues(a, b Value) (int, error) {
-	if a.isNumeric() && b.isNumeric() {
+func compareValues(a, b model.Value) (int, error) {
+	if a.IsNumeric() && b.IsNumeric() {
 		return compareNumbers(a, b), nil
 	}
-	if a.kind == KindText && b.kind == KindText {
-		return compareUTF16(a.s, b.s), nil
+	if a.Kind() == model.KindText && b.Kind() == model.KindText {
+		return compareUTF16(a.Str(), b.Str()), nil
 	}
-	if a.kind == KindBlob && b.kind == KindBlob {
+	if a.Kind() == model.KindBlob && b.Kind() == model.KindBlob {
 		return 0, ErrCompareBlobs
 	}
-	return typeRank(a.kind) - typeRank(b.kind), nil
+	return typeRank(a.Kind()) - typeRank(b.Kind()), nil
 }
 
-func compareNumbers(a, b Value) int {
-	if a.kind == KindInteger && b.kind == KindInteger {
+func compareNumbers(a, b model.Value) int {
+	if a.Kind() == model.KindInteger && b.Kind() == model.KindInteger {
 		x, y := a.Int64(), b.Int64()
 		switch {
 		case x < y:
@@ -253,10 +255,10 @@ func compareNumbers(a, b Value) int {
 		}
 		return 0
 	}
-	if (a.kind == KindReal && a.Float64() != a.Float64()) || (b.kind == KindReal && b.Float64() != b.Float64()) {
+	if (a.Kind() == model.KindReal && a.Float64() != a.Float64()) || (b.Kind() == model.KindReal && b.Float64() != b.Float64()) {
 		return -1 // NaN: neither equal nor greater, so PowerSync's compare() says less
 	}
-	if a.kind == KindReal && b.kind == KindReal {
+	if a.Kind() == model.KindReal && b.Kind() == model.KindReal {
 		x, y := a.Float64(), b.Float64()
 		switch {
 		case x < y:
@@ -266,7 +268,7 @@ func compareNumbers(a, b Value) int {
 		}
 		return 0
 	}
-	if a.kind == KindInteger {
+	if a.Kind() == model.KindInteger {
 		return -compareFloatInt(b.Float64(), a.Int64())
 	}
 	return compareFloatInt(a.Float64(), b.Int64())
@@ -322,38 +324,38 @@ func utf16Key(r rune) rune {
 // operands converted with castNumeric; division by zero is NULL; INTEGER op
 // INTEGER stays INTEGER (falling back to REAL on int64 overflow, where
 // JavaScript would use an unbounded BigInt) and integer division truncates.
-func arith(op byte, a, b Value) (Value, error) {
-	if a.kind == KindNull || b.kind == KindNull {
-		return Null(), nil
+func arith(op byte, a, b model.Value) (model.Value, error) {
+	if a.Kind() == model.KindNull || b.Kind() == model.KindNull {
+		return model.Null(), nil
 	}
 	a, b = castNumeric(a), castNumeric(b)
-	if op == '/' && ((b.kind == KindInteger && b.Int64() == 0) || (b.kind == KindReal && b.Float64() == 0)) {
-		return Null(), nil
+	if op == '/' && ((b.Kind() == model.KindInteger && b.Int64() == 0) || (b.Kind() == model.KindReal && b.Float64() == 0)) {
+		return model.Null(), nil
 	}
-	if a.kind == KindInteger && b.kind == KindInteger {
+	if a.Kind() == model.KindInteger && b.Kind() == model.KindInteger {
 		x, y := a.Int64(), b.Int64()
 		switch op {
 		case '+':
 			r := x + y
 			if (r > x) == (y > 0) {
-				return Int(r), nil
+				return model.Int(r), nil
 			}
 		case '-':
 			r := x - y
 			if (r < x) == (y > 0) {
-				return Int(r), nil
+				return model.Int(r), nil
 			}
 		case '*':
 			if x == 0 || y == 0 {
-				return Int(0), nil
+				return model.Int(0), nil
 			}
 			r := x * y
 			if r/y == x && !(x == -1 && y == math.MinInt64) && !(y == -1 && x == math.MinInt64) {
-				return Int(r), nil
+				return model.Int(r), nil
 			}
 		case '/':
 			if !(x == math.MinInt64 && y == -1) {
-				return Int(x / y), nil
+				return model.Int(x / y), nil
 			}
 		}
 		return arithFloat(op, float64(x), float64(y)), nil
@@ -361,54 +363,54 @@ func arith(op byte, a, b Value) (Value, error) {
 	return arithFloat(op, numAsFloat(a), numAsFloat(b)), nil
 }
 
-func numAsFloat(v Value) float64 {
-	if v.kind == KindInteger {
+func numAsFloat(v model.Value) float64 {
+	if v.Kind() == model.KindInteger {
 		return float64(v.Int64())
 	}
 	return v.Float64()
 }
 
-func arithFloat(op byte, x, y float64) Value {
+func arithFloat(op byte, x, y float64) model.Value {
 	switch op {
 	case '+':
-		return Real(x + y)
+		return model.Real(x + y)
 	case '-':
-		return Real(x - y)
+		return model.Real(x - y)
 	case '*':
-		return Real(x * y)
+		return model.Real(x * y)
 	default:
-		return Real(x / y)
+		return model.Real(x / y)
 	}
 }
 
 // concat is ||: both sides as text, NULL if either is NULL.
-func concat(a, b Value) Value {
-	if a.kind == KindNull || b.kind == KindNull {
-		return Null()
+func concat(a, b model.Value) model.Value {
+	if a.Kind() == model.KindNull || b.Kind() == model.KindNull {
+		return model.Null()
 	}
 	buf := make([]byte, 0, 32)
 	buf = appendText(buf, a)
 	buf = appendText(buf, b)
-	return Text(string(buf))
+	return model.Text(string(buf))
 }
 
 // inJSONArray is "a IN b" for row values: b must be TEXT holding a JSON
 // array, parsed losslessly (integers INTEGER, other numbers REAL, booleans
 // 1/0, nested values JSON text); a is in it when an element compares equal
 // (numbers by value across INTEGER and REAL, text by text).
-func inJSONArray(a, b Value) (Value, error) {
-	if a.kind == KindNull || b.kind == KindNull {
-		return Null(), nil
+func inJSONArray(a, b model.Value) (model.Value, error) {
+	if a.Kind() == model.KindNull || b.Kind() == model.KindNull {
+		return model.Null(), nil
 	}
-	if b.kind != KindText {
-		return Value{}, ErrNotJSONArray
+	if b.Kind() != model.KindText {
+		return model.Value{}, ErrNotJSONArray
 	}
-	arr, err := parseJSONBig(b.s)
+	arr, err := parseJSONBig(b.Str())
 	if err != nil {
-		return Value{}, fmt.Errorf("IN: %w", err)
+		return model.Value{}, fmt.Errorf("IN: %w", err)
 	}
 	if arr.k != jArr {
-		return Value{}, ErrNotJSONArray
+		return model.Value{}, ErrNotJSONArray
 	}
 	for i := range arr.arr {
 		el := &arr.arr[i]
@@ -416,7 +418,7 @@ func inJSONArray(a, b Value) (Value, error) {
 			continue
 		}
 		v := el.toSQLiteLegacy(false)
-		if (v.isNumeric() && a.isNumeric() && compareNumbers(v, a) == 0) || (v.kind == KindText && a.kind == KindText && v.s == a.s) {
+		if (v.IsNumeric() && a.IsNumeric() && compareNumbers(v, a) == 0) || (v.Kind() == model.KindText && a.Kind() == model.KindText && v.Str() == a.Str()) {
 			return valTrue, nil
 		}
 	}

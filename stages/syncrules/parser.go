@@ -3,6 +3,8 @@ package syncrules
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // parser is a recursive-descent (Pratt) parser for the SELECT subset of
@@ -474,12 +476,12 @@ func (p *parser) prefix() (node, *sqlError) {
 	t := p.next()
 	switch t.kind {
 	case tString:
-		return &litNode{pos: t.pos, v: Text(t.text), raw: t.raw}, nil
+		return &litNode{pos: t.pos, v: model.Text(t.text), raw: t.raw}, nil
 	case tInt:
 		return intLiteral(t, t.text, t.raw), nil
 	case tFloat:
 		f, _ := strconv.ParseFloat(t.text, 64)
-		return &litNode{pos: t.pos, v: Real(f), raw: t.raw}, nil
+		return &litNode{pos: t.pos, v: model.Real(f), raw: t.raw}, nil
 	case tOp:
 		switch t.text {
 		case "(":
@@ -506,7 +508,7 @@ func (p *parser) prefix() (node, *sqlError) {
 					return intLiteral(t, "-"+n.text, "-"+n.raw), nil
 				}
 				f, _ := strconv.ParseFloat("-"+n.text, 64)
-				return &litNode{pos: t.pos, v: Real(f), raw: "-" + n.raw}, nil
+				return &litNode{pos: t.pos, v: model.Real(f), raw: "-" + n.raw}, nil
 			}
 			return nil, errAt(t, "unary - is only supported in front of a number (write -1, not - 1 or -x)")
 		case "+":
@@ -522,11 +524,11 @@ func (p *parser) prefix() (node, *sqlError) {
 	if t.kind == tIdent {
 		switch t.text {
 		case "null":
-			return &litNode{pos: t.pos, v: Null(), raw: t.raw}, nil
+			return &litNode{pos: t.pos, v: model.Null(), raw: t.raw}, nil
 		case "true":
-			return &litNode{pos: t.pos, v: Int(1), raw: t.raw}, nil
+			return &litNode{pos: t.pos, v: model.Int(1), raw: t.raw}, nil
 		case "false":
-			return &litNode{pos: t.pos, v: Int(0), raw: t.raw}, nil
+			return &litNode{pos: t.pos, v: model.Int(0), raw: t.raw}, nil
 		case "not":
 			x, err := p.expr(bpNot)
 			if err != nil {
@@ -553,9 +555,9 @@ func (p *parser) prefix() (node, *sqlError) {
 func intLiteral(t token, text, raw string) *litNode {
 	f, _ := strconv.ParseFloat(text, 64)
 	if isSafeIntegral(f) {
-		return &litNode{pos: t.pos, v: Int(int64(f)), raw: raw}
+		return &litNode{pos: t.pos, v: model.Int(int64(f)), raw: raw}
 	}
-	return &litNode{pos: t.pos, v: Real(f), raw: raw}
+	return &litNode{pos: t.pos, v: model.Real(f), raw: raw}
 }
 
 func (p *parser) castExpr(t token) (node, *sqlError) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // tableRef names a source table.
@@ -264,7 +266,7 @@ func jsonList(xs []string) string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, x)
+		b = model.AppendJSONString(b, x)
 	}
 	return string(append(b, ']'))
 }
@@ -426,7 +428,7 @@ func (c *compiler) colName(col selectCol) (string, bool) {
 
 func (c *compiler) priorityCol(col selectCol, def *definition, prio *int) {
 	lit, ok := col.expr.(*litNode)
-	if !ok || lit.v.kind != KindInteger || lit.v.Int64() < 0 || lit.v.Int64() > 3 {
+	if !ok || lit.v.Kind() != model.KindInteger || lit.v.Int64() < 0 || lit.v.Int64() > 3 {
 		c.errorf(col.pos, "_priority", "_priority must be an integer literal from 0 to 3")
 		return
 	}

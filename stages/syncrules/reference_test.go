@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/nodedeps"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // The differential test: every case (rules, source rows, sync requests) is
@@ -306,31 +307,31 @@ func (r *nodeRunner) run(t *testing.T, cases []refCase) []refResult {
 }
 
 // decodeRefValue converts a driver value triple into a column name and Value.
-func decodeRefValue(c [3]string) (string, Value, error) {
+func decodeRefValue(c [3]string) (string, model.Value, error) {
 	switch c[1] {
 	case "n":
-		return c[0], Null(), nil
+		return c[0], model.Null(), nil
 	case "i":
 		n, err := strconv.ParseInt(c[2], 10, 64)
-		return c[0], Int(n), err
+		return c[0], model.Int(n), err
 	case "r":
 		switch c[2] {
 		case "NaN":
-			return c[0], Real(math.NaN()), nil
+			return c[0], model.Real(math.NaN()), nil
 		case "+Inf":
-			return c[0], Real(math.Inf(1)), nil
+			return c[0], model.Real(math.Inf(1)), nil
 		case "-Inf":
-			return c[0], Real(math.Inf(-1)), nil
+			return c[0], model.Real(math.Inf(-1)), nil
 		}
 		f, err := strconv.ParseFloat(c[2], 64)
-		return c[0], Real(f), err
+		return c[0], model.Real(f), err
 	case "t":
-		return c[0], Text(c[2]), nil
+		return c[0], model.Text(c[2]), nil
 	case "b":
 		b, err := hex.DecodeString(c[2])
-		return c[0], Blob(b), err
+		return c[0], model.Blob(b), err
 	}
-	return "", Value{}, fmt.Errorf("unknown value tag %q", c[1])
+	return "", model.Value{}, fmt.Errorf("unknown value tag %q", c[1])
 }
 
 // countEvalErrors counts the failing queries behind a joined error.
@@ -379,7 +380,7 @@ func syncpipeEvaluate(c *refCase) refResult {
 	stored := map[string][]string{}
 	for _, r := range c.Rows {
 		cols := make([]string, len(r.Row))
-		vals := make([]Value, len(r.Row))
+		vals := make([]model.Value, len(r.Row))
 		for i, cv := range r.Row {
 			var err error
 			if cols[i], vals[i], err = decodeRefValue(cv); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Request is what a sync request contributes to parameter queries.
@@ -51,11 +53,11 @@ type reqState struct {
 	userID      string
 	rawClaims   string // request.jwt(): the payload as PowerSync re-serializes it
 	rawParams   string // request.parameters(), likewise
-	tokenParams map[string]Value
-	userParams  map[string]Value
-	claims      map[string]Value // the JWT payload's top-level values (auth.parameter)
-	sub         map[string]Value // the stream subscription being evaluated (subscription.parameter)
-	subRaw      string           // its JSON (subscription.parameters())
+	tokenParams map[string]model.Value
+	userParams  map[string]model.Value
+	claims      map[string]model.Value // the JWT payload's top-level values (auth.parameter)
+	sub         map[string]model.Value // the stream subscription being evaluated (subscription.parameter)
+	subRaw      string                 // its JSON (subscription.parameters())
 	params      jval
 	// bools names the claims and connection parameters that are JSON
 	// booleans (subBools, the subscription's): they are 1/0 as values,
@@ -69,7 +71,7 @@ type reqState struct {
 // JSONBig re-serialization as request.jwt() and request.parameters() see
 // it: integral numbers written with ".0", integer-like keys first.
 func newReqState(r Request) (*reqState, error) {
-	s := &reqState{userID: r.UserID, tokenParams: map[string]Value{}, userParams: map[string]Value{}, claims: map[string]Value{}}
+	s := &reqState{userID: r.UserID, tokenParams: map[string]model.Value{}, userParams: map[string]model.Value{}, claims: map[string]model.Value{}}
 	rawClaims, rawParams := strings.TrimSpace(string(r.Claims)), strings.TrimSpace(string(r.Parameters))
 	if rawClaims == "" {
 		rawClaims = "{}"
@@ -121,20 +123,20 @@ func orSyntax(err error) error {
 // toSyncRulesParameters does: integral numbers INTEGER, other numbers REAL,
 // booleans 1/0, nested values JSON text (numbers as JavaScript doubles,
 // booleans as 1/0).
-func fillParams(dst map[string]Value, obj *jval) {
+func fillParams(dst map[string]model.Value, obj *jval) {
 	for i, k := range obj.keys {
 		v := &obj.vals[i]
 		switch v.k {
 		case jNull:
-			dst[k] = Null()
+			dst[k] = model.Null()
 		case jBool:
-			dst[k] = Bool(v.b)
+			dst[k] = model.Bool(v.b)
 		case jStr:
-			dst[k] = Text(v.s)
+			dst[k] = model.Text(v.s)
 		case jNum:
 			dst[k] = jsNumberValue(v)
 		default:
-			dst[k] = Text(string(appendJSONBigOpt(nil, v, true, true)))
+			dst[k] = model.Text(string(appendJSONBigOpt(nil, v, true, true)))
 		}
 	}
 }
@@ -145,32 +147,32 @@ func fillParams(dst map[string]Value, obj *jval) {
 // converted for user_parameters (nested values are JSON text), further
 // components index that value as JavaScript would (a text's characters and
 // length; anything else is undefined, i.e. NULL).
-func (s *reqState) parameter(path string) Value {
+func (s *reqState) parameter(path string) model.Value {
 	comps := []string{path}
 	if strings.HasPrefix(path, "$") {
 		comps = strings.Split(path, ".")[1:]
 	}
 	if len(comps) == 0 {
-		return Text(string(s.appendUserParams(nil)))
+		return model.Text(string(s.appendUserParams(nil)))
 	}
 	v, ok := s.userParams[comps[0]]
 	if !ok {
-		return Null()
+		return model.Null()
 	}
 	for _, c := range comps[1:] {
-		if v.kind != KindText {
-			return Null()
+		if v.Kind() != model.KindText {
+			return model.Null()
 		}
 		if c == "length" {
-			v = Real(float64(jsStringLen(v.s)))
+			v = model.Real(float64(jsStringLen(v.Str())))
 			continue
 		}
 		i, ok := arrayIndex(c)
-		u := utf16.Encode([]rune(v.s))
+		u := utf16.Encode([]rune(v.Str()))
 		if !ok || i >= len(u) {
-			return Null()
+			return model.Null()
 		}
-		v = Text(string(utf16.Decode(u[i : i+1])))
+		v = model.Text(string(utf16.Decode(u[i : i+1])))
 	}
 	return v
 }
@@ -198,7 +200,7 @@ func (s *reqState) appendUserParams(dst []byte) []byte {
 			dst = append(dst, ',')
 		}
 		k := s.params.keys[i]
-		dst = appendJSONString(dst, k)
+		dst = model.AppendJSONString(dst, k)
 		dst = append(dst, ':')
 		dst = appendDataValue(dst, s.userParams[k])
 	}
@@ -317,7 +319,7 @@ var errInvalidParameter = errors.New("invalid bucket parameter value (blob)")
 
 // bucketFrom builds a bucket id from named values; ok is false if a value
 // is not a valid parameter (a BLOB).
-func bucketFrom(d *definition, get func(name string) (Value, error)) (string, bool, error) {
+func bucketFrom(d *definition, get func(name string) (model.Value, error)) (string, bool, error) {
 	b := append([]byte(d.prefix), '[')
 	for i, name := range d.bucketParams {
 		v, err := get(name)
@@ -344,11 +346,11 @@ func evalStatic(plan *RequestPlan, d *definition, q *staticParamQuery, ctx *eval
 		if err != nil {
 			return err
 		}
-		if !v.truthy() {
+		if !truthy(v) {
 			return nil
 		}
 	}
-	id, ok, err := bucketFrom(d, func(name string) (Value, error) { return q.cols[name].eval(ctx) })
+	id, ok, err := bucketFrom(d, func(name string) (model.Value, error) { return q.cols[name].eval(ctx) })
 	if ok {
 		plan.Static = append(plan.Static, BucketRef{ID: id, Definition: d.name, Priority: prio(d, q.priority)})
 	}
@@ -376,11 +378,11 @@ func evalFunc(plan *RequestPlan, d *definition, q *funcParamQuery, st *reqState)
 			if err != nil {
 				return err
 			}
-			if !v.truthy() {
+			if !truthy(v) {
 				continue
 			}
 		}
-		id, ok, err := bucketFrom(d, func(name string) (Value, error) { return q.cols[name].eval(ctx) })
+		id, ok, err := bucketFrom(d, func(name string) (model.Value, error) { return q.cols[name].eval(ctx) })
 		if err != nil {
 			return err
 		}
@@ -395,32 +397,32 @@ func evalFunc(plan *RequestPlan, d *definition, q *funcParamQuery, st *reqState)
 // jsonEach returns json_each rows [key, value] with edition-1 values:
 // array indexes as INTEGER keys, numbers (JSON.parse) REAL, booleans 1/0,
 // null, objects and arrays as JSON text.
-func jsonEach(arg Value) ([][2]Value, error) {
-	if arg.kind == KindNull {
+func jsonEach(arg model.Value) ([][2]model.Value, error) {
+	if arg.Kind() == model.KindNull {
 		return nil, nil
 	}
-	if arg.kind != KindText {
-		return nil, fmt.Errorf("json_each expects JSON text, got %s", arg.kind)
+	if arg.Kind() != model.KindText {
+		return nil, fmt.Errorf("json_each expects JSON text, got %s", arg.Kind())
 	}
-	doc, err := parseJSON(arg.s)
+	doc, err := parseJSON(arg.Str())
 	if err != nil {
 		return nil, fmt.Errorf("json_each: %w", err)
 	}
 	switch doc.k {
 	case jArr:
-		rows := make([][2]Value, len(doc.arr))
+		rows := make([][2]model.Value, len(doc.arr))
 		for i := range doc.arr {
-			rows[i] = [2]Value{Int(int64(i)), doc.arr[i].toSQLiteLegacy(true)}
+			rows[i] = [2]model.Value{model.Int(int64(i)), doc.arr[i].toSQLiteLegacy(true)}
 		}
 		return rows, nil
 	case jObj:
-		rows := make([][2]Value, 0, len(doc.keys))
+		rows := make([][2]model.Value, 0, len(doc.keys))
 		for _, i := range jsKeyOrder(doc.keys) {
-			rows = append(rows, [2]Value{Text(doc.keys[i]), doc.vals[i].toSQLiteLegacy(true)})
+			rows = append(rows, [2]model.Value{model.Text(doc.keys[i]), doc.vals[i].toSQLiteLegacy(true)})
 		}
 		return rows, nil
 	}
-	return [][2]Value{{Null(), doc.toSQLiteLegacy(true)}}, nil
+	return [][2]model.Value{{model.Null(), doc.toSQLiteLegacy(true)}}, nil
 }
 
 // lookupsFor evaluates a table parameter query's request side into lookup
@@ -428,11 +430,11 @@ func jsonEach(arg Value) ([][2]Value, error) {
 // meet only rows stored with NULL through IN); a BLOB value means no lookup.
 func lookupsFor(plan *RequestPlan, q *tableParamQuery, ctx *evalCtx) error {
 	params := q.filter.params
-	vals := make([]Value, len(params))
+	vals := make([]model.Value, len(params))
 	expand := -1
-	var elems []Value
+	var elems []model.Value
 	for i, p := range params {
-		v := Null()
+		v := model.Null()
 		if p.req != nil {
 			var err error
 			if v, err = p.req.eval(ctx); err != nil {
@@ -444,7 +446,7 @@ func lookupsFor(plan *RequestPlan, q *tableParamQuery, ctx *evalCtx) error {
 			expand = i
 			elems = expandArray(v)
 		case p.boolean:
-			v = Bool(v.truthy())
+			v = model.Bool(truthy(v))
 		}
 		vals[i] = v
 	}
@@ -471,34 +473,34 @@ func lookupsFor(plan *RequestPlan, q *tableParamQuery, ctx *evalCtx) error {
 }
 
 func bpKeyHead(q *tableParamQuery) []byte {
-	b := append([]byte{'['}, appendJSONString(nil, q.def.name)...)
+	b := append([]byte{'['}, model.AppendJSONString(nil, q.def.name)...)
 	b = append(b, ',')
-	return appendJSONString(b, q.queryID)
+	return model.AppendJSONString(b, q.queryID)
 }
 
 // expandArray parses a request-side JSON array for row IN <array> as
 // PowerSync does (JSON.parse; not TEXT or not an array: no lookups): one
 // lookup value per element, every element kept (null, booleans and nested
 // values too, though only strings, numbers and null can meet a stored row).
-func expandArray(v Value) []Value {
-	if v.kind != KindText {
+func expandArray(v model.Value) []model.Value {
+	if v.Kind() != model.KindText {
 		return nil
 	}
-	doc, err := parseJSON(v.s)
+	doc, err := parseJSON(v.Str())
 	if err != nil || doc.k != jArr {
 		return nil
 	}
-	out := make([]Value, 0, len(doc.arr))
+	out := make([]model.Value, 0, len(doc.arr))
 	for i := range doc.arr {
 		switch el := &doc.arr[i]; el.k {
 		case jNull:
-			out = append(out, Null())
+			out = append(out, model.Null())
 		case jStr:
-			out = append(out, Text(el.s))
+			out = append(out, model.Text(el.s))
 		case jNum:
-			out = append(out, Real(el.numFloat()))
+			out = append(out, model.Real(el.numFloat()))
 		default:
-			out = append(out, Value{kind: kindJSON, s: string(appendJSONBig(nil, el, true))})
+			out = append(out, model.JSON(string(appendJSONBig(nil, el, true))))
 		}
 	}
 	return out
@@ -530,13 +532,13 @@ func (l *Lookup) Buckets(rows []byte, dst []BucketRef) ([]BucketRef, error) {
 		if obj.k != jObj {
 			return dst, fmt.Errorf("parameter row %d is not an object", i)
 		}
-		id, ok, err := bucketFrom(d, func(name string) (Value, error) {
+		id, ok, err := bucketFrom(d, func(name string) (model.Value, error) {
 			if e, isReq := q.reqCols[name]; isReq {
 				return e.eval(ctx)
 			}
 			j := obj.index(name)
 			if j < 0 {
-				return Null(), nil
+				return model.Null(), nil
 			}
 			return obj.vals[j].storedValue(), nil
 		})
@@ -551,17 +553,17 @@ func (l *Lookup) Buckets(rows []byte, dst []BucketRef) ([]BucketRef, error) {
 }
 
 // storedValue converts a value read back from stored parameter rows.
-func (v *jval) storedValue() Value {
+func (v *jval) storedValue() model.Value {
 	switch v.k {
 	case jNull:
-		return Null()
+		return model.Null()
 	case jNum:
 		if v.isInt {
 			if i, err := strconv.ParseInt(v.s, 10, 64); err == nil {
-				return Int(i)
+				return model.Int(i)
 			}
 		}
-		return Real(v.numFloat())
+		return model.Real(v.numFloat())
 	}
 	return v.toSQLiteLegacy(false)
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 func parseErrs(t *testing.T, src string) RuleErrors {
@@ -349,7 +351,7 @@ func TestBindHandlesMissingAndExtraColumns(t *testing.T) {
 `)
 	bt, _ := r.Bind("t", []string{"name", "id", "extra"})
 	ev := bt.NewEvaluator()
-	out, _, err := ev.EvaluateRow([]Value{Text("x"), Int(1), Text("e")}, nil, nil)
+	out, _, err := ev.EvaluateRow([]model.Value{model.Text("x"), model.Int(1), model.Text("e")}, nil, nil)
 	if err != nil || len(out) != 1 {
 		t.Fatalf("%v %v", out, err)
 	}
@@ -357,10 +359,10 @@ func TestBindHandlesMissingAndExtraColumns(t *testing.T) {
 	if got := string(out[0].Data); got != `{"id":1,"up":null,"n":"x"}` {
 		t.Errorf("data = %s", got)
 	}
-	if _, _, err := ev.EvaluateRow([]Value{Text("x")}, nil, nil); !errors.Is(err, errRowWidth) {
+	if _, _, err := ev.EvaluateRow([]model.Value{model.Text("x")}, nil, nil); !errors.Is(err, errRowWidth) {
 		t.Errorf("short row: %v", err)
 	}
-	if _, _, err := ev.EvaluateParameterRow([]Value{Text("x")}, nil, nil); !errors.Is(err, errRowWidth) {
+	if _, _, err := ev.EvaluateParameterRow([]model.Value{model.Text("x")}, nil, nil); !errors.Is(err, errRowWidth) {
 		t.Errorf("short parameter row: %v", err)
 	}
 }
@@ -373,7 +375,7 @@ func TestStarDoesNotOverwriteEarlierColumns(t *testing.T) {
       - SELECT *, 'z' AS name FROM t AS u
 `)
 	bt, _ := r.Bind("t", []string{"id", "name", "_x"})
-	out, _, err := bt.NewEvaluator().EvaluateRow([]Value{Text("i"), Text("ab"), Int(1)}, nil, nil)
+	out, _, err := bt.NewEvaluator().EvaluateRow([]model.Value{model.Text("i"), model.Text("ab"), model.Int(1)}, nil, nil)
 	if err != nil || len(out) != 2 {
 		t.Fatal(out, err)
 	}
@@ -393,7 +395,7 @@ func TestEvaluatorOutputsAliasCallerBuffers(t *testing.T) {
 	var out []Output
 	var buf []byte
 	for i := 0; i < 50; i++ {
-		out, buf, _ = ev.EvaluateRow([]Value{Text("t"), Text(strings.Repeat("l", i)), Text("d"), Int(0), Null()}, out, buf)
+		out, buf, _ = ev.EvaluateRow([]model.Value{model.Text("t"), model.Text(strings.Repeat("l", i)), model.Text("d"), model.Int(0), model.Null()}, out, buf)
 	}
 	if len(out) != 49 { // i == 0 gives list_id "" which is a valid (non-NULL) parameter
 		if len(out) != 50 {
@@ -412,8 +414,8 @@ func TestEvaluateRowAllocations(t *testing.T) {
 	r := mustParse(t, todosRules)
 	bt, _ := r.Bind("todos", todoCols)
 	ev := bt.NewEvaluator()
-	row := []Value{Text("0b7ad3a6-5f7e-4c1b-9d0a-1f2e3d4c5b6a"), Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"),
-		Text("Buy milk and eggs and bread and butter and cheese and ham."), Int(1), Text("2024-05-01 10:00:00.123456Z")}
+	row := []model.Value{model.Text("0b7ad3a6-5f7e-4c1b-9d0a-1f2e3d4c5b6a"), model.Text("9c8b7a6f-5e4d-4c3b-2a19-0f8e7d6c5b4a"),
+		model.Text("Buy milk and eggs and bread and butter and cheese and ham."), model.Int(1), model.Text("2024-05-01 10:00:00.123456Z")}
 	out := make([]Output, 0, 4)
 	buf := make([]byte, 0, 4096)
 	allocs := testing.AllocsPerRun(1000, func() {
@@ -424,7 +426,7 @@ func TestEvaluateRowAllocations(t *testing.T) {
 	}
 	lt, _ := r.Bind("lists", []string{"id", "name", "owner_id"})
 	lev := lt.NewEvaluator()
-	lrow := []Value{Text("l1"), Text("n"), Text("u")}
+	lrow := []model.Value{model.Text("l1"), model.Text("n"), model.Text("u")}
 	var le []LookupEntry
 	allocs = testing.AllocsPerRun(1000, func() {
 		out, buf, _ = lev.EvaluateRow(lrow, out[:0], buf[:0])
@@ -446,7 +448,7 @@ func TestConcurrentEvaluators(t *testing.T) {
 			ev := bt.NewEvaluator()
 			for i := 0; i < 200; i++ {
 				id := strings.Repeat("x", g+1)
-				out, _, err := ev.EvaluateRow([]Value{Text("t"), Text(id), Text("d"), Int(0), Null()}, nil, nil)
+				out, _, err := ev.EvaluateRow([]model.Value{model.Text("t"), model.Text(id), model.Text("d"), model.Int(0), model.Null()}, nil, nil)
 				if err != nil || len(out) != 1 || out[0].Bucket != `1#by_list["`+id+`"]` {
 					t.Errorf("goroutine %d: %v %v", g, out, err)
 					return
@@ -506,7 +508,7 @@ func TestUngroupedBucketIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	bt, _ := r.Bind("todos", todoCols)
-	out, _, _ := bt.NewEvaluator().EvaluateRow([]Value{Text("t"), Text("l"), Null(), Null(), Null()}, nil, nil)
+	out, _, _ := bt.NewEvaluator().EvaluateRow([]model.Value{model.Text("t"), model.Text("l"), model.Null(), model.Null(), model.Null()}, nil, nil)
 	if out[0].Bucket != `by_list["l"]` {
 		t.Fatalf("bucket = %s", out[0].Bucket)
 	}

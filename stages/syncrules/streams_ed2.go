@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Edition 2: PowerSync's alpha of Sync Streams. It compiles a stream with
@@ -148,26 +150,26 @@ func usesSubParams(sql string) bool {
 // jsonEachValues2 is an edition-2 `column IN <request value>`: the
 // elements of a JSON array, NULL kept and arrays and objects skipped;
 // a value that is not a JSON array gives nothing.
-func jsonEachValues2(v Value) ([]Value, error) {
-	if v.kind != KindText {
+func jsonEachValues2(v model.Value) ([]model.Value, error) {
+	if v.Kind() != model.KindText {
 		return nil, nil
 	}
-	doc, err := parseJSON(v.s)
+	doc, err := parseJSON(v.Str())
 	if err != nil {
 		return nil, err
 	}
 	if doc.k != jArr {
 		return nil, nil
 	}
-	var out []Value
+	var out []model.Value
 	for i := range doc.arr {
 		el := &doc.arr[i]
 		switch el.k {
 		case jArr, jObj, jBool: // not SQLite values: the alpha drops them
 		case jNull:
-			out = append(out, Null())
+			out = append(out, model.Null())
 		case jStr:
-			out = append(out, Text(el.s))
+			out = append(out, model.Text(el.s))
 		case jNum:
 			out = append(out, jsNumberValue(el))
 		}
@@ -302,7 +304,7 @@ func (q *qscope) notOverMixed(n node) *sqlError {
 // expands. The alpha reads claims and subscription parameters as parsed,
 // so booleans in their arrays stay booleans (and jsonEachValues2 drops
 // them); connection parameters reach it with booleans as 1/0 already.
-func (s *reqState) arrayValue2(r streamReq, sub map[string]Value) Value {
+func (s *reqState) arrayValue2(r streamReq, sub map[string]model.Value) model.Value {
 	raw := ""
 	switch r.src {
 	case srcAuthParam:
@@ -320,18 +322,18 @@ func (s *reqState) arrayValue2(r streamReq, sub map[string]Value) Value {
 	if i < 0 || doc.vals[i].k != jArr {
 		return s.streamValue(r, sub)
 	}
-	return Text(string(appendJSONBig(nil, &doc.vals[i], true)))
+	return model.Text(string(appendJSONBig(nil, &doc.vals[i], true)))
 }
 
 // partValues2 is partValues for an edition-2 resolver, which has neither
 // lookups nor intersections: the alpha takes the partitions in order, a
 // NULL request value a NULL parameter, and stops at the first array
 // without elements, before the next is read (or fails).
-func (st *reqState) partValues2(parts []partition, sub map[string]Value) ([][]Value, bool, error) {
-	lists := make([][]Value, len(parts))
+func (st *reqState) partValues2(parts []partition, sub map[string]model.Value) ([][]model.Value, bool, error) {
+	lists := make([][]model.Value, len(parts))
 	for i, p := range parts {
 		if !p.array {
-			lists[i] = []Value{st.streamValue(p.req, sub)}
+			lists[i] = []model.Value{st.streamValue(p.req, sub)}
 			continue
 		}
 		elems, err := jsonEachValues2(st.arrayValue2(p.req, sub))

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // boundLookup is a stream lookup bound to its table.
@@ -39,8 +41,8 @@ func (r *Rules) bindStreams(bt *BoundTable, t tableRef, b *binder, columns []str
 		if lk.filter != nil {
 			bl.filter = lk.filter.bind(b)
 		}
-		bl.keyHead = append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
-		bl.keyHead = appendJSONString(bl.keyHead, strconv.Itoa(lk.index))
+		bl.keyHead = append(model.AppendJSONString(append([]byte(nil), '['), "lookup"), ',')
+		bl.keyHead = model.AppendJSONString(bl.keyHead, strconv.Itoa(lk.index))
 		bt.lookups = append(bt.lookups, bl)
 	}
 }
@@ -48,7 +50,7 @@ func (r *Rules) bindStreams(bt *BoundTable, t tableRef, b *binder, columns []str
 // evalLookups appends the stream lookup entries of a row: a row whose
 // filter does not hold, or with a NULL (or BLOB) key or output, stores
 // nothing, as PowerSync skips such rows.
-func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]LookupEntry, []byte) {
+func (e *Evaluator) evalLookups(row []model.Value, out []LookupEntry, buf []byte) ([]LookupEntry, []byte) {
 	for _, bl := range e.t.lookups {
 		if !bl.usable(row) {
 			continue
@@ -72,7 +74,7 @@ func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]L
 			if n > 0 {
 				buf = append(buf, ',')
 			}
-			buf = appendDataValue(append(appendJSONString(buf, strconv.Itoa(n)), ':'), row[i])
+			buf = appendDataValue(append(model.AppendJSONString(buf, strconv.Itoa(n)), ':'), row[i])
 		}
 		buf = append(buf, '}', ']')
 		out = append(out, LookupEntry{Key: buf[ks:rs:rs], Rows: buf[rs:len(buf):len(buf)]})
@@ -83,14 +85,14 @@ func (e *Evaluator) evalLookups(row []Value, out []LookupEntry, buf []byte) ([]L
 // usable reports whether a row makes an entry of the lookup: its columns
 // are there, keys and outputs neither NULL nor (outputs) BLOB, and its
 // filter holds (an error evaluating it does not).
-func (bl *boundLookup) usable(row []Value) bool {
+func (bl *boundLookup) usable(row []model.Value) bool {
 	for _, i := range bl.keyIdx {
 		if i < 0 || row[i].IsNull() {
 			return false
 		}
 	}
 	for _, i := range bl.outIdx {
-		if i < 0 || row[i].IsNull() || row[i].kind == KindBlob {
+		if i < 0 || row[i].IsNull() || row[i].Kind() == model.KindBlob {
 			return false
 		}
 	}
@@ -98,7 +100,7 @@ func (bl *boundLookup) usable(row []Value) bool {
 		return true
 	}
 	v, err := bl.filter.eval(&evalCtx{row: row})
-	return err == nil && v.truthy()
+	return err == nil && truthy(v)
 }
 
 // streamUse is how a Lookup of a stream turns stored rows into buckets:
@@ -106,7 +108,7 @@ func (bl *boundLookup) usable(row []Value) bool {
 // stored output fills.
 type streamUse struct {
 	def        *definition
-	vals       []Value // nil: the lookup makes no bucket (see request)
+	vals       []model.Value // nil: the lookup makes no bucket (see request)
 	holes      []hole
 	why        StreamReason
 	priority   int
@@ -164,7 +166,7 @@ func (r *Rules) requestStreams(plan *RequestPlan, st *reqState, sr *StreamsReque
 func filtersHold(fs []reqFilter, ctx *evalCtx) bool {
 	for _, f := range fs {
 		v, err := f.e.eval(ctx)
-		if err != nil || !v.truthy() {
+		if err != nil || !truthy(v) {
 			return false
 		}
 	}
@@ -176,8 +178,8 @@ func filtersHold(fs []reqFilter, ctx *evalCtx) bool {
 // The second result is their JSON as subscription.parameters() reads it
 // (JSONBig's re-serialization, as for request.parameters()), the third
 // the names of its booleans (see reqState.bools).
-func subscriptionParams(raw []byte) (map[string]Value, string, map[string]bool, error) {
-	out := map[string]Value{}
+func subscriptionParams(raw []byte) (map[string]model.Value, string, map[string]bool, error) {
+	out := map[string]model.Value{}
 	if len(raw) == 0 {
 		return out, "{}", nil, nil
 	}
@@ -193,7 +195,7 @@ func subscriptionParams(raw []byte) (map[string]Value, string, map[string]bool, 
 
 // request evaluates the stream's resolvers for one subscription (sub nil:
 // the default one).
-func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]Value, why StreamReason, priority int, overridden bool) {
+func (s *stream) request(plan *RequestPlan, st *reqState, sub map[string]model.Value, why StreamReason, priority int, overridden bool) {
 	st.sub = sub
 	defer func() { st.sub = nil }()
 	ctx := &evalCtx{req: st}
@@ -270,9 +272,9 @@ func resolverLookup(parts []partition) *lookupUse {
 // lookupKey is the key of a resolver's lookup for this request:
 // ["lookup","<n>",<key values>…]; nil when a key value is NULL (or
 // missing, or a BLOB): no lookup.
-func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
-	key := append(appendJSONString(append([]byte(nil), '['), "lookup"), ',')
-	key = appendJSONString(key, strconv.Itoa(lu.lk.index))
+func (st *reqState) lookupKey(lu *lookupUse, sub map[string]model.Value) []byte {
+	key := append(model.AppendJSONString(append([]byte(nil), '['), "lookup"), ',')
+	key = model.AppendJSONString(key, strconv.Itoa(lu.lk.index))
 	for _, k := range lu.keys {
 		v := st.streamValue(k.req, sub)
 		var ok bool
@@ -290,11 +292,11 @@ func (st *reqState) lookupKey(lu *lookupUse, sub map[string]Value) []byte {
 // where they must be equal, give no lists (no bucket, no error) — but
 // lookup: the variant's lookup is still queried, as PowerSync's lookup
 // stage comes before it instantiates the bucket.
-func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool) (lists [][]Value, lookup bool, err error) {
+func (st *reqState) partValues(parts []partition, sub map[string]model.Value, ed2 bool) (lists [][]model.Value, lookup bool, err error) {
 	if ed2 {
 		return st.partValues2(parts, sub)
 	}
-	lists = make([][]Value, len(parts))
+	lists = make([][]model.Value, len(parts))
 	empty := false
 	none := false // an intersection without values: no bucket
 	for i, p := range parts {
@@ -328,13 +330,13 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool
 		switch {
 		case p.array:
 		case p.lookup != nil:
-			lists[i] = []Value{Null()} // filled from the lookup's rows
+			lists[i] = []model.Value{model.Null()} // filled from the lookup's rows
 		default:
 			v := st.streamValue(p.req, sub)
-			if v.IsNull() || v.kind == KindBlob || !st.allEqual(p.req, v, p.also, sub) {
+			if v.IsNull() || v.Kind() == model.KindBlob || !st.allEqual(p.req, v, p.also, sub) {
 				return nil, true, nil
 			}
-			lists[i] = []Value{v}
+			lists[i] = []model.Value{v}
 		}
 	}
 	return lists, true, nil
@@ -342,12 +344,12 @@ func (st *reqState) partValues(parts []partition, sub map[string]Value, ed2 bool
 
 // product yields every combination of one value from each list (nothing
 // when a list is nil). The slice it yields is reused.
-func product(lists [][]Value) func(yield func([]Value) bool) {
-	return func(yield func([]Value) bool) {
+func product(lists [][]model.Value) func(yield func([]model.Value) bool) {
+	return func(yield func([]model.Value) bool) {
 		if lists == nil {
 			return
 		}
-		vals := make([]Value, len(lists))
+		vals := make([]model.Value, len(lists))
 		var walk func(i int) bool
 		walk = func(i int) bool {
 			if i == len(lists) {
@@ -370,16 +372,18 @@ func product(lists [][]Value) func(yield func([]Value) bool) {
 // elements, an object's values, a scalar itself; JSON null elements are
 // skipped, booleans are 1/0, nested arrays and objects are their JSON
 // text; a number is an error, as is TEXT that is not JSON.
-func jsonEachValues(v Value) ([]Value, error) {
-	switch v.kind {
-	case KindInteger, KindReal:
+func jsonEachValues(v model.Value) ([]model.Value, error) {
+	switch v.Kind() {
+	case model.KindInteger, model.KindReal:
+		//lint:ignore ST1005 PowerSync's message, word for word: clients show it, and TestReferenceStreams compares it
 		return nil, fmt.Errorf("Expected json_each to be called with a string, got %s", textOf(v))
-	case KindText:
+	case model.KindText:
 	default:
 		return nil, nil
 	}
-	doc, err := parseJSON(v.s)
+	doc, err := parseJSON(v.Str())
 	if err != nil {
+		//lint:ignore ST1005 PowerSync's message, word for word: clients show it, and TestReferenceStreams compares it
 		return nil, errors.New("Expected JSON string")
 	}
 	var items []jval
@@ -393,19 +397,19 @@ func jsonEachValues(v Value) ([]Value, error) {
 	default:
 		items = []jval{doc}
 	}
-	var out []Value
+	var out []model.Value
 	for i := range items {
 		el := &items[i]
 		switch el.k {
 		case jNull:
 		case jBool:
-			out = append(out, Bool(el.b))
+			out = append(out, model.Bool(el.b))
 		case jStr:
-			out = append(out, Text(el.s))
+			out = append(out, model.Text(el.s))
 		case jNum:
 			out = append(out, jsNumberValue(el))
 		default:
-			out = append(out, Text(string(appendJSONBigOpt(nil, el, true, true))))
+			out = append(out, model.Text(string(appendJSONBigOpt(nil, el, true, true))))
 		}
 	}
 	return out, nil
@@ -414,7 +418,7 @@ func jsonEachValues(v Value) ([]Value, error) {
 // allEqual reports whether every request value in also equals v, the
 // value of r, as a bucket parameter and as JSON: a boolean equals only a
 // boolean.
-func (s *reqState) allEqual(r streamReq, v Value, also []streamReq, sub map[string]Value) bool {
+func (s *reqState) allEqual(r streamReq, v model.Value, also []streamReq, sub map[string]model.Value) bool {
 	if len(also) == 0 {
 		return true
 	}
@@ -438,8 +442,8 @@ func (s *reqState) isBool(r streamReq) bool {
 
 // streamValue is a stream request value for this request and
 // subscription: NULL when absent.
-func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
-	var v Value
+func (s *reqState) streamValue(r streamReq, sub map[string]model.Value) model.Value {
+	var v model.Value
 	var ok bool
 	switch r.src {
 	case srcAuthUserID:
@@ -451,14 +455,14 @@ func (s *reqState) streamValue(r streamReq, sub map[string]Value) Value {
 	case srcSubParam:
 		v, ok = sub[r.key]
 	case srcAuthParams:
-		return Text(s.rawClaims)
+		return model.Text(s.rawClaims)
 	case srcConnParams:
-		return Text(s.rawParams)
+		return model.Text(s.rawParams)
 	case srcSubParams:
-		return Text(s.subRaw)
+		return model.Text(s.subRaw)
 	}
 	if !ok {
-		return Null()
+		return model.Null()
 	}
 	return v
 }

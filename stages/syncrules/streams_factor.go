@@ -1,6 +1,10 @@
 package syncrules
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/syncpipe/syncpipe/model"
+)
 
 // The factors of a stream query's WHERE: what each AND-ed condition of an
 // OR-ed term is — a row condition, a partition (column = request value),
@@ -176,10 +180,10 @@ func requestValue(n node) (streamReq, bool) {
 	key := ""
 	if len(c.args) == 1 {
 		lit, ok := c.args[0].(*litNode)
-		if !ok || lit.v.kind != KindText {
+		if !ok || lit.v.Kind() != model.KindText {
 			return streamReq{}, false
 		}
-		key = lit.v.s
+		key = lit.v.Str()
 	}
 	switch {
 	case c.schema == "auth" && c.name == "user_id" && len(c.args) == 0:

@@ -3,6 +3,8 @@ package syncrules
 import (
 	"slices"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // A column compared with a request array and with other request values in
@@ -55,14 +57,14 @@ func interText(ms []member) string {
 // values, or stop when one of its arrays is NULL, missing or empty (which
 // stops the whole term, as an empty table-valued stage does in
 // PowerSync), or an error when one is not an array.
-func (st *reqState) intersection(p partition, sub map[string]Value) (vals []Value, vkeys []string, stop bool, err error) {
-	lists := make([][]Value, len(p.inter))
+func (st *reqState) intersection(p partition, sub map[string]model.Value) (vals []model.Value, vkeys []string, stop bool, err error) {
+	lists := make([][]model.Value, len(p.inter))
 	keys := make([][]string, len(p.inter))
 	for i, m := range p.inter {
 		v := st.streamValue(m.req, sub)
 		if !m.array {
-			if !v.IsNull() && v.kind != KindBlob {
-				lists[i] = []Value{v}
+			if !v.IsNull() && v.Kind() != model.KindBlob {
+				lists[i] = []model.Value{v}
 				keys[i] = []string{interKey(v, st.isBool(m.req))}
 			}
 			continue
@@ -130,7 +132,7 @@ func lookupInter(a, p partition) (partition, *sqlError) {
 // interKey is a value's identity in an intersection, as a JavaScript
 // Map tells PowerSync's values apart: a boolean is a BigInt (1n, 0n),
 // every other number of a request a Number, so true equals no number.
-func interKey(v Value, isBool bool) string {
+func interKey(v model.Value, isBool bool) string {
 	b, _ := appendParamValue(nil, v)
 	if isBool {
 		return "n" + string(b)
@@ -142,15 +144,15 @@ func interKey(v Value, isBool bool) string {
 // intersection: PowerSync reads a stored INTEGER as a BigInt, which
 // equals a request boolean but no request number and no stored REAL,
 // however equal in value.
-func storedKey(v Value) string {
-	return interKey(v, v.kind == KindInteger)
+func storedKey(v model.Value) string {
+	return interKey(v, v.Kind() == model.KindInteger)
 }
 
 // reqKey is the key of request value r in an intersection; "" (equal to
 // nothing) when it is NULL or a BLOB.
-func (st *reqState) reqKey(r streamReq, sub map[string]Value) string {
+func (st *reqState) reqKey(r streamReq, sub map[string]model.Value) string {
 	v := st.streamValue(r, sub)
-	if v.IsNull() || v.kind == KindBlob {
+	if v.IsNull() || v.Kind() == model.KindBlob {
 		return ""
 	}
 	return interKey(v, st.isBool(r))
@@ -180,7 +182,7 @@ func inAll(k string, lists [][]string) bool {
 // a nested array or object of the claims, connection or subscription
 // parameters is v with booleans written as 1/0 (fillParams), but
 // PowerSync still tells them from numbers when it intersects.
-func (st *reqState) nestedJSON(r streamReq, v Value) string {
+func (st *reqState) nestedJSON(r streamReq, v model.Value) string {
 	var doc jval
 	switch r.src {
 	case srcAuthParam:
@@ -190,12 +192,12 @@ func (st *reqState) nestedJSON(r streamReq, v Value) string {
 	case srcSubParam:
 		doc, _ = parseJSON(st.subRaw)
 	default:
-		return v.s
+		return v.Str()
 	}
 	if i := doc.index(r.key); i >= 0 && (doc.vals[i].k == jArr || doc.vals[i].k == jObj) {
 		return string(appendJSONBig(nil, &doc.vals[i], true))
 	}
-	return v.s
+	return v.Str()
 }
 
 // jsonEachBools marks which of the values jsonEachValues returns for the

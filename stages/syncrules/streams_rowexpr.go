@@ -3,6 +3,8 @@ package syncrules
 import (
 	"fmt"
 	"strings"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Partitions whose row side is more than a plain column:
@@ -154,21 +156,21 @@ func rowExprBinary(n *binaryNode, outer int, walk func(node, int) (string, *sqlE
 // rowExprLiteral prints a literal: integers in decimal, reals as
 // JavaScript prints them (an integral one with ".0"), text quoted.
 func rowExprLiteral(n *litNode) (string, *sqlError) {
-	switch n.v.kind {
-	case KindInteger:
+	switch n.v.Kind() {
+	case model.KindInteger:
 		if n.raw != "" && strings.ToUpper(n.raw) != n.raw {
 			break // TRUE, FALSE: not printed as written
 		}
 		return n.v.String(), nil
-	case KindReal:
-		s := string(appendJSNumber(nil, n.v.Float64()))
+	case model.KindReal:
+		s := string(model.AppendJSNumber(nil, n.v.Float64()))
 		if !strings.ContainsAny(s, ".e") {
 			s += ".0"
 		}
 		return s, nil
-	case KindText:
-		return "'" + strings.ReplaceAll(n.v.s, "'", "''") + "'", nil
-	case KindNull:
+	case model.KindText:
+		return "'" + strings.ReplaceAll(n.v.Str(), "'", "''") + "'", nil
+	case model.KindNull:
 		return "NULL", nil
 	}
 	return "", rowExprRefusal(n)
@@ -225,7 +227,7 @@ func (m *mParamEach) filter(c *evalCtx, a *setArena) (int, int, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	if v.kind == KindBlob {
+	if v.Kind() == model.KindBlob {
 		return 0, 0, fmt.Errorf("json_each: %w", errNotArray)
 	}
 	vs, err := jsonEachValues(v)

@@ -3,6 +3,8 @@ package syncrules
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // StagedLookup is a stream resolver whose buckets come from several
@@ -19,8 +21,8 @@ type StagedLookup struct {
 	// allowed are, per partition, the values (interKey) an intersection
 	// with arrays leaves its lookup outputs; nil: any.
 	allowed []map[string]bool
-	valsets [][]Value  // the partition values; a lookup's to fill (none: queried for no bucket)
-	lookups []stagedLU // deepest stage first
+	valsets [][]model.Value // the partition values; a lookup's to fill (none: queried for no bucket)
+	lookups []stagedLU      // deepest stage first
 	stages  int
 }
 
@@ -28,12 +30,12 @@ type StagedLookup struct {
 type stagedLU struct {
 	lu    *lookupUse
 	stage int
-	vals  []Value // the request values of its keys (from keys: unused)
+	vals  []model.Value // the request values of its keys (from keys: unused)
 }
 
 // newStaged plans the lookups of a resolver with several (or nested)
 // lookups for one request; valsets are its partition values (partValues).
-func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub map[string]Value) *StagedLookup {
+func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]model.Value, sub map[string]model.Value) *StagedLookup {
 	s := &StagedLookup{use: u, parts: rv.parts, valsets: valsets}
 	seen := map[*lookupUse]bool{}
 	var all []*lookupUse
@@ -66,7 +68,7 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 	for _, lu := range all {
 		l := stagedLU{lu: lu, stage: s.stages - lu.depth}
 		for _, k := range lu.keys {
-			v := Null()
+			v := model.Null()
 			if k.from == nil {
 				v = st.streamValue(k.req, sub)
 			}
@@ -80,7 +82,7 @@ func (st *reqState) newStaged(rv *resolver, u streamUse, valsets [][]Value, sub 
 // outputChecks are what a lookup output filling partition p must match:
 // the keys of the request values it must equal, or the values an
 // intersection with arrays (which covers those) allows.
-func (st *reqState) outputChecks(p partition, sub map[string]Value) (equals []string, allowed map[string]bool) {
+func (st *reqState) outputChecks(p partition, sub map[string]model.Value) (equals []string, allowed map[string]bool) {
 	if p.inter == nil {
 		for _, r := range p.also {
 			equals = append(equals, st.reqKey(r, sub))
@@ -178,10 +180,10 @@ func (p *RequestPlan) ResolveStaged(query func(keys [][]byte) ([][][]byte, error
 // key values, each once; none when a request value is NULL (or a BLOB) or
 // an inner lookup gave no value.
 func (r *stagedRun) keysOf(l *stagedLU) [][]byte {
-	lists := make([][]Value, len(l.lu.keys))
+	lists := make([][]model.Value, len(l.lu.keys))
 	for i, k := range l.lu.keys {
 		if k.from == nil {
-			lists[i] = []Value{l.vals[i]}
+			lists[i] = []model.Value{l.vals[i]}
 			continue
 		}
 		for _, obj := range r.rows[k.from] {
@@ -190,7 +192,7 @@ func (r *stagedRun) keysOf(l *stagedLU) [][]byte {
 			}
 		}
 	}
-	head := appendJSONString(append(appendJSONString([]byte{'['}, "lookup"), ','), strconv.Itoa(l.lu.lk.index))
+	head := model.AppendJSONString(append(model.AppendJSONString([]byte{'['}, "lookup"), ','), strconv.Itoa(l.lu.lk.index))
 	seen := map[string]bool{}
 	var out [][]byte
 	for vals := range product(lists) {
@@ -244,7 +246,7 @@ func (r *stagedRun) buckets(dst []BucketRef) []BucketRef {
 	}
 	cur := map[*lookupUse]*jval{} // the row of each root lookup
 	for _, vs := range s.valsets {
-		vals := append([]Value(nil), vs...)
+		vals := append([]model.Value(nil), vs...)
 		var walk func(i int)
 		walk = func(i int) {
 			if i == len(roots) {
@@ -267,7 +269,7 @@ func (r *stagedRun) buckets(dst []BucketRef) []BucketRef {
 
 // agree reports whether the rows picked of the lookups a partition is
 // also compared with (partition.ands) give its value.
-func (s *StagedLookup) agree(vals []Value, cur map[*lookupUse]*jval) bool {
+func (s *StagedLookup) agree(vals []model.Value, cur map[*lookupUse]*jval) bool {
 	for i, p := range s.parts {
 		want := storedKey(vals[i])
 		for _, a := range p.ands {
@@ -289,7 +291,7 @@ func (s *StagedLookup) agree(vals []Value, cur map[*lookupUse]*jval) bool {
 
 // fill puts a stored row of lookup lu into the partitions it gives;
 // false when an output is missing or differs from a value it must equal.
-func (s *StagedLookup) fill(vals []Value, lu *lookupUse, obj *jval) bool {
+func (s *StagedLookup) fill(vals []model.Value, lu *lookupUse, obj *jval) bool {
 	for i, p := range s.parts {
 		if p.lookup != lu {
 			continue
@@ -309,7 +311,7 @@ func (s *StagedLookup) fill(vals []Value, lu *lookupUse, obj *jval) bool {
 
 // appendBucket appends the bucket of one set of parameter values (none
 // when one is NULL).
-func (s *StagedLookup) appendBucket(dst []BucketRef, vals []Value) []BucketRef {
+func (s *StagedLookup) appendBucket(dst []BucketRef, vals []model.Value) []BucketRef {
 	u := &s.use
 	b := append([]byte(u.def.prefix), '[')
 	for k, v := range vals {
@@ -327,10 +329,10 @@ func (s *StagedLookup) appendBucket(dst []BucketRef, vals []Value) []BucketRef {
 
 // valueSets lists the combinations of partition values (product), each
 // its own slice.
-func valueSets(lists [][]Value) [][]Value {
-	var out [][]Value
+func valueSets(lists [][]model.Value) [][]model.Value {
+	var out [][]model.Value
 	for vals := range product(lists) {
-		out = append(out, append([]Value(nil), vals...))
+		out = append(out, append([]model.Value(nil), vals...))
 	}
 	return out
 }

@@ -399,7 +399,7 @@ func nodeText(sql string, n node) string {
 	case nil:
 		return ""
 	case *litNode:
-		return fmt.Sprintf("%d:%s", n.v.kind, n.v.String())
+		return fmt.Sprintf("%d:%s", n.v.Kind(), n.v.String())
 	case *refNode:
 		return n.name
 	case *callNode:
