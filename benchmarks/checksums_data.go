@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
@@ -94,15 +95,15 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 func (d *p5Data) close() { d.w.Close() }
 
 // change evaluates one source row (values in column order, id first).
-func (d *p5Data) change(table string, vals ...string) (stages.Change, error) {
+func (d *p5Data) change(table string, vals ...string) (model.Change, error) {
 	b := d.tables[table]
-	row := make([]syncrules.Value, len(vals))
+	row := make([]model.Value, len(vals))
 	for i, v := range vals {
-		row[i] = syncrules.Text(v)
+		row[i] = model.Text(v)
 	}
 	cs, err := b.Upsert(row, nil)
 	if err != nil {
-		return stages.Change{}, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
+		return model.Change{}, fmt.Errorf("evaluate %s row %s: %w", table, vals[0], err)
 	}
 	return cs[0], nil
 }
@@ -145,7 +146,7 @@ func (d *p5Data) rowsTotal() int {
 // snapshot would, and returns the highest op id.
 func (d *p5Data) load(ctx context.Context) (int64, error) {
 	var last int64
-	var batch []stages.Change
+	var batch []model.Change
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -197,7 +198,7 @@ func (d *p5Data) update(ctx context.Context, tick, todos int) (int64, int, error
 	if err != nil {
 		return 0, 0, err
 	}
-	cs := []stages.Change{c}
+	cs := []model.Change{c}
 	changed := map[string]bool{d.global(): true}
 	for k := range todos {
 		u, l := (tick*31+k*17)%d.users(), (tick*13+k*7)%d.opt.ListsPerUser

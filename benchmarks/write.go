@@ -17,8 +17,8 @@ import (
 
 	"github.com/syncpipe/syncpipe/internal/pgcluster"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -128,24 +128,24 @@ func reset(ctx context.Context, pool *pgxpool.Pool) error {
 // evaluatedTodos builds what the eval and op-build stages produce for
 // todos under global + by_list: each row in its list's bucket and the
 // global bucket, with JSON data and PUT checksums.
-func evaluatedTodos(table *stages.Table, n, lists, batchRows int) [][]stages.Change {
+func evaluatedTodos(table *model.Table, n, lists, batchRows int) [][]model.Change {
 	g := todos.NewGenerator(todos.Size{Lists: lists, Todos: n, Seed: 42})
 	listIDs := g.ListIDs()
 	buckets := make([]string, lists)
 	for i, id := range listIDs {
 		buckets[i] = `1#by_list["` + id.String() + `"]`
 	}
-	var out [][]stages.Change
-	var batch []stages.Change
+	var out [][]model.Change
+	var batch []model.Change
 	for i := range n {
 		id := uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "todo-%d", i)).String()
 		li := i % lists
 		data := fmt.Appendf(nil, `{"id":"%s","list_id":"%s","description":"%s","completed":%d,"created_at":"2026-01-01 09:%02d:%02d.123456Z"}`,
 			id, listIDs[li], strings.ReplaceAll(g.Description(i), `"`, `'`), i%2, i/60%60, i%60)
 		sum := checksum.Put("todos", id, data)
-		batch = append(batch, stages.Change{Table: table, Kind: stages.Upsert,
+		batch = append(batch, model.Change{Table: table, Kind: model.Upsert,
 			Key: uuid.NewSHA1(uuid.NameSpaceURL, []byte(id)),
-			Puts: []stages.Put{
+			Puts: []model.Put{
 				{Bucket: buckets[li], ObjectType: "todos", ObjectID: id, Data: data, Checksum: sum},
 				{Bucket: "1#global[]", ObjectType: "todos", ObjectID: id, Data: data, Checksum: sum},
 			}})
@@ -206,7 +206,7 @@ func parallel(ctx context.Context, n, batches int, setup func(worker int) (func(
 	return total, firstErr
 }
 
-func writeStore(ctx context.Context, store *bucketstore.Store, batches [][]stages.Change, n, group int) (Sample, error) {
+func writeStore(ctx context.Context, store *bucketstore.Store, batches [][]model.Change, n, group int) (Sample, error) {
 	return parallel(ctx, n, len(batches), func(int) (func(int) (Sample, error), func(), error) {
 		w, err := store.NewWriter(ctx, group)
 		if err != nil {
@@ -236,7 +236,7 @@ const (
 // streams (batchRows current rows and their ops each), so the raw ceiling
 // replays the very same bytes with no client-side work at all, and counts
 // each batch's op data as writers do.
-func dumpRaw(ctx context.Context, pool *pgxpool.Pool, batches [][]stages.Change) ([]rawBatch, error) {
+func dumpRaw(ctx context.Context, pool *pgxpool.Pool, batches [][]model.Change) ([]rawBatch, error) {
 	out, err := dumpStored(ctx, pool, len(batches[0]))
 	if err != nil {
 		return nil, err

@@ -82,6 +82,16 @@ func validUTF8[S ~string | ~[]byte](s S) bool {
 	return false
 }
 
+// AppendJSONNumber appends f as JSON.stringify writes a number: as
+// AppendJSNumber, except that NaN and ±Infinity become null. Bucket ids and
+// array columns use it (so REAL 1.0 and INTEGER 1 give the same text).
+func AppendJSONNumber(dst []byte, f float64) []byte {
+	if f != f || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	return AppendJSNumber(dst, f)
+}
+
 // AppendJSNumber appends f as JavaScript's Number.prototype.toString
 // prints it (1 → "1", 1e21 → "1e+21", NaN → "NaN"): shortest round-trip
 // digits, plain notation for exponents in [-7, 21), otherwise d.ddde±x.

@@ -110,5 +110,14 @@ func TestAppendJSNumber(t *testing.T) {
 		if got := string(AppendJSNumber(nil, c.f)); got != c.want {
 			t.Errorf("toString(%v) = %s, want %s", c.f, got, c.want)
 		}
+		// JSON.stringify writes what toString does, but null for what
+		// JSON cannot hold.
+		want := c.want
+		if math.IsNaN(c.f) || math.IsInf(c.f, 0) {
+			want = "null"
+		}
+		if got := string(AppendJSONNumber(nil, c.f)); got != want {
+			t.Errorf("JSON.stringify(%v) = %s, want %s", c.f, got, want)
+		}
 	}
 }

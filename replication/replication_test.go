@@ -15,10 +15,10 @@ import (
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -278,7 +278,7 @@ func (s slowSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.WriterFunc[stages.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
+	return pipeline.WriterFunc[model.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
 		select {
 		case <-time.After(s.delay):
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -99,7 +100,7 @@ func (s timeoutSink) Writer(ctx context.Context, i int) (sinks.Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.WriterFunc[stages.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
+	return pipeline.WriterFunc[model.Change, sinks.Position](func(ctx context.Context, b sinks.Batch) error {
 		if s.yield != nil {
 			if err := s.yield(ctx); err != nil {
 				return err
@@ -215,7 +216,7 @@ type group struct {
 func (g *group) timeStyle() postgres.TimeStyle { return timeStyle(g.rules) }
 
 // spec binds the group's rules to a table's columns (see rulesBinder).
-func (g *group) spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error) {
+func (g *group) spec(t *model.Table, columns, identity []string) (*stages.TableSpec, error) {
 	return stages.NewTableSpec(t, g.rules, columns, identity)
 }
 
@@ -586,7 +587,7 @@ func identityNames(info postgres.TableInfo) []string {
 // tableSpec binds the rules to a discovered table and marks its TOASTable
 // columns, whose values big rows then keep in storage for merging updates
 // that omit them.
-func tableSpec(t *stages.Table, rules *syncrules.Rules, info postgres.TableInfo) (*stages.TableSpec, error) {
+func tableSpec(t *model.Table, rules *syncrules.Rules, info postgres.TableInfo) (*stages.TableSpec, error) {
 	cols := make([]string, len(info.Columns))
 	var toast []int
 	for i, c := range info.Columns {

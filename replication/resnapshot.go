@@ -10,12 +10,12 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // Schema changes (see doc.go): a table whose shape differs from the one
@@ -62,7 +62,7 @@ func (s *streamer) reshape(ctx context.Context, ts *tableState, sh shape, oid ui
 	replaced := oid != ts.oid
 	rekeyed := !slices.Equal(identity, ts.shape.identity())
 	if rekeyed || replaced {
-		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
+		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: model.Truncate}})
 	}
 	b.Progress.Tables = append(b.Progress.Tables, bucketstore.TableUpdate{ID: ts.t.stored.ID, Shape: sh.marshal(),
 		ReplicaIDColumns: identity, RelationID: oid, Resnapshot: &bucketstore.ResnapshotProgress{}})
@@ -128,7 +128,7 @@ func (s *streamer) resnapChunk(ctx context.Context) error {
 	}
 	b := s.open()
 	for _, row := range chunk.Rows {
-		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Upsert, Row: ts.layout.fromCatalogRow(row)}})
+		b.Items = append(b.Items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: model.Upsert, Row: ts.layout.fromCatalogRow(row)}})
 	}
 	rs.rows += int64(len(chunk.Rows))
 	prog := &bucketstore.ResnapshotProgress{LastKey: rs.reader.Position(), Rows: rs.rows, Done: done || chunk.Final}
@@ -161,8 +161,8 @@ func (rs *resnap) close() {
 
 // fromCatalogRow maps a row in catalog column order (a re-read) onto the
 // layout's columns.
-func (l *layout) fromCatalogRow(row []syncrules.Value) []syncrules.Value {
-	out := make([]syncrules.Value, len(l.spec.Columns))
+func (l *layout) fromCatalogRow(row []model.Value) []model.Value {
+	out := make([]model.Value, len(l.spec.Columns))
 	for i, j := range l.fromCatalog {
 		if j >= 0 && i < len(row) {
 			out[j] = row[i]

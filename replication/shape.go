@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
@@ -98,7 +99,7 @@ type layout struct {
 // newLayout binds rules to table t with shape sh, taking decoding details
 // (array element types, domains, TOAST) from the catalog's info where the
 // catalog agrees on a column's type.
-func newLayout(t *stages.Table, r rulesBinder, sh shape, info postgres.TableInfo) (*layout, error) {
+func newLayout(t *model.Table, r rulesBinder, sh shape, info postgres.TableInfo) (*layout, error) {
 	l := &layout{}
 	var names []string
 	var toast []int
@@ -134,7 +135,7 @@ func newLayout(t *stages.Table, r rulesBinder, sh shape, info postgres.TableInfo
 
 // rulesBinder makes table specs; the group's rules implement it.
 type rulesBinder interface {
-	spec(t *stages.Table, columns, identity []string) (*stages.TableSpec, error)
+	spec(t *model.Table, columns, identity []string) (*stages.TableSpec, error)
 	// timeStyle is how the rules render temporal values.
 	timeStyle() postgres.TimeStyle
 }

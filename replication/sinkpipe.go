@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -71,7 +72,7 @@ type SinkRunner struct {
 // sinkTable is one replicated table of a sink pipeline.
 type sinkTable struct {
 	info postgres.TableInfo
-	t    stages.Table
+	t    model.Table
 	spec *stages.TableSpec
 }
 
@@ -355,7 +356,7 @@ func (r *SinkRunner) loadTables(ctx context.Context, conn *pgx.Conn) error {
 	defer r.mu.Unlock()
 	r.tables = map[string]*sinkTable{}
 	for _, info := range infos {
-		st := &sinkTable{info: info, t: stages.Table{ID: info.Schema + "." + info.Name, GroupID: r.state.Version, Schema: info.Schema, Name: info.Name}}
+		st := &sinkTable{info: info, t: model.Table{ID: info.Schema + "." + info.Name, GroupID: r.state.Version, Schema: info.Schema, Name: info.Name}}
 		if st.spec, err = tableSpec(&st.t, r.rules, info); err != nil {
 			return err
 		}

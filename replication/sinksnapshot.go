@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sourcegraph/conc/pool"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sources/postgres"
@@ -150,6 +151,6 @@ func (r *SinkRunner) evalWorkers() int {
 }
 
 // rowError logs a row whose sync rules failed for some query.
-func (r *SinkRunner) rowError(t *stages.Table, err error) {
+func (r *SinkRunner) rowError(t *model.Table, err error) {
 	r.log.Warn("sync rules failed on a row", "table", t.String(), "err", err)
 }

@@ -9,12 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // stream applies the pipeline's slot to the sink until ctx ends:
@@ -146,7 +146,7 @@ type fillConns struct {
 // from it. A row deleted since keeps NULLs: its DELETE follows.
 func (f *fillConns) fill(int) postgres.FillFunc {
 	var conn *pgx.Conn
-	return func(ctx context.Context, t *postgres.StreamTable, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
+	return func(ctx context.Context, t *postgres.StreamTable, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error) {
 		st := f.r.table(t.Spec.Table.ID)
 		if st == nil {
 			return row, nil

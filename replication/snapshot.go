@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -218,7 +219,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 
 // rowError logs a row whose sync rules failed for some query: the row is
 // written for the queries that succeeded.
-func (r *Replicator) rowError(t *stages.Table, err error) {
+func (r *Replicator) rowError(t *model.Table, err error) {
 	r.log.Warn("sync rules failed on a row", "table", t.String(), "err", err)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -199,7 +200,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// the batch's seq: stages carry items, not side data.
 	var prepared sync.Map // seq → *bucketstore.Prepared
 	probed := pipeline.Process(built, pipeline.StageConfig{Name: bucketstore.StageProbe},
-		func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) (pipeline.Batch[stages.Change, streamPos], error) {
+		func(ctx context.Context, b pipeline.Batch[model.Change, streamPos]) (pipeline.Batch[model.Change, streamPos], error) {
 			ctx, cancel := r.storageCtx(ctx)
 			defer cancel()
 			prep, err := w.Prepare(ctx, b.Items)
@@ -209,7 +210,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 			return b, err
 		})
 	storedInTxn := s.skip.TxnLSN != 0 // the stored position is inside a source transaction
-	write := pipeline.WriterFunc[stages.Change, streamPos](func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
+	write := pipeline.WriterFunc[model.Change, streamPos](func(ctx context.Context, b pipeline.Batch[model.Change, streamPos]) error {
 		p := b.Progress.StreamProgress
 		if len(b.Items) == 0 && len(p.Tables) == 0 && p.TxnLSN == 0 && !storedInTxn {
 			// A position only: the commit records it (an idle stream's
@@ -228,8 +229,8 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		}
 		return err
 	})
-	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[stages.Change, streamPos]{write})
-	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[stages.Change, streamPos]) error {
+	flushed := pipeline.Flush(probed, pipeline.StageConfig{Name: sinks.StageFlush}, []pipeline.Writer[model.Change, streamPos]{write})
+	pipeline.Commit(flushed, pipeline.StageConfig{Name: sinks.StageCommit}, func(ctx context.Context, b pipeline.Batch[model.Change, streamPos]) error {
 		s.toast.committed(b.Progress.seq)
 		if b.Progress.TxnLSN != 0 {
 			return nil // inside a source transaction: nothing to publish

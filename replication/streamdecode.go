@@ -5,13 +5,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // rawItem is one item of the bucketstore stream between its read and
@@ -45,7 +45,7 @@ func (d *streamDecoder) close() {
 	}
 }
 
-func (d *streamDecoder) replicaID(lay *layout, row []syncrules.Value) [16]byte {
+func (d *streamDecoder) replicaID(lay *layout, row []model.Value) [16]byte {
 	return stages.ReplicaID(&d.rk, lay.spec, row)
 }
 
@@ -59,7 +59,7 @@ func (d *streamDecoder) decode(ctx context.Context, b streamBatch) (pipeline.Bat
 	for i := range b.Items {
 		it := &b.Items[i]
 		if it.c == nil {
-			if rc := &it.rc; rc.Kind == stages.Upsert {
+			if rc := &it.rc; rc.Kind == model.Upsert {
 				rc.Key, rc.RowData, rc.Derived = d.replicaID(it.lay, rc.Row), stages.RowDataFor(rc.Spec, rc.Row), true
 				d.toast.remember(rc.Spec, rc.Key, rc.RowData, seq)
 			}
@@ -83,7 +83,7 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 		if err != nil {
 			return rc, err
 		}
-		rc.Kind, rc.Row = stages.Delete, row
+		rc.Kind, rc.Row = model.Delete, row
 		rc.Key, rc.Derived = d.replicaID(lay, row), true
 		d.toast.remember(lay.spec, rc.Key, nil, seq)
 		return rc, nil
@@ -92,7 +92,7 @@ func (d *streamDecoder) rowChange(ctx context.Context, lay *layout, c *logrepl.C
 	if err != nil {
 		return rc, err
 	}
-	rc.Kind = stages.Upsert
+	rc.Kind = model.Upsert
 	key := d.replicaID(lay, row)
 	prev := key
 	if c.Kind == logrepl.Update && c.OldKind != logrepl.OldNone {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
@@ -266,7 +267,7 @@ func (s *streamer) change(ctx context.Context, c *logrepl.Change, txn *logrepl.T
 				return err
 			}
 			if ts != nil {
-				items = append(items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: stages.Truncate}})
+				items = append(items, rawItem{lay: ts.layout, rc: stages.RowChange{Spec: ts.layout.spec, Kind: model.Truncate}})
 			}
 		}
 		if len(items) == 0 {

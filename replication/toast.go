@@ -5,17 +5,17 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 	"github.com/syncpipe/syncpipe/sources/postgres"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // An UPDATE that leaves an out-of-line (TOASTed) value unchanged does not
 // carry it in pgoutput. The value is merged from the row's previous state:
 // big rows of tables with TOASTable columns keep those values in storage
-// (stages.Change.RowData → current_data.data), so the merge reads what the
+// (model.Change.RowData → current_data.data), so the merge reads what the
 // stream itself last wrote for the row — the state at the previous change,
 // exactly what the UPDATE left unchanged.
 //
@@ -158,7 +158,7 @@ func hasUnchanged(tup logrepl.Tuple) bool {
 
 // mergeToast fills the missing (unchanged TOAST) columns of row from the
 // previous state of the row stored under prevKey.
-func (d *streamDecoder) mergeToast(ctx context.Context, lay *layout, prevKey [16]byte, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error) {
+func (d *streamDecoder) mergeToast(ctx context.Context, lay *layout, prevKey [16]byte, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error) {
 	ref := bucketstore.RowRef{Table: lay.spec.Table.ID, Key: prevKey}
 	p, pending := d.toast.pendingRow(ref)
 	data := p.data
@@ -190,7 +190,7 @@ func (d *streamDecoder) mergeToast(ctx context.Context, lay *layout, prevKey [16
 // refetch fills unchanged TOAST values by reading the row from the source:
 // the fallback for rows stored without their values. The row is read in
 // the catalog's columns and mapped onto the layout's.
-func (d *streamDecoder) refetch(ctx context.Context, lay *layout, tup logrepl.Tuple, row []syncrules.Value) ([]syncrules.Value, error) {
+func (d *streamDecoder) refetch(ctx context.Context, lay *layout, tup logrepl.Tuple, row []model.Value) ([]model.Value, error) {
 	info := lay.info
 	key := make([]string, len(info.KeyColumns))
 	for n, k := range info.KeyColumns {

@@ -6,9 +6,9 @@ import (
 	"sync/atomic"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // countSink is a custom sink that only counts what it receives. A real sink
@@ -34,9 +34,9 @@ func newCountSink(_ context.Context, settings *sinks.Settings, _ sinks.Env) (sin
 }
 
 func (s *countSink) Writer(context.Context, int) (sinks.Writer, error) {
-	return pipeline.WriterFunc[stages.Change, sinks.Position](func(_ context.Context, b sinks.Batch) error {
+	return pipeline.WriterFunc[model.Change, sinks.Position](func(_ context.Context, b sinks.Batch) error {
 		for _, c := range b.Items {
-			if c.Kind == stages.Delete {
+			if c.Kind == model.Delete {
 				s.deletes.Add(1)
 			} else {
 				s.upserts.Add(1)
@@ -74,17 +74,17 @@ func init() {
 
 // changes is a tiny in-memory source: three stream batches, each ending at
 // a transaction's LSN. A real source reads Postgres.
-func changes() pipeline.Source[stages.Change, sinks.Position] {
-	todos := &stages.Table{Schema: "public", Name: "todos"}
-	batches := [][]stages.ChangeKind{{stages.Upsert, stages.Upsert}, {stages.Delete}, {stages.Upsert, stages.Delete}}
+func changes() pipeline.Source[model.Change, sinks.Position] {
+	todos := &model.Table{Schema: "public", Name: "todos"}
+	batches := [][]model.ChangeKind{{model.Upsert, model.Upsert}, {model.Delete}, {model.Upsert, model.Delete}}
 	next := 0
-	return pipeline.SourceFunc[stages.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
+	return pipeline.SourceFunc[model.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
 		if next == len(batches) {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
-		var items []stages.Change
+		var items []model.Change
 		for _, k := range batches[next] {
-			items = append(items, stages.Change{Table: todos, Kind: k})
+			items = append(items, model.Change{Table: todos, Kind: k})
 		}
 		next++
 		return sinks.Batch{Rows: len(items), Items: items, Progress: sinks.Position{LSN: uint64(1000 * next)}}, nil

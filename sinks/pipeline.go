@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // Stage names used by NewPipeline and FlushAndCommit; they appear in stage
@@ -28,7 +28,7 @@ const (
 // are used, so a resolved pipeline's Stages (config.EffectivePipelines) can
 // be passed as is. ctx bounds the creation of the writers; the returned
 // pipeline is started with Run, once, and does not close the sink.
-func NewPipeline(ctx context.Context, name string, src pipeline.Source[stages.Change, Position], sink Sink, st config.Stages) (*pipeline.Pipeline[Position], error) {
+func NewPipeline(ctx context.Context, name string, src pipeline.Source[model.Change, Position], sink Sink, st config.Stages) (*pipeline.Pipeline[Position], error) {
 	p := pipeline.New[Position](pipeline.Config{Name: name, Depth: st.ChannelDepth})
 	in := pipeline.From(p, pipeline.StageConfig{Name: StageSource}, src)
 	if err := FlushAndCommit(ctx, in, sink, st.FlushWriters); err != nil {
@@ -42,7 +42,7 @@ func NewPipeline(ctx context.Context, name string, src pipeline.Source[stages.Ch
 // Commit stage calling sink.Commit. Use it after your own Process stages
 // (decode, evaluate) when NewPipeline is too short. It fails, adding no
 // stage, when sink is nil or a writer cannot be created.
-func FlushAndCommit(ctx context.Context, in *pipeline.Stream[stages.Change, Position], sink Sink, writers int) error {
+func FlushAndCommit(ctx context.Context, in *pipeline.Stream[model.Change, Position], sink Sink, writers int) error {
 	if sink == nil {
 		return errors.New("nil sink")
 	}

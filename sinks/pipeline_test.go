@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // fakeSink records what the pipeline does to it and checks the Sink
@@ -37,7 +37,7 @@ func (s *fakeSink) Writer(_ context.Context, i int) (sinks.Writer, error) {
 	s.mu.Lock()
 	s.writers = append(s.writers, i)
 	s.mu.Unlock()
-	return pipeline.WriterFunc[stages.Change, sinks.Position](func(_ context.Context, b sinks.Batch) error {
+	return pipeline.WriterFunc[model.Change, sinks.Position](func(_ context.Context, b sinks.Batch) error {
 		if s.writeErr != nil {
 			return s.writeErr
 		}
@@ -74,15 +74,15 @@ func (s *fakeSink) Close(context.Context) error { return nil }
 
 // streamSource returns n batches of two changes each; batch i ends at LSN
 // 100*(i+1).
-func streamSource(n int) pipeline.Source[stages.Change, sinks.Position] {
-	tbl := &stages.Table{Schema: "public", Name: "todos"}
+func streamSource(n int) pipeline.Source[model.Change, sinks.Position] {
+	tbl := &model.Table{Schema: "public", Name: "todos"}
 	i := 0
-	return pipeline.SourceFunc[stages.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
+	return pipeline.SourceFunc[model.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
 		if i == n {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
 		i++
-		items := []stages.Change{{Table: tbl, Kind: stages.Upsert}, {Table: tbl, Kind: stages.Delete}}
+		items := []model.Change{{Table: tbl, Kind: model.Upsert}, {Table: tbl, Kind: model.Delete}}
 		return sinks.Batch{Rows: len(items), Items: items, Progress: sinks.Position{LSN: uint64(100 * i)}}, nil
 	})
 }
@@ -168,9 +168,9 @@ func TestFlushAndCommitAfterProcessStage(t *testing.T) {
 	in := pipeline.From(p, pipeline.StageConfig{Name: "read"}, streamSource(3))
 	renamed := pipeline.Process(in, pipeline.StageConfig{Name: "rename", Workers: 2},
 		func(_ context.Context, b sinks.Batch) (sinks.Batch, error) {
-			out := make([]stages.Change, len(b.Items))
+			out := make([]model.Change, len(b.Items))
 			for i, c := range b.Items {
-				c.Table = &stages.Table{Schema: "public", Name: "renamed"}
+				c.Table = &model.Table{Schema: "public", Name: "renamed"}
 				out[i] = c
 			}
 			return pipeline.Derive(b, out), nil

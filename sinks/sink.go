@@ -3,12 +3,12 @@ package sinks
 import (
 	"context"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // Position is where a batch leaves off in its source: the progress token of
-// every replication pipeline (pipeline.Batch[stages.Change, Position]). The
+// every replication pipeline (pipeline.Batch[model.Change, Position]). The
 // source sets it on each batch; the sink stores it in Commit and hands it
 // back from Resume, and the source restarts right after it. A position is
 // either a snapshot position (Table set) or a stream position (Table empty).
@@ -46,10 +46,10 @@ type Position struct {
 func (p Position) IsStream() bool { return p.Table == "" }
 
 // Batch is what a sink's writers and its Commit receive.
-type Batch = pipeline.Batch[stages.Change, Position]
+type Batch = pipeline.Batch[model.Change, Position]
 
 // Writer is one flush lane of a sink, as returned by Sink.Writer.
-type Writer = pipeline.Writer[stages.Change, Position]
+type Writer = pipeline.Writer[model.Change, Position]
 
 // Sink receives a pipeline's evaluated row changes and keeps its progress.
 //

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // BenchmarkDrain measures a first sync of 200 buckets × 1000 todos
@@ -16,7 +16,7 @@ import (
 func BenchmarkDrain(b *testing.B) {
 	e := newEnv(b, todoRules, todoTables, nil)
 	const lists, perList = 200, 1000
-	var cs []stages.Change
+	var cs []model.Change
 	for l := range lists {
 		cs = append(cs, e.upsert("lists", fmt.Sprintf("l%03d", l), "list", "u1"))
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -225,7 +225,7 @@ func TestBSONDataLineByteLimit(t *testing.T) {
 func TestBSONAndNDJSONSameCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
-	changes := []stages.Change{e.upsert("lists", "a", "Groceries", "u1"), e.upsert("lists", "e", "Empty \"quoted\" list", "u1")}
+	changes := []model.Change{e.upsert("lists", "a", "Groceries", "u1"), e.upsert("lists", "e", "Empty \"quoted\" list", "u1")}
 	for i := range 30 {
 		changes = append(changes, e.upsert("todos", fmt.Sprintf("t%d", i), "a", fmt.Sprintf("todo %d ✓\n", i)))
 	}

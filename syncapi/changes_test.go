@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // counts are the storage queries a test can attribute to the server: its
@@ -132,7 +132,7 @@ func TestManyStreamsOneChecksumQuery(t *testing.T) {
 
 func manyStreamsOneChecksumQuery(t *testing.T, e protocolEnv, disabled bool) {
 	const users = 20
-	var setup []stages.Change
+	var setup []model.Change
 	for u := range users {
 		user := "u" + string(rune('a'+u))
 		setup = append(setup, e.upsert("lists", "l-"+user, "L", user), e.upsert("todos", "t-"+user, "l-"+user, "todo"))

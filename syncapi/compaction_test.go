@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // TestCompactionDuringDownload: a client half-way through its first
@@ -20,8 +20,8 @@ func TestCompactionDuringDownload(t *testing.T) {
 }
 
 func compactionDuringDownload(t *testing.T, e protocolEnv) {
-	upsertAll := func(name string) []stages.Change {
-		var cs []stages.Change
+	upsertAll := func(name string) []model.Change {
+		var cs []model.Change
 		for i := range 2500 {
 			cs = append(cs, e.upsert("lists", fmt.Sprintf("l%04d", i), name, "nobody"))
 		}

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestCheckpointDeltasServeVerifiedData: six users, each with lists of
@@ -24,7 +24,7 @@ func TestCheckpointDeltasServeVerifiedData(t *testing.T) {
 func checkpointDeltasServeVerifiedData(t *testing.T, e protocolEnv) {
 	const users, rounds = 6, 12
 	user := func(u int) string { return fmt.Sprintf("u%d", u) }
-	var setup []stages.Change
+	var setup []model.Change
 	lists := map[int][]string{}
 	for u := range users {
 		for l := range 2 {
@@ -47,7 +47,7 @@ func checkpointDeltasServeVerifiedData(t *testing.T, e protocolEnv) {
 	for r := range rounds {
 		// A list of nobody's changes the global bucket: every stream
 		// gets each checkpoint.
-		cs := []stages.Change{e.upsert("lists", "nobody's", fmt.Sprint(r), "nobody")}
+		cs := []model.Change{e.upsert("lists", "nobody's", fmt.Sprint(r), "nobody")}
 		for range 4 {
 			u := rng.IntN(users)
 			ls := lists[u]

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -111,7 +111,7 @@ func newFakeStore(groupID int, rules string) *fakeStore {
 // each bucket the row left, a PUT per bucket the row is in, and its
 // parameter entries, retracting the keys it no longer produces. It
 // returns the last op id written.
-func (f *fakeStore) write(changes ...stages.Change) int64 {
+func (f *fakeStore) write(changes ...model.Change) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	start := f.nextOp
@@ -253,7 +253,7 @@ func (f *fakeStore) fail(method string, err error) {
 func (f *fakeStore) failure(method string) error { return f.failing[method] }
 
 // writeLookups versions the row's entries; f.mu must be held.
-func (f *fakeStore) writeLookups(row fakeRow, c stages.Change) {
+func (f *fakeStore) writeLookups(row fakeRow, c model.Change) {
 	now := map[string][]byte{}
 	for _, l := range c.Lookups {
 		now[string(l.Key)] = l.Params

@@ -12,8 +12,8 @@ import (
 	noopmetric "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -40,7 +40,7 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 		if err != nil {
 			t.Fatal(err)
 		}
-		tbl := &stages.Table{ID: "tbl-" + name, GroupID: groupID, Schema: "public", Name: name}
+		tbl := &model.Table{ID: "tbl-" + name, GroupID: groupID, Schema: "public", Name: name}
 		e.tables[name] = &testTable{table: tbl, bound: bound, ev: bound.NewEvaluator()}
 	}
 	fe := &fakeEnv{env: e, fake: newFakeStore(groupID, rules)}
@@ -72,10 +72,10 @@ func newFakeEnv(t *testing.T, rules string, tables map[string][]string, tweak fu
 
 // commit writes changes and publishes a checkpoint over them at the next
 // LSN, like env.commit.
-func (e *fakeEnv) commit(changes ...stages.Change) bucketstore.Checkpoint {
+func (e *fakeEnv) commit(changes ...model.Change) bucketstore.Checkpoint {
 	e.t.Helper()
 	for _, c := range changes {
-		if c.Kind != stages.Upsert && c.Kind != stages.Delete {
+		if c.Kind != model.Upsert && c.Kind != model.Delete {
 			e.t.Fatalf("the fake store writes upserts and deletes only, got %v", c.Kind)
 		}
 	}
@@ -92,9 +92,9 @@ func (e *fakeEnv) publish(opID int64) bucketstore.Checkpoint {
 // protocolEnv is what a protocol test drives, whichever storage serves
 // it: env (PostgreSQL) and fakeEnv (the fake) both are one.
 type protocolEnv interface {
-	upsert(table string, vals ...string) stages.Change
-	delete(table, id string) stages.Change
-	commit(changes ...stages.Change) bucketstore.Checkpoint
+	upsert(table string, vals ...string) model.Change
+	delete(table, id string) model.Change
+	commit(changes ...model.Change) bucketstore.Checkpoint
 	open(tok string, body map[string]any) *stream
 	b(def string, params ...string) string
 	// server is the Server under test (its test hooks).
@@ -138,7 +138,7 @@ func (e *fakeEnv) newGroup(rules string) bucketstore.Group {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	tbl := &stages.Table{ID: "tbl-lists-" + strconv.Itoa(g.ID), GroupID: g.ID, Schema: "public", Name: "lists"}
+	tbl := &model.Table{ID: "tbl-lists-" + strconv.Itoa(g.ID), GroupID: g.ID, Schema: "public", Name: "lists"}
 	e2 := &fakeEnv{env: &env{t: e.t, ctx: e.ctx, group: g, rules: parsed, lsn: e.lsn,
 		tables: map[string]*testTable{"lists": {table: tbl, bound: bound, ev: bound.NewEvaluator()}}}, fake: e.fake}
 	e2.commit(e2.upsert("lists", "a", "A", "u1"))

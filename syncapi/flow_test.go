@@ -15,8 +15,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
@@ -244,7 +244,7 @@ func keepalive(t *testing.T, e protocolEnv) {
 // function returning the second once it was published.
 func publishDuringFirstSync(t *testing.T, e protocolEnv) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
 	t.Helper()
-	var lists []stages.Change
+	var lists []model.Change
 	for i := range 2500 {
 		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
 	}

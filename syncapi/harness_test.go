@@ -25,8 +25,8 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -58,7 +58,7 @@ var todoTables = map[string][]string{"lists": {"id", "name", "owner_id"}, "todos
 // testTable is a source table of an env: its storage record and the
 // rules bound to its columns.
 type testTable struct {
-	table *stages.Table
+	table *model.Table
 	bound *syncrules.BoundTable
 	ev    *syncrules.Evaluator
 }
@@ -150,21 +150,21 @@ func rowKey(table, id string) [16]byte {
 
 // upsert evaluates a source row (values in column order, id first) with the
 // rules, as replication does, into a Change.
-func (e *env) upsert(table string, vals ...string) stages.Change {
+func (e *env) upsert(table string, vals ...string) model.Change {
 	e.t.Helper()
 	tt := e.tables[table]
-	row := make([]syncrules.Value, len(vals))
+	row := make([]model.Value, len(vals))
 	for i, v := range vals {
-		row[i] = syncrules.Text(v)
+		row[i] = model.Text(v)
 	}
-	c := stages.Change{Table: tt.table, Kind: stages.Upsert, Key: rowKey(table, vals[0])}
+	c := model.Change{Table: tt.table, Kind: model.Upsert, Key: rowKey(table, vals[0])}
 	outs, _, err := tt.ev.EvaluateRow(row, nil, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, o := range outs {
 		data := bytes.Clone(o.Data)
-		c.Puts = append(c.Puts, stages.Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
+		c.Puts = append(c.Puts, model.Put{Bucket: o.Bucket, ObjectType: o.ObjectType, ObjectID: o.ObjectID,
 			Data: data, Checksum: checksum.Put(o.ObjectType, o.ObjectID, data)})
 	}
 	if tt.bound.HasParameters() {
@@ -174,19 +174,19 @@ func (e *env) upsert(table string, vals ...string) stages.Change {
 			e.t.Fatal(err)
 		}
 		for _, l := range entries {
-			c.Lookups = append(c.Lookups, stages.Lookup{Key: bytes.Clone(l.Key), Params: bytes.Clone(l.Rows)})
+			c.Lookups = append(c.Lookups, model.Lookup{Key: bytes.Clone(l.Key), Params: bytes.Clone(l.Rows)})
 		}
 	}
 	return c
 }
 
-func (e *env) delete(table, id string) stages.Change {
-	return stages.Change{Table: e.tables[table].table, Kind: stages.Delete, Key: rowKey(table, id),
+func (e *env) delete(table, id string) model.Change {
+	return model.Change{Table: e.tables[table].table, Kind: model.Delete, Key: rowKey(table, id),
 		TracksLookups: e.tables[table].bound.HasParameters()}
 }
 
 // commit writes changes as one stream batch and publishes a checkpoint.
-func (e *env) commit(changes ...stages.Change) bucketstore.Checkpoint {
+func (e *env) commit(changes ...model.Change) bucketstore.Checkpoint {
 	e.t.Helper()
 	res, err := e.w.WriteChanges(e.ctx, changes)
 	if err != nil {

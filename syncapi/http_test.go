@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 func TestRequestBodyValidation(t *testing.T) {
@@ -131,7 +131,7 @@ func waitSignal(t *testing.T, ch <-chan struct{}) {
 func TestCloseEndsStreams(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, todoRules, todoTables, nil)
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range 8000 {
 		cs = append(cs, e.upsert("lists", fmt.Sprintf("l%05d", i), strings.Repeat("n", 1000), "nobody"))
 	}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // The memory measurements of issue 17 ("memory per open stream is
@@ -56,7 +56,7 @@ const (
 func memEnv(t *testing.T, owners, streams int) *fakeEnv {
 	t.Helper()
 	e := newFakeEnv(t, memRules, memTables, func(c *Config) { c.MaxConcurrentConnections = owners + streams })
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range memSettings {
 		cs = append(cs, e.upsert("settings", fmt.Sprintf("s%04d", i), strings.Repeat("setting ", 60)))
 	}

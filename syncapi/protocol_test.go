@@ -10,8 +10,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // The tests in this file run the sync protocol against the in-memory
@@ -27,7 +27,7 @@ import (
 func TestFakeFirstSync(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, todoRules, todoTables, nil)
-	changes := []stages.Change{
+	changes := []model.Change{
 		e.upsert("lists", "a", "Groceries", "u1"),
 		e.upsert("lists", "b", "Work", "u2"),
 		e.upsert("lists", "e", "Empty", "u1"),
@@ -84,14 +84,14 @@ func TestFakeFirstSync(t *testing.T) {
 func TestFakeCheckpointDiff(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, todoRules, todoTables, nil)
-	changes := []stages.Change{e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("todos", "t1", "a", "one")}
+	changes := []model.Change{e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("todos", "t1", "a", "one")}
 	e.commit(changes...)
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
 	c.apply(s.untilComplete()...)
 
 	// A todo in a, and a new list of u1: its bucket is new to the client.
-	more := []stages.Change{e.upsert("todos", "t2", "a", "two"), e.upsert("lists", "c", "C", "u1")}
+	more := []model.Change{e.upsert("todos", "t2", "a", "two"), e.upsert("lists", "c", "C", "u1")}
 	cp := e.commit(more...)
 	ls := s.untilComplete()
 	c.apply(ls...)
@@ -245,7 +245,7 @@ func TestFakeMissingTokenParameter(t *testing.T) {
 	ls = e.open(token(t, "u1", func(c jwt.MapClaims) { c["tenant"] = "t1" }), nil).untilComplete()
 	c := newClient(t)
 	c.apply(ls...)
-	want := expected([]stages.Change{item})[e.b("tenant_items", "t1")]
+	want := expected([]model.Change{item})[e.b("tenant_items", "t1")]
 	if bs := ls[0].Checkpoint.Buckets; len(bs) != 1 || bs[0].Bucket != want.Bucket || bs[0].Checksum != want.Checksum || c.ops != 1 {
 		t.Fatalf("checkpoint %s with %d ops, want %s with its one op", ls[0].Raw, c.ops, want.Bucket)
 	}
@@ -257,7 +257,7 @@ func TestFakeMissingTokenParameter(t *testing.T) {
 func TestFakeLargeBucketPages(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, todoRules, todoTables, nil)
-	changes := []stages.Change{e.upsert("lists", "a", "A", "u1")}
+	changes := []model.Change{e.upsert("lists", "a", "A", "u1")}
 	for i := range 2500 {
 		changes = append(changes, e.upsert("todos", fmt.Sprintf("t%04d", i), "a", "x"))
 	}

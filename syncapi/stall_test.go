@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // The stalled client's data: more than the socket buffers on both sides
@@ -47,7 +47,7 @@ func testStalledReader(t *testing.T, deadline time.Duration, gz bool) {
 		c.WriteTimeout = deadline
 	})
 	rng := rand.New(rand.NewPCG(17, 17))
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range stallRows {
 		b := make([]byte, stallRowBytes/2)
 		for j := range b {

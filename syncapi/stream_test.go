@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/syncpipe/syncpipe/internal/telemetry"
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // bucket names a bucket of the env's group: b("by_list", "a") is
@@ -34,7 +34,7 @@ func (e *env) b(def string, params ...string) string {
 
 // expected sums the PUTs of changes per bucket: each bucket's checksum and
 // count when every change is the first write of its row.
-func expected(changes []stages.Change) map[string]bucketJSON {
+func expected(changes []model.Change) map[string]bucketJSON {
 	out := map[string]bucketJSON{}
 	for _, c := range changes {
 		for _, p := range c.Puts {
@@ -58,7 +58,7 @@ func TestFirstSync(t *testing.T) {
 		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		c.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	})
-	changes := []stages.Change{
+	changes := []model.Change{
 		e.upsert("lists", "a", "Groceries", "u1"),
 		e.upsert("lists", "b", "Work", "u2"),
 		e.upsert("lists", "e", "Empty \"quoted\" list", "u1"),

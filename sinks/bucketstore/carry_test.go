@@ -7,18 +7,18 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // touch writes one new row into each of the given buckets as a stream
 // batch and publishes a checkpoint after it.
-func touch(t testing.TB, s *Store, w *Writer, tb *stages.Table, group int, lsn uint64, first int, buckets ...string) int64 {
+func touch(t testing.TB, s *Store, w *Writer, tb *model.Table, group int, lsn uint64, first int, buckets ...string) int64 {
 	t.Helper()
-	var cs []stages.Change
+	var cs []model.Change
 	for j, b := range buckets {
 		i := first + j
-		cs = append(cs, stages.Change{Table: tb, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"n":%d}`, i))}})
+		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"n":%d}`, i))}})
 	}
 	res, err := w.WriteChanges(context.Background(), cs)
 	if err != nil {
@@ -89,8 +89,8 @@ func TestChecksumsCarryUnchangedBuckets(t *testing.T) {
 
 	// A snapshot batch after a checkpoint (a table added later) records
 	// unknown buckets: everything is summed again, and still correct.
-	res, err := w.WriteSnapshot(context.Background(), []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(20000),
-		Puts: []stages.Put{put(bucketName(3), "todos", "20000", `{}`)}}})
+	res, err := w.WriteSnapshot(context.Background(), []model.Change{{Table: todos, Kind: model.Upsert, Key: key(20000),
+		Puts: []model.Put{put(bucketName(3), "todos", "20000", `{}`)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // changeRow is one stored change record as tests read it.
@@ -59,32 +59,32 @@ func TestChangeRecordsPerWritePath(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	lists := registerTable(t, s, g.ID, "lists")
 
-	snap, err := w.WriteSnapshot(ctx, []stages.Change{
-		{Table: todos, Kind: stages.Upsert, Key: key(1), Puts: []stages.Put{put("A", "todos", "1", `{}`), put("G", "todos", "1", `{}`)}},
-		{Table: todos, Kind: stages.Upsert, Key: key(2), Puts: []stages.Put{put("B", "todos", "2", `{}`), put("G", "todos", "2", `{}`)}},
+	snap, err := w.WriteSnapshot(ctx, []model.Change{
+		{Table: todos, Kind: model.Upsert, Key: key(1), Puts: []model.Put{put("A", "todos", "1", `{}`), put("G", "todos", "1", `{}`)}},
+		{Table: todos, Kind: model.Upsert, Key: key(2), Puts: []model.Put{put("B", "todos", "2", `{}`), put("G", "todos", "2", `{}`)}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Row 1 moves from A to C; row 2 stays in B and G; a list row writes a
 	// lookup.
-	stream, err := w.WriteChanges(ctx, []stages.Change{
-		{Table: todos, Kind: stages.Upsert, Key: key(1), Puts: []stages.Put{put("C", "todos", "1", `{"v":2}`), put("G", "todos", "1", `{"v":2}`)}},
-		{Table: lists, Kind: stages.Upsert, Key: key(100), TracksLookups: true,
-			Lookups: []stages.Lookup{{Key: []byte("lk-alice"), Params: []byte(`[{"list_id":"a"}]`)}}},
+	stream, err := w.WriteChanges(ctx, []model.Change{
+		{Table: todos, Kind: model.Upsert, Key: key(1), Puts: []model.Put{put("C", "todos", "1", `{"v":2}`), put("G", "todos", "1", `{"v":2}`)}},
+		{Table: lists, Kind: model.Upsert, Key: key(100), TracksLookups: true,
+			Lookups: []model.Lookup{{Key: []byte("lk-alice"), Params: []byte(`[{"list_id":"a"}]`)}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The list row changes owner: the old lookup is retracted, a new one
 	// written; no ops.
-	owner, err := w.WriteChanges(ctx, []stages.Change{{Table: lists, Kind: stages.Upsert, Key: key(100), TracksLookups: true,
-		Lookups: []stages.Lookup{{Key: []byte("lk-bob"), Params: []byte(`[{"list_id":"a"}]`)}}}})
+	owner, err := w.WriteChanges(ctx, []model.Change{{Table: lists, Kind: model.Upsert, Key: key(100), TracksLookups: true,
+		Lookups: []model.Lookup{{Key: []byte("lk-bob"), Params: []byte(`[{"list_id":"a"}]`)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Deleting a row storage never had writes nothing, so records nothing.
-	if res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Delete, Key: key(999)}}); err != nil || res.Ops != 0 {
+	if res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Delete, Key: key(999)}}); err != nil || res.Ops != 0 {
 		t.Fatalf("no-op delete: %+v %v", res, err)
 	}
 	trunc, err := w.Truncate(ctx, todos, 0)
@@ -142,8 +142,8 @@ func TestChangeRecordsPruned(t *testing.T) {
 	readyGroup(t, s, g.ID, todos)
 	var cps []int64
 	for i := range 30 {
-		res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(bucketName(i), "todos", fmt.Sprint(i), `{}`)}}})
+		res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(bucketName(i), "todos", fmt.Sprint(i), `{}`)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,12 +191,12 @@ func TestLookupsChanged(t *testing.T) {
 	w := newWriter(t, s, g.ID)
 	lists := registerTable(t, s, g.ID, "lists")
 	readyGroup(t, s, g.ID, lists)
-	list := func(i int, owner string) stages.Change {
-		return stages.Change{Table: lists, Kind: stages.Upsert, Key: key(i), TracksLookups: true,
-			Puts:    []stages.Put{put("G", "lists", fmt.Sprint(i), `{}`)},
-			Lookups: []stages.Lookup{{Key: []byte("lk-" + owner), Params: []byte(`[{"list_id":"x"}]`)}}}
+	list := func(i int, owner string) model.Change {
+		return model.Change{Table: lists, Kind: model.Upsert, Key: key(i), TracksLookups: true,
+			Puts:    []model.Put{put("G", "lists", fmt.Sprint(i), `{}`)},
+			Lookups: []model.Lookup{{Key: []byte("lk-" + owner), Params: []byte(`[{"list_id":"x"}]`)}}}
 	}
-	commit := func(lsn uint64, cs ...stages.Change) int64 {
+	commit := func(lsn uint64, cs ...model.Change) int64 {
 		res, err := w.WriteChanges(ctx, cs)
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestLookupsChanged(t *testing.T) {
 	cp1 := commit(10, list(1, "alice"))
 	cp2 := commit(20, list(2, "bob"))
 	cp3 := commit(30, list(3, "bob"))
-	res, err := w.WriteSnapshot(ctx, []stages.Change{list(4, "carol")})
+	res, err := w.WriteSnapshot(ctx, []model.Change{list(4, "carol")})
 	if err != nil {
 		t.Fatal(err)
 	}

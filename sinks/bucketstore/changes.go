@@ -12,8 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -34,16 +33,16 @@ var emptyParams = []byte("[]")
 // membership), retracts parameter lookups the row no longer produces, and
 // replaces the row's stored state. Several changes of one row in a batch
 // collapse to the last: storage only ever shows batch boundaries.
-func (w *Writer) WriteChanges(ctx context.Context, changes []stages.Change) (Result, error) {
+func (w *Writer) WriteChanges(ctx context.Context, changes []model.Change) (Result, error) {
 	return w.writeChanges(ctx, changes, nil, nil)
 }
 
 // writeChanges is WriteChanges recording p, when set, in the same
 // transaction as the ops (see WriteStream), and using the state of the
 // rows read ahead when ahead is set (Prepared).
-func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *StreamProgress, ahead *readAhead) (Result, error) {
+func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *StreamProgress, ahead *readAhead) (Result, error) {
 	start := time.Now()
-	var final []*stages.Change
+	var final []*model.Change
 	var prev *prevState
 	var tables []string
 	var keys []pgtype.UUID
@@ -52,7 +51,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 	} else {
 		w.final, w.byRow = collapse(w.final, w.byRow, changes)
 		final, prev = w.final, &w.prev
-		tables, keys = probeArgs(final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+		tables, keys = probeArgs(final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
 	}
 	var res Result
 	attempts := 0
@@ -103,7 +102,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []stages.Change, p *S
 
 // encodeStream encodes the ops and parameter entries of a stream write of
 // final, whose rows' stored state is prev, taking op ids from w.ids.
-func (w *Writer) encodeStream(final []*stages.Change, prev *prevState, res *Result) {
+func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Result) {
 	w.ops.reset()
 	w.params.reset()
 	w.changed.reset(true)
@@ -165,7 +164,7 @@ func (w *Writer) encodeStream(final []*stages.Change, prev *prevState, res *Resu
 // collapse keeps the last change per row, ordered by (table id, key): the
 // previous-state probes and current row writes then walk the primary key
 // in order. It reuses the memory of dst and of byRow (scratch space).
-func collapse(dst []*stages.Change, byRow []int32, changes []stages.Change) ([]*stages.Change, []int32) {
+func collapse(dst []*model.Change, byRow []int32, changes []model.Change) ([]*model.Change, []int32) {
 	byRow = byRow[:0]
 	for i := range changes {
 		byRow = append(byRow, int32(i))
@@ -189,7 +188,7 @@ func collapse(dst []*stages.Change, byRow []int32, changes []stages.Change) ([]*
 }
 
 // compareRow orders changes by (table id, key).
-func compareRow(a, b *stages.Change) int {
+func compareRow(a, b *model.Change) int {
 	if a.Table != b.Table {
 		if c := strings.Compare(a.Table.ID, b.Table.ID); c != 0 {
 			return c
@@ -202,7 +201,7 @@ func compareRow(a, b *stages.Change) int {
 // ids a stream write needs: a row's PUTs and lookups, and as many REMOVEs
 // and retractions again for what it had before (a deleted row: two). A
 // batch that needs more draws them in a second round trip.
-func estimateIDs(final []*stages.Change) int {
+func estimateIDs(final []*model.Change) int {
 	n := 0
 	for _, c := range final {
 		n += 2 * max(len(c.Puts)+len(c.Lookups), 1)
@@ -213,7 +212,7 @@ func estimateIDs(final []*stages.Change) int {
 // replaceCurrent deletes the stored state of rows that had one and writes
 // the new state of rows that still exist, leaving rows whose state stays
 // the same untouched.
-func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.Change, prev *prevState) error {
+func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.Change, prev *prevState) error {
 	var tids []pgtype.TID
 	w.cur.reset()
 	upserts := 0
@@ -224,7 +223,7 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.
 			}
 			tids = append(tids, p.tid)
 		}
-		if c.Kind == stages.Upsert {
+		if c.Kind == model.Upsert {
 			w.encodeCurrent(c)
 			upserts++
 		}
@@ -248,7 +247,7 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*stages.
 // Truncate removes every row of a source table from the group: REMOVEs for
 // all its bucket entries and retractions for its lookups, in batches of
 // batchSize rows (default 10000), each batch one write.
-func (w *Writer) Truncate(ctx context.Context, table *stages.Table, batchSize int) (Result, error) {
+func (w *Writer) Truncate(ctx context.Context, table *model.Table, batchSize int) (Result, error) {
 	if batchSize <= 0 {
 		batchSize = 10000
 	}
@@ -268,9 +267,9 @@ func (w *Writer) Truncate(ctx context.Context, table *stages.Table, batchSize in
 		if len(keys) == 0 {
 			return total, nil
 		}
-		changes := make([]stages.Change, len(keys))
+		changes := make([]model.Change, len(keys))
 		for i, k := range keys {
-			changes[i] = stages.Change{Table: table, Kind: stages.Delete, Key: k}
+			changes[i] = model.Change{Table: table, Kind: model.Delete, Key: k}
 		}
 		res, err := w.WriteChanges(ctx, changes)
 		if err != nil {

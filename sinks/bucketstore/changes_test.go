@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestUnchangedCurrentRowIsNotRewritten checks that an update which keeps
@@ -31,8 +31,8 @@ func TestUnchangedCurrentRowIsNotRewritten(t *testing.T) {
 	}
 	write := func(bucket, data string, rowData []byte) Result {
 		t.Helper()
-		res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(1), RowData: rowData,
-			Puts: []stages.Put{put(bucket, "todos", "1", data)}}})
+		res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(1), RowData: rowData,
+			Puts: []model.Put{put(bucket, "todos", "1", data)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,13 +78,13 @@ func TestReplicaIDChangeKeepsObject(t *testing.T) {
 	for i := 1; i <= 20; i++ {
 		oldKey, newKey := key(2*i), key(2*i+1)
 		id := fmt.Sprint(i)
-		if _, err := w.WriteChanges(ctx, []stages.Change{{Table: tbl, Kind: stages.Upsert, Key: oldKey,
-			Puts: []stages.Put{put("1#a[]", "items", id, `{"v":1}`)}}}); err != nil {
+		if _, err := w.WriteChanges(ctx, []model.Change{{Table: tbl, Kind: model.Upsert, Key: oldKey,
+			Puts: []model.Put{put("1#a[]", "items", id, `{"v":1}`)}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.WriteChanges(ctx, []stages.Change{
-			{Table: tbl, Kind: stages.Delete, Key: oldKey},
-			{Table: tbl, Kind: stages.Upsert, Key: newKey, Puts: []stages.Put{put("1#a[]", "items", id, `{"v":2}`)}},
+		if _, err := w.WriteChanges(ctx, []model.Change{
+			{Table: tbl, Kind: model.Delete, Key: oldKey},
+			{Table: tbl, Kind: model.Upsert, Key: newKey, Puts: []model.Put{put("1#a[]", "items", id, `{"v":2}`)}},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -113,9 +113,9 @@ func TestStreamWriteDrawsMoreIDsThanEstimated(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	w := newWriter(t, s, g.ID)
 	const buckets = 150
-	var rows []stages.Change
+	var rows []model.Change
 	for r := 1; r <= 2; r++ {
-		c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(r)}
+		c := model.Change{Table: todos, Kind: model.Upsert, Key: key(r)}
 		for b := range buckets {
 			c.Puts = append(c.Puts, put(fmt.Sprintf(`1#b["%d"]`, b), "todos", fmt.Sprint(r), `{}`))
 		}
@@ -125,7 +125,7 @@ func TestStreamWriteDrawsMoreIDsThanEstimated(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(ops(t, s, g.ID))
-	res, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Delete, Key: key(1)}, {Table: todos, Kind: stages.Delete, Key: key(2)}})
+	res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Delete, Key: key(1)}, {Table: todos, Kind: model.Delete, Key: key(2)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +162,11 @@ func BenchmarkStreamWrite(b *testing.B) {
 	todos := registerTable(b, s, g.ID, "todos")
 	w := newWriter(b, s, g.ID)
 	const rows, batch = 40000, 5000
-	mk := func(i, v int) stages.Change {
-		return stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%100), "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d,"description":"some text of about sixty characters, like a todo has"}`, v))}}
+	mk := func(i, v int) model.Change {
+		return model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%100), "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d,"description":"some text of about sixty characters, like a todo has"}`, v))}}
 	}
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range rows {
 		cs = append(cs, mk(i, 0))
 		if len(cs) == 10000 {

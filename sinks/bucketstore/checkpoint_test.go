@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // observation is what a reader saw in one consistent snapshot: a published
@@ -64,11 +64,11 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 				if i > iterations {
 					return
 				}
-				var cs []stages.Change
+				var cs []model.Change
 				for j := range 1 + rng.IntN(8) {
 					n := int(i)*16 + j
-					cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(n),
-						Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, n%5), "todos", fmt.Sprint(n), `{}`)}})
+					cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(n),
+						Puts: []model.Put{put(fmt.Sprintf(`1#by_list["%d"]`, n%5), "todos", fmt.Sprint(n), `{}`)}})
 				}
 				res, err := w.WriteSnapshot(ctx, cs)
 				if err != nil {
@@ -178,11 +178,11 @@ func TestOpIDsUniqueUnderConcurrentWriters(t *testing.T) {
 			}
 			defer w.Close()
 			for b := range 20 {
-				var cs []stages.Change
+				var cs []model.Change
 				for j := range 50 {
 					n := wi*100000 + b*100 + j
-					cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(n),
-						Puts: []stages.Put{put(`1#global[]`, "todos", fmt.Sprint(n), `{}`), put(`1#by_list["x"]`, "todos", fmt.Sprint(n), `{}`)}})
+					cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(n),
+						Puts: []model.Put{put(`1#global[]`, "todos", fmt.Sprint(n), `{}`), put(`1#by_list["x"]`, "todos", fmt.Sprint(n), `{}`)}})
 				}
 				write := w.WriteChanges
 				if b%2 == 0 {

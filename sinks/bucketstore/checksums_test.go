@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // recompute is the reference: every bucket's checksum and count at
@@ -45,20 +45,20 @@ func recompute(t testing.TB, s *Store, group int, checkpoint int64, buckets []st
 
 // randomHistory writes random changes (rows entering, moving between and
 // leaving up to 12 buckets) and publishes a checkpoint after each batch.
-func randomHistory(t testing.TB, s *Store, group int, w *Writer, tb *stages.Table, rng *rand.Rand, checkpoints int) []int64 {
+func randomHistory(t testing.TB, s *Store, group int, w *Writer, tb *model.Table, rng *rand.Rand, checkpoints int) []int64 {
 	t.Helper()
 	ctx := context.Background()
 	var cps []int64
 	for c := range checkpoints {
-		var cs []stages.Change
+		var cs []model.Change
 		for range 1 + rng.IntN(10) {
 			i := rng.IntN(60)
 			if rng.IntN(5) == 0 {
-				cs = append(cs, stages.Change{Table: tb, Kind: stages.Delete, Key: key(i)})
+				cs = append(cs, model.Change{Table: tb, Kind: model.Delete, Key: key(i)})
 				continue
 			}
 			id := fmt.Sprint(i)
-			ch := stages.Change{Table: tb, Kind: stages.Upsert, Key: key(i)}
+			ch := model.Change{Table: tb, Kind: model.Upsert, Key: key(i)}
 			for _, b := range rng.Perm(12)[:1+rng.IntN(3)] {
 				ch.Puts = append(ch.Puts, put(bucketName(b), "todos", id, fmt.Sprintf(`{"id":"%s","v":%d}`, id, rng.IntN(1000))))
 			}
@@ -264,12 +264,12 @@ func TestChecksumQueriesPerCheckpoint(t *testing.T) {
 		t.Fatalf("first checkpoint, 50 callers: %+v, want 1 query fetching 100 buckets over 5000 ops", st1)
 	}
 	// Change 2 of the 100 buckets: 3 rows each.
-	var cs []stages.Change
+	var cs []model.Change
 	for _, b := range []int{17, 42} {
 		for j := range 3 {
 			i := 10000 + b*10 + j
-			cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(bucketName(b), "todos", fmt.Sprint(i), `{}`)}})
+			cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(bucketName(b), "todos", fmt.Sprint(i), `{}`)}})
 		}
 	}
 	res, err := w.WriteChanges(ctx, cs)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // syncedBucket is one bucket as a client holds it: rows by
@@ -74,7 +74,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	const rows, updates = 40, 25
 	bk, other := "1#b[]", "1#c[]"
 	var lsn pglogrepl.LSN
-	commit := func(cs []stages.Change) int64 {
+	commit := func(cs []model.Change) int64 {
 		t.Helper()
 		res, err := w.WriteChanges(ctx, cs)
 		if err != nil {
@@ -94,16 +94,16 @@ func TestCompactKeepsChecksums(t *testing.T) {
 			cpMid = cp
 			stale.download(t, s, g.ID, bk, cpMid, 50, 1)
 		}
-		var cs []stages.Change
+		var cs []model.Change
 		for i := range rows {
 			b := bk
 			if i%10 == 0 && u >= updates-5 {
 				b = other // moved away late: REMOVE in bk
 			}
-			c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d}`, u))}}
+			c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d}`, u))}}
 			if i%7 == 3 && u == updates-1 {
-				c = stages.Change{Table: todos, Kind: stages.Delete, Key: key(i)}
+				c = model.Change{Table: todos, Kind: model.Delete, Key: key(i)}
 			}
 			cs = append(cs, c)
 		}
@@ -179,10 +179,10 @@ func TestCompactKeepsChecksums(t *testing.T) {
 
 	// More updates after compaction: the early client catches up from its
 	// position, and a second compaction changes no checksum either.
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range 5 {
-		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i*7 + 1),
-			Puts: []stages.Put{put(bk, "todos", fmt.Sprint(i*7+1), `{"v":"again"}`)}})
+		cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i*7 + 1),
+			Puts: []model.Put{put(bk, "todos", fmt.Sprint(i*7+1), `{"v":"again"}`)}})
 	}
 	cp2 := commit(cs)
 	want, err := s.Reader().NewChecksumCache(10).Checksums(ctx, g.ID, cp2, []string{bk})
@@ -238,16 +238,16 @@ func TestCompactReclaimed(t *testing.T) {
 	const rows, updates = 30, 8
 	var lsn pglogrepl.LSN
 	for u := range updates {
-		var cs []stages.Change
+		var cs []model.Change
 		for i := range rows {
 			b := "1#b[]"
 			if i%5 == 0 && u == updates-1 {
 				b = "1#c[]" // moved away: a REMOVE in 1#b[]
 			}
-			c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d,"pad":%q}`, u, strings.Repeat("x", 10*i)))}}
+			c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"v":%d,"pad":%q}`, u, strings.Repeat("x", 10*i)))}}
 			if i%7 == 3 && u == updates-1 {
-				c = stages.Change{Table: todos, Kind: stages.Delete, Key: key(i)}
+				c = model.Change{Table: todos, Kind: model.Delete, Key: key(i)}
 			}
 			cs = append(cs, c)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestGroupBytes: two groups, one with three times the rows of the other
@@ -25,18 +25,18 @@ func TestGroupBytes(t *testing.T) {
 		t.Fatalf("empty storage: %v (%v), want no groups", got, err)
 	}
 	writers := map[int]*Writer{big.ID: newWriter(t, s, big.ID), small.ID: newWriter(t, s, small.ID)}
-	tables := map[int]*stages.Table{big.ID: registerTable(t, s, big.ID, "todos"), small.ID: registerTable(t, s, small.ID, "todos")}
+	tables := map[int]*model.Table{big.ID: registerTable(t, s, big.ID, "todos"), small.ID: registerTable(t, s, small.ID, "todos")}
 	pad := strings.Repeat("x", 300)
 	// Alternating batches, so that both groups' rows spread over the
 	// table's pages as they would in production.
 	for batch := range 40 {
 		for g, n := range map[int]int{big.ID: 30, small.ID: 10} {
-			var cs []stages.Change
+			var cs []model.Change
 			for i := range n {
 				id := batch*100 + i
-				cs = append(cs, stages.Change{Table: tables[g], Kind: stages.Upsert, Key: key(id), TracksLookups: true,
-					Puts:    []stages.Put{put("1#b[]", "todos", fmt.Sprint(id), fmt.Sprintf(`{"id":%d,"pad":%q}`, id, pad))},
-					Lookups: []stages.Lookup{{Key: fmt.Appendf(nil, `["by_user","1","u%d"]`, id), Params: []byte(`[{"list_id":"l1"}]`)}}})
+				cs = append(cs, model.Change{Table: tables[g], Kind: model.Upsert, Key: key(id), TracksLookups: true,
+					Puts:    []model.Put{put("1#b[]", "todos", fmt.Sprint(id), fmt.Sprintf(`{"id":%d,"pad":%q}`, id, pad))},
+					Lookups: []model.Lookup{{Key: fmt.Appendf(nil, `["by_user","1","u%d"]`, id), Params: []byte(`[{"list_id":"l1"}]`)}}})
 			}
 			if _, err := writers[g].WriteChanges(ctx, cs); err != nil {
 				t.Fatal(err)

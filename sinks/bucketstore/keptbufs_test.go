@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestHugeRowBuffersNotKept: after stream batches with a 12 MB row (its
@@ -22,12 +22,12 @@ func TestHugeRowBuffersNotKept(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	sw := s.NewStreamWriter(g.ID, Fence{})
 	huge := strings.Repeat("x", 12<<20)
-	change := func(data string) []stages.Change {
-		return []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(1), RowData: []byte(data),
-			Puts: []stages.Put{put("1#b1[]", "todos", "a", `{"d":"`+data+`"}`)}}}
+	change := func(data string) []model.Change {
+		return []model.Change{{Table: todos, Kind: model.Upsert, Key: key(1), RowData: []byte(data),
+			Puts: []model.Put{put("1#b1[]", "todos", "a", `{"d":"`+data+`"}`)}}}
 	}
 	lsn := StreamProgress{}
-	for i, cs := range [][]stages.Change{change(huge), change(huge + "y"), change("small")} {
+	for i, cs := range [][]model.Change{change(huge), change(huge + "y"), change("small")} {
 		var prep *Prepared
 		if i == 1 { // the huge previous state read ahead of the write
 			var err error
@@ -66,10 +66,10 @@ func TestUsualBatchBuffersKept(t *testing.T) {
 	sw := s.NewStreamWriter(g.ID, Fence{})
 	data := `{"id":"0f8fad5b-d9cb-469f-a165-70867728950e","list_id":"7c9e6679-7425-40de-944b-e07fc1f90ae7","description":"` +
 		strings.Repeat("d", 60) + `","completed":false,"created_at":"2026-12-07 03:00:00Z"}`
-	cs := make([]stages.Change, 10000)
+	cs := make([]model.Change, 10000)
 	for i := range cs {
-		cs[i] = stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i), RowData: []byte(data),
-			Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%1000), "todos", strconv.Itoa(i), data)}}
+		cs[i] = model.Change{Table: todos, Kind: model.Upsert, Key: key(i), RowData: []byte(data),
+			Puts: []model.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%1000), "todos", strconv.Itoa(i), data)}}
 	}
 	if _, err := sw.Write(ctx, cs, StreamProgress{LSN: 10}, nil); err != nil {
 		t.Fatal(err)

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 func TestLeaseExclusiveAndTakenOverAfterExpiry(t *testing.T) {
@@ -62,9 +62,9 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	row := func(i int) []stages.Change {
-		return []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put("b", "todos", fmt.Sprint(i), `{}`)}}}
+	row := func(i int) []model.Change {
+		return []model.Change{{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put("b", "todos", fmt.Sprint(i), `{}`)}}}
 	}
 	a, ok, err := s.Leases().AcquireLease(ctx, "unit", "proc-a", time.Hour)
 	if err != nil || !ok {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestLoadPreviousPlan checks the plan of the stream batch's read of
@@ -28,10 +28,10 @@ func TestLoadPreviousPlan(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	w := newWriter(t, s, g.ID)
 	const rows, batch = 20000, 500
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range rows {
-		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%100), "todos", fmt.Sprint(i), `{}`)}})
+		cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(fmt.Sprintf(`1#by_list["%d"]`, i%100), "todos", fmt.Sprint(i), `{}`)}})
 	}
 	if _, err := w.WriteSnapshot(ctx, cs); err != nil {
 		t.Fatal(err)
@@ -98,11 +98,11 @@ func TestConcurrentStreamWritersStayConsistent(t *testing.T) {
 		w := newWriter(t, s, g.ID)
 		wg.Go(func() {
 			for r := range rounds {
-				cs := make([]stages.Change, rows)
+				cs := make([]model.Change, rows)
 				for i := range cs {
 					id := fmt.Sprint(i)
-					cs[i] = stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-						Puts: []stages.Put{put(fmt.Sprintf("1#w[%d,%d]", wi, r), "todos", id, `{}`)}}
+					cs[i] = model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+						Puts: []model.Put{put(fmt.Sprintf("1#w[%d,%d]", wi, r), "todos", id, `{}`)}}
 				}
 				if _, err := w.WriteStream(ctx, cs, StreamProgress{LSN: pglogrepl.LSN(wi*rounds + r + 1)}); err != nil {
 					errs <- fmt.Errorf("writer %d round %d: %w", wi, r, err)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
@@ -39,9 +40,9 @@ func TestParameterRowsEndToEnd(t *testing.T) {
 	b := stages.NewBuilder(spec)
 	write := func(lsn uint64, rows ...[3]string) int64 {
 		t.Helper()
-		var cs []stages.Change
+		var cs []model.Change
 		for _, r := range rows {
-			if cs, err = b.Upsert([]syncrules.Value{syncrules.Text(r[0]), syncrules.Text(r[1]), syncrules.Text(r[2])}, cs); err != nil {
+			if cs, err = b.Upsert([]model.Value{model.Text(r[0]), model.Text(r[1]), model.Text(r[2])}, cs); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -110,14 +111,14 @@ func TestParameterRowsVersionsAndLimit(t *testing.T) {
 	w := newWriter(t, s, g.ID)
 	lists := registerTable(t, s, g.ID, "lists")
 	lk := func(user string) []byte { return []byte(`["by_user","1","` + user + `"]`) }
-	change := func(row int, user string) stages.Change {
-		c := stages.Change{Table: lists, Kind: stages.Upsert, Key: key(row), TracksLookups: true}
+	change := func(row int, user string) model.Change {
+		c := model.Change{Table: lists, Kind: model.Upsert, Key: key(row), TracksLookups: true}
 		if user != "" {
-			c.Lookups = []stages.Lookup{{Key: lk(user), Params: fmt.Appendf(nil, `[{"list_id":"l%d"}]`, row)}}
+			c.Lookups = []model.Lookup{{Key: lk(user), Params: fmt.Appendf(nil, `[{"list_id":"l%d"}]`, row)}}
 		}
 		return c
 	}
-	step := func(cs ...stages.Change) int64 {
+	step := func(cs ...model.Change) int64 {
 		res, err := w.WriteChanges(ctx, cs)
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // previous is a row's stored state before the batch. Its arrays and data
@@ -232,9 +232,9 @@ func count(a []byte) int {
 // same reports whether c leaves the stored row p as it is: same bucket
 // memberships, lookups and row data. Most updates only change the data of
 // the ops (a todo completed), so their current row need not be rewritten.
-func (s *prevState) same(p *previous, c *stages.Change) bool {
+func (s *prevState) same(p *previous, c *model.Change) bool {
 	buckets, lookups := s.bytes(p.buckets), s.bytes(p.lookups)
-	if c.Kind != stages.Upsert || count(buckets) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
+	if c.Kind != model.Upsert || count(buckets) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
 		!bytes.Equal(s.bytes(p.data), c.RowData) {
 		return false
 	}
@@ -248,7 +248,7 @@ func (s *prevState) same(p *previous, c *stages.Change) bool {
 }
 
 // hasPut reports whether puts contains the membership element m.
-func hasPut(puts []stages.Put, m []byte) bool {
+func hasPut(puts []model.Put, m []byte) bool {
 	for i := range puts {
 		p := &puts[i]
 		nb, nt := len(p.Bucket), len(p.ObjectType)
@@ -263,7 +263,7 @@ func hasPut(puts []stages.Put, m []byte) bool {
 	return false
 }
 
-func hasLookup(lookups []stages.Lookup, key []byte) bool {
+func hasLookup(lookups []model.Lookup, key []byte) bool {
 	for i := range lookups {
 		if bytes.Equal(lookups[i].Key, key) {
 			return true

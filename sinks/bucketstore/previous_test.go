@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // binaryArray encodes elements as PostgreSQL's binary array of oid, the
@@ -69,8 +69,8 @@ func FuzzArrayLen(f *testing.F) {
 }
 
 func TestPrevStateSame(t *testing.T) {
-	todos := &stages.Table{ID: "t1"}
-	put := stages.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "7"}
+	todos := &model.Table{ID: "t1"}
+	put := model.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "7"}
 	member := []byte(put.Bucket + "\x1f" + put.ObjectType + "\x1f" + put.ObjectID)
 	var s prevState
 	s.reset(1)
@@ -83,18 +83,18 @@ func TestPrevStateSame(t *testing.T) {
 	if !p.found || p.tid.BlockNumber != 3 || p.tid.OffsetNumber != 9 {
 		t.Fatalf("stored state %+v", p)
 	}
-	same := stages.Change{Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}}
+	same := model.Change{Table: todos, Kind: model.Upsert, Puts: []model.Put{put}}
 	if !s.same(p, &same) {
 		t.Error("the same membership reads as changed")
 	}
 	moved := put
 	moved.Bucket = `1#by_list["b"]`
-	for name, c := range map[string]stages.Change{
-		"other bucket": {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{moved}},
-		"one more":     {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put, moved}},
-		"deleted":      {Table: todos, Kind: stages.Delete},
-		"lookup added": {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}, Lookups: []stages.Lookup{{Key: []byte("k")}}},
-		"row data":     {Table: todos, Kind: stages.Upsert, Puts: []stages.Put{put}, RowData: []byte{1}},
+	for name, c := range map[string]model.Change{
+		"other bucket": {Table: todos, Kind: model.Upsert, Puts: []model.Put{moved}},
+		"one more":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put, moved}},
+		"deleted":      {Table: todos, Kind: model.Delete},
+		"lookup added": {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, Lookups: []model.Lookup{{Key: []byte("k")}}},
+		"row data":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, RowData: []byte{1}},
 	} {
 		if s.same(p, &c) {
 			t.Errorf("%s: reads as the same", name)
@@ -115,18 +115,18 @@ func TestPrevStateSame(t *testing.T) {
 }
 
 func TestCollapseKeepsLastChangePerRow(t *testing.T) {
-	a, b := &stages.Table{ID: "a"}, &stages.Table{ID: "b"}
-	b2 := &stages.Table{ID: "b"} // the same table id from another pointer
-	changes := []stages.Change{
-		{Table: b, Key: key(2), Kind: stages.Upsert},
-		{Table: a, Key: key(1), Kind: stages.Upsert},
-		{Table: b2, Key: key(2), Kind: stages.Delete},
-		{Table: a, Key: key(3), Kind: stages.Upsert},
-		{Table: a, Key: key(1), Kind: stages.Delete},
-		{Table: b, Key: key(2), Kind: stages.Upsert, RowData: []byte("last")},
+	a, b := &model.Table{ID: "a"}, &model.Table{ID: "b"}
+	b2 := &model.Table{ID: "b"} // the same table id from another pointer
+	changes := []model.Change{
+		{Table: b, Key: key(2), Kind: model.Upsert},
+		{Table: a, Key: key(1), Kind: model.Upsert},
+		{Table: b2, Key: key(2), Kind: model.Delete},
+		{Table: a, Key: key(3), Kind: model.Upsert},
+		{Table: a, Key: key(1), Kind: model.Delete},
+		{Table: b, Key: key(2), Kind: model.Upsert, RowData: []byte("last")},
 	}
 	final, _ := collapse(nil, nil, changes)
-	want := []*stages.Change{&changes[4], &changes[3], &changes[5]}
+	want := []*model.Change{&changes[4], &changes[3], &changes[5]}
 	if k1, k3 := key(1), key(3); bytes.Compare(k1[:], k3[:]) > 0 {
 		want[0], want[1] = want[1], want[0]
 	}

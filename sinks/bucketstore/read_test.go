@@ -12,13 +12,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
-
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
 // readyGroup marks the group's snapshot done so that Commit can publish.
-func readyGroup(t testing.TB, s *Store, group int, tables ...*stages.Table) {
+func readyGroup(t testing.TB, s *Store, group int, tables ...*model.Table) {
 	t.Helper()
 	ctx := context.Background()
 	for _, tb := range tables {
@@ -45,16 +44,16 @@ func bucketName(b int) string { return fmt.Sprintf(`1#by_list["b%03d"]`, b) }
 
 // loadSpread writes n rows, row i into bucket i%buckets, so each bucket's
 // ops are spread over the whole op id range, and returns the last op id.
-func loadSpread(t testing.TB, s *Store, w *Writer, tb *stages.Table, n, buckets int) int64 {
+func loadSpread(t testing.TB, s *Store, w *Writer, tb *model.Table, n, buckets int) int64 {
 	t.Helper()
 	var last int64
 	for lo := 0; lo < n; lo += 5000 {
-		var cs []stages.Change
+		var cs []model.Change
 		for i := lo; i < min(lo+5000, n); i++ {
 			id := fmt.Sprint(i)
 			data := `{"id":"` + id + `","description":"row ` + id + ` with some text to make it realistic"}`
-			cs = append(cs, stages.Change{Table: tb, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(bucketName(i%buckets), "todos", id, data)}})
+			cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(bucketName(i%buckets), "todos", id, data)}})
 		}
 		res, err := w.WriteSnapshot(context.Background(), cs)
 		if err != nil {
@@ -137,13 +136,13 @@ func TestReadBucketDataPaging(t *testing.T) {
 	readyGroup(t, s, g.ID, todos)
 	last := loadSpread(t, s, w, todos, 600, 7)
 	// Move some rows between buckets (REMOVE + PUT) and delete some.
-	var cs []stages.Change
+	var cs []model.Change
 	for i := 0; i < 600; i += 9 {
 		id := fmt.Sprint(i)
-		c := stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(bucketName((i+1)%7), "todos", id, `{"id":"`+id+`","moved":true}`)}}
+		c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(bucketName((i+1)%7), "todos", id, `{"id":"`+id+`","moved":true}`)}}
 		if i%2 == 0 {
-			c = stages.Change{Table: todos, Kind: stages.Delete, Key: key(i)}
+			c = model.Change{Table: todos, Kind: model.Delete, Key: key(i)}
 		}
 		cs = append(cs, c)
 	}

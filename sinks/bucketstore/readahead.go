@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // StageProbe names the pipeline stage that calls Prepare, in stage errors,
@@ -30,7 +30,7 @@ const StageProbe = "probe"
 // reads those rows again, inside its transaction.
 type Prepared struct {
 	seq    uint64 // the writer's completed writes when the read began
-	final  []*stages.Change
+	final  []*model.Change
 	byRow  []int32
 	prev   prevState
 	tables []string // the probe's arguments
@@ -64,7 +64,7 @@ const writtenKept = 16
 // to read and for one the write must read itself (one with a TRUNCATE).
 // Safe to call concurrently with Write (that is its purpose), not with
 // another Prepare.
-func (sw *StreamWriter) Prepare(ctx context.Context, changes []stages.Change) (*Prepared, error) {
+func (sw *StreamWriter) Prepare(ctx context.Context, changes []model.Change) (*Prepared, error) {
 	if len(changes) == 0 {
 		return nil, nil
 	}
@@ -77,7 +77,7 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []stages.Change) (*
 	}
 	p.seq = sw.done.Load() // before the read: a later write is judged stale
 	p.final, p.byRow = collapse(p.final, p.byRow, changes)
-	p.tables, p.keys = probeArgs(p.final, func(c *stages.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	p.tables, p.keys = probeArgs(p.final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
 	p.prev.reset(len(p.final))
 	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "read stored row state")
 	if err != nil {
@@ -118,7 +118,7 @@ func (sw *StreamWriter) stale(p *Prepared) (pos []int32, all bool) {
 
 // appendCommon appends the positions of the rows of final that rows also
 // holds: both are in collapse order, so one merge walk finds them.
-func appendCommon(pos []int32, final []*stages.Change, rows []rowKey) []int32 {
+func appendCommon(pos []int32, final []*model.Change, rows []rowKey) []int32 {
 	i, j := 0, 0
 	for i < len(final) && j < len(rows) {
 		c := strings.Compare(final[i].Table.ID, rows[j].table)
@@ -141,7 +141,7 @@ func appendCommon(pos []int32, final []*stages.Change, rows []rowKey) []int32 {
 
 // remember records a completed write of final (every: it may have
 // changed any row) as the writer's next.
-func (sw *StreamWriter) remember(final []*stages.Change, every bool) {
+func (sw *StreamWriter) remember(final []*model.Change, every bool) {
 	seq := sw.done.Load() + 1
 	h := &sw.history[seq%writtenKept]
 	h.seq, h.every, h.rows = seq, every, h.rows[:0]
@@ -161,6 +161,6 @@ func (sw *StreamWriter) release(p *Prepared) {
 
 // probeSubset returns loadPreviousSQL's $2 and $3 for the rows of final at
 // pos.
-func probeSubset(final []*stages.Change, pos []int32) ([]string, []pgtype.UUID) {
+func probeSubset(final []*model.Change, pos []int32) ([]string, []pgtype.UUID) {
 	return probeArgs(pos, func(i int32) (string, [16]byte) { return final[i].Table.ID, final[i].Key })
 }

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // TestPreparedStateReadBeforeAWrite checks state read ahead of writes that
@@ -19,23 +19,23 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
 	sw := s.NewStreamWriter(g.ID, Fence{})
-	in := func(bucket string, rows ...int) []stages.Change {
-		var cs []stages.Change
+	in := func(bucket string, rows ...int) []model.Change {
+		var cs []model.Change
 		for _, i := range rows {
-			cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(bucket, "todos", string(rune('a'+i)), `{}`)}})
+			cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(bucket, "todos", string(rune('a'+i)), `{}`)}})
 		}
 		return cs
 	}
 	lsn := StreamProgress{}
-	write := func(cs []stages.Change, prep *Prepared) {
+	write := func(cs []model.Change, prep *Prepared) {
 		t.Helper()
 		lsn.LSN += 10
 		if _, err := sw.Write(ctx, cs, lsn, prep); err != nil {
 			t.Fatal(err)
 		}
 	}
-	prepare := func(cs []stages.Change) *Prepared {
+	prepare := func(cs []model.Change) *Prepared {
 		t.Helper()
 		p, err := sw.Prepare(ctx, cs)
 		if err != nil || p == nil {
@@ -74,10 +74,10 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 	// A TRUNCATE in between may have changed any row.
 	back = in("1#b1[]", 1)
 	early = prepare(back)
-	if _, err := sw.Prepare(ctx, []stages.Change{{Table: todos, Kind: stages.Truncate}}); err != nil {
+	if _, err := sw.Prepare(ctx, []model.Change{{Table: todos, Kind: model.Truncate}}); err != nil {
 		t.Fatal(err)
 	}
-	write([]stages.Change{{Table: todos, Kind: stages.Truncate}}, nil)
+	write([]model.Change{{Table: todos, Kind: model.Truncate}}, nil)
 	before = len(ops(t, s, g.ID))
 	write(back, early)
 	if got := opSummary(ops(t, s, g.ID)[before:]); !slices.Equal(got, []string{"PUT 1#b1[] b"}) {
@@ -99,13 +99,13 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 // TestAppendCommon checks the merge walk that finds a batch's rows in a
 // completed write.
 func TestAppendCommon(t *testing.T) {
-	a, b := &stages.Table{ID: "a"}, &stages.Table{ID: "b"}
-	var changes []stages.Change
+	a, b := &model.Table{ID: "a"}, &model.Table{ID: "b"}
+	var changes []model.Change
 	for _, tk := range []struct {
-		t *stages.Table
+		t *model.Table
 		k int
 	}{{a, 1}, {a, 2}, {a, 3}, {b, 1}, {b, 4}} {
-		changes = append(changes, stages.Change{Table: tk.t, Key: key(tk.k)})
+		changes = append(changes, model.Change{Table: tk.t, Key: key(tk.k)})
 	}
 	final, _ := collapse(nil, nil, changes)
 	var rows []rowKey

@@ -6,13 +6,13 @@ import (
 )
 
 // RowRef names one replicated source row of a group: its table (the
-// stages.Table ID) and replica id.
+// model.Table ID) and replica id.
 type RowRef struct {
 	Table string
 	Key   [16]byte
 }
 
-// RowData returns the stored row data (stages.Change.RowData, written with
+// RowData returns the stored row data (model.Change.RowData, written with
 // the row's current state) of the given rows of group, in one query. Rows
 // that are not stored, or were stored without data, are absent from the
 // result. The stream uses it to merge the unchanged TOAST values an UPDATE

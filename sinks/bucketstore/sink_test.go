@@ -6,15 +6,15 @@ import (
 	"testing"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // listSource emits the given batches, then ends.
-func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Position] {
+func listSource(batches []sinks.Batch) pipeline.Source[model.Change, sinks.Position] {
 	i := 0
-	return pipeline.SourceFunc[stages.Change, sinks.Position](func(ctx context.Context) (sinks.Batch, error) {
+	return pipeline.SourceFunc[model.Change, sinks.Position](func(ctx context.Context) (sinks.Batch, error) {
 		if i == len(batches) {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
@@ -23,12 +23,12 @@ func listSource(batches []sinks.Batch) pipeline.Source[stages.Change, sinks.Posi
 	})
 }
 
-func todoChanges(t *stages.Table, lo, hi int, bucket string) []stages.Change {
-	var cs []stages.Change
+func todoChanges(t *model.Table, lo, hi int, bucket string) []model.Change {
+	var cs []model.Change
 	for i := lo; i < hi; i++ {
 		id := fmt.Sprint(i)
-		cs = append(cs, stages.Change{Table: t, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(bucket, "todos", id, `{"id":"`+id+`"}`)}})
+		cs = append(cs, model.Change{Table: t, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(bucket, "todos", id, `{"id":"`+id+`"}`)}})
 	}
 	return cs
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -43,7 +43,7 @@ func newWriter(t testing.TB, s *Store, group int) *Writer {
 	return w
 }
 
-func registerTable(t testing.TB, s *Store, group int, name string) *stages.Table {
+func registerTable(t testing.TB, s *Store, group int, name string) *model.Table {
 	t.Helper()
 	st, err := s.Catalog().RegisterTable(context.Background(), group, 1234, "public", name, []string{"id"})
 	if err != nil {
@@ -55,8 +55,8 @@ func registerTable(t testing.TB, s *Store, group int, name string) *stages.Table
 func key(i int) [16]byte { return uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "row-%d", i)) }
 
 // put builds a Put with a correct checksum.
-func put(bucket, typ, id, data string) stages.Put {
-	return stages.Put{Bucket: bucket, ObjectType: typ, ObjectID: id, Data: []byte(data),
+func put(bucket, typ, id, data string) model.Put {
+	return model.Put{Bucket: bucket, ObjectType: typ, ObjectID: id, Data: []byte(data),
 		Checksum: checksum.Put(typ, id, []byte(data))}
 }
 
@@ -140,23 +140,23 @@ func TestRowMovesBetweenBuckets(t *testing.T) {
 	k := key(1)
 
 	steps := []struct {
-		change stages.Change
+		change model.Change
 		want   []string // ops written by this step
 	}{
-		{stages.Change{Table: todos, Kind: stages.Upsert, Key: k, Puts: []stages.Put{
+		{model.Change{Table: todos, Kind: model.Upsert, Key: k, Puts: []model.Put{
 			put(`1#by_list["a"]`, "todos", "t1", `{"id":"t1","list_id":"a"}`),
 			put(`1#global[]`, "todos", "t1", `{"id":"t1","list_id":"a"}`)}},
 			[]string{`PUT 1#by_list["a"] t1`, `PUT 1#global[] t1`}},
-		{stages.Change{Table: todos, Kind: stages.Upsert, Key: k, Puts: []stages.Put{
+		{model.Change{Table: todos, Kind: model.Upsert, Key: k, Puts: []model.Put{
 			put(`1#by_list["b"]`, "todos", "t1", `{"id":"t1","list_id":"b"}`),
 			put(`1#global[]`, "todos", "t1", `{"id":"t1","list_id":"b"}`)}},
 			[]string{`REMOVE 1#by_list["a"] t1`, `PUT 1#by_list["b"] t1`, `PUT 1#global[] t1`}},
-		{stages.Change{Table: todos, Kind: stages.Delete, Key: k},
+		{model.Change{Table: todos, Kind: model.Delete, Key: k},
 			[]string{`REMOVE 1#by_list["b"] t1`, `REMOVE 1#global[] t1`}},
 	}
 	seen := 0
 	for i, st := range steps {
-		if _, err := w.WriteChanges(ctx, []stages.Change{st.change}); err != nil {
+		if _, err := w.WriteChanges(ctx, []model.Change{st.change}); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 		all := ops(t, s, g.ID)
@@ -188,12 +188,12 @@ func TestSnapshotChunkReappliedWritesNoDuplicates(t *testing.T) {
 	s, g := openStore(t)
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
-	chunk := func(lo, hi int) []stages.Change {
-		var cs []stages.Change
+	chunk := func(lo, hi int) []model.Change {
+		var cs []model.Change
 		for i := lo; i < hi; i++ {
 			id := fmt.Sprint(i)
-			cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-				Puts: []stages.Put{put(`1#global[]`, "todos", id, `{"id":"`+id+`"}`)}})
+			cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+				Puts: []model.Put{put(`1#global[]`, "todos", id, `{"id":"`+id+`"}`)}})
 		}
 		return cs
 	}
@@ -227,14 +227,14 @@ func TestTruncateRemovesEverything(t *testing.T) {
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	lists := registerTable(t, s, g.ID, "lists")
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range 25 {
 		id := fmt.Sprint(i)
-		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(`1#by_list["a"]`, "todos", id, `{}`)}})
+		cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(`1#by_list["a"]`, "todos", id, `{}`)}})
 	}
-	cs = append(cs, stages.Change{Table: lists, Kind: stages.Upsert, Key: key(1000),
-		Puts: []stages.Put{put(`1#global[]`, "lists", "a", `{}`)}})
+	cs = append(cs, model.Change{Table: lists, Kind: model.Upsert, Key: key(1000),
+		Puts: []model.Put{put(`1#global[]`, "lists", "a", `{}`)}})
 	if _, err := w.WriteSnapshot(ctx, cs); err != nil {
 		t.Fatal(err)
 	}
@@ -285,22 +285,22 @@ func TestParameterLookupsVersioned(t *testing.T) {
 		}
 		return params
 	}
-	change := func(user string) stages.Change {
-		c := stages.Change{Table: lists, Kind: stages.Upsert, Key: key(7), TracksLookups: true}
+	change := func(user string) model.Change {
+		c := model.Change{Table: lists, Kind: model.Upsert, Key: key(7), TracksLookups: true}
 		if user != "" {
-			c.Lookups = []stages.Lookup{{Key: lk(user), Params: []byte(`[{"list_id":"l7"}]`)}}
+			c.Lookups = []model.Lookup{{Key: lk(user), Params: []byte(`[{"list_id":"l7"}]`)}}
 		}
 		return c
 	}
-	r1, err := w.WriteChanges(ctx, []stages.Change{change("alice")})
+	r1, err := w.WriteChanges(ctx, []model.Change{change("alice")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2, err := w.WriteChanges(ctx, []stages.Change{change("bob")}) // owner changes
+	r2, err := w.WriteChanges(ctx, []model.Change{change("bob")}) // owner changes
 	if err != nil {
 		t.Fatal(err)
 	}
-	r3, err := w.WriteChanges(ctx, []stages.Change{change("")}) // row no longer matches
+	r3, err := w.WriteChanges(ctx, []model.Change{change("")}) // row no longer matches
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,8 +339,8 @@ func TestErrorStateDoesNotConflictWithWriters(t *testing.T) {
 			defer w.Close()
 			for n := range 25 {
 				i := wi*1000 + n
-				_, err := w.WriteChanges(ctx, []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key(i),
-					Puts: []stages.Put{put(`1#global[]`, "todos", fmt.Sprint(i), `{}`)}}})
+				_, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(i),
+					Puts: []model.Put{put(`1#global[]`, "todos", fmt.Sprint(i), `{}`)}}})
 				if err == nil {
 					err = s.Catalog().ReportError(ctx, g.ID, fmt.Sprintf("writer %d hiccup %d", wi, n))
 				}
@@ -384,10 +384,10 @@ func TestOpIDBlocks(t *testing.T) {
 	}
 	todos := registerTable(t, s, g.ID, "todos")
 	w := newWriter(t, s, g.ID)
-	var cs []stages.Change
+	var cs []model.Change
 	for i := range 250 {
-		cs = append(cs, stages.Change{Table: todos, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put("b", "todos", fmt.Sprint(i), `{}`)}})
+		cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put("b", "todos", fmt.Sprint(i), `{}`)}})
 	}
 	for range 2 {
 		if _, err := w.WriteSnapshot(ctx, cs[:125]); err != nil {
@@ -415,7 +415,7 @@ func TestOpIDBlocks(t *testing.T) {
 
 // streamingStore is a group past its snapshot with a "todos" table: what
 // the stream writes into and compaction compacts.
-func streamingStore(t *testing.T) (*Store, Group, *stages.Table) {
+func streamingStore(t *testing.T) (*Store, Group, *model.Table) {
 	t.Helper()
 	ctx := context.Background()
 	s, g := openStore(t)

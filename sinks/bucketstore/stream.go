@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/internal/freelist"
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // StreamProgress is the stream position a stream write records in its own
@@ -34,7 +34,7 @@ type StreamProgress struct {
 // TableUpdate changes what storage records about one source table, in the
 // transaction of the write that carries it.
 type TableUpdate struct {
-	// ID is the table's storage id (stages.Table.ID).
+	// ID is the table's storage id (model.Table.ID).
 	ID string
 	// Shape, when set, replaces the recorded shape, and ReplicaIDColumns
 	// the replica identity columns: the rows written from now on follow
@@ -72,7 +72,7 @@ type ResnapshotProgress struct {
 // records p, so a batch holding a Truncate is exact after a crash only if
 // replaying it is harmless: the stream gives each TRUNCATE a batch of its
 // own (removing rows already removed is a no-op).
-func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p StreamProgress) (Result, error) {
+func (w *Writer) WriteStream(ctx context.Context, changes []model.Change, p StreamProgress) (Result, error) {
 	var total Result
 	items := changes
 	for {
@@ -100,7 +100,7 @@ func (w *Writer) WriteStream(ctx context.Context, changes []stages.Change, p Str
 
 // isTruncate reports whether c is a TRUNCATE item, which WriteStream
 // writes apart from the changes around it.
-func isTruncate(c stages.Change) bool { return c.Kind == stages.Truncate }
+func isTruncate(c model.Change) bool { return c.Kind == model.Truncate }
 
 // queueProgress queues writing p on tail, the statements that run last in
 // their transaction, so the group row is locked only for the commit
@@ -191,7 +191,7 @@ func (s *Store) NewStreamWriter(group int, f Fence) *StreamWriter {
 // Write persists one stream batch durably with its progress (WriteStream).
 // prep, when set, is the batch's stored state read ahead by Prepare (of
 // this writer and these changes); Write takes it over.
-func (sw *StreamWriter) Write(ctx context.Context, changes []stages.Change, p StreamProgress, prep *Prepared) (Result, error) {
+func (sw *StreamWriter) Write(ctx context.Context, changes []model.Change, p StreamProgress, prep *Prepared) (Result, error) {
 	if prep != nil {
 		defer sw.release(prep)
 	}

@@ -9,12 +9,12 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // SourceTable is a replicated table of a group as storage records it.
 type SourceTable struct {
-	stages.Table
+	model.Table
 	RelationID       uint32
 	ReplicaIDColumns []string
 	SnapshotDone     bool

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // waitFor reads ch until a checkpoint satisfies ok; the timeout only turns a
@@ -32,12 +32,12 @@ func waitFor(t testing.TB, ch <-chan Checkpoint, what string, ok func(Checkpoint
 }
 
 // writeRows writes n rows into bucket and returns the last op id.
-func writeRows(t testing.TB, w *Writer, tb *stages.Table, first, n int) int64 {
+func writeRows(t testing.TB, w *Writer, tb *model.Table, first, n int) int64 {
 	t.Helper()
-	var cs []stages.Change
+	var cs []model.Change
 	for i := first; i < first+n; i++ {
-		cs = append(cs, stages.Change{Table: tb, Kind: stages.Upsert, Key: key(i),
-			Puts: []stages.Put{put(`1#global[]`, "todos", fmt.Sprint(i), `{}`)}})
+		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+			Puts: []model.Put{put(`1#global[]`, "todos", fmt.Sprint(i), `{}`)}})
 	}
 	res, err := w.WriteChanges(context.Background(), cs)
 	if err != nil {

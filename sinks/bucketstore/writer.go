@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/syncpipe/syncpipe/stages"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Result describes what one write persisted.
@@ -123,10 +123,10 @@ func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBu
 type writeBufs struct {
 	cur, ops, params copyBuf
 	ids              []int64
-	order            []putRef         // a snapshot batch's PUTs in bucket order
-	final            []*stages.Change // a stream batch's changes, one per row (collapse)
-	byRow            []int32          // collapse's scratch space
-	prev             prevState        // the stored state of final's rows
+	order            []putRef        // a snapshot batch's PUTs in bucket order
+	final            []*model.Change // a stream batch's changes, one per row (collapse)
+	byRow            []int32         // collapse's scratch space
+	prev             prevState       // the stored state of final's rows
 }
 
 // keptBufBytes is the capacity up to which a byte buffer is kept for the
@@ -261,7 +261,7 @@ func (w *Writer) queueRelease(tail *pgx.Batch, claim int64) {
 // and gets no ops; every other row is written with its ops. The fast path
 // COPYs the rows straight in; only when the key reports a conflict is the
 // batch re-done through a staging table with ON CONFLICT DO NOTHING.
-func (w *Writer) WriteSnapshot(ctx context.Context, changes []stages.Change) (Result, error) {
+func (w *Writer) WriteSnapshot(ctx context.Context, changes []model.Change) (Result, error) {
 	start := time.Now()
 	var res Result
 	savepoint := func(b *pgx.Batch) { b.Queue("SAVEPOINT snapshot_rows") } // see insertSnapshotRows
@@ -337,7 +337,7 @@ type putRef struct {
 // insertSnapshotRows writes current_data rows after the savepoint
 // snapshot_rows (which the write's head set). It returns nil when every
 // row was new, or a per-change "was new" mask after a conflict.
-func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []stages.Change) ([]bool, error) {
+func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []model.Change) ([]bool, error) {
 	w.cur.reset()
 	for i := range changes {
 		w.encodeCurrent(&changes[i])
@@ -432,7 +432,7 @@ func (w *Writer) takeBlocks(r pgx.Row, blocks int) error {
 	return nil
 }
 
-func (w *Writer) encodeCurrent(c *stages.Change) {
+func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
 	b.row(6)
 	b.int4(int32(w.group))
@@ -456,7 +456,7 @@ func (w *Writer) encodeCurrent(c *stages.Change) {
 	b.bytes(c.RowData)
 }
 
-func (w *Writer) encodePut(c *stages.Change, p *stages.Put, id int64, res *Result) {
+func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result) {
 	b := &w.ops
 	b.row(10)
 	b.int4(int32(w.group))
@@ -475,7 +475,7 @@ func (w *Writer) encodePut(c *stages.Change, p *stages.Put, id int64, res *Resul
 	res.MaxOpID = max(res.MaxOpID, id)
 }
 
-func (w *Writer) encodeRemove(c *stages.Change, bucket, objectType, objectID string, sum uint32, id int64, res *Result) {
+func (w *Writer) encodeRemove(c *model.Change, bucket, objectType, objectID string, sum uint32, id int64, res *Result) {
 	b := &w.ops
 	b.row(10)
 	b.int4(int32(w.group))
@@ -493,7 +493,7 @@ func (w *Writer) encodeRemove(c *stages.Change, bucket, objectType, objectID str
 	res.MaxOpID = max(res.MaxOpID, id)
 }
 
-func (w *Writer) encodeParam(c *stages.Change, lookup, params []byte, id int64, res *Result) {
+func (w *Writer) encodeParam(c *model.Change, lookup, params []byte, id int64, res *Result) {
 	b := &w.params
 	b.row(6)
 	b.int8(id)

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 // payload is the data of a test put: it says who wrote it, and its padding
@@ -23,12 +23,12 @@ type payload struct {
 	Pad                string
 }
 
-func makeBatch(writer, batch, rows int, tables ...*stages.Table) sinks.Batch {
-	items := make([]stages.Change, rows)
+func makeBatch(writer, batch, rows int, tables ...*model.Table) sinks.Batch {
+	items := make([]model.Change, rows)
 	for r := range items {
 		data, _ := json.Marshal(payload{writer, batch, r, strings.Repeat("x", 500+(writer*977+r*131)%3000)})
-		items[r] = stages.Change{Table: tables[r%len(tables)], Kind: stages.Upsert,
-			Puts: []stages.Put{{Bucket: "b", ObjectType: "t", ObjectID: fmt.Sprint(r), Data: data}}}
+		items[r] = model.Change{Table: tables[r%len(tables)], Kind: model.Upsert,
+			Puts: []model.Put{{Bucket: "b", ObjectType: "t", ObjectID: fmt.Sprint(r), Data: data}}}
 	}
 	return sinks.Batch{Seq: uint64(batch), Rows: rows, Items: items}
 }
@@ -64,7 +64,7 @@ func TestConcurrentWritersNeverInterleave(t *testing.T) {
 			t.Fatalf("writer %d: %v", i, err)
 		}
 	}
-	for _, tbl := range []*stages.Table{todos, lists} {
+	for _, tbl := range []*model.Table{todos, lists} {
 		seen := map[[3]int]bool{}
 		closed := map[[2]int]bool{} // (writer, batch) runs that already ended
 		var prev [2]int
@@ -104,7 +104,7 @@ func TestPipelineEndToEnd(t *testing.T) {
 	}
 	defer func() { _ = s.Close(context.Background()) }()
 	next := 0
-	src := pipeline.SourceFunc[stages.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
+	src := pipeline.SourceFunc[model.Change, sinks.Position](func(context.Context) (sinks.Batch, error) {
 		if next == 10 {
 			return sinks.Batch{}, pipeline.ErrEndOfInput
 		}
@@ -144,7 +144,7 @@ func TestWriteDoesNotAllocate(t *testing.T) {
 	defer func() { _ = s.Close(context.Background()) }()
 	w := writer(t, s, 0)
 	b := makeBatch(1, 1, 100, todos, lists)
-	b.Items[0].Lookups = []stages.Lookup{{Key: []byte("[\"k\xff\",\"é\"]"), Params: []byte(`[]`)}}
+	b.Items[0].Lookups = []model.Lookup{{Key: []byte("[\"k\xff\",\"é\"]"), Params: []byte(`[]`)}}
 	b.Items[1].Puts[0].ObjectID = "ü\n\"x\""
 	if err := w.Write(context.Background(), b); err != nil { // grow the buffers
 		t.Fatal(err)

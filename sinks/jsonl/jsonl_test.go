@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/sinks/jsonl"
-	"github.com/syncpipe/syncpipe/stages"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -89,8 +89,8 @@ func readLines(t *testing.T, path string) []line {
 }
 
 var (
-	todos = &stages.Table{Schema: "public", Name: "todos"}
-	lists = &stages.Table{Schema: "public", Name: "lists"}
+	todos = &model.Table{Schema: "public", Name: "todos"}
+	lists = &model.Table{Schema: "public", Name: "lists"}
 	key1  = [16]byte{0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef}
 )
 
@@ -98,17 +98,17 @@ func TestLinesWrittenAndParseable(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out", "nested") // created by the sink
 	s := open(t, map[string]any{"dir": dir, "fsync": false})
 	w := writer(t, s, 0)
-	weird := &stages.Table{Schema: "public", Name: "we/ird"}
+	weird := &model.Table{Schema: "public", Name: "we/ird"}
 	data := `{"id":"t1","title":"say \"hi\"\n"}`
-	b := sinks.Batch{Items: []stages.Change{
-		{Table: todos, Kind: stages.Upsert, Key: key1,
-			Puts: []stages.Put{
+	b := sinks.Batch{Items: []model.Change{
+		{Table: todos, Kind: model.Upsert, Key: key1,
+			Puts: []model.Put{
 				{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "t1", Checksum: 4294967295, Data: []byte(data)},
 				{Bucket: `1#mine["u"]`, ObjectType: "todos", ObjectID: "t1", Checksum: 7, Data: []byte(data)},
 			},
-			Lookups: []stages.Lookup{{Key: []byte(`["by_list","a"]`), Params: []byte(`[{"list_id":"a"}]`)}}},
-		{Table: lists, Kind: stages.Delete},
-		{Table: weird, Kind: stages.Upsert, Puts: []stages.Put{{Bucket: "b", ObjectType: "o", ObjectID: "x\xffy\x01<é>"}}},
+			Lookups: []model.Lookup{{Key: []byte(`["by_list","a"]`), Params: []byte(`[{"list_id":"a"}]`)}}},
+		{Table: lists, Kind: model.Delete},
+		{Table: weird, Kind: model.Upsert, Puts: []model.Put{{Bucket: "b", ObjectType: "o", ObjectID: "x\xffy\x01<é>"}}},
 	}}
 	writeCommit(t, s, w, b)
 
@@ -140,7 +140,7 @@ func TestLinesWrittenAndParseable(t *testing.T) {
 	}
 
 	// A second batch appends to the same file.
-	writeCommit(t, s, w, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Delete, Key: key1}}, Progress: sinks.Position{LSN: 2}})
+	writeCommit(t, s, w, sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Delete, Key: key1}}, Progress: sinks.Position{LSN: 2}})
 	ls = readLines(t, filepath.Join(dir, "public.todos.jsonl"))
 	if len(ls) != 2 || ls[0].Kind != "upsert" || ls[1].Kind != "delete" || ls[1].Key != ls[0].Key {
 		t.Errorf("after second batch: %+v", ls)
@@ -163,7 +163,7 @@ func TestFileNameStaysInDirectory(t *testing.T) {
 
 func TestWriteRejectsChangeWithoutTable(t *testing.T) {
 	s := open(t, map[string]any{"dir": t.TempDir()})
-	err := writer(t, s, 0).Write(ctx, sinks.Batch{Seq: 4, Items: []stages.Change{{Table: todos}, {}}})
+	err := writer(t, s, 0).Write(ctx, sinks.Batch{Seq: 4, Items: []model.Change{{Table: todos}, {}}})
 	if err == nil || !strings.Contains(err.Error(), "change 1 of batch 4 has no table") {
 		t.Errorf("err = %v", err)
 	}
@@ -317,7 +317,7 @@ func TestUseAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := writer(t, s, 0)
-	if err := w.Write(ctx, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert}}}); err != nil {
+	if err := w.Write(ctx, sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Upsert}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(ctx); err != nil {
@@ -326,7 +326,7 @@ func TestUseAfterClose(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if err := w.Write(ctx, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert}}}); err == nil {
+	if err := w.Write(ctx, sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Upsert}}}); err == nil {
 		t.Error("Write after Close succeeded")
 	}
 	if err := s.Commit(ctx, sinks.Batch{Progress: sinks.Position{LSN: 1}}); err == nil {
@@ -341,7 +341,7 @@ func TestCancelledWrite(t *testing.T) {
 	s := open(t, map[string]any{"dir": t.TempDir()})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	err := writer(t, s, 0).Write(cctx, sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert}}})
+	err := writer(t, s, 0).Write(cctx, sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Upsert}}})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v; want context.Canceled", err)
 	}
@@ -365,7 +365,7 @@ func TestUncommittedLinesAreCutAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, map[string]any{"dir": dir})
 	w := writer(t, s, 0)
-	first := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 0}},
+	first := sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 0}},
 		Progress: sinks.Position{LSN: 0x16B3800}}
 	writeCommit(t, s, w, first)
 	committed, err := os.ReadFile(filepath.Join(dir, "public.todos.jsonl"))
@@ -404,7 +404,7 @@ func TestUncommittedLinesAreCutAtOpen(t *testing.T) {
 	if err != nil || !ok || pos.LSN != 0x16B3800 {
 		t.Fatalf("Resume = %+v, %v, %v", pos, ok, err)
 	}
-	second := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Delete, Key: key1, TxnLSN: 0x16B3900, TxnIndex: 4}},
+	second := sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Delete, Key: key1, TxnLSN: 0x16B3900, TxnIndex: 4}},
 		Progress: sinks.Position{LSN: 0x16B3800, TxnLSN: 0x16B3900, TxnChanges: 5}}
 	writeCommit(t, s2, writer(t, s2, 0), second)
 	if ls := readLines(t, filepath.Join(dir, "public.todos.jsonl")); len(ls) != 2 || ls[1].Kind != "delete" {
@@ -420,7 +420,7 @@ func TestUncommittedLinesAreCutAtOpen(t *testing.T) {
 func TestWrittenButUncommittedBatchLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, map[string]any{"dir": dir})
-	b := sinks.Batch{Items: []stages.Change{{Table: todos, Kind: stages.Upsert, Key: key1}}, Progress: sinks.Position{LSN: 9}}
+	b := sinks.Batch{Items: []model.Change{{Table: todos, Kind: model.Upsert, Key: key1}}, Progress: sinks.Position{LSN: 9}}
 	if err := writer(t, s, 0).Write(ctx, b); err != nil {
 		t.Fatal(err)
 	}
@@ -435,11 +435,11 @@ func TestWrittenButUncommittedBatchLeavesNothing(t *testing.T) {
 func TestAppendChangesMatchesLines(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, map[string]any{"dir": dir, "fsync": false})
-	changes := []stages.Change{
-		{Table: todos, Kind: stages.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 3,
-			Puts:    []stages.Put{{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "t1", Checksum: 9, Data: []byte(`{"id":"t1"}`)}},
-			Lookups: []stages.Lookup{{Key: []byte(`["by_list","a"]`), Params: []byte(`[{"list_id":"a"}]`)}}},
-		{Table: todos, Kind: stages.Delete, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 4},
+	changes := []model.Change{
+		{Table: todos, Kind: model.Upsert, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 3,
+			Puts:    []model.Put{{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "t1", Checksum: 9, Data: []byte(`{"id":"t1"}`)}},
+			Lookups: []model.Lookup{{Key: []byte(`["by_list","a"]`), Params: []byte(`[{"list_id":"a"}]`)}}},
+		{Table: todos, Kind: model.Delete, Key: key1, TxnLSN: 0x16B3748, TxnIndex: 4},
 	}
 	writeCommit(t, s, writer(t, s, 0), sinks.Batch{Items: changes, Progress: sinks.Position{LSN: 0x16B3800}})
 	lines, err := os.ReadFile(filepath.Join(dir, "public.todos.jsonl"))
@@ -451,7 +451,7 @@ func TestAppendChangesMatchesLines(t *testing.T) {
 	if string(got) != want || !json.Valid(got[1:]) {
 		t.Fatalf("AppendChanges = %s\nwant %s", got, want)
 	}
-	if got := jsonl.AppendChanges(nil, []stages.Change{{Kind: stages.Upsert}}); !json.Valid(got) || !strings.Contains(string(got), `"table":null`) {
+	if got := jsonl.AppendChanges(nil, []model.Change{{Kind: model.Upsert}}); !json.Valid(got) || !strings.Contains(string(got), `"table":null`) {
 		t.Fatalf("AppendChanges of a change without a table = %s", got)
 	}
 	if got := jsonl.AppendChanges(nil, nil); string(got) != "[]" {

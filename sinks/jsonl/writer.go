@@ -6,9 +6,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sinks"
-	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // writer is one flush lane. It turns a batch into one buffer of lines per
@@ -20,7 +19,7 @@ type writer struct {
 }
 
 // tableKey identifies a table by value: sources may hand out a new
-// *stages.Table per batch, and a struct of two strings is looked up without
+// *model.Table per batch, and a struct of two strings is looked up without
 // allocating.
 type tableKey struct{ schema, name string }
 
@@ -65,13 +64,13 @@ func (w *writer) Write(ctx context.Context, b sinks.Batch) error {
 	return w.s.stage(b.Progress, chunks)
 }
 
-func (w *writer) table(t *stages.Table) *tableBuf {
+func (w *writer) table(t *model.Table) *tableBuf {
 	k := tableKey{t.Schema, t.Name}
 	if tb := w.tables[k]; tb != nil {
 		return tb
 	}
 	full := t.String()
-	tb := &tableBuf{file: FileName(t.Schema, t.Name), nameJSON: appendString(nil, full)}
+	tb := &tableBuf{file: FileName(t.Schema, t.Name), nameJSON: model.AppendJSONString(nil, full)}
 	w.tables[k] = tb
 	return tb
 }
@@ -105,7 +104,7 @@ func appendEscapedName(b []byte, s string) []byte {
 // sink writes as lines (fields as in the package doc), for programs that
 // deliver changes elsewhere in the same form: examples/httpsink POSTs
 // them. A change without a table has "table":null.
-func AppendChanges(b []byte, changes []stages.Change) []byte {
+func AppendChanges(b []byte, changes []model.Change) []byte {
 	b = append(b, '[')
 	for i := range changes {
 		if i > 0 {
@@ -118,29 +117,29 @@ func AppendChanges(b []byte, changes []stages.Change) []byte {
 
 // appendLine appends the JSON line of c; tableJSON is its table's name as
 // a JSON string, which writers encode once per table.
-func appendLine(b, tableJSON []byte, c *stages.Change) []byte {
+func appendLine(b, tableJSON []byte, c *model.Change) []byte {
 	return append(appendChange(b, tableJSON, c), '\n')
 }
 
 // appendChange appends the JSON object of c, field by field, with no
 // intermediate values: the sink's cost per row is what it writes. A nil
 // tableJSON is encoded from c.Table here.
-func appendChange(b, tableJSON []byte, c *stages.Change) []byte {
+func appendChange(b, tableJSON []byte, c *model.Change) []byte {
 	b = append(b, `{"kind":`...)
 	switch c.Kind {
-	case stages.Upsert:
+	case model.Upsert:
 		b = append(b, `"upsert"`...)
-	case stages.Delete:
+	case model.Delete:
 		b = append(b, `"delete"`...)
 	default:
-		b = appendString(b, c.Kind.String())
+		b = model.AppendJSONString(b, c.Kind.String())
 	}
 	b = append(b, `,"table":`...)
 	switch {
 	case tableJSON != nil:
 		b = append(b, tableJSON...)
 	case c.Table != nil:
-		b = appendString(b, c.Table.String())
+		b = model.AppendJSONString(b, c.Table.String())
 	default:
 		b = append(b, "null"...)
 	}
@@ -160,11 +159,11 @@ func appendChange(b, tableJSON []byte, c *stages.Change) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"bucket":`...)
-		b = appendString(b, p.Bucket)
+		b = model.AppendJSONString(b, p.Bucket)
 		b = append(b, `,"object_type":`...)
-		b = appendString(b, p.ObjectType)
+		b = model.AppendJSONString(b, p.ObjectType)
 		b = append(b, `,"object_id":`...)
-		b = appendString(b, p.ObjectID)
+		b = model.AppendJSONString(b, p.ObjectID)
 		b = append(b, `,"checksum":`...)
 		b = strconv.AppendUint(b, uint64(p.Checksum), 10)
 		b = append(b, `,"data":`...)
@@ -178,7 +177,7 @@ func appendChange(b, tableJSON []byte, c *stages.Change) []byte {
 			b = append(b, ',')
 		}
 		b = append(b, `{"key":`...)
-		b = appendString(b, l.Key)
+		b = model.AppendJSONString(b, l.Key)
 		b = append(b, `,"params":`...)
 		b = appendRaw(b, l.Params)
 		b = append(b, '}')
@@ -223,5 +222,5 @@ func appendUUID(b []byte, u *[16]byte) []byte {
 // appendString appends s as a JSON string (invalid UTF-8 becomes U+FFFD),
 // with the escaper the rest of syncpipe uses.
 func appendString[S ~string | ~[]byte](b []byte, s S) []byte {
-	return syncrules.AppendJSONString(b, s)
+	return model.AppendJSONString(b, s)
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // maxArrayDepth bounds nesting (Postgres allows 6 dimensions).
@@ -181,7 +183,7 @@ func (p *arrayParser) element(v []byte) error {
 		if err != nil {
 			return errBadArray
 		}
-		p.out = appendJSNumber(p.out, f)
+		p.out = model.AppendJSONNumber(p.out, f)
 	case codecBool:
 		b, err := parseBoolText(v)
 		if err != nil {
@@ -224,7 +226,7 @@ func (p *arrayParser) element(v []byte) error {
 		}
 		p.out = append(p.out, v...)
 	default:
-		p.out = appendJSString(p.out, v)
+		p.out = model.AppendJSONString(p.out, v)
 	}
 	return nil
 }

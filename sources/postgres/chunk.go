@@ -7,7 +7,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // chunkBuilder decodes the raw rows of one snapshot chunk into rule values
@@ -24,8 +24,8 @@ type chunkBuilder struct {
 	keyCols []int
 
 	capRows int
-	block   []syncrules.Value // unused part of the current value block
-	rows    [][]syncrules.Value
+	block   []model.Value // unused part of the current value block
+	rows    [][]model.Value
 	text    []byte
 	blob    []byte
 	refs    []valueRef
@@ -63,7 +63,7 @@ func newChunkBuilder(cols []Column, keyCols []int) *chunkBuilder {
 func (b *chunkBuilder) start(capRows int) {
 	b.capRows = max(capRows, 1)
 	b.block = nil
-	b.rows = make([][]syncrules.Value, 0, b.capRows)
+	b.rows = make([][]model.Value, 0, b.capRows)
 	b.text, b.blob, b.refs = b.text[:0], b.blob[:0], b.refs[:0]
 	b.bytes = 0
 }
@@ -75,7 +75,7 @@ func (b *chunkBuilder) add(raw [][]byte) error {
 		return fmt.Errorf("row has %d values, table has %d columns", len(raw), n)
 	}
 	if len(b.block) < n {
-		b.block = make([]syncrules.Value, b.capRows*n)
+		b.block = make([]model.Value, b.capRows*n)
 	}
 	row := b.block[:n:n]
 	b.block = b.block[n:]
@@ -99,7 +99,7 @@ func (b *chunkBuilder) add(raw [][]byte) error {
 	return nil
 }
 
-func (b *chunkBuilder) decode(ri int32, i int, row []syncrules.Value, r []byte) error {
+func (b *chunkBuilder) decode(ri int32, i int, row []model.Value, r []byte) error {
 	c := b.codecs[i]
 	start := len(b.text)
 	var err error
@@ -140,7 +140,7 @@ func (b *chunkBuilder) decode(ri int32, i int, row []syncrules.Value, r []byte) 
 }
 
 // finish returns the decoded rows; the builder may then start a new chunk.
-func (b *chunkBuilder) finish() [][]syncrules.Value {
+func (b *chunkBuilder) finish() [][]model.Value {
 	s := string(b.text)
 	var blobs []byte
 	if len(b.blob) > 0 {
@@ -148,9 +148,9 @@ func (b *chunkBuilder) finish() [][]syncrules.Value {
 	}
 	for _, r := range b.refs {
 		if r.blob {
-			b.rows[r.row][r.col] = syncrules.Blob(blobs[r.start:r.end:r.end])
+			b.rows[r.row][r.col] = model.Blob(blobs[r.start:r.end:r.end])
 		} else {
-			b.rows[r.row][r.col] = syncrules.Text(s[r.start:r.end])
+			b.rows[r.row][r.col] = model.Text(s[r.start:r.end])
 		}
 	}
 	rows := b.rows

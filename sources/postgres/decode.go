@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // Type OIDs of the built-in types that do not decode to plain text.
@@ -143,66 +143,66 @@ var (
 // text form. Unlike PowerSync, arrays of non-built-in element types (enums,
 // domains, composites) are converted too rather than passed on as raw array
 // literals, as SPEC §3 says every array becomes JSON.
-func DecodeText(col Column, data []byte) (syncrules.Value, error) {
+func DecodeText(col Column, data []byte) (model.Value, error) {
 	v, err := decodeText(col, col.codec(), data)
 	if err != nil {
-		return syncrules.Null(), fmt.Errorf("decode column %s (%s) from text: %w", col.Name, col.TypeName, err)
+		return model.Null(), fmt.Errorf("decode column %s (%s) from text: %w", col.Name, col.TypeName, err)
 	}
 	return v, nil
 }
 
-func decodeText(col Column, c codec, data []byte) (syncrules.Value, error) {
+func decodeText(col Column, c codec, data []byte) (model.Value, error) {
 	if data == nil {
-		return syncrules.Null(), nil
+		return model.Null(), nil
 	}
 	switch c {
 	case codecInt2, codecInt4, codecInt8, codecOID:
 		n, err := strconv.ParseInt(string(data), 10, 64)
 		if err != nil {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
-		return syncrules.Int(n), nil
+		return model.Int(n), nil
 	case codecFloat4, codecFloat8:
 		f, err := strconv.ParseFloat(string(data), 64)
 		if err != nil {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
-		return syncrules.Real(canonicalNaN(f)), nil
+		return model.Real(canonicalNaN(f)), nil
 	case codecBool:
 		b, err := parseBoolText(data)
 		if err != nil {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
-		return syncrules.Bool(b), nil
+		return model.Bool(b), nil
 	case codecBytea:
 		b, err := appendByteaText(nil, data)
 		if err != nil {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
 		if b == nil {
 			b = []byte{}
 		}
-		return syncrules.Blob(b), nil
+		return model.Blob(b), nil
 	case codecTimestamptz:
 		b, ok, err := decodeTimestamptzText(nil, data, col.Times)
 		if err != nil || !ok {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
-		return syncrules.Text(string(b)), nil
+		return model.Text(string(b)), nil
 	case codecTimestamp, codecTime:
 		b, ok := appendTemporalISO(nil, c, data, col.Times)
 		if !ok {
-			return syncrules.Null(), nil
+			return model.Null(), nil
 		}
-		return syncrules.Text(string(b)), nil
+		return model.Text(string(b)), nil
 	case codecArray:
 		b, err := appendArrayJSON(nil, data, col.elemCodec(), col.elemDelim(), col.Times)
 		if err != nil {
-			return syncrules.Null(), err
+			return model.Null(), err
 		}
-		return syncrules.Text(string(b)), nil
+		return model.Text(string(b)), nil
 	}
-	return syncrules.Text(string(data)), nil
+	return model.Text(string(data)), nil
 }
 
 // DecodeBinary converts one column value in Postgres's binary format to its
@@ -210,13 +210,13 @@ func decodeText(col Column, c codec, data []byte) (syncrules.Value, error) {
 // (int2, int4, int8, oid, float4, float8, bool, bytea, uuid, timestamptz);
 // other columns are an error. data == nil is NULL. The result never aliases
 // data.
-func DecodeBinary(col Column, data []byte) (syncrules.Value, error) {
+func DecodeBinary(col Column, data []byte) (model.Value, error) {
 	c := col.codec()
 	if !c.binaryFormat() {
-		return syncrules.Null(), fmt.Errorf("decode column %s (%s): type has no binary decoder, read it as text", col.Name, col.TypeName)
+		return model.Null(), fmt.Errorf("decode column %s (%s): type has no binary decoder, read it as text", col.Name, col.TypeName)
 	}
 	if data == nil {
-		return syncrules.Null(), nil
+		return model.Null(), nil
 	}
 	v, err := decodeBinaryScalar(c, data)
 	if err == nil && (c == codecBytea || c == codecUUID || c == codecTimestamptz) {
@@ -225,15 +225,15 @@ func DecodeBinary(col Column, data []byte) (syncrules.Value, error) {
 		b, ok, err = appendBinaryBytes(nil, c, data, col.Times)
 		switch {
 		case err != nil || !ok:
-			v = syncrules.Null()
+			v = model.Null()
 		case c == codecBytea:
-			v = syncrules.Blob(append([]byte{}, b...))
+			v = model.Blob(append([]byte{}, b...))
 		default:
-			v = syncrules.Text(string(b))
+			v = model.Text(string(b))
 		}
 	}
 	if err != nil {
-		return syncrules.Null(), fmt.Errorf("decode column %s (%s) from binary: %w", col.Name, col.TypeName, err)
+		return model.Null(), fmt.Errorf("decode column %s (%s) from binary: %w", col.Name, col.TypeName, err)
 	}
 	return v, nil
 }
@@ -241,48 +241,48 @@ func DecodeBinary(col Column, data []byte) (syncrules.Value, error) {
 // decodeBinaryScalar decodes the fixed-size binary types without
 // allocating. For bytea, uuid and timestamptz it only validates and returns
 // NULL; their bytes are produced by appendBinaryBytes.
-func decodeBinaryScalar(c codec, data []byte) (syncrules.Value, error) {
+func decodeBinaryScalar(c codec, data []byte) (model.Value, error) {
 	switch c {
 	case codecInt2:
 		if len(data) == 2 {
-			return syncrules.Int(int64(int16(binary.BigEndian.Uint16(data)))), nil
+			return model.Int(int64(int16(binary.BigEndian.Uint16(data)))), nil
 		}
 	case codecInt4:
 		if len(data) == 4 {
-			return syncrules.Int(int64(int32(binary.BigEndian.Uint32(data)))), nil
+			return model.Int(int64(int32(binary.BigEndian.Uint32(data)))), nil
 		}
 	case codecOID:
 		if len(data) == 4 {
-			return syncrules.Int(int64(binary.BigEndian.Uint32(data))), nil
+			return model.Int(int64(binary.BigEndian.Uint32(data))), nil
 		}
 	case codecInt8:
 		if len(data) == 8 {
-			return syncrules.Int(int64(binary.BigEndian.Uint64(data))), nil
+			return model.Int(int64(binary.BigEndian.Uint64(data))), nil
 		}
 	case codecFloat4:
 		if len(data) == 4 {
-			return syncrules.Real(float4Value(math.Float32frombits(binary.BigEndian.Uint32(data)))), nil
+			return model.Real(float4Value(math.Float32frombits(binary.BigEndian.Uint32(data)))), nil
 		}
 	case codecFloat8:
 		if len(data) == 8 {
-			return syncrules.Real(canonicalNaN(math.Float64frombits(binary.BigEndian.Uint64(data)))), nil
+			return model.Real(canonicalNaN(math.Float64frombits(binary.BigEndian.Uint64(data)))), nil
 		}
 	case codecBool:
 		if len(data) == 1 {
-			return syncrules.Bool(data[0] != 0), nil
+			return model.Bool(data[0] != 0), nil
 		}
 	case codecBytea:
-		return syncrules.Null(), nil
+		return model.Null(), nil
 	case codecUUID:
 		if len(data) == 16 {
-			return syncrules.Null(), nil
+			return model.Null(), nil
 		}
 	case codecTimestamptz:
 		if len(data) == 8 {
-			return syncrules.Null(), nil
+			return model.Null(), nil
 		}
 	}
-	return syncrules.Null(), errBadBinary
+	return model.Null(), errBadBinary
 }
 
 // appendBinaryBytes appends the payload of a binary bytea (raw bytes), uuid
@@ -503,6 +503,6 @@ func (d *Decoder) ResultFormats() pgx.QueryResultFormats {
 }
 
 // DecodeText decodes column i from text format (see the package function).
-func (d *Decoder) DecodeText(i int, data []byte) (syncrules.Value, error) {
+func (d *Decoder) DecodeText(i int, data []byte) (model.Value, error) {
 	return DecodeText(d.cols[i], data)
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 func TestJSNumber(t *testing.T) {
@@ -19,7 +19,7 @@ func TestJSNumber(t *testing.T) {
 		math.NaN(): "null", math.Inf(1): "null", math.Inf(-1): "null",
 	}
 	for f, want := range cases {
-		if got := string(appendJSNumber(nil, f)); got != want {
+		if got := string(model.AppendJSONNumber(nil, f)); got != want {
 			t.Errorf("appendJSNumber(%v) = %s, want %s", f, got, want)
 		}
 	}
@@ -35,7 +35,7 @@ func TestJSString(t *testing.T) {
 		"bad\xffutf8":        "\"bad\ufffdutf8\"",
 	}
 	for in, want := range cases {
-		if got := string(appendJSString(nil, []byte(in))); got != want {
+		if got := string(model.AppendJSONString(nil, []byte(in))); got != want {
 			t.Errorf("appendJSString(%q) = %s, want %s", in, got, want)
 		}
 	}
@@ -145,7 +145,7 @@ func TestArrayJSON(t *testing.T) {
 			t.Errorf("%s: %v", c.in, err)
 			continue
 		}
-		if v.Kind() != syncrules.KindText || v.Str() != c.want {
+		if v.Kind() != model.KindText || v.Str() != c.want {
 			t.Errorf("DecodeText(%s) = %v, want %s", c.in, v, c.want)
 		}
 	}
@@ -168,24 +168,24 @@ func TestDecodeTextScalars(t *testing.T) {
 	cases := []struct {
 		oid  uint32
 		in   string
-		want syncrules.Value
+		want model.Value
 	}{
-		{oidInt2, "-32768", syncrules.Int(-32768)},
-		{oidInt8, "9223372036854775807", syncrules.Int(math.MaxInt64)},
-		{oidOID, "4294967295", syncrules.Int(4294967295)},
-		{oidBool, "t", syncrules.Int(1)},
-		{oidBool, "f", syncrules.Int(0)},
-		{oidFloat4, "1.1", syncrules.Real(1.1)},
-		{oidFloat8, "-0", syncrules.Real(math.Copysign(0, -1))},
-		{oidFloat8, "NaN", syncrules.Real(math.NaN())},
-		{oidFloat8, "-Infinity", syncrules.Real(math.Inf(-1))},
-		{oidBytea, `\x00ff10`, syncrules.Blob([]byte{0, 0xff, 0x10})},
-		{oidBytea, `\x`, syncrules.Blob([]byte{})},
-		{oidBytea, `a\\b\001`, syncrules.Blob([]byte{'a', '\\', 'b', 1})},
-		{25, "héllo", syncrules.Text("héllo")},
-		{oidJSONB, `{"a": 1}`, syncrules.Text(`{"a": 1}`)},
-		{1700, "1.50", syncrules.Text("1.50")},
-		{oidUUID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", syncrules.Text("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")},
+		{oidInt2, "-32768", model.Int(-32768)},
+		{oidInt8, "9223372036854775807", model.Int(math.MaxInt64)},
+		{oidOID, "4294967295", model.Int(4294967295)},
+		{oidBool, "t", model.Int(1)},
+		{oidBool, "f", model.Int(0)},
+		{oidFloat4, "1.1", model.Real(1.1)},
+		{oidFloat8, "-0", model.Real(math.Copysign(0, -1))},
+		{oidFloat8, "NaN", model.Real(math.NaN())},
+		{oidFloat8, "-Infinity", model.Real(math.Inf(-1))},
+		{oidBytea, `\x00ff10`, model.Blob([]byte{0, 0xff, 0x10})},
+		{oidBytea, `\x`, model.Blob([]byte{})},
+		{oidBytea, `a\\b\001`, model.Blob([]byte{'a', '\\', 'b', 1})},
+		{25, "héllo", model.Text("héllo")},
+		{oidJSONB, `{"a": 1}`, model.Text(`{"a": 1}`)},
+		{1700, "1.50", model.Text("1.50")},
+		{oidUUID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", model.Text("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11")},
 	}
 	for _, c := range cases {
 		v, err := DecodeText(Column{Name: "c", TypeOID: c.oid}, []byte(c.in))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 const everyTypeSchema = `
@@ -92,18 +92,18 @@ func TestSnapshotMatchesStreamDecoding(t *testing.T) {
 
 	// Spot checks of the SPEC §3 forms.
 	row2 := snap[1]
-	want := map[string]syncrules.Value{
-		"i8": syncrules.Int(math.MinInt64), "o": syncrules.Int(4294967295), "b": syncrules.Int(1),
-		"f4": syncrules.Real(1.1), "n": syncrules.Text("NaN"), "c": syncrules.Text("ab   "),
-		"tstz": syncrules.Text("2026-01-01 09:00:00.5Z"), "by": syncrules.Blob([]byte{0, 0xff, 0x7f}),
-		"j": syncrules.Text(`{"b": 1,  "a": [1, 2.50]}`), "jb": syncrules.Text(`{"a": [1, 2.50], "b": 1}`),
-		"dom": syncrules.Text("7"), "i2v": syncrules.Text("1 2 3"),
-		"a_b": syncrules.Text("[1,0,null]"), "a_f8": syncrules.Text("[1.5,null,null,null,0,1e+21,1e-7,0.1]"),
-		"a_f4": syncrules.Text("[1.1,3.4028235e+38,1e-45]"), "a_i2d": syncrules.Text("[[1,2],[3,4]]"),
-		"a_tstz": syncrules.Text(`["2026-01-01 09:00:00.5Z","9999-12-31 23:59:59Z","0000-01-01 00:00:00Z",null,null]`),
-		"a_j":    syncrules.Text(`[{"a": 1},[1, 2],null]`), "a_jb": syncrules.Text(`[{"a": 1},null,"s"]`),
-		"a_t":   syncrules.Text(`["a b","NULL",null,"x\"y\\z","","plain","{}","é"]`),
-		"a_box": syncrules.Text(`["(1,1),(0,0)","(3,3),(2,2)"]`), "a_dom": syncrules.Text(`["1","2"]`),
+	want := map[string]model.Value{
+		"i8": model.Int(math.MinInt64), "o": model.Int(4294967295), "b": model.Int(1),
+		"f4": model.Real(1.1), "n": model.Text("NaN"), "c": model.Text("ab   "),
+		"tstz": model.Text("2026-01-01 09:00:00.5Z"), "by": model.Blob([]byte{0, 0xff, 0x7f}),
+		"j": model.Text(`{"b": 1,  "a": [1, 2.50]}`), "jb": model.Text(`{"a": [1, 2.50], "b": 1}`),
+		"dom": model.Text("7"), "i2v": model.Text("1 2 3"),
+		"a_b": model.Text("[1,0,null]"), "a_f8": model.Text("[1.5,null,null,null,0,1e+21,1e-7,0.1]"),
+		"a_f4": model.Text("[1.1,3.4028235e+38,1e-45]"), "a_i2d": model.Text("[[1,2],[3,4]]"),
+		"a_tstz": model.Text(`["2026-01-01 09:00:00.5Z","9999-12-31 23:59:59Z","0000-01-01 00:00:00Z",null,null]`),
+		"a_j":    model.Text(`[{"a": 1},[1, 2],null]`), "a_jb": model.Text(`[{"a": 1},null,"s"]`),
+		"a_t":   model.Text(`["a b","NULL",null,"x\"y\\z","","plain","{}","é"]`),
+		"a_box": model.Text(`["(1,1),(0,0)","(3,3),(2,2)"]`), "a_dom": model.Text(`["1","2"]`),
 	}
 	for i, c := range ti.Columns {
 		if w, ok := want[c.Name]; ok && !row2[i].Equal(w) {
@@ -121,7 +121,7 @@ func TestSnapshotMatchesStreamDecoding(t *testing.T) {
 	}
 }
 
-func compare(t *testing.T, what string, ti TableInfo, snap [][]syncrules.Value, text [][][]byte, only map[string]bool) {
+func compare(t *testing.T, what string, ti TableInfo, snap [][]model.Value, text [][][]byte, only map[string]bool) {
 	t.Helper()
 	if len(text) != len(snap) {
 		t.Fatalf("%s: %d text rows, %d snapshot rows", what, len(text), len(snap))
@@ -138,7 +138,7 @@ func compare(t *testing.T, what string, ti TableInfo, snap [][]syncrules.Value, 
 				continue
 			}
 			same := v.Equal(snap[r][i])
-			if v.Kind() == syncrules.KindReal {
+			if v.Kind() == model.KindReal {
 				same = same && math.Float64bits(v.Float64()) == math.Float64bits(snap[r][i].Float64())
 			}
 			if !same && bad < 10 {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // fuzzColumns are the column shapes FuzzDecodeText picks from.
@@ -57,7 +57,7 @@ func FuzzDecodeText(f *testing.F) {
 		}
 		switch {
 		case col.IsArray:
-			if v.Kind() != syncrules.KindText || !json.Valid([]byte(v.Str())) || !strings.HasPrefix(v.Str(), "[") {
+			if v.Kind() != model.KindText || !json.Valid([]byte(v.Str())) || !strings.HasPrefix(v.Str(), "[") {
 				t.Fatalf("%s %q: not a JSON array: %v", col.Name, data, v)
 			}
 		case col.TypeOID == oidTimestamptz:

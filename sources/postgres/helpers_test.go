@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // testDB returns a connection to a fresh database and its URI.
@@ -45,7 +45,7 @@ func discoverOne(t *testing.T, conn *pgx.Conn, table string) TableInfo {
 }
 
 // readAll drains a reader, checking the chunk invariants as it goes.
-func readAll(t *testing.T, r *SnapshotReader, chunkRows int) (rows [][]syncrules.Value, chunks []Chunk) {
+func readAll(t *testing.T, r *SnapshotReader, chunkRows int) (rows [][]model.Value, chunks []Chunk) {
 	t.Helper()
 	ctx := testCtx(t)
 	for {

@@ -3,7 +3,7 @@ package postgres
 import (
 	"math"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // The JSON written for array columns must match what PowerSync writes, and
@@ -16,12 +16,12 @@ func appendJSNumber(dst []byte, x float64) []byte {
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return append(dst, "null"...)
 	}
-	return syncrules.AppendJSNumber(dst, x)
+	return model.AppendJSNumber(dst, x)
 }
 
 // appendJSString appends s as a JSON string the way JSON.stringify escapes
 // it (quote, backslash and control characters; invalid UTF-8, which a UTF8
 // database never produces, becomes U+FFFD).
 func appendJSString(dst []byte, s []byte) []byte {
-	return syncrules.AppendJSONString(dst, s)
+	return model.AppendJSONString(dst, s)
 }

@@ -8,14 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // ReadRow reads the current state of one row of info's table, found by the
 // text forms of its key columns (info.KeyColumns order), decoded in
 // info.Columns order. ok is false when the row no longer exists. The
 // stream uses it to fill values an UPDATE left out (unchanged TOAST).
-func ReadRow(ctx context.Context, conn *pgx.Conn, info TableInfo, key []string) (row []syncrules.Value, ok bool, err error) {
+func ReadRow(ctx context.Context, conn *pgx.Conn, info TableInfo, key []string) (row []model.Value, ok bool, err error) {
 	if len(key) != len(info.KeyColumns) {
 		return nil, false, fmt.Errorf("read a row of %s: %d key values for %d key columns", info.QualifiedName(), len(key), len(info.KeyColumns))
 	}
@@ -46,7 +46,7 @@ func ReadRow(ctx context.Context, conn *pgx.Conn, info TableInfo, key []string) 
 	} else if err != nil {
 		return nil, false, fmt.Errorf("read a row of %s: %w", info.QualifiedName(), err)
 	}
-	row = make([]syncrules.Value, len(vals))
+	row = make([]model.Value, len(vals))
 	for i, v := range vals {
 		if v == nil {
 			continue // NULL

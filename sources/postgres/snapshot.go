@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 const (
@@ -57,7 +57,7 @@ type SnapshotOptions struct {
 type Chunk struct {
 	// Rows are the decoded rows, columns in TableInfo.Columns order. The
 	// chunk owns them; they are never reused by the reader.
-	Rows [][]syncrules.Value
+	Rows [][]model.Value
 	// LastKey is the key of the last row (text forms of the key columns):
 	// the resume point to commit once the chunk is durable.
 	LastKey []string

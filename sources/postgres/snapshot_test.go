@@ -9,18 +9,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // expectKeys decodes the table's keys, in key order, independently of the
 // reader: SELECT k … ORDER BY k in text format, then DecodeText.
-func expectKeys(t *testing.T, conn *pgx.Conn, ti TableInfo) [][]syncrules.Value {
+func expectKeys(t *testing.T, conn *pgx.Conn, ti TableInfo) [][]model.Value {
 	t.Helper()
 	q := "SELECT " + keyList(ti) + " FROM " + pgx.Identifier{ti.Schema, ti.Name}.Sanitize() + " ORDER BY " + keyList(ti)
-	var out [][]syncrules.Value
+	var out [][]model.Value
 	for _, k := range textRows(t, conn, q, len(ti.KeyColumns)) {
-		row := make([]syncrules.Value, len(k))
+		row := make([]model.Value, len(k))
 		for i, s := range k {
 			v, err := DecodeText(ti.Columns[ti.KeyColumns[i]], s)
 			if err != nil {
@@ -33,8 +33,8 @@ func expectKeys(t *testing.T, conn *pgx.Conn, ti TableInfo) [][]syncrules.Value 
 	return out
 }
 
-func rowKeys(ti TableInfo, rows [][]syncrules.Value) [][]syncrules.Value {
-	out := make([][]syncrules.Value, len(rows))
+func rowKeys(ti TableInfo, rows [][]model.Value) [][]model.Value {
+	out := make([][]model.Value, len(rows))
 	for i, r := range rows {
 		for _, ci := range ti.KeyColumns {
 			out[i] = append(out[i], r[ci])
@@ -43,13 +43,13 @@ func rowKeys(ti TableInfo, rows [][]syncrules.Value) [][]syncrules.Value {
 	return out
 }
 
-func sameKeys(t *testing.T, what string, got, want [][]syncrules.Value) {
+func sameKeys(t *testing.T, what string, got, want [][]model.Value) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d rows, want %d", what, len(got), len(want))
 	}
 	for i := range got {
-		if !slices.EqualFunc(got[i], want[i], syncrules.Value.Equal) {
+		if !slices.EqualFunc(got[i], want[i], model.Value.Equal) {
 			t.Fatalf("%s: row %d has key %v, want %v", what, i, got[i], want[i])
 		}
 	}

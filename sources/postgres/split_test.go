@@ -5,7 +5,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/syncpipe/syncpipe/stages/syncrules"
+	"github.com/syncpipe/syncpipe/model"
 )
 
 var splitTables = map[string][]string{
@@ -46,7 +46,7 @@ func TestSplitRangesCoverKeySpaceOnce(t *testing.T) {
 				if len(ranges) < 2 || len(ranges) > 4 || ranges[0].Lower != nil || ranges[len(ranges)-1].Upper != nil {
 					t.Fatalf("%s: ranges %v", what, ranges)
 				}
-				var all [][]syncrules.Value
+				var all [][]model.Value
 				for i, rg := range ranges {
 					if i > 0 && !reflect.DeepEqual(rg.Lower, ranges[i-1].Upper) {
 						t.Fatalf("%s: range %d starts at %v, previous ends at %v", what, i, rg.Lower, ranges[i-1].Upper)

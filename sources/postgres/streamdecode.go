@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
 	"github.com/syncpipe/syncpipe/stages"
-	"github.com/syncpipe/syncpipe/stages/syncrules"
 )
 
 // StageDecode is the decode stage's name in spans and summaries.
@@ -38,7 +38,7 @@ type DecodeConfig struct {
 
 // FillFunc completes row, decoded from tup, whose columns missing were
 // left out of tup as unchanged TOAST values.
-type FillFunc func(ctx context.Context, t *StreamTable, tup logrepl.Tuple, row []syncrules.Value, missing []int) ([]syncrules.Value, error)
+type FillFunc func(ctx context.Context, t *StreamTable, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error)
 
 // Decode adds the stream decode stage: the text values of every change's
 // tuples become typed rows bound to their table's rules, on cfg.Workers
@@ -91,7 +91,7 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 					return nil, err
 				}
 				if t != nil {
-					rc.Spec, rc.Kind = t.Spec, stages.Truncate
+					rc.Spec, rc.Kind = t.Spec, model.Truncate
 					out = append(out, rc)
 				}
 			}
@@ -107,7 +107,7 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 		rc.Spec = t.Spec
 		switch c.Kind {
 		case logrepl.Insert, logrepl.Update:
-			rc.Kind = stages.Upsert
+			rc.Kind = model.Upsert
 			var missing []int
 			if rc.Row, missing, err = DecodeTuple(t, c.New); err != nil {
 				return nil, err
@@ -126,7 +126,7 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 				}
 			}
 		case logrepl.Delete:
-			rc.Kind = stages.Delete
+			rc.Kind = model.Delete
 			if rc.Row, _, err = DecodeTuple(t, c.Old); err != nil {
 				return nil, err
 			}
@@ -141,8 +141,8 @@ func (d *streamDecoder) decode(ctx context.Context, in []StreamChange) ([]stages
 // DecodeTuple turns a tuple into a row in the table's column order and
 // returns the indexes of the columns left out as unchanged TOAST values
 // (NULL in the row until filled).
-func DecodeTuple(t *StreamTable, tup logrepl.Tuple) ([]syncrules.Value, []int, error) {
-	row := make([]syncrules.Value, len(t.Spec.Columns))
+func DecodeTuple(t *StreamTable, tup logrepl.Tuple) ([]model.Value, []int, error) {
+	row := make([]model.Value, len(t.Spec.Columns))
 	var missing []int
 	for i, col := range tup.Columns {
 		if i >= len(t.Columns) {

@@ -199,7 +199,7 @@ func appendParamValue(b []byte, v model.Value) ([]byte, bool) {
 	case model.KindInteger:
 		return strconv.AppendInt(b, v.Int64(), 10), true
 	case model.KindReal:
-		return appendJSONNumberPlain(b, v.Float64()), true
+		return model.AppendJSONNumber(b, v.Float64()), true
 	case model.KindText:
 		return model.AppendJSONString(b, v.Str()), true
 	case model.KindNull:

@@ -290,7 +290,7 @@ func TestJSNumberFormatting(t *testing.T) {
 		if got := string(appendJSONBigNumber(nil, c.f)); got != c.jbig {
 			t.Errorf("JSONBig(%v) = %s, want %s", c.f, got, c.jbig)
 		}
-		if got := string(appendJSONNumberPlain(nil, c.f)); got != c.plainJSON {
+		if got := string(model.AppendJSONNumber(nil, c.f)); got != c.plainJSON {
 			t.Errorf("JSON.stringify(%v) = %s, want %s", c.f, got, c.plainJSON)
 		}
 	}

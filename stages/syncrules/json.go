@@ -465,7 +465,7 @@ func appendJSONPlain(dst []byte, v *jval) []byte {
 	case jStr:
 		return model.AppendJSONString(dst, v.s)
 	case jNum:
-		return appendJSONNumberPlain(dst, v.numFloat())
+		return model.AppendJSONNumber(dst, v.numFloat())
 	case jArr:
 		dst = append(dst, '[')
 		for i := range v.arr {
