@@ -204,7 +204,7 @@ func (d *p5Driver) commit(ctx context.Context, op int64) (bucketstore.Checkpoint
 func (d *p5Driver) runMode(ctx context.Context, m p5Mode) (fig p5Figures, err error) {
 	opt := d.data.opt
 	fig = p5Figures{mode: m, streams: opt.Streams}
-	cp, _, ok, err := d.data.store.ActiveCheckpoint(ctx)
+	cp, _, ok, err := d.data.store.Reader().ActiveCheckpoint(ctx)
 	if err != nil || !ok {
 		return fig, fmt.Errorf("no active checkpoint (%v)", err)
 	}
@@ -227,7 +227,7 @@ func (d *p5Driver) runMode(ctx context.Context, m p5Mode) (fig p5Figures, err er
 			fig.peakRSS = st.PeakRSS
 		}()
 	} else {
-		srv, err = syncapi.New(sctx, syncapi.Config{Store: d.data.store, Baseline: syncapi.Baseline{IgnoreChangeRecords: m.off},
+		srv, err = syncapi.New(sctx, syncapi.Config{Groups: d.data.store.Catalog(), Store: d.data.store.Reader(), Sources: d.data.store.Reader(), Baseline: syncapi.Baseline{IgnoreChangeRecords: m.off},
 			Auth:          config.Auth{Audience: []string{p5Audience}, HS256Secrets: []string{p5Secret}, MaxLifetime: 24 * time.Hour},
 			MeterProvider: noopmetric.NewMeterProvider(), MaxConcurrentConnections: opt.Clients + 10})
 		if err != nil {

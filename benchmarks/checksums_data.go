@@ -57,7 +57,7 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 	if opt.Streams {
 		text = checksumStreamRules
 	}
-	g, err := store.CreateGroup(ctx, text, "bench_")
+	g, err := store.Catalog().CreateGroup(ctx, text, "bench_")
 	if err != nil {
 		return nil, err
 	}
@@ -70,11 +70,11 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 	rel := uint32(100)
 	for _, name := range []string{"docs", "lists", "todos"} {
 		rel++
-		st, err := store.RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
+		st, err := store.Catalog().RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
 		if err != nil {
 			return nil, err
 		}
-		if err := store.MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
+		if err := store.Catalog().MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
 			return nil, err
 		}
 		spec, err := stages.NewTableSpec(&st.Table, rules, cols[name], []string{"id"})
@@ -83,7 +83,7 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 		}
 		d.tables[name] = stages.NewBuilder(spec)
 	}
-	if err := store.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+	if err := store.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		return nil, err
 	}
 	if d.w, err = store.NewWriter(ctx, g.ID); err != nil {

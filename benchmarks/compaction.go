@@ -32,7 +32,7 @@ type CompactionOptions struct {
 // list's todos are each updated Updates times, every round streamed by
 // syncpipe and published in a checkpoint of its own (so every update is
 // an op), then a new client drains the list's buckets before and after
-// `Store.Compact`, and the bucket data's size (after VACUUM FULL, so that
+// `Compactor.Compact`, and the bucket data's size (after VACUUM FULL, so that
 // both sides count live bytes) and op count are compared.
 func RunCompaction(ctx context.Context, opt CompactionOptions) (Result, error) {
 	opt.Runs = max(opt.Runs, 1)
@@ -66,12 +66,12 @@ func RunCompaction(ctx context.Context, opt CompactionOptions) (Result, error) {
 	if err := drainRuns(ctx, d, opsBefore, opt, before, &rows); err != nil {
 		return res, err
 	}
-	group, err := activeGroup(ctx, d.store)
+	group, err := activeGroup(ctx, d.store.Reader())
 	if err != nil {
 		return res, err
 	}
 	began := time.Now()
-	st, err := d.store.Compact(ctx, group, bucketstore.CompactOptions{})
+	st, err := d.store.Compactor().Compact(ctx, group, bucketstore.CompactOptions{})
 	took := time.Since(began)
 	if err != nil {
 		return res, err
@@ -134,7 +134,14 @@ func bucketDataSize(ctx context.Context, store *bucketstore.Store) (ops, bytes i
 	return ops, bytes, nil
 }
 
-func activeGroup(ctx context.Context, store *bucketstore.Store) (int, error) {
+// activeCheckpointer reads the ACTIVE group's checkpoint:
+// *bucketstore.Reader.
+type activeCheckpointer interface {
+	ActiveCheckpoint(ctx context.Context) (bucketstore.Checkpoint, bucketstore.Group, bool, error)
+}
+
+// activeGroup is the id of the group whose checkpoint clients are served.
+func activeGroup(ctx context.Context, store activeCheckpointer) (int, error) {
 	cp, _, ok, err := store.ActiveCheckpoint(ctx)
 	if err != nil || !ok {
 		return 0, fmt.Errorf("no active group (%v)", err)
@@ -210,7 +217,7 @@ func streamRounds(ctx context.Context, cfg *config.Config, store *bucketstore.St
 			return err
 		}
 		for {
-			cp, _, ok, err := store.ActiveCheckpoint(ctx)
+			cp, _, ok, err := store.Reader().ActiveCheckpoint(ctx)
 			if err != nil {
 				return err
 			}

@@ -252,7 +252,7 @@ func replicateUntil(ctx context.Context, cfg *config.Config, store *bucketstore.
 			return ctx.Err()
 		case <-tick.C:
 		}
-		cp, _, ok, err := store.ActiveCheckpoint(ctx)
+		cp, _, ok, err := store.Reader().ActiveCheckpoint(ctx)
 		if err != nil {
 			return err
 		}

@@ -107,7 +107,7 @@ func startDrainServer(ctx context.Context, h *Harness, d *drainData, shape bucke
 		}
 		return &drainServer{url: url, child: child, token: tok}, nil
 	}
-	srv, err := syncapi.New(ctx, syncapi.Config{Store: d.store,
+	srv, err := syncapi.New(ctx, syncapi.Config{Groups: d.store.Catalog(), Store: d.store.Reader(), Sources: d.store.Reader(),
 		Auth:                    config.Auth{Audience: []string{drainAudience}, HS256Secrets: []string{drainSecret}, MaxLifetime: 24 * time.Hour},
 		MaxBucketsPerConnection: drainMaxBuckets, ChecksumCacheSize: 1, Baseline: syncapi.Baseline{ReadShape: shape}})
 	if err != nil {

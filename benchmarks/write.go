@@ -59,11 +59,11 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 		CREATE TABLE raw_ops (LIKE bucket_data INCLUDING ALL)`); err != nil {
 		return res, fmt.Errorf("create raw tables: %w", err)
 	}
-	group, err := store.CreateGroup(ctx, todos.Rules, "bench_")
+	group, err := store.Catalog().CreateGroup(ctx, todos.Rules, "bench_")
 	if err != nil {
 		return res, err
 	}
-	st, err := store.RegisterTable(ctx, group.ID, 1, "public", "todos", []string{"id"})
+	st, err := store.Catalog().RegisterTable(ctx, group.ID, 1, "public", "todos", []string{"id"})
 	if err != nil {
 		return res, err
 	}

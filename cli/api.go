@@ -92,7 +92,7 @@ func startAPI(ctx context.Context, cfg *config.Config, store *bucketstore.Store,
 	// Not ctx's cancellation: ctx ends at SIGTERM, when open streams are
 	// to get their grace period (shutdown), not be cut off.
 	a.srv, err = syncapi.New(context.WithoutCancel(ctx), syncapi.Config{
-		Store: store, Auth: api.Auth,
+		Groups: store.Catalog(), Store: store.Reader(), Sources: store.Reader(), Auth: api.Auth,
 		MaxBucketsPerConnection: api.MaxBucketsPerConnection, MaxParameterQueryResults: api.MaxParameterQueryResults,
 		MaxConcurrentConnections: api.MaxConcurrentConnections,
 		MaxDataFetchConcurrency:  api.MaxDataFetchConcurrency, ChecksumCacheSize: api.ChecksumCacheSize,

@@ -50,7 +50,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer store.Close()
-	groups, err := store.Groups(ctx)
+	groups, err := store.Catalog().Groups(ctx)
 	if err != nil {
 		return err
 	}
@@ -59,7 +59,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			continue
 		}
 		began := time.Now()
-		st, err := store.Compact(ctx, g.ID, bucketstore.CompactOptions{Buckets: names, BatchOps: *batch, MaxBusy: *busy})
+		st, err := store.Compactor().Compact(ctx, g.ID, bucketstore.CompactOptions{Buckets: names, BatchOps: *batch, MaxBusy: *busy})
 		if err != nil {
 			return fmt.Errorf("compact group %d: %w", g.ID, err)
 		}

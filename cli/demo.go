@@ -243,7 +243,7 @@ func replicateAndServe(ctx context.Context, d demoRun, stdout io.Writer) error {
 		return nil
 	}
 	elapsed := time.Since(start)
-	ops, buckets, err := d.store.Size(ctx)
+	ops, buckets, err := d.store.Compactor().Size(ctx)
 	if err != nil {
 		return err
 	}

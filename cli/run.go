@@ -99,7 +99,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// them (again in the background while the source does not answer).
 	warnings, stopCheck := warnSourceSchema(ctx, cfg, *role, log, func(ctx context.Context, warnings []string) {
 		if rules, err := cfg.SyncRules.Read(); err == nil && store != nil {
-			if err := store.SetRulesWarnings(ctx, string(rules), warnings); err != nil {
+			if err := store.Catalog().SetRulesWarnings(ctx, string(rules), warnings); err != nil {
 				log.Warn("sync rules' warnings not stored for status", "err", err)
 			}
 		}
@@ -111,13 +111,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		log.Info("syncpipe starting without storage", "role", *role, "state_dir", cfg.StateDir, "metrics", tel.MetricsAddr())
 	} else {
-		if err := registerUnitGauges(tel.MeterProvider, store); err != nil {
+		if err := registerUnitGauges(tel.MeterProvider, store.Leases()); err != nil {
 			return err
 		}
-		if err := registerSlotGauges(tel.MeterProvider, store, cfg, log); err != nil {
+		if err := registerSlotGauges(tel.MeterProvider, store.Catalog(), cfg, log); err != nil {
 			return err
 		}
-		if err := registerStorageGauge(tel.MeterProvider, store, log); err != nil {
+		if err := registerStorageGauge(tel.MeterProvider, store.Compactor(), log); err != nil {
 			return err
 		}
 		log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())

@@ -15,12 +15,12 @@ import (
 	"github.com/syncpipe/syncpipe/sources/postgres"
 )
 
-// statusStorage is what status reads of bucket storage. *bucketstore.Store
-// has dozens of methods for replication, snapshots and serving; status is
-// written against these four alone, so that what it costs storage is
-// visible here and its output can be tested on a fake (status_test.go)
-// without PostgreSQL.
-type statusStorage interface {
+// statusCatalog is what status reads of bucket storage's catalog
+// (*bucketstore.Catalog), beside the work units it counts (unitCounter,
+// *bucketstore.Leases). Status is written against these alone, so that
+// what it costs storage is visible here and its output can be tested on
+// a fake (status_render_test.go) without PostgreSQL.
+type statusCatalog interface {
 	// Groups returns every replication group, oldest first.
 	Groups(ctx context.Context) ([]bucketstore.Group, error)
 	// SnapshotProgress returns every group's per-table snapshot progress.
@@ -30,11 +30,12 @@ type statusStorage interface {
 	SinkPipelines(ctx context.Context) ([]bucketstore.SinkPipeline, error)
 	// Now is storage's clock, which stamped the stored errors.
 	Now(ctx context.Context) (time.Time, error)
-	// UnitCounts returns the work units of every process.
-	UnitCounts(ctx context.Context) (bucketstore.UnitCounts, error)
 }
 
-var _ statusStorage = (*bucketstore.Store)(nil)
+var (
+	_ statusCatalog = (*bucketstore.Catalog)(nil)
+	_ unitCounter   = (*bucketstore.Leases)(nil)
+)
 
 // runStatus prints replication groups, per-table snapshot progress, lag and
 // slot health; for a config without storage, the pipelines' state from
@@ -65,7 +66,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer store.Close()
 	// Storage first: when it does not answer there is nothing to show, and
 	// the source's connect timeout need not be waited for.
-	groups, err := store.Groups(ctx)
+	groups, err := store.Catalog().Groups(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if src != nil {
 		defer closeStatusSource(ctx, src)
 	}
-	return writeStatus(ctx, stdout, cfg, store, groups, src)
+	return writeStatus(ctx, stdout, cfg, store.Catalog(), store.Leases(), groups, src)
 }
 
 // statusSource connects to the source lag is measured on (the bucketstore
@@ -101,7 +102,7 @@ func closeStatusSource(ctx context.Context, src *pgx.Conn) {
 // writeStatus prints the status tables: groups as store.Groups returned
 // them, the rest read from store; src, when not nil, is the source that
 // lag and slot health are read from.
-func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, store statusStorage, groups []bucketstore.Group, src *pgx.Conn) error {
+func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, store statusCatalog, units unitCounter, groups []bucketstore.Group, src *pgx.Conn) error {
 	// Error ages are measured on storage's clock, which stamped them.
 	now, err := store.Now(ctx)
 	if err != nil {
@@ -133,7 +134,7 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 			g.LastCheckpointLSN, lag, health, errorCell(g, now))
 	}
 	_ = tw.Flush()
-	if err := writeUnits(ctx, stdout, store); err != nil {
+	if err := writeUnits(ctx, stdout, units); err != nil {
 		return err
 	}
 	writeCompactions(stdout, groups)
@@ -188,8 +189,8 @@ func writeCompactions(w io.Writer, groups []bucketstore.Group) {
 // writeUnits reports the work units of all processes (leases in
 // storage), and says so when snapshot work waits with no process on it —
 // as under only replication:streaming processes.
-func writeUnits(ctx context.Context, w io.Writer, store statusStorage) error {
-	c, err := store.UnitCounts(ctx)
+func writeUnits(ctx context.Context, w io.Writer, units unitCounter) error {
+	c, err := units.UnitCounts(ctx)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 // child process is needed. (Moved here from status_test.go and
 // compact_test.go, whose child-process tests are now in e2e/commands.)
 
-// fakeStatusStorage is statusStorage held in memory, so that status output
+// fakeStatusStorage is statusCatalog and unitCounter held in memory, so that status output
 // is tested without PostgreSQL.
 type fakeStatusStorage struct {
 	groups    []bucketstore.Group
@@ -72,7 +72,7 @@ pipelines:
 		units:     bucketstore.UnitCounts{TotalStreams: 1, PendingSnapshots: 3},
 	}
 	var out strings.Builder
-	if err := writeStatus(context.Background(), &out, cfg, st, st.groups, nil); err != nil {
+	if err := writeStatus(context.Background(), &out, cfg, st, st, st.groups, nil); err != nil {
 		t.Fatal(err)
 	}
 	lines := map[string]bool{} // every line with its cells' spacing removed

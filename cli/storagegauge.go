@@ -27,7 +27,7 @@ const (
 )
 
 // registerStorageGauge exports the on-disk bytes of bucket storage each
-// group takes (bucketstore.Store.GroupBytes, an estimate on large
+// group takes (bucketstore.Compactor.GroupBytes, an estimate on large
 // storage), read on scrape at most once per storageGaugeCache on every
 // process, whatever its role. A read that fails is logged and nothing is
 // reported until the next read succeeds: no misleading 0.

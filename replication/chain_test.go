@@ -141,7 +141,7 @@ pipelines:
 		}
 	})
 	wg.Go(func() {
-		r := NewSinkRunner(SinkOptions{Config: e.cfg, Pipeline: audit, Sink: sink, Store: e.store, Tracer: rec})
+		r := NewSinkRunner(SinkOptions{Config: e.cfg, Pipeline: audit, Sink: sink, Store: e.store.Catalog(), Tracer: rec})
 		if err := r.Run(rctx); err != nil && rctx.Err() == nil {
 			t.Errorf("sink runner: %v", err)
 		}

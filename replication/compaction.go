@@ -66,7 +66,7 @@ func (r *Replicator) compactions(ctx context.Context) {
 
 // compactAll compacts the serving groups one after the other.
 func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error {
-	groups, err := r.store.Groups(ctx)
+	groups, err := r.catalog.Groups(ctx)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func (r *Replicator) compactAll(ctx context.Context, cm compactionMetrics) error
 			continue
 		}
 		began := time.Now()
-		st, err := r.store.Compact(ctx, g.ID, bucketstore.CompactOptions{BatchOps: r.cfg.Replication.Compaction.BatchOps,
+		st, err := r.maint.Compact(ctx, g.ID, bucketstore.CompactOptions{BatchOps: r.cfg.Replication.Compaction.BatchOps,
 			MaxBusy: r.cfg.Replication.Compaction.MaxBusy,
 			Progress: func(_ string, st bucketstore.CompactStats) {
 				cm.ops.Add(ctx, st.Moved, metric.WithAttributes(attribute.String("kind", "moved")))

@@ -247,7 +247,7 @@
 // slot belongs to the stream lease's holder: a new holder terminates the
 // connection still using the slot, and the old holder's stream ends.
 // Only a process whose lease storage still shows current may do that
-// (Store.CheckFence, also at every retry of the stream inside the unit):
+// (Leases.CheckFence, also at every retry of the stream inside the unit):
 // a woken process whose stream failed does not cut off the new holder.
 // A write in flight when its unit ends (lease lost, a stage failed,
 // shutdown) is not cut off but runs to its end, bounded by

@@ -129,7 +129,7 @@ func (r *Replicator) report(ctx context.Context, group int, unit string, err err
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if serr := r.store.ReportError(sctx, group, msg); serr != nil {
+	if serr := r.groupErrs.ReportError(sctx, group, msg); serr != nil {
 		r.log.Warn("could not store the replication error", "group", group, "err", serr)
 	}
 }
@@ -145,7 +145,7 @@ func (r *Replicator) recovered(ctx context.Context, group int) {
 	if !had {
 		return
 	}
-	if err := r.store.ClearError(ctx, group); err != nil {
+	if err := r.groupErrs.ClearError(ctx, group); err != nil {
 		r.log.Warn("could not clear the replication error", "group", group, "err", err)
 		return
 	}

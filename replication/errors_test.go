@@ -17,14 +17,14 @@ import (
 func TestStoredErrorClearsOnRecovery(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, todos.Size{Lists: 1, Todos: 1, Seed: 1}, "")
-	g, err := e.store.CreateGroup(ctx, "rules", "syncpipe_")
+	g, err := e.store.Catalog().CreateGroup(ctx, "rules", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := New(Options{Config: e.cfg, Store: e.store})
 	lastError := func() (string, time.Time) {
 		t.Helper()
-		cur, err := e.store.Group(ctx, g.ID)
+		cur, err := e.store.Catalog().Group(ctx, g.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func streamLease(g *group) string { return fmt.Sprintf("stream/%d", g.g.ID) }
 func (r *Replicator) leased(name string, run func(ctx context.Context, f bucketstore.Fence) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		lc := r.cfg.Replication.Lease
-		l, ok, err := r.store.AcquireLease(ctx, name, r.owner, lc.Duration)
+		l, ok, err := r.leases.AcquireLease(ctx, name, r.owner, lc.Duration)
 		if err != nil {
 			return r.claimFailed(name, err)
 		}
@@ -52,7 +52,7 @@ func (r *Replicator) leased(name string, run func(ctx context.Context, f buckets
 			// the unit without waiting for the lease to run out.
 			rctx, done := closeCtx()
 			defer done()
-			if err := r.store.ReleaseLease(rctx, l); err != nil {
+			if err := r.leases.ReleaseLease(rctx, l); err != nil {
 				r.log.Warn("cannot release a lease; it runs out by itself", "unit", name, "err", err)
 			}
 		}()
@@ -111,7 +111,7 @@ func (r *Replicator) heartbeat(ctx context.Context, l bucketstore.Lease, cancel 
 			h(ctx, l.Name)
 		}
 		rctx, done := context.WithTimeout(ctx, lc.Heartbeat)
-		err := r.store.RenewLease(rctx, l, lc.Duration)
+		err := r.leases.RenewLease(rctx, l, lc.Duration)
 		done()
 		switch {
 		case err == nil:

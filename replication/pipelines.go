@@ -32,7 +32,7 @@ func RunPipelines(ctx context.Context, o Options) error {
 	var state SinkStorage
 	switch {
 	case o.Store != nil:
-		state = o.Store
+		state = o.Store.Catalog()
 	case cfg.UsesStorage():
 		return errors.New("run pipelines: the config has bucket storage, but no storage was opened (Options.Store)")
 	default:

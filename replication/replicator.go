@@ -182,6 +182,13 @@ type Replicator struct {
 	// claims holds the snapshot units' leases (claims.go).
 	claims *snapshotClaims
 
+	// The other roles of bucket storage, each as the small interface its
+	// code uses (storage.go; store above is the write path's).
+	catalog   groupCatalog
+	groupErrs groupErrors
+	leases    leaseStore
+	maint     maintenance
+
 	progress *progress
 	// toastMerged and toastReread count UPDATEs whose unchanged TOAST
 	// values came from stored row data and from a source re-read.
@@ -226,10 +233,11 @@ func New(opts Options) *Replicator {
 	}
 	pl, _ := opts.Config.BucketstorePipeline()
 	opts.Tracer = withStageMetrics(opts.Tracer, mp, pl.Name) // stage and row metrics (metrics.go)
-	r := &Replicator{opts: opts, cfg: opts.Config, pl: pl, store: opts.Store, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
+	r := &Replicator{opts: opts, cfg: opts.Config, pl: pl, log: log, errs: newErrorState(mp), metrics: newReplMetrics(mp),
 		owner: processOwner(), groups: map[int]*group{}, waiting: map[int]bool{}, progress: newProgress()}
+	r.setStorage(opts.Store)
 	lc := opts.Config.Replication.Lease
-	r.claims = newSnapshotClaims(opts.Store, r.owner, lc.Duration, lc.Heartbeat, func(l bucketstore.Lease) {
+	r.claims = newSnapshotClaims(opts.Store.Leases(), r.owner, lc.Duration, lc.Heartbeat, func(l bucketstore.Lease) {
 		r.metrics.leaseAcquired(context.Background(), l.Name, l.Takeover)
 	})
 	return r
@@ -297,14 +305,14 @@ func (r *Replicator) Run(ctx context.Context) error {
 	}
 	var groups []bucketstore.Group
 	err = r.atStart(ctx, "read the replication groups", func(ctx context.Context) (err error) {
-		groups, err = r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
+		groups, err = r.catalog.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if r.opts.RulesWarnings != nil {
-		if err := r.store.SetRulesWarnings(ctx, string(rulesText), r.opts.RulesWarnings); err != nil {
+		if err := r.catalog.SetRulesWarnings(ctx, string(rulesText), r.opts.RulesWarnings); err != nil {
 			r.log.Warn("sync rules' warnings not stored for status", "err", err)
 		}
 	}
@@ -403,11 +411,11 @@ func (r *Replicator) reload(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	groups, err := r.store.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
+	groups, err := r.catalog.EnsureGroup(ctx, string(rulesText), r.pl.Source.SlotPrefix)
 	if err != nil {
 		return err
 	}
-	if err := r.store.SetRulesWarnings(ctx, string(rulesText), warnings); err != nil {
+	if err := r.catalog.SetRulesWarnings(ctx, string(rulesText), warnings); err != nil {
 		return err
 	}
 	for _, g := range groups {
@@ -480,7 +488,7 @@ const sourceUnreachable = "source unreachable: "
 // no longer holds: this process has just started the group from the
 // source.
 func (r *Replicator) clearStale(ctx context.Context, group int) {
-	if err := r.store.ClearError(ctx, group); err != nil {
+	if err := r.groupErrs.ClearError(ctx, group); err != nil {
 		r.log.Warn("could not clear the replication error", "group", group, "err", err)
 		return
 	}
@@ -529,7 +537,7 @@ func (r *Replicator) startGroup(ctx context.Context, bg bucketstore.Group) error
 }
 
 func (r *Replicator) hasActive(ctx context.Context) bool {
-	gs, err := r.store.Groups(ctx)
+	gs, err := r.catalog.Groups(ctx)
 	if err != nil {
 		return false
 	}
@@ -577,7 +585,7 @@ func (r *Replicator) ensureSlot(ctx context.Context, g *group) error {
 	}
 	// Snapshot chunks already stored are only consistent with changes
 	// from the slot they were read under; a new slot starts later.
-	started, err := r.store.SnapshotStarted(ctx, g.g.ID)
+	started, err := r.catalog.SnapshotStarted(ctx, g.g.ID)
 	if err != nil {
 		return err
 	}
@@ -601,7 +609,7 @@ func (r *Replicator) registerTables(ctx context.Context, g *group, infos []postg
 		regs[i] = bucketstore.TableRegistration{RelationID: info.OID, Schema: info.Schema, Name: info.Name,
 			ReplicaIDColumns: identityNames(info), Shape: marshalShape(postgres.CatalogShape(info))}
 	}
-	stored, err := r.store.RegisterTables(ctx, g.g.ID, regs)
+	stored, err := r.catalog.RegisterTables(ctx, g.g.ID, regs)
 	if err != nil {
 		return nil, err
 	}

@@ -33,7 +33,7 @@ func slotGone(err error) bool {
 // g for retirement; a PROCESSING g serves nobody and is stopped at once; a
 // g that is stopped already was taken over and is only retired.
 func (r *Replicator) replace(ctx context.Context, g *group, cause error) error {
-	cur, err := r.store.Group(ctx, g.g.ID)
+	cur, err := r.catalog.Group(ctx, g.g.ID)
 	if err != nil {
 		return err
 	}
@@ -44,12 +44,12 @@ func (r *Replicator) replace(ctx context.Context, g *group, cause error) error {
 	r.log.Error("changes lost to the stream: re-snapshotting into a new group", "group", g.g.ID, "slot", g.g.SlotName, "err", cause)
 	r.report(ctx, g.g.ID, fmt.Sprintf("group %d stream", g.g.ID),
 		fmt.Errorf("%w: changes since were lost; a new group re-snapshots the source and takes over when done", cause))
-	ng, created, err := r.store.ReplaceGroup(ctx, cur, r.pl.Source.SlotPrefix)
+	ng, created, err := r.catalog.ReplaceGroup(ctx, cur, r.pl.Source.SlotPrefix)
 	if err != nil {
 		return err
 	}
 	if cur.State == bucketstore.StateProcessing {
-		if err := r.store.SetState(ctx, g.g.ID, bucketstore.StateStop); err != nil {
+		if err := r.catalog.SetState(ctx, g.g.ID, bucketstore.StateStop); err != nil {
 			return err
 		}
 		cur.State = bucketstore.StateStop
@@ -107,7 +107,7 @@ const publicationPoll = 5 * time.Second
 // submitRetirements queues the clean-up of every stopped or terminated
 // group: after a restart, or when a new group took over.
 func (r *Replicator) submitRetirements(ctx context.Context) error {
-	groups, err := r.store.Groups(ctx)
+	groups, err := r.catalog.Groups(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func (r *Replicator) retire(ctx context.Context, g bucketstore.Group) error {
 		r.mu.Unlock()
 	}()
 	return r.retry(ctx, g.ID, fmt.Sprintf("group %d retire", g.ID), "retire", func(ctx context.Context) error {
-		cur, err := r.store.Group(ctx, g.ID)
+		cur, err := r.catalog.Group(ctx, g.ID)
 		if err != nil {
 			return err
 		}
@@ -176,7 +176,7 @@ func (r *Replicator) retire(ctx context.Context, g bucketstore.Group) error {
 		if err := logrepl.DropSlot(ctx, conn, g.SlotName); err != nil {
 			return err
 		}
-		st, err := r.store.Terminate(ctx, g.ID, bucketstore.ClearOptions{})
+		st, err := r.maint.Terminate(ctx, g.ID, bucketstore.ClearOptions{})
 		if err != nil {
 			return err
 		}

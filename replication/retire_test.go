@@ -127,7 +127,7 @@ func (e *env) waitTakeover(t *testing.T, ctx context.Context, old bucketstore.Gr
 		if err != nil {
 			t.Fatal(err)
 		}
-		cur, err := e.store.Group(ctx, old.ID)
+		cur, err := e.store.Catalog().Group(ctx, old.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

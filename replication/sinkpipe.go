@@ -36,7 +36,7 @@ type SinkOptions struct {
 	// Sink is the pipeline's opened sink; the caller closes it after Run.
 	Sink sinks.Sink
 	// Store keeps the pipeline's version, slot, snapshot plan and errors:
-	// a *bucketstore.Store, or StateFiles for a config without storage.
+	// a *bucketstore.Catalog, or StateFiles for a config without storage.
 	Store  SinkStorage
 	Logger *slog.Logger
 	Tracer pipeline.StageTracer

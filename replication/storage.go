@@ -9,45 +9,97 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
-// The assembly's view of storage: the methods it calls, so that what it
-// depends on is visible here and not the whole of *bucketstore.Store.
+// The assembly's view of storage. Bucket storage is split by role
+// (bucketstore's doc.go); each interface below is the few methods one
+// part of the assembly calls, declared here so that what it depends on is
+// visible, and claims.go tests claims on a map (claimStore).
 
-// groupStorage is what the bucketstore assembly (groups, snapshot units,
-// the stream, retirement) needs of storage.
+// groupStorage is what the write path asks of storage: the stream and the
+// snapshot (stream.go, snapshot.go, streamer.go), TOAST merging (toast.go)
+// and the sink of each group (replicator.go's FencedSink). It spans three
+// roles — the catalog's group, tables and ranges, the leases' fencing and
+// epoch, and the Store's write role — because the write path is being
+// reworked in its own change; storageView composes them meanwhile.
 type groupStorage interface {
-	EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]bucketstore.Group, error)
 	Group(ctx context.Context, id int) (bucketstore.Group, error)
-	Groups(ctx context.Context) ([]bucketstore.Group, error)
-	SetState(ctx context.Context, id int, state bucketstore.State) error
-	ReplaceGroup(ctx context.Context, old bucketstore.Group, slotPrefix string) (g bucketstore.Group, created bool, err error)
-	Terminate(ctx context.Context, group int, opts bucketstore.ClearOptions) (bucketstore.ClearStats, error)
-	Compact(ctx context.Context, group int, o bucketstore.CompactOptions) (bucketstore.CompactStats, error)
-	ReportError(ctx context.Context, id int, msg string) error
-	ClearError(ctx context.Context, id int) error
-	SetRulesWarnings(ctx context.Context, rules string, warnings []string) error
-
-	RegisterTables(ctx context.Context, group int, regs []bucketstore.TableRegistration) ([]bucketstore.SourceTable, error)
 	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)
 	PlanRanges(ctx context.Context, tableID string, ranges []bucketstore.KeyRange) ([]bucketstore.RangeState, error)
 	StoredRanges(ctx context.Context, tableIDs []string) (map[string][]bucketstore.RangeState, error)
-	SnapshotStarted(ctx context.Context, group int) (bool, error)
 	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
 	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error
-	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
 
-	AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l bucketstore.Lease, ok bool, err error)
-	RenewLease(ctx context.Context, l bucketstore.Lease, ttl time.Duration) error
-	ReleaseLease(ctx context.Context, l bucketstore.Lease) error
 	CheckFence(ctx context.Context, f bucketstore.Fence) error
-	claimStore
-
-	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	Epoch() uint64
+
+	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
+	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
 }
 
+// groupCatalog is what deploying, starting and retiring groups reads and
+// records (replicator.go, retire.go, compaction.go):
+// *bucketstore.Catalog.
+type groupCatalog interface {
+	EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]bucketstore.Group, error)
+	SetRulesWarnings(ctx context.Context, rules string, warnings []string) error
+	Group(ctx context.Context, id int) (bucketstore.Group, error)
+	Groups(ctx context.Context) ([]bucketstore.Group, error)
+	ReplaceGroup(ctx context.Context, old bucketstore.Group, slotPrefix string) (g bucketstore.Group, created bool, err error)
+	SetState(ctx context.Context, id int, state bucketstore.State) error
+	SnapshotStarted(ctx context.Context, group int) (bool, error)
+	RegisterTables(ctx context.Context, group int, regs []bucketstore.TableRegistration) ([]bucketstore.SourceTable, error)
+}
+
+// groupErrors stores a group's last error for status and /healthz
+// (errors.go): *bucketstore.Catalog.
+type groupErrors interface {
+	ReportError(ctx context.Context, id int, msg string) error
+	ClearError(ctx context.Context, id int) error
+}
+
+// leaseStore is what a unit's lease needs (lease.go): *bucketstore.Leases.
+type leaseStore interface {
+	AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l bucketstore.Lease, ok bool, err error)
+	RenewLease(ctx context.Context, l bucketstore.Lease, ttl time.Duration) error
+	ReleaseLease(ctx context.Context, l bucketstore.Lease) error
+}
+
+// maintenance is what compacting and retiring groups do to their ops
+// (compaction.go, retire.go): *bucketstore.Compactor.
+type maintenance interface {
+	Compact(ctx context.Context, group int, o bucketstore.CompactOptions) (bucketstore.CompactStats, error)
+	Terminate(ctx context.Context, group int, opts bucketstore.ClearOptions) (bucketstore.ClearStats, error)
+}
+
+// storageView is the write path's groupStorage composed of the roles it
+// spans. The Store is held as its write role only (storeWriter), so its
+// Groups does not clash with the Catalog's.
+type storageView struct {
+	storeWriter
+	*bucketstore.Catalog
+	*bucketstore.Leases
+}
+
+// storeWriter is the write role of *bucketstore.Store that groupStorage
+// uses.
+type storeWriter interface {
+	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
+	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
+	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter
+	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
+}
+
+// setStorage hands each part of r the role of st it uses.
+func (r *Replicator) setStorage(st *bucketstore.Store) {
+	r.store = storageView{storeWriter: st, Catalog: st.Catalog(), Leases: st.Leases()}
+	r.catalog = st.Catalog()
+	r.groupErrs = st.Catalog()
+	r.leases = st.Leases()
+	r.maint = st.Compactor()
+}
+
 // SinkStorage is what a SinkRunner needs of storage: its pipeline's
-// stored version, plan and errors. *bucketstore.Store implements it.
+// stored version, plan and errors. *bucketstore.Catalog implements it.
 type SinkStorage interface {
 	SinkPipeline(ctx context.Context, name string) (p bucketstore.SinkPipeline, ok bool, err error)
 	StartSinkPipelineVersion(ctx context.Context, p bucketstore.SinkPipeline) error
@@ -59,6 +111,11 @@ type SinkStorage interface {
 }
 
 var (
-	_ groupStorage = (*bucketstore.Store)(nil)
-	_ SinkStorage  = (*bucketstore.Store)(nil)
+	_ groupCatalog = (*bucketstore.Catalog)(nil)
+	_ groupErrors  = (*bucketstore.Catalog)(nil)
+	_ leaseStore   = (*bucketstore.Leases)(nil)
+	_ claimStore   = (*bucketstore.Leases)(nil)
+	_ maintenance  = (*bucketstore.Compactor)(nil)
+	_ storeWriter  = (*bucketstore.Store)(nil)
+	_ SinkStorage  = (*bucketstore.Catalog)(nil)
 )

@@ -258,7 +258,7 @@ func TestNewRejectsAuthConfig(t *testing.T) {
 		"no keys":     func(c *Config) { c.Auth.HS256Secrets = nil },
 		"bad inline":  func(c *Config) { c.Auth.JWKS.Keys = []map[string]any{{"kty": "RSA"}} },
 	} {
-		cfg := Config{Store: e.store, Auth: e.srv.cfg.Auth}
+		cfg := Config{Groups: e.store.Catalog(), Store: e.store.Reader(), Sources: e.store.Reader(), Auth: e.srv.cfg.Auth}
 		auth(&cfg)
 		if s, err := New(e.ctx, cfg); err == nil {
 			s.Close()

@@ -16,7 +16,10 @@ import (
 // match it.
 func TestCompactionDuringDownload(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, compactionDuringDownload)
+}
+
+func compactionDuringDownload(t *testing.T, e protocolEnv) {
 	upsertAll := func(name string) []model.Change {
 		var cs []model.Change
 		for i := range 2500 {
@@ -25,26 +28,17 @@ func TestCompactionDuringDownload(t *testing.T) {
 		return cs
 	}
 	first := e.commit(upsertAll("first")...)
-	watch := e.srv.watcher.Subscribe(t.Context())
 	var last bucketstore.Checkpoint
-	var compacted bucketstore.CompactStats
+	var upTo int64
 	calls := 0
-	e.srv.afterDataLine = func() {
+	e.server().afterDataLine = func() {
 		if calls++; calls != 1 {
 			return
 		}
 		e.commit(upsertAll("second")...)
 		last = e.commit(upsertAll("third")...)
-		for cp := range watch {
-			if cp.OpID >= last.OpID {
-				e.srv.watcher.Latest()
-				break
-			}
-		}
-		var err error
-		if compacted, err = e.store.Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{}); err != nil {
-			t.Error(err)
-		}
+		e.offered(last)
+		upTo = e.compact()
 	}
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
@@ -54,8 +48,8 @@ func TestCompactionDuringDownload(t *testing.T) {
 	if done == nil || done.LastOpID != opID(last.OpID) {
 		t.Fatalf("completed %v, want the newest checkpoint %d (the first was %d); lines %v", done, last.OpID, first.OpID, kinds(ls))
 	}
-	if compacted.Cleared == 0 || compacted.UpTo != last.OpID {
-		t.Fatalf("compaction %+v, want CLEARs up to %d", compacted, last.OpID)
+	if upTo != last.OpID {
+		t.Fatalf("compacted up to %d, want %d", upTo, last.OpID)
 	}
 	if got := len(c.rows[e.b("global")]); got != 2500 {
 		t.Fatalf("client holds %d lists, want 2500", got)

@@ -18,7 +18,10 @@ import (
 // sum only the new lists' buckets.
 func TestCheckpointDeltasServeVerifiedData(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, checkpointDeltasServeVerifiedData)
+}
+
+func checkpointDeltasServeVerifiedData(t *testing.T, e protocolEnv) {
 	const users, rounds = 6, 12
 	user := func(u int) string { return fmt.Sprintf("u%d", u) }
 	var setup []model.Change
@@ -38,7 +41,7 @@ func TestCheckpointDeltasServeVerifiedData(t *testing.T) {
 		clients[u].apply(streams[u].untilComplete()...)
 	}
 	before := e.counts()
-	served := e.srv.deltas.served.Load()
+	served := e.server().deltas.served.Load()
 	rng := rand.New(rand.NewPCG(7, 11))
 	todo, newLists := 0, 0
 	for r := range rounds {
@@ -68,7 +71,7 @@ func TestCheckpointDeltasServeVerifiedData(t *testing.T) {
 			}
 		}
 	}
-	if n := e.srv.deltas.served.Load() - served; n < rounds {
+	if n := e.server().deltas.served.Load() - served; n < rounds {
 		t.Errorf("%d reads served from checkpoint deltas over %d rounds, want at least one a round", n, rounds)
 	}
 	if got := e.counts().minus(before); got.summed != int64(newLists) {

@@ -102,7 +102,7 @@
 //     "state":"ACTIVE","error":"…","since":"2025-01-02T03:04:05Z"}]}: an
 //     ACTIVE or PROCESSING group has an error that the replication side
 //     stored because it needs an operator — retrying will not heal it,
-//     or it has persisted for minutes (bucketstore Store.ReportError;
+//     or it has persisted for minutes (bucketstore Catalog.ReportError;
 //     cleared when the group recovers). STOP groups are being retired and
 //     do not count;
 //   - 503 {"ok":false,"status":"unavailable","error":"storage unreachable: …"}.

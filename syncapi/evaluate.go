@@ -32,8 +32,8 @@ func (c *conn) evaluate(ctx context.Context, cp bucketstore.Checkpoint) error {
 		}
 	}
 	refs, hashes, sameRefs := c.refs, c.hashes, c.evaluated && changes.Known()
-	if sameRefs && len(c.keys) > 0 {
-		sameRefs = !changes.LookupsChanged(c.keys)
+	if sameRefs {
+		sameRefs = !c.lookupsChanged(changes)
 	}
 	if !sameRefs {
 		var err error
@@ -149,7 +149,7 @@ func (c *conn) unaffected(ctx context.Context, cp bucketstore.Checkpoint) bool {
 	}
 	if cp.OpID > c.evalOpID {
 		changes, err := c.s.cache.Changes(ctx, cp.GroupID, c.evalOpID, cp.OpID)
-		if err != nil || !changes.Known() || len(c.keys) > 0 && changes.LookupsChanged(c.keys) {
+		if err != nil || !changes.Known() || c.lookupsChanged(changes) {
 			return false
 		}
 		for i, r := range c.refs {

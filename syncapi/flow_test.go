@@ -22,7 +22,10 @@ import (
 
 func TestRowMovesBetweenBuckets(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, rowMovesBetweenBuckets)
+}
+
+func rowMovesBetweenBuckets(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("todos", "t1", "a", "move me"))
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
@@ -98,7 +101,10 @@ bucket_definitions:
 
 func TestPriorities(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, priorityRules, map[string][]string{"lists": {"id", "name"}}, nil)
+	onBoth(t, priorityRules, map[string][]string{"lists": {"id", "name"}}, nil, priorities)
+}
+
+func priorities(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "1", "later"), e.upsert("lists", "2", "second"), e.upsert("lists", "3", "first"))
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
@@ -185,7 +191,7 @@ func TestWriteCheckpoints(t *testing.T) {
 	}
 
 	// Without a source the endpoint answers 503.
-	srv, err := New(e.ctx, Config{Store: e.store, Auth: e.srv.cfg.Auth})
+	srv, err := New(e.ctx, Config{Groups: e.store.Catalog(), Store: e.store.Reader(), Sources: e.store.Reader(), Auth: e.srv.cfg.Auth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +223,10 @@ func TestTokenExpiryClosesStream(t *testing.T) {
 
 func TestKeepalive(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.KeepaliveInterval = 20 * time.Millisecond })
+	onBoth(t, todoRules, todoTables, func(c *Config) { c.KeepaliveInterval = 20 * time.Millisecond }, keepalive)
+}
+
+func keepalive(t *testing.T, e protocolEnv) {
 	s := e.open(token(t, "u1", nil), nil)
 	// No checkpoint exists yet: keepalives are all there is.
 	for i := range 3 {
@@ -233,32 +242,24 @@ func TestKeepalive(t *testing.T) {
 // data line a stream sends, one more list is committed and its checkpoint
 // offered to every subscriber. It returns the first checkpoint and a
 // function returning the second once it was published.
-func publishDuringFirstSync(t *testing.T, e *env) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
+func publishDuringFirstSync(t *testing.T, e protocolEnv) (bucketstore.Checkpoint, func() bucketstore.Checkpoint) {
 	t.Helper()
 	var lists []model.Change
 	for i := range 2500 {
 		lists = append(lists, e.upsert("lists", fmt.Sprintf("l%04d", i), "list", "nobody"))
 	}
 	first := e.commit(lists...)
-	watch := e.srv.watcher.Subscribe(t.Context())
 	var second bucketstore.Checkpoint
 	calls := 0
-	e.srv.afterDataLine = func() {
+	e.server().afterDataLine = func() {
 		// Runs on the stream's goroutine after each data line: after the
-		// first, publish a new checkpoint and wait until the watcher has
-		// offered it to every subscriber.
+		// first, publish a new checkpoint and wait until it was offered
+		// to every subscriber.
 		if calls++; calls != 1 {
 			return
 		}
 		second = e.commit(e.upsert("lists", "new", "list", "nobody"))
-		for cp := range watch {
-			if cp.OpID >= second.OpID {
-				// Our channel may get it before the stream's: Latest
-				// returns once the fan-out to every subscriber is done.
-				e.srv.watcher.Latest()
-				return
-			}
-		}
+		e.offered(second)
 	}
 	return first, func() bucketstore.Checkpoint { return second }
 }
@@ -267,8 +268,11 @@ func publishDuringFirstSync(t *testing.T, e *env) (bucketstore.Checkpoint, func(
 // under way interrupts it (supersedeAfter 0 here: every send is long).
 func TestSupersededCheckpoint(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
-	e.srv.supersedeAfter = 0
+	onBoth(t, todoRules, todoTables, nil, supersededCheckpoint)
+}
+
+func supersededCheckpoint(t *testing.T, e protocolEnv) {
+	e.server().supersedeAfter = 0
 	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	ls := s.untilComplete()
@@ -295,7 +299,10 @@ func TestSupersededCheckpoint(t *testing.T) {
 // checkpoint, then gets the second's diff and data.
 func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, newerCheckpointWaitsForShortSend)
+}
+
+func newerCheckpointWaitsForShortSend(t *testing.T, e protocolEnv) {
 	first, second := publishDuringFirstSync(t, e)
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
@@ -317,7 +324,10 @@ func TestNewerCheckpointWaitsForShortSend(t *testing.T) {
 
 func TestMaxBucketsPerConnection(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 2, 2 })
+	onBoth(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection, c.MaxParameterQueryResults = 2, 2 }, maxBucketsPerConnection)
+}
+
+func maxBucketsPerConnection(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"),
 		e.upsert("lists", "c", "C", "u2"), e.upsert("lists", "d", "D", "u2"), e.upsert("lists", "e", "E", "u2"))
 	// u1: 3 buckets; u2: 3 parameter rows. The messages start as
@@ -375,14 +385,17 @@ func TestLegacyObjectData(t *testing.T) {
 
 func TestGroupSwitch(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, groupSwitch)
+}
+
+func groupSwitch(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"))
 	s := e.open(token(t, "u1", nil), nil)
 	c := newClient(t)
 	c.apply(s.untilComplete()...)
 
 	// A new rules version replicates and takes over.
-	next := newGroup(t, e, `
+	next := e.newGroup(`
 bucket_definitions:
   mine:
     parameters: SELECT request.user_id() AS owner
@@ -403,9 +416,10 @@ bucket_definitions:
 
 // newGroup deploys rules as a new group holding list a of u1 and publishes
 // its first checkpoint, which makes it ACTIVE.
-func newGroup(t *testing.T, e *env, rules string) bucketstore.Group {
+func (e *env) newGroup(rules string) bucketstore.Group {
+	t := e.t
 	t.Helper()
-	g, err := e.store.CreateGroup(e.ctx, rules, "syncpipe_")
+	g, err := e.store.Catalog().CreateGroup(e.ctx, rules, "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,14 +428,14 @@ func newGroup(t *testing.T, e *env, rules string) bucketstore.Group {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := e.store.RegisterTable(e.ctx, g.ID, 2001, "public", "lists", []string{"id"})
+	st, err := e.store.Catalog().RegisterTable(e.ctx, g.ID, 2001, "public", "lists", []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.MarkTableSnapshotDone(e.ctx, st.ID, 0); err != nil {
+	if err := e.store.Catalog().MarkTableSnapshotDone(e.ctx, st.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.MarkSnapshotDone(e.ctx, g.ID, 0); err != nil {
+	if err := e.store.Catalog().MarkSnapshotDone(e.ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	bound, err := parsed.Bind("lists", todoTables["lists"])
@@ -453,7 +467,7 @@ func httpRecord(srv *Server, method, target, auth, body string) *httptest.Respon
 
 func TestTokenAndClientParameters(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, `
+	onBoth(t, `
 bucket_definitions:
   team:
     parameters: SELECT token_parameters.team AS team
@@ -463,7 +477,10 @@ bucket_definitions:
     parameters: SELECT request.parameters() ->> 'list' AS list_id
     data:
       - SELECT id, name FROM lists WHERE id = bucket.list_id
-`, map[string][]string{"lists": {"id", "name", "owner_id"}}, nil)
+`, map[string][]string{"lists": {"id", "name", "owner_id"}}, nil, tokenAndClientParameters)
+}
+
+func tokenAndClientParameters(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "red"), e.upsert("lists", "b", "B", "blue"), e.upsert("lists", "c", "C", "blue"))
 	tok := token(t, "u1", func(c jwt.MapClaims) { c["parameters"] = map[string]any{"team": "red"} })
 	ls := e.open(tok, map[string]any{"parameters": map[string]any{"list": "b"}}).untilComplete()
@@ -482,7 +499,10 @@ bucket_definitions:
 // new stream evaluates from scratch.
 func TestUnaffectedCheckpointsSendNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, unaffectedCheckpointsSendNothing)
+}
+
+func unaffectedCheckpointsSendNothing(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u2"))
 	tok := token(t, "u1", nil)
 	s := e.open(tok, map[string]any{})

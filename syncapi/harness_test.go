@@ -88,7 +88,7 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	g, err := store.CreateGroup(ctx, rules, "syncpipe_")
+	g, err := store.Catalog().CreateGroup(ctx, rules, "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +100,11 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 	rel := uint32(1000)
 	for name, cols := range tables {
 		rel++
-		st, err := store.RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
+		st, err := store.Catalog().RegisterTable(ctx, g.ID, rel, "public", name, []string{"id"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
+		if err := store.Catalog().MarkTableSnapshotDone(ctx, st.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 		bound, err := parsed.Bind(name, cols)
@@ -113,7 +113,7 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 		}
 		e.tables[name] = &testTable{table: &st.Table, bound: bound, ev: bound.NewEvaluator()}
 	}
-	if err := store.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+	if err := store.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	if e.w, err = store.NewWriter(ctx, g.ID); err != nil {
@@ -121,8 +121,8 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 	}
 	t.Cleanup(e.w.Close)
 	cfg := Config{
-		Store: store,
-		Auth:  config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
+		Groups: store.Catalog(), Store: store.Reader(), Sources: store.Reader(),
+		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: 24 * time.Hour},
 		SourceLSN: func(context.Context) (pglogrepl.LSN, error) {
 			return pglogrepl.LSN(e.sourceLSN.Load()), nil
 		},
@@ -205,6 +205,37 @@ func (e *env) publish(opID int64) bucketstore.Checkpoint {
 		e.t.Fatalf("commit: published=%v err=%v", ok, err)
 	}
 	return cp
+}
+
+// server is the Server under test.
+func (e *env) server() *Server { return e.srv }
+
+// offered waits until the server's checkpoint watcher has offered cp (or
+// a newer one) to every stream: a fresh subscription gets the newest at
+// once, and Latest returns once its fan-out is done.
+func (e *env) offered(cp bucketstore.Checkpoint) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	for got := range e.srv.watcher.Subscribe(ctx) {
+		if got.OpID >= cp.OpID {
+			e.srv.watcher.Latest()
+			return
+		}
+	}
+	e.t.Errorf("the watcher stopped before offering checkpoint %d", cp.OpID) // not Fatal: called on a stream's goroutine
+}
+
+// compact compacts the group's ops up to its last checkpoint and returns
+// how far; the test fails unless some ops were merged into CLEARs (not
+// Fatal: a test hook calls it on a stream's goroutine).
+func (e *env) compact() int64 {
+	e.t.Helper()
+	st, err := e.store.Compactor().Compact(e.ctx, e.group.ID, bucketstore.CompactOptions{})
+	if err != nil || st.Cleared == 0 {
+		e.t.Errorf("compaction %+v, %v: want CLEARs", st, err)
+	}
+	return st.UpTo
 }
 
 // token mints an HS256 token for sub, valid for an hour; edit may change

@@ -106,7 +106,7 @@ func (s *Server) health(ctx context.Context) (healthState, error) {
 // the group recovers. STOP groups are on their way out, so their
 // errors no longer matter to anyone.
 func (s *Server) readHealth(ctx context.Context) healthState {
-	gs, err := s.store.Groups(ctx)
+	gs, err := s.groups.Groups(ctx)
 	if err != nil {
 		return healthState{err: err}
 	}

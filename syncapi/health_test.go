@@ -82,7 +82,7 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 
 	const msg = `publication "syncpipe" does not exist: CREATE PUBLICATION syncpipe FOR ALL TABLES on the source`
 	before := time.Now()
-	if err := e.store.ReportError(e.ctx, e.group.ID, msg); err != nil {
+	if err := e.store.Catalog().ReportError(e.ctx, e.group.ID, msg); err != nil {
 		t.Fatal(err)
 	}
 	// Within the TTL the cached answer stands: no storage read per probe.
@@ -107,18 +107,18 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 	}
 
 	// A PROCESSING group's error counts; once it is stopped it does not.
-	g2, err := e.store.CreateGroup(e.ctx, todoRules+"\n# v2\n", "syncpipe_")
+	g2, err := e.store.Catalog().CreateGroup(e.ctx, todoRules+"\n# v2\n", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.ReportError(e.ctx, g2.ID, "table public.todos has no replica identity"); err != nil {
+	if err := e.store.Catalog().ReportError(e.ctx, g2.ID, "table public.todos has no replica identity"); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
 	if _, b := healthz(t, e.srv); len(b.Reasons) != 2 || b.Reasons[1].Group != g2.ID || b.Reasons[1].State != string(bucketstore.StateProcessing) {
 		t.Fatalf("with a PROCESSING group's error: %+v", b)
 	}
-	if err := e.store.SetState(e.ctx, g2.ID, bucketstore.StateStop); err != nil {
+	if err := e.store.Catalog().SetState(e.ctx, g2.ID, bucketstore.StateStop); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
@@ -138,7 +138,7 @@ func TestHealthzReportsGroupErrors(t *testing.T) {
 	}
 	wg.Wait()
 
-	if err := e.store.ClearError(e.ctx, e.group.ID); err != nil {
+	if err := e.store.Catalog().ClearError(e.ctx, e.group.ID); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(healthTTL)
@@ -160,7 +160,7 @@ func TestHealthzStorageUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := sdkmetric.NewManualReader()
-	srv, err := New(ctx, Config{Store: store, MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
+	srv, err := New(ctx, Config{Groups: store.Catalog(), Store: store.Reader(), Sources: store.Reader(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)),
 		Auth: config.Auth{Audience: []string{testAudience}, HS256Secrets: []string{testSecret}, MaxLifetime: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
@@ -240,5 +240,62 @@ func TestShutdownDrained(t *testing.T) {
 	e := newEnv(t, todoRules, todoTables, nil)
 	if err := e.srv.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFakeHealthz is /healthz's decision on the fake, with no
+// PostgreSQL: ok while no serving group has a stored error; degraded,
+// still 200, naming an ACTIVE or PROCESSING group's error and counting
+// it in the gauge; a STOP group's error ignored; 503 and no gauge value
+// while storage does not answer; and each answer kept for healthTTL.
+func TestFakeHealthz(t *testing.T) {
+	t.Parallel()
+	clock := newTestClock()
+	reader := sdkmetric.NewManualReader()
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
+		c.Now = clock.now
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	if code, b := healthz(t, e.srv); code != http.StatusOK || b.Status != healthOK || len(b.Reasons) != 0 {
+		t.Fatalf("healthy: %d %+v", code, b)
+	}
+	if v, ok := groupErrorGauge(t, reader); !ok || v != 0 {
+		t.Fatalf("gauge while healthy: %d (reported %v), want 0", v, ok)
+	}
+
+	since := clock.now().Add(-time.Minute).UTC()
+	active := e.group.ID
+	e.fake.setGroup(active, func(g *bucketstore.Group) { g.LastError, g.LastErrorAt = "publication gone", since })
+	if _, b := healthz(t, e.srv); b.Status != healthOK {
+		t.Fatalf("within the cache TTL: %+v, want the cached ok", b)
+	}
+	clock.advance(healthTTL)
+	code, b := healthz(t, e.srv)
+	want := groupError{Group: active, State: string(bucketstore.StateActive), Error: "publication gone", Since: since}
+	if code != http.StatusOK || !b.OK || b.Status != healthDegraded || len(b.Reasons) != 1 || b.Reasons[0] != want {
+		t.Fatalf("with an error: %d %+v, want 200 degraded with %+v", code, b, want)
+	}
+	if v, _ := groupErrorGauge(t, reader); v != 1 {
+		t.Fatalf("gauge %d, want 1", v)
+	}
+
+	// A new group takes over: the old one STOPs, and its error no longer
+	// counts; a PROCESSING group's does.
+	next := e.newGroup(todoRules + "\n# v2\n")
+	e.fake.setGroup(next.ID, func(g *bucketstore.Group) {
+		g.State, g.LastError, g.LastErrorAt = bucketstore.StateProcessing, "no replica identity", since
+	})
+	clock.advance(healthTTL)
+	if _, b := healthz(t, e.srv); len(b.Reasons) != 1 || b.Reasons[0].Group != next.ID || b.Reasons[0].State != string(bucketstore.StateProcessing) {
+		t.Fatalf("old group stopped, new one PROCESSING with an error: %+v", b)
+	}
+
+	e.fake.fail("Groups", errors.New("storage down"))
+	clock.advance(healthTTL)
+	if code, b := healthz(t, e.srv); code != http.StatusServiceUnavailable || b.OK || b.Status != healthUnavailable || b.Error == "" {
+		t.Fatalf("storage failing: %d %+v, want 503 unavailable", code, b)
+	}
+	if v, ok := groupErrorGauge(t, reader); ok {
+		t.Fatalf("gauge reported %d while storage fails", v)
 	}
 }

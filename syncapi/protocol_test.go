@@ -11,6 +11,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/syncpipe/syncpipe/model"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
 // The tests in this file run the sync protocol against the in-memory
@@ -291,21 +292,27 @@ func TestFakeTooManyBuckets(t *testing.T) {
 	}
 }
 
-// TestNewNeedsSourcesBesideStorage: only a *bucketstore.Store can build
-// the checksum cache and checkpoint watcher, so New refuses any other
-// Storage without them, and the change records baseline, which switches
-// the cache New builds, with a given one.
+// TestNewNeedsSourcesBesideStorage: without Config.Sources to build the
+// checksum cache and checkpoint watcher, New refuses a Config without
+// them, and the change records baseline, which switches the cache New
+// builds, with a given one; groups and storage are required, a nil
+// *bucketstore role value included.
 func TestNewNeedsSourcesBesideStorage(t *testing.T) {
 	t.Parallel()
 	f := newFakeStore(1, todoRules)
-	for name, cfg := range map[string]Config{
-		"Config.Checksums":         {Store: f, Checkpoints: f},
-		"Config.Checkpoints":       {Store: f, Checksums: f},
-		"IgnoreChangeRecords":      {Store: f, Checksums: f, Checkpoints: f, Baseline: Baseline{IgnoreChangeRecords: true}},
-		"Config.Store is required": {Checksums: f, Checkpoints: f},
+	for _, c := range []struct {
+		want string
+		cfg  Config
+	}{
+		{"Config.Checksums", Config{Groups: f, Store: f, Checkpoints: f}},
+		{"Config.Checkpoints", Config{Groups: f, Store: f, Checksums: f}},
+		{"IgnoreChangeRecords", Config{Groups: f, Store: f, Checksums: f, Checkpoints: f, Baseline: Baseline{IgnoreChangeRecords: true}}},
+		{"Config.Store is required", Config{Groups: f, Checksums: f, Checkpoints: f}},
+		{"Config.Store is required", Config{Groups: f, Store: (*bucketstore.Reader)(nil), Checksums: f, Checkpoints: f}},
+		{"Config.Groups is required", Config{Store: f, Checksums: f, Checkpoints: f}},
 	} {
-		if _, err := New(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("New: %v, want an error naming %s", err, name)
+		if _, err := New(t.Context(), c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("New: %v, want an error naming %s", err, c.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -33,20 +34,26 @@ const ScopeName = "github.com/syncpipe/syncpipe/syncapi"
 // config.Default (1000 buckets per connection, 200 connections, 10
 // concurrent data fetches, 100000 checksum cache entries, 1 MiB bodies).
 type Config struct {
-	// Store is the bucket storage to serve. Required. It is the Storage
-	// interface rather than *bucketstore.Store so the server depends only
-	// on the methods it calls (storage.go); a *bucketstore.Store also
-	// supplies the default Checksums and Checkpoints.
+	// Groups reads the replication groups (bucketstore.Store.Catalog in
+	// production). Required.
+	Groups GroupReader
+	// Store reads what published checkpoints hold and keeps write
+	// checkpoints (bucketstore.Store.Reader in production). Required.
+	// The server depends only on the methods it calls (storage.go), so a
+	// test serves the protocol from an in-memory fake.
 	Store Storage
+	// Sources builds the Checksums and Checkpoints left nil
+	// (bucketstore.Store.Reader in production). Required unless both are
+	// given.
+	Sources Sources
 	// Checksums serves bucket checksums to every stream. Nil (production):
 	// New builds a *bucketstore.ChecksumCache of ChecksumCacheSize entries
-	// from Store. Required when Store is not a *bucketstore.Store, which
-	// is how a test serves from a fake.
+	// from Sources. A test serving from a fake gives its own.
 	Checksums ChecksumSource
 	// Checkpoints delivers newly published checkpoints to streams. Nil
-	// (production): New starts Store's *bucketstore.CheckpointWatcher,
+	// (production): New starts Sources' *bucketstore.CheckpointWatcher,
 	// which Close stops and waits for. A given source is its owner's to
-	// stop; required when Store is not a *bucketstore.Store.
+	// stop.
 	Checkpoints CheckpointSource
 	// Auth verifies client tokens (config.API.Auth). At least one audience
 	// and one key source are required.
@@ -122,6 +129,7 @@ const supersedeAfter = time.Second
 // its Handler is safe for concurrent use.
 type Server struct {
 	cfg         Config
+	groups      GroupReader
 	store       Storage
 	auth        *authenticator
 	cache       ChecksumSource
@@ -234,14 +242,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &Server{bytesSent: sent, cfg: cfg, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
+	s := &Server{bytesSent: sent, cfg: cfg, groups: cfg.Groups, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
 		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
 	_, untraced := cfg.TracerProvider.(noop.TracerProvider)
 	s.traced = !untraced
 	if s.cache == nil {
-		cache := cfg.Store.(storeServices).NewChecksumCache(cfg.ChecksumCacheSize)
+		cache := cfg.Sources.NewChecksumCache(cfg.ChecksumCacheSize)
 		if cfg.Baseline.IgnoreChangeRecords {
 			cache.DisableChangeRecords()
 		}
@@ -254,30 +262,40 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s.wcs = newWriteCheckpoints(cfg.Store)
 	if s.checkpoints == nil {
 		// Started last: nothing after it can fail and leave it running.
-		s.watcher = cfg.Store.(storeServices).WatchCheckpoints(sctx)
+		s.watcher = cfg.Sources.WatchCheckpoints(sctx)
 		s.checkpoints = s.watcher
 	}
 	return s, nil
 }
 
-// checkStorage validates cfg's storage fields. The checksum cache and
-// the checkpoint watcher are built from a *bucketstore.Store; any other
-// Storage (a fake, a wrapper) must bring its own, or streams would have
-// no checksums or checkpoints.
+// checkStorage validates cfg's storage fields: without Sources, the
+// checksum cache and the checkpoint watcher must be given, or streams
+// would have no checksums or checkpoints.
 func checkStorage(cfg *Config) error {
-	if st, isStore := cfg.Store.(*bucketstore.Store); cfg.Store == nil || isStore && st == nil {
-		return errors.New("syncapi: Config.Store is required")
-	}
-	_, builds := cfg.Store.(storeServices)
 	switch {
-	case cfg.Checksums == nil && !builds:
-		return fmt.Errorf("syncapi: Config.Checksums is required with a Config.Store of type %T", cfg.Store)
-	case cfg.Checkpoints == nil && !builds:
-		return fmt.Errorf("syncapi: Config.Checkpoints is required with a Config.Store of type %T", cfg.Store)
+	case isNil(cfg.Groups):
+		return errors.New("syncapi: Config.Groups is required")
+	case isNil(cfg.Store):
+		return errors.New("syncapi: Config.Store is required")
+	case cfg.Checksums == nil && isNil(cfg.Sources):
+		return errors.New("syncapi: Config.Checksums is required without Config.Sources")
+	case cfg.Checkpoints == nil && isNil(cfg.Sources):
+		return errors.New("syncapi: Config.Checkpoints is required without Config.Sources")
 	case cfg.Checksums != nil && cfg.Baseline.IgnoreChangeRecords:
 		return errors.New("syncapi: Baseline.IgnoreChangeRecords switches the checksum cache New builds; leave Config.Checksums nil")
 	}
 	return nil
+}
+
+// isNil reports whether an interface holds nothing or a nil pointer (a
+// *bucketstore.Reader of a Store not opened), which would fail only at
+// the first request.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // ChecksumStats returns the counters of the checksum cache the server's
@@ -582,7 +600,7 @@ func (s *Server) rulesFor(ctx context.Context, group int) (*syncrules.Rules, err
 	if r != nil {
 		return r, nil
 	}
-	g, err := s.store.Group(ctx, group)
+	g, err := s.groups.Group(ctx, group)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package syncapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,11 +26,24 @@ func (c *conn) parameterRows(ctx context.Context, cp bucketstore.Checkpoint, key
 	return rows, nil
 }
 
+// lookupsChanged reports whether changes may have given one of the
+// stream's lookups — its plan's and those its staged resolvers made at
+// the last resolution — an entry or a retraction: then its buckets must
+// be resolved again.
+func (c *conn) lookupsChanged(changes bucketstore.ChangeSet) bool {
+	return len(c.keys) > 0 && changes.LookupsChanged(c.keys) ||
+		len(c.stagedKeys) > 0 && changes.LookupsChanged(c.stagedKeys)
+}
+
 // resolveStaged appends the buckets of the plan's Sync Streams resolvers
 // with several parameter lookups: one read of stored rows per stage, a
 // stage's keys coming from the rows of the stages before it.
 func (c *conn) resolveStaged(ctx context.Context, cp bucketstore.Checkpoint, refs []syncrules.BucketRef, limit int) ([]syncrules.BucketRef, error) {
+	c.stagedKeys = c.stagedKeys[:0]
 	refs, bad, err := c.plan.ResolveStaged(func(keys [][]byte) ([][][]byte, error) {
+		for _, k := range keys {
+			c.stagedKeys = append(c.stagedKeys, bytes.Clone(k))
+		}
 		return c.parameterRows(ctx, cp, keys, limit)
 	}, refs)
 	if err != nil {

@@ -8,25 +8,25 @@ import (
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
-// The sync API's view of bucket storage. *bucketstore.Store has dozens of
-// methods for replication, snapshots, leases and maintenance; the server
-// calls only those below. Declaring them here, where they are used, keeps
-// that dependency visible in one file, lets a reader see what serving
-// costs storage, and lets tests serve the protocol from an in-memory fake
-// (fake_test.go) with no PostgreSQL. *bucketstore.Store satisfies every
-// interface as it is (the assertions at the end of this file).
+// The sync API's view of bucket storage. Bucket storage is split by role
+// (bucketstore's doc.go); the server reads groups from the catalog and
+// everything else from the reader, and calls only the methods below.
+// Declaring them here, where they are used, keeps that dependency
+// visible in one file, lets a reader see what serving costs storage, and
+// lets tests serve the protocol from an in-memory fake (fake_test.go)
+// with no PostgreSQL. The bucketstore role types satisfy the interfaces
+// as they are (the assertions at the end of this file).
 
-// Storage is everything a Server asks of bucket storage while serving:
-// Config.Store takes it so that the server is written against these
-// methods alone, not against the concrete store.
+// Storage is what a Server asks of bucket storage at a checkpoint while
+// serving, and its write checkpoints: Config.Store takes it so that the
+// server is written against these methods alone.
 type Storage interface {
-	GroupReader
 	BucketReader
 	WriteCheckpointStore
 }
 
-// GroupReader reads replication groups: a stream needs its group's sync
-// rules, and /healthz reports the groups' stored errors.
+// GroupReader reads replication groups (Config.Groups): a stream needs
+// its group's sync rules, and /healthz reports the groups' stored errors.
 type GroupReader interface {
 	// Group returns one group (its Rules are parsed once per group).
 	Group(ctx context.Context, id int) (bucketstore.Group, error)
@@ -39,18 +39,18 @@ type GroupReader interface {
 // only ever asked at a published checkpoint, so answers are stable.
 type BucketReader interface {
 	// ParameterRows resolves parameter lookups at checkpoint, as
-	// bucketstore.Store.ParameterRows documents (result parallel to
+	// bucketstore.Reader.ParameterRows documents (result parallel to
 	// lookups; beyond limit entries an error wrapping
 	// bucketstore.ErrTooManyParameterResults).
 	ParameterRows(ctx context.Context, group int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error)
 	// ReadBucketDataShape streams the ops after each request's position
 	// up to checkpoint, bucket by bucket in request order, at most limit
-	// rows, with more as bucketstore.Store.ReadBucketData documents.
+	// rows, with more as bucketstore.Reader.ReadBucketData documents.
 	// shape matters only to the benchmarks (Config.Baseline).
 	ReadBucketDataShape(ctx context.Context, shape bucketstore.ReadShape, group int, checkpoint int64,
 		reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (more bool, err error)
 	// CompactFloor is the checkpoint op id compaction may have rewritten
-	// the group's ops up to (bucketstore.Store.CompactFloor).
+	// the group's ops up to (bucketstore.Reader.CompactFloor).
 	CompactFloor(ctx context.Context, group int) (int64, error)
 }
 
@@ -75,7 +75,7 @@ type WriteCheckpointStore interface {
 // ChecksumSource answers bucket checksums at checkpoints for every
 // stream; Config.Checksums takes it so that a server not backed by
 // PostgreSQL can supply its own. *bucketstore.ChecksumCache is the
-// production one: New builds it from a *bucketstore.Store by default.
+// production one: New builds it from Config.Sources by default.
 type ChecksumSource interface {
 	// Checksums returns the checksum and op count of each bucket at
 	// checkpoint, parallel to buckets.
@@ -92,7 +92,7 @@ type ChecksumSource interface {
 // checkpoints to streams; Config.Checkpoints takes it so that a server
 // not backed by PostgreSQL can be driven by its caller.
 // *bucketstore.CheckpointWatcher is the production one: New starts it
-// from a *bucketstore.Store by default.
+// from Config.Sources by default.
 type CheckpointSource interface {
 	// Subscribe returns a channel holding at most the newest checkpoint
 	// (a newer one replaces an unread one), closed when ctx ends or the
@@ -100,11 +100,12 @@ type CheckpointSource interface {
 	Subscribe(ctx context.Context) <-chan bucketstore.Checkpoint
 }
 
-// storeServices is what a Storage needs for New to build the default
-// checksum cache and checkpoint watcher itself. *bucketstore.Store has
-// it; a Storage without it (a fake, a wrapper) must come with
-// Config.Checksums and Config.Checkpoints.
-type storeServices interface {
+// Sources builds the production checksum cache and checkpoint watcher
+// (Config.Sources), so that New owns them: it sizes the cache, switches
+// it for the change records baseline, and Close waits for the watcher.
+// *bucketstore.Reader is one. A server given Config.Checksums and
+// Config.Checkpoints (a fake) needs none.
+type Sources interface {
 	NewChecksumCache(size int) *bucketstore.ChecksumCache
 	WatchCheckpoints(ctx context.Context) *bucketstore.CheckpointWatcher
 }
@@ -112,8 +113,9 @@ type storeServices interface {
 // The production types satisfy the interfaces above: a change to a
 // bucketstore signature fails the build here, not at a distant call site.
 var (
-	_ Storage          = (*bucketstore.Store)(nil)
-	_ storeServices    = (*bucketstore.Store)(nil)
+	_ GroupReader      = (*bucketstore.Catalog)(nil)
+	_ Storage          = (*bucketstore.Reader)(nil)
+	_ Sources          = (*bucketstore.Reader)(nil)
 	_ ChecksumSource   = (*bucketstore.ChecksumCache)(nil)
 	_ CheckpointSource = (*bucketstore.CheckpointWatcher)(nil)
 )

@@ -73,6 +73,10 @@ type conn struct {
 	group int
 	plan  *syncrules.RequestPlan
 	keys  [][]byte // the keys of plan.Lookups
+	// stagedKeys are the keys plan.Staged looked up at the last
+	// resolution, every stage's: when none of them got an entry since,
+	// the stages resolve to the same buckets (lookupsChanged).
+	stagedKeys [][]byte
 	// streams is what checkpoint lines say of Sync Streams (nil: the
 	// rules have none).
 	streams *streamsInfo
@@ -372,7 +376,7 @@ func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err erro
 		if rules.StreamsLine() > 0 {
 			c.streams = newStreamsInfo(plan, c.req.streams, rules.StreamNames())
 		}
-		c.keys = make([][]byte, len(plan.Lookups))
+		c.keys, c.stagedKeys = make([][]byte, len(plan.Lookups)), nil
 		for i := range plan.Lookups {
 			c.keys[i] = plan.Lookups[i].Key
 		}

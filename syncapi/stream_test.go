@@ -150,7 +150,10 @@ func TestFirstSync(t *testing.T) {
 
 func TestIncrementalUpdateAndResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, todoRules, todoTables, nil)
+	onBoth(t, todoRules, todoTables, nil, incrementalUpdateAndResume)
+}
+
+func incrementalUpdateAndResume(t *testing.T, e protocolEnv) {
 	e.commit(e.upsert("lists", "a", "A", "u1"), e.upsert("lists", "b", "B", "u1"), e.upsert("lists", "x", "X", "u2"),
 		e.upsert("todos", "t1", "a", "one"), e.upsert("todos", "t2", "b", "two"))
 	tok := token(t, "u1", nil)

@@ -60,7 +60,7 @@ func (w *writeCheckpoints) register(c bucketstore.WriteCheckpointClient) (unregi
 }
 
 // get returns the client's newest write checkpoint covered by the
-// checkpoint at lsn, as Store.WriteCheckpointFor does.
+// checkpoint at lsn, as Reader.WriteCheckpointFor does.
 func (w *writeCheckpoints) get(ctx context.Context, c bucketstore.WriteCheckpointClient, lsn pglogrepl.LSN) (int64, bool, error) {
 	for {
 		w.mu.Lock()

@@ -55,7 +55,7 @@ func TestAPIGracefulShutdown(t *testing.T) {
 	defer store.Close()
 	group := e.ActiveGroup(ctx)
 	const msg = "table public.todos has no replica identity: ALTER TABLE public.todos REPLICA IDENTITY DEFAULT"
-	if err := store.ReportError(ctx, group, msg); err != nil {
+	if err := store.Catalog().ReportError(ctx, group, msg); err != nil {
 		t.Fatal(err)
 	}
 	harness.Poll(t, ctx, api, "/healthz to report the error", func() bool {
@@ -66,7 +66,7 @@ func TestAPIGracefulShutdown(t *testing.T) {
 	if v := metricValue(ctx, e.API, "syncpipe_replication_group_errors"); v != "1" {
 		t.Fatalf("syncpipe_replication_group_errors = %q, want 1", v)
 	}
-	if err := store.ClearError(ctx, group); err != nil {
+	if err := store.Catalog().ClearError(ctx, group); err != nil {
 		t.Fatal(err)
 	}
 	harness.Poll(t, ctx, api, "/healthz to recover", func() bool {

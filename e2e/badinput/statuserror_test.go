@@ -48,18 +48,18 @@ func TestStatusShowsStoredErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	failing, err := store.CreateGroup(ctx, todos.Rules, "syncpipe_")
+	failing, err := store.Catalog().CreateGroup(ctx, todos.Rules, "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	healthy, err := store.CreateGroup(ctx, todos.Rules+"\n# v2\n", "syncpipe_")
+	healthy, err := store.Catalog().CreateGroup(ctx, todos.Rules+"\n# v2\n", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := `logical decoding requires wal_level=logical on the source, it is "replica"`
 	msg := first + `: set wal_level = logical in postgresql.conf and restart the source server` +
 		"\nsee https://www.postgresql.org/docs/current/runtime-config-wal.html"
-	if err := store.ReportError(ctx, failing.ID, msg); err != nil {
+	if err := store.Catalog().ReportError(ctx, failing.ID, msg); err != nil {
 		t.Fatal(err)
 	}
 

@@ -57,8 +57,8 @@ func TestChecksumsCarryUnchangedBuckets(t *testing.T) {
 		buckets[b] = bucketName(b)
 	}
 	cp1 := publishAt(t, s, g.ID, 10, loadSpread(t, s, w, todos, 2000, 50)).OpID
-	on := s.NewChecksumCache(10000)
-	off := s.NewChecksumCache(10000)
+	on := s.Reader().NewChecksumCache(10000)
+	off := s.Reader().NewChecksumCache(10000)
 	off.DisableChangeRecords()
 	for _, c := range []*ChecksumCache{on, off} {
 		askAndCheck(t, s, c, g.ID, cp1, buckets)
@@ -132,7 +132,7 @@ func TestChecksumsOneQueryFor100Connections(t *testing.T) {
 		}
 	}
 	cp1 := touch(t, s, w, todos, g.ID, 10, 0, global, sets[5][3], sets[70][20])
-	cache := s.NewChecksumCache(0)
+	cache := s.Reader().NewChecksumCache(0)
 	askAll := func(cp int64) {
 		t.Helper()
 		start := make(chan struct{})
@@ -198,7 +198,7 @@ func TestChecksumsOneQueryForManyOwnBuckets(t *testing.T) {
 		changed = append(changed, sets[c][c%own])
 	}
 	cp1 := touch(t, s, w, todos, g.ID, 10, 0, changed...)
-	cache := s.NewChecksumCache(0)
+	cache := s.Reader().NewChecksumCache(0)
 	for c := range conns {
 		askAndCheck(t, s, cache, g.ID, cp1, sets[c])
 	}
@@ -239,7 +239,7 @@ func TestCompanionsWalkEachIntervalOnce(t *testing.T) {
 		all = append(all, sets[c]...)
 	}
 	cp := touch(t, s, w, todos, g.ID, 10, 0, all...)
-	cache := s.NewChecksumCache(0)
+	cache := s.Reader().NewChecksumCache(0)
 	for c := range conns {
 		askAndCheck(t, s, cache, g.ID, cp, sets[c])
 	}
@@ -274,7 +274,7 @@ func TestChecksumsAdvance(t *testing.T) {
 	readyGroup(t, s, g.ID, todos)
 	a, b, c := `1#by_user["a"]`, `1#by_user["b"]`, `1#by_user["c"]`
 	cp1 := touch(t, s, w, todos, g.ID, 10, 0, a, b, c)
-	cache := s.NewChecksumCache(0)
+	cache := s.Reader().NewChecksumCache(0)
 	askAndCheck(t, s, cache, g.ID, cp1, []string{a, b})
 	cp2 := touch(t, s, w, todos, g.ID, 20, 100, a)
 	// The change records as streams load them, a checkpoint at a time.

@@ -86,6 +86,23 @@ type ChangeSet struct {
 	ivs   []*changeInterval // immutable; those overlapping the range
 }
 
+// KnownChanges is the ChangeSet of a range in which only buckets may have
+// changed and only the parameter lookups keys got entries or
+// retractions. It is for a syncapi.ChecksumSource that keeps change
+// records of its own (a server not backed by this storage); the
+// ChecksumCache builds its sets from the stored change records.
+func KnownChanges(buckets []string, lookups [][]byte) ChangeSet {
+	iv := &changeInterval{buckets: make(map[string]struct{}, len(buckets)), lookups: make(map[string]struct{}, len(lookups))}
+	for _, b := range buckets {
+		iv.buckets[b] = struct{}{}
+	}
+	for _, k := range lookups {
+		iv.lookups[string(k)] = struct{}{}
+	}
+	iv.index()
+	return ChangeSet{known: true, ivs: []*changeInterval{iv}}
+}
+
 // Known reports whether the change records covered the whole range; when
 // false, every bucket and lookup counts as changed.
 func (s ChangeSet) Known() bool { return s.known }

@@ -198,7 +198,7 @@ func (iv *changeInterval) hasLookup(key []byte) bool {
 // loadChanges reads the change records of group over (from, to]. to must
 // be a published checkpoint: then every record overlapping the range is
 // committed (see the checkpoint invariant in doc.go).
-func (s *Store) loadChanges(ctx context.Context, group int, from, to int64) (*changeInterval, error) {
+func (s *Reader) loadChanges(ctx context.Context, group int, from, to int64) (*changeInterval, error) {
 	iv := &changeInterval{from: from, to: to, buckets: map[string]struct{}{}, lookups: map[string]struct{}{}}
 	rows, err := s.pool.Query(ctx, loadChangesSQL, group, from, to)
 	if err != nil {
@@ -240,7 +240,13 @@ func (s *Store) loadChanges(ctx context.Context, group int, from, to int64) (*ch
 	if !found {
 		iv.allBuckets, iv.allLookups = true, true
 	}
-	// Sets too large to be worth holding are as good as unknown.
+	iv.index()
+	return iv, nil
+}
+
+// index makes the interval ready to answer: sets too large to be worth
+// holding are as good as unknown, and known buckets go in the filter.
+func (iv *changeInterval) index() {
 	if iv.allBuckets || len(iv.buckets) > maxRecordedNames {
 		iv.allBuckets, iv.buckets = true, nil
 	}
@@ -253,5 +259,4 @@ func (s *Store) loadChanges(ctx context.Context, group int, from, to int64) (*ch
 			iv.filter.add(BucketHash(b))
 		}
 	}
-	return iv, nil
 }

@@ -114,13 +114,13 @@ func TestChangeRecordsPerWritePath(t *testing.T) {
 
 	// Clear removes the records and marks the ops below the sequence's
 	// position as not covered, so a range over them reads as unknown.
-	if _, err := s.Clear(ctx, g.ID, ClearOptions{BatchSize: 2}); err != nil {
+	if _, err := s.Compactor().Clear(ctx, g.ID, ClearOptions{BatchSize: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(changeRows(t, s, g.ID)); n != 0 {
 		t.Fatalf("%d change records left after Clear", n)
 	}
-	iv, err := s.loadChanges(ctx, g.ID, stream.MaxOpID, trunc.MaxOpID)
+	iv, err := s.Reader().loadChanges(ctx, g.ID, stream.MaxOpID, trunc.MaxOpID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,14 +160,14 @@ func TestChangeRecordsPruned(t *testing.T) {
 			t.Fatalf("record ending at %d kept below the horizon %d", r.high, horizon)
 		}
 	}
-	old, err := s.loadChanges(ctx, g.ID, cps[0], last)
+	old, err := s.Reader().loadChanges(ctx, g.ID, cps[0], last)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !old.allBuckets {
 		t.Fatalf("a range from before the horizon reads as exact: %+v", old)
 	}
-	recent, err := s.loadChanges(ctx, g.ID, cps[len(cps)-3], last)
+	recent, err := s.Reader().loadChanges(ctx, g.ID, cps[len(cps)-3], last)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestLookupsChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp4 := publishAt(t, s, g.ID, 40, res.MaxOpID).OpID
-	cache := s.NewChecksumCache(100)
+	cache := s.Reader().NewChecksumCache(100)
 	alice, bob := [][]byte{[]byte("lk-alice")}, [][]byte{[]byte("lk-bob")}
 	for _, c := range []struct {
 		from, to int64
@@ -233,7 +233,7 @@ func TestLookupsChanged(t *testing.T) {
 			t.Errorf("LookupsChanged(%d, %d, %s) = %v, want %v", c.from, c.to, c.keys, got, c.want)
 		}
 	}
-	off := s.NewChecksumCache(100)
+	off := s.Reader().NewChecksumCache(100)
 	off.DisableChangeRecords()
 	if got, _ := off.LookupsChanged(ctx, g.ID, cp1, cp2, alice); !got {
 		t.Error("with change records disabled, lookups must always count as changed")

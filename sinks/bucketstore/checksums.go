@@ -45,7 +45,7 @@ type BucketChecksum struct {
 // bucket's state at a checkpoint at or after it, so neither invalidates
 // an entry or its extension.
 type ChecksumCache struct {
-	s    *Store
+	s    *Reader
 	size int
 	// noChanges: ignore change records (DisableChangeRecords).
 	noChanges bool
@@ -182,7 +182,7 @@ func awaitOther(ctx context.Context, done <-chan struct{}, err *error) (retry bo
 // checkpoint) entries (default 100000 when size ≤ 0). A bucket's first
 // entry is about 140 bytes, each further one 96; the bucket name is the
 // caller's string, not a copy.
-func (s *Store) NewChecksumCache(size int) *ChecksumCache {
+func (s *Reader) NewChecksumCache(size int) *ChecksumCache {
 	if size <= 0 {
 		size = 100000
 	}

@@ -29,7 +29,7 @@ func TestChecksumCacheBytesPerBucket(t *testing.T) {
 		names[i] = fmt.Sprintf(`by_user["user-%06d"]`, i)
 	}
 	before := heapAfterGC()
-	c := (&Store{}).NewChecksumCache(n)
+	c := (&Reader{}).NewChecksumCache(n)
 	c.mu.Lock()
 	for i, b := range names {
 		c.store(cacheKey{bucketKey{7, b}, 1000}, uint32(i), int64(i))

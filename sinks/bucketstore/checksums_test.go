@@ -95,7 +95,7 @@ func TestChecksumsMatchRecomputation(t *testing.T) {
 		want[cp] = recompute(t, s, g.ID, cp, all)
 	}
 	for _, size := range []int{7, 40, 1000} {
-		cache := s.NewChecksumCache(size)
+		cache := s.Reader().NewChecksumCache(size)
 		var wg sync.WaitGroup
 		errs := make(chan error, 4)
 		for worker := range 4 {
@@ -153,7 +153,7 @@ func TestChecksumsAfterClear(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	cps := randomHistory(t, s, g.ID, w, todos, rng, 30)
 	bucket := bucketName(3)
-	cache := s.NewChecksumCache(100)
+	cache := s.Reader().NewChecksumCache(100)
 	early, mid := cps[5], cps[20]
 	for _, cp := range []int64{early, mid} {
 		if _, err := cache.Checksums(ctx, g.ID, cp, []string{bucket}); err != nil {
@@ -189,7 +189,7 @@ func TestChecksumsAfterClear(t *testing.T) {
 	// From the early base the range (early, last] holds the CLEAR: a full
 	// result. From the mid base it does not: sum added to the base, which
 	// compaction did not change.
-	for _, c := range []*ChecksumCache{cache, s.NewChecksumCache(100)} {
+	for _, c := range []*ChecksumCache{cache, s.Reader().NewChecksumCache(100)} {
 		got, err := c.Checksums(ctx, g.ID, last, []string{bucket})
 		if err != nil {
 			t.Fatal(err)
@@ -200,7 +200,7 @@ func TestChecksumsAfterClear(t *testing.T) {
 		}
 	}
 	// The early base is the only one below cps[13]: its range has the CLEAR.
-	fresh := s.NewChecksumCache(100)
+	fresh := s.Reader().NewChecksumCache(100)
 	if _, err := fresh.Checksums(ctx, g.ID, early, []string{bucket}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestChecksumQueriesPerCheckpoint(t *testing.T) {
 		buckets[b] = bucketName(b)
 	}
 	cp1 := publishAt(t, s, g.ID, 10, loadSpread(t, s, w, todos, 5000, 100)).OpID
-	cache := s.NewChecksumCache(10000)
+	cache := s.Reader().NewChecksumCache(10000)
 
 	askAll := func(cp int64) {
 		t.Helper()
@@ -319,7 +319,7 @@ func TestChecksumsWaiterSurvivesFetcherCancel(t *testing.T) {
 	readyGroup(t, s, g.ID, todos)
 	cp := publishAt(t, s, g.ID, 10, loadSpread(t, s, w, todos, 100, 4)).OpID
 	buckets := []string{bucketName(0), bucketName(1), bucketName(2), bucketName(3)}
-	cache := s.NewChecksumCache(100)
+	cache := s.Reader().NewChecksumCache(100)
 	entered, release := make(chan struct{}), make(chan struct{})
 	first := true
 	cache.beforeFetch = func() {
@@ -382,7 +382,7 @@ func TestChecksumCacheLRUModel(t *testing.T) {
 		sum uint32
 	}
 	for _, size := range []int{1, 5, 40} {
-		c := (&Store{}).NewChecksumCache(size)
+		c := (&Reader{}).NewChecksumCache(size)
 		var model []modelEntry
 		nearest := func(bk bucketKey, cp int64) int {
 			best := -1

@@ -42,7 +42,7 @@ var clearTables = []struct{ name, where string }{
 // and resumed by calling it again. The group row itself is kept, reset to
 // "nothing replicated"; its change records start again after the current
 // op id, so no reader trusts records of the ops being deleted.
-func (s *Store) Clear(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
+func (s *Compactor) Clear(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 10000
 	}
@@ -82,8 +82,8 @@ func (s *Store) Clear(ctx context.Context, group int, opts ClearOptions) (ClearS
 
 // Terminate marks a group TERMINATED (so nothing serves or replicates it)
 // and clears its data.
-func (s *Store) Terminate(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
-	if err := s.SetState(ctx, group, StateTerminated); err != nil {
+func (s *Compactor) Terminate(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
+	if err := s.catalog.SetState(ctx, group, StateTerminated); err != nil {
 		return ClearStats{}, err
 	}
 	return s.Clear(ctx, group, opts)

@@ -15,7 +15,7 @@ func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, g := openStore(t)
-	other, err := s.CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	other, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 			cancel()
 		}
 	}}
-	st, err := s.Clear(cctx, g.ID, opts)
+	st, err := s.Compactor().Clear(cctx, g.ID, opts)
 	if !errors.Is(err, context.Canceled) || st.Batches != 30 {
 		t.Fatalf("cancelled clear: %+v, %v; want 30 batches and context.Canceled", st, err)
 	}
@@ -59,7 +59,7 @@ func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 	if left != 1000000-30*batch {
 		t.Fatalf("after cancel %d ops left, want %d (each batch commits on its own)", left, 1000000-30*batch)
 	}
-	st2, err := s.Clear(ctx, g.ID, opts)
+	st2, err := s.Compactor().Clear(ctx, g.ID, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func (st *CompactStats) add(o CompactStats) {
 // by bucket in name order, and records the run in the group
 // (Group.Compaction) when it completes. Cancelling ctx stops it between
 // transactions; everything done so far stays valid.
-func (s *Store) Compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
+func (s *Compactor) Compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
 	began := time.Now()
 	st, err := s.compact(ctx, group, o)
 	if err != nil || st.UpTo == 0 {
@@ -128,10 +128,10 @@ func (s *Store) Compact(ctx context.Context, group int, o CompactOptions) (Compa
 	return st, nil
 }
 
-func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
+func (s *Compactor) compact(ctx context.Context, group int, o CompactOptions) (CompactStats, error) {
 	o = o.withDefaults()
 	o.pace = newPacer(o.MaxBusy)
-	g, err := s.Group(ctx, group)
+	g, err := s.catalog.Group(ctx, group)
 	if err != nil {
 		return CompactStats{}, fmt.Errorf("compact group %d: %w", group, err)
 	}
@@ -174,23 +174,10 @@ func (s *Store) compact(ctx context.Context, group int, o CompactOptions) (Compa
 	}
 }
 
-// CompactFloor returns the checkpoint op id up to which compaction may
-// have rewritten group's ops (0: never compacted). It is set before any
-// op is rewritten: a client that read ops of a checkpoint below it, in a
-// statement before this one, may have read a rewrite (see compact.go's
-// doc comment).
-func (s *Store) CompactFloor(ctx context.Context, group int) (int64, error) {
-	var floor int64
-	if err := s.pool.QueryRow(ctx, `SELECT compact_floor FROM groups WHERE id = $1`, group).Scan(&floor); err != nil {
-		return 0, fmt.Errorf("read the compaction floor of group %d: %w", group, err)
-	}
-	return floor, nil
-}
-
 // bucketsAfter lists up to n bucket names of group after after, by a skip
 // scan of the primary key (one index probe per bucket, however many ops
 // each holds).
-func (s *Store) bucketsAfter(ctx context.Context, group int, after string, n int) ([]string, error) {
+func (s *Compactor) bucketsAfter(ctx context.Context, group int, after string, n int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `
 WITH RECURSIVE b(name) AS (
   (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > $2 ORDER BY bucket_name LIMIT 1)
@@ -210,7 +197,7 @@ SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`, group, after, n)
 }
 
 // compactBucket runs both passes on one bucket.
-func (s *Store) compactBucket(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (CompactStats, error) {
+func (s *Compactor) compactBucket(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (CompactStats, error) {
 	st := CompactStats{Buckets: 1}
 	moved, err := s.moveSuperseded(ctx, group, bucket, upTo, o)
 	st.Moved, st.Reclaimed = moved.ops, moved.bytes
@@ -272,7 +259,7 @@ SELECT count(*), coalesce(sum(freed), 0)::bigint FROM moved`
 // down, remembering each row's latest op, and turns every older PUT or
 // REMOVE of a remembered row into a MOVE whose target is that latest op.
 // It stops at a CLEAR: nothing before one is left to compact.
-func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (rewritten, error) {
+func (s *Compactor) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (rewritten, error) {
 	latest := map[string]int64{}
 	var moved rewritten
 	before := upTo + 1
@@ -334,7 +321,7 @@ func (s *Store) moveSuperseded(ctx context.Context, group int, bucket string, up
 // REMOVE, MOVE and CLEAR ops into a CLEAR at the run's last op id. more:
 // the run went on to the end of what was read, so the next step merges
 // this CLEAR with what follows.
-func (s *Store) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged rewritten, more bool, err error) {
+func (s *Compactor) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged rewritten, more bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT op_id, op, checksum, coalesce(target_op, 0) FROM bucket_data
 			WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3 ORDER BY op_id LIMIT $4 FOR UPDATE`,

@@ -31,7 +31,7 @@ func (b *syncedBucket) download(t *testing.T, s *Store, group int, bucket string
 		b.rows = map[string]string{}
 	}
 	for n := 0; pages == 0 || n < pages; n++ {
-		more, err := s.ReadBucketData(context.Background(), group, cp, []BucketRequest{{Bucket: bucket, After: b.after}}, limit,
+		more, err := s.Reader().ReadBucketData(context.Background(), group, cp, []BucketRequest{{Bucket: bucket, After: b.after}}, limit,
 			func(r *OpRow) error {
 				k := r.ObjectType + "/" + r.ObjectID + "/" + r.Subkey
 				switch r.Op {
@@ -114,7 +114,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	var early, partial syncedBucket
 	early.download(t, s, g.ID, bk, cp, 100, 0)
 	partial.download(t, s, g.ID, bk, cp, before/6, 1)
-	cache := s.NewChecksumCache(100)
+	cache := s.Reader().NewChecksumCache(100)
 	sums, err := cache.Checksums(ctx, g.ID, cp, []string{bk, other})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 		t.Fatalf("before compaction: the client's sum %d, storage's %d", early.sum, sums[0].Checksum)
 	}
 
-	st, err := s.Compact(ctx, g.ID, CompactOptions{BatchOps: 64})
+	st, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{BatchOps: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	if perBucket[bk] > len(early.rows)+1 || clears == 0 || st.Moved == 0 || st.Cleared == 0 || st.UpTo != cp {
 		t.Fatalf("after compaction bucket %s holds %d ops (%d rows live), %d CLEARs; stats %+v", bk, perBucket[bk], len(early.rows), clears, st)
 	}
-	for _, fresh := range []*ChecksumCache{cache, s.NewChecksumCache(100)} {
+	for _, fresh := range []*ChecksumCache{cache, s.Reader().NewChecksumCache(100)} {
 		got, err := fresh.Checksums(ctx, g.ID, cp, []string{bk, other})
 		if err != nil {
 			t.Fatal(err)
@@ -159,7 +159,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	// and the rest after cannot complete it: CLEARs took ops it had not
 	// read, beyond its checkpoint. The floor, read after its reads, says so.
 	stale.download(t, s, g.ID, bk, cpMid, 50, 0)
-	if floor, err := s.CompactFloor(ctx, g.ID); err != nil || floor <= cpMid || floor != st.UpTo {
+	if floor, err := s.Reader().CompactFloor(ctx, g.ID); err != nil || floor <= cpMid || floor != st.UpTo {
 		t.Fatalf("compaction floor %d (%v), want %d, above the stale client's checkpoint %d", floor, err, st.UpTo, cpMid)
 	}
 	if stale.sum == sums[0].Checksum && maps.Equal(stale.rows, early.rows) {
@@ -185,11 +185,11 @@ func TestCompactKeepsChecksums(t *testing.T) {
 			Puts: []model.Put{put(bk, "todos", fmt.Sprint(i*7+1), `{"v":"again"}`)}})
 	}
 	cp2 := commit(cs)
-	want, err := s.NewChecksumCache(10).Checksums(ctx, g.ID, cp2, []string{bk})
+	want, err := s.Reader().NewChecksumCache(10).Checksums(ctx, g.ID, cp2, []string{bk})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Compact(ctx, g.ID, CompactOptions{Buckets: []string{bk}}); err != nil {
+	if _, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{Buckets: []string{bk}}); err != nil {
 		t.Fatal(err)
 	}
 	early.download(t, s, g.ID, bk, cp2, 100, 0)
@@ -198,7 +198,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	if early.sum != want[0].Checksum || late.sum != want[0].Checksum || !maps.Equal(early.rows, late.rows) {
 		t.Fatalf("after a second compaction: sums %d and %d, want %d; rows equal %v", early.sum, late.sum, want[0].Checksum, maps.Equal(early.rows, late.rows))
 	}
-	got, err := s.Group(ctx, g.ID)
+	got, err := s.Catalog().Group(ctx, g.ID)
 	if err != nil || got.Compaction.UpTo != cp2 || !got.Compaction.Partial || got.Compaction.At.IsZero() {
 		t.Fatalf("recorded compaction %+v (%v), want up to %d, partial", got.Compaction, err, cp2)
 	}
@@ -262,7 +262,7 @@ func TestCompactReclaimed(t *testing.T) {
 	}
 
 	before := rowBytes(t, s, g.ID)
-	st, err := s.Compact(ctx, g.ID, CompactOptions{BatchOps: 16})
+	st, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{BatchOps: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,12 +271,12 @@ func TestCompactReclaimed(t *testing.T) {
 	if st.Moved == 0 || st.Cleared == 0 || st.Reclaimed <= 0 || st.Reclaimed != before-after {
 		t.Fatalf("compaction reclaimed %d bytes (stats %+v), the rows shrank by %d", st.Reclaimed, st, before-after)
 	}
-	got, err := s.Group(ctx, g.ID)
+	got, err := s.Catalog().Group(ctx, g.ID)
 	if err != nil || got.Compaction.Reclaimed != st.Reclaimed {
 		t.Fatalf("recorded compaction %+v (%v), want %d bytes reclaimed", got.Compaction, err, st.Reclaimed)
 	}
 
-	again, err := s.Compact(ctx, g.ID, CompactOptions{})
+	again, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

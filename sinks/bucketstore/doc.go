@@ -2,6 +2,35 @@
 // of replication (groups, source tables, current rows, bucket ops, parameter
 // lookups, checkpoints) and the read side the sync API serves from.
 //
+// # Roles
+//
+// Storage is split by role, each with its own type, so that a consumer
+// names the role it needs and declares the few methods it calls as an
+// interface where it uses them (replication/storage.go,
+// syncapi/storage.go, cli/status.go):
+//
+//   - schema: Open creates and migrates the schema (schema.go) and returns
+//     the Store, which owns the pool (Close) and hands out the other roles;
+//   - write: the Store itself — Sink, writers, StreamResume, RowData,
+//     Commit (writer.go, stream.go, sink.go, checkpoint.go);
+//   - catalog: Catalog — groups, source tables, snapshot ranges, sink
+//     pipeline records (groups.go, tables.go, ranges.go, sinkpipelines.go);
+//   - read: Reader — bucket data, parameter rows, checksums, change records,
+//     checkpoints and write checkpoints, what the sync API serves (read.go,
+//     params.go, checksums.go, watch.go, writecheckpoint.go);
+//   - coordination: Leases — leases, unit claims, fencing and the storage
+//     run (leases.go, leasebatch.go, incarnation.go);
+//   - maintenance: Compactor — compaction, clearing, sizes (compact.go,
+//     clear.go, groupbytes.go).
+//
+// The roles are types in this one package, not sub-packages: they share
+// the pool, the SQL helpers (retry, durably, acquire) and the schema's
+// invariants, and a Compactor's rewrite and a Reader's floor check are two
+// halves of one protocol (compact.go). Each embeds the shared db (pool,
+// schema, logger, counters, storage run), so a role value costs nothing
+// and all of them see one pool. The write role stays on Store while the
+// write path is reworked; it is the next to become a type of its own.
+//
 // # Schema
 //
 // Everything lives in one schema (default "syncpipe"), created and migrated

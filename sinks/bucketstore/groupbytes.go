@@ -28,13 +28,13 @@ const groupBytesPages = 2560
 // a little from call to call. Groups without rows (or none in a sample)
 // are absent. Space deleted rows leave is apportioned as the live rows
 // are until vacuum reuses it.
-func (s *Store) GroupBytes(ctx context.Context) (map[int]int64, error) {
+func (s *Compactor) GroupBytes(ctx context.Context) (map[int]int64, error) {
 	return s.groupBytes(ctx, groupBytesPages)
 }
 
 // groupBytes is GroupBytes reading at most about limit pages of a table
 // (tests lower it to sample a small table).
-func (s *Store) groupBytes(ctx context.Context, limit int64) (map[int]int64, error) {
+func (s *Compactor) groupBytes(ctx context.Context, limit int64) (map[int]int64, error) {
 	total, pages, err := s.tableSizes(ctx)
 	if err != nil {
 		return nil, err
@@ -63,7 +63,7 @@ func (s *Store) groupBytes(ctx context.Context, limit int64) (map[int]int64, err
 // tableSizes reads the total size in bytes and the heap pages of each of
 // groupTables, from file sizes (cheap, exact, unlike pg_class's figures
 // which only (auto)vacuum and ANALYZE update).
-func (s *Store) tableSizes(ctx context.Context) (total, pages []int64, err error) {
+func (s *Compactor) tableSizes(ctx context.Context) (total, pages []int64, err error) {
 	rows, err := s.pool.Query(ctx, `SELECT pg_total_relation_size(t::regclass),
 		pg_relation_size(t::regclass) / current_setting('block_size')::bigint
 		FROM unnest($1::text[]) WITH ORDINALITY AS u(t, i) ORDER BY i`, groupTables)
@@ -87,7 +87,7 @@ func (s *Store) tableSizes(ctx context.Context) (total, pages []int64, err error
 // groupRowBytes sums the row bytes of each group in each of groupTables
 // (by index), over a sample of about limit pages of a table with more, in
 // one statement.
-func (s *Store) groupRowBytes(ctx context.Context, pages []int64, limit int64) ([]map[int]int64, error) {
+func (s *Compactor) groupRowBytes(ctx context.Context, pages []int64, limit int64) ([]map[int]int64, error) {
 	var q strings.Builder
 	args := make([]any, len(groupTables))
 	for i, t := range groupTables {

@@ -17,11 +17,11 @@ func TestGroupBytes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, big := openStore(t)
-	small, err := s.CreateGroup(ctx, "bucket_definitions: {v2: {}}", "syncpipe_")
+	small, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {v2: {}}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.GroupBytes(ctx); err != nil || len(got) != 0 {
+	if got, err := s.Compactor().GroupBytes(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("empty storage: %v (%v), want no groups", got, err)
 	}
 	writers := map[int]*Writer{big.ID: newWriter(t, s, big.ID), small.ID: newWriter(t, s, small.ID)}
@@ -43,7 +43,7 @@ func TestGroupBytes(t *testing.T) {
 			}
 		}
 	}
-	total, pages, err := s.tableSizes(ctx)
+	total, pages, err := s.Compactor().tableSizes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestGroupBytes(t *testing.T) {
 			t.Fatalf("%s: the groups' bytes are %.2f:1, want about 3:1", name, r)
 		}
 	}
-	got, err := s.GroupBytes(ctx)
+	got, err := s.Compactor().GroupBytes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestGroupBytes(t *testing.T) {
 	if pages[0] < 50 {
 		t.Fatalf("bucket_data has %d pages: too few to sample", pages[0])
 	}
-	if got, err = s.groupBytes(ctx, pages[0]*3/4); err != nil {
+	if got, err = s.Compactor().groupBytes(ctx, pages[0]*3/4); err != nil {
 		t.Fatal(err)
 	}
 	check("sampled", got, 1.5)

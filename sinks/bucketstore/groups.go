@@ -72,7 +72,7 @@ const createGroupSQL = `
 // CreateGroup stores a new rules version as a PROCESSING group with a fresh
 // replication slot name (prefix + id + 4 random hex digits, so a re-created
 // group never reuses a dropped slot's name).
-func (s *Store) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
+func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
 	var id int
 	// Durable: the group's slot is created on the source under its name.
 	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
@@ -114,7 +114,7 @@ func scanGroup(row pgx.Row) (Group, error) {
 // SetRulesWarnings stores the source's warnings about the rules of the
 // serving groups (PROCESSING or ACTIVE) whose rules are rules, replacing
 // what they held: status shows them with the group.
-func (s *Store) SetRulesWarnings(ctx context.Context, rules string, warnings []string) error {
+func (s *Catalog) SetRulesWarnings(ctx context.Context, rules string, warnings []string) error {
 	if warnings == nil {
 		warnings = []string{}
 	}
@@ -127,7 +127,7 @@ func (s *Store) SetRulesWarnings(ctx context.Context, rules string, warnings []s
 }
 
 // Group reads one group.
-func (s *Store) Group(ctx context.Context, id int) (Group, error) {
+func (s *Catalog) Group(ctx context.Context, id int) (Group, error) {
 	g, err := scanGroup(s.pool.QueryRow(ctx, "SELECT "+groupColumns+" FROM groups WHERE id = $1", id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return g, fmt.Errorf("group %d: %w", id, ErrNoGroup)
@@ -139,7 +139,7 @@ func (s *Store) Group(ctx context.Context, id int) (Group, error) {
 }
 
 // Groups lists the groups that are not terminated, oldest first.
-func (s *Store) Groups(ctx context.Context) ([]Group, error) {
+func (s *Catalog) Groups(ctx context.Context) ([]Group, error) {
 	rows, err := s.pool.Query(ctx, "SELECT "+groupColumns+" FROM groups WHERE state <> 'TERMINATED' ORDER BY id")
 	if err != nil {
 		return nil, fmt.Errorf("list groups: %w", err)
@@ -152,7 +152,7 @@ func (s *Store) Groups(ctx context.Context) ([]Group, error) {
 }
 
 // SetState moves a group to state.
-func (s *Store) SetState(ctx context.Context, id int, state State) error {
+func (s *Catalog) SetState(ctx context.Context, id int, state State) error {
 	tag, err := s.pool.Exec(ctx, "UPDATE groups SET state = $2, updated_at = now() WHERE id = $1", id, string(state))
 	if err != nil {
 		return fmt.Errorf("set group %d state %s: %w", id, state, err)
@@ -166,7 +166,7 @@ func (s *Store) SetState(ctx context.Context, id int, state State) error {
 // ReportError records a replication error on the group. It is a plain
 // autocommit update, never part of a write transaction: an error row
 // updated inside concurrent REPEATABLE READ writers made them conflict.
-func (s *Store) ReportError(ctx context.Context, id int, msg string) error {
+func (s *Catalog) ReportError(ctx context.Context, id int, msg string) error {
 	_, err := s.pool.Exec(ctx, "UPDATE groups SET last_error = $2, last_error_at = now() WHERE id = $1", id, msg)
 	if err != nil {
 		return fmt.Errorf("report error on group %d: %w", id, err)
@@ -176,7 +176,7 @@ func (s *Store) ReportError(ctx context.Context, id int, msg string) error {
 
 // ClearError clears the group's recorded error, if any (autocommit, and a
 // no-op write when there is nothing to clear).
-func (s *Store) ClearError(ctx context.Context, id int) error {
+func (s *Catalog) ClearError(ctx context.Context, id int) error {
 	_, err := s.pool.Exec(ctx, "UPDATE groups SET last_error = NULL, last_error_at = NULL WHERE id = $1 AND last_error IS NOT NULL", id)
 	if err != nil {
 		return fmt.Errorf("clear error on group %d: %w", id, err)
@@ -187,7 +187,7 @@ func (s *Store) ClearError(ctx context.Context, id int) error {
 // MarkSnapshotDone records that every table of the group is snapshotted and
 // raises no_checkpoint_before to lsn: the stream must pass the point at
 // which the last snapshot read finished before a checkpoint is consistent.
-func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error {
+func (s *Catalog) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error {
 	var tag pgconn.CommandTag
 	err := durably(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		tag, err = tx.Exec(ctx, `
@@ -216,7 +216,7 @@ func (s *Store) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN)
 // Processes starting at once are serialised by an advisory lock, so that
 // they agree on one group per rules version instead of each creating its
 // own.
-func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
+func (s *Catalog) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("ensure group: %w", err)
@@ -240,7 +240,7 @@ func (s *Store) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]Gr
 // holds.
 const ensureGroupLockClass = 0x5347 // "SG"
 
-func (s *Store) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
+func (s *Catalog) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	groups, err := s.Groups(ctx)
 	if err != nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (s *Store) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Gr
 // keeps serving its last checkpoint, and takes over at its first
 // checkpoint. If a PROCESSING group of those rules exists already (another
 // process got there first), that one is returned with created false.
-func (s *Store) ReplaceGroup(ctx context.Context, old Group, slotPrefix string) (g Group, created bool, err error) {
+func (s *Catalog) ReplaceGroup(ctx context.Context, old Group, slotPrefix string) (g Group, created bool, err error) {
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		// Serialise replacements across processes.
 		if _, err := tx.Exec(ctx, "LOCK TABLE groups IN SHARE ROW EXCLUSIVE MODE"); err != nil {
@@ -325,7 +325,7 @@ func (s *Store) ReplaceGroup(ctx context.Context, old Group, slotPrefix string) 
 
 // SnapshotStarted reports whether any snapshot progress of group is stored.
 // Until then a group whose slot vanished may simply create it again.
-func (s *Store) SnapshotStarted(ctx context.Context, group int) (bool, error) {
+func (s *Catalog) SnapshotStarted(ctx context.Context, group int) (bool, error) {
 	var started bool
 	err := s.pool.QueryRow(ctx, `SELECT g.snapshot_done OR EXISTS (
 			SELECT 1 FROM snapshot_ranges r JOIN source_tables t ON t.id = r.source_table_id

@@ -32,41 +32,41 @@ func TestEnsureGroupLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	gs, err := s.EnsureGroup(ctx, "v1", "sp_")
+	gs, err := s.Catalog().EnsureGroup(ctx, "v1", "sp_")
 	if err != nil || len(gs) != 1 || gs[0].State != StateProcessing {
 		t.Fatalf("first ensure: %v %v", states(gs), err)
 	}
 	v1 := gs[0].ID
-	if err := s.MarkSnapshotDone(ctx, v1, 10); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, v1, 10); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := s.Commit(ctx, v1, 20, 0); err != nil || !ok {
 		t.Fatalf("first checkpoint: %v %v", ok, err)
 	}
-	gs, _ = s.EnsureGroup(ctx, "v1", "sp_")
+	gs, _ = s.Catalog().EnsureGroup(ctx, "v1", "sp_")
 	if len(gs) != 1 || gs[0].ID != v1 || gs[0].State != StateActive {
 		t.Fatalf("same rules: %v", states(gs))
 	}
-	gs, _ = s.EnsureGroup(ctx, "v2", "sp_")
+	gs, _ = s.Catalog().EnsureGroup(ctx, "v2", "sp_")
 	if got := states(gs); len(got) != 2 || got[0] != "v1:ACTIVE" || got[1] != "v2:PROCESSING" {
 		t.Fatalf("rules changed: %v", got)
 	}
-	gs, _ = s.EnsureGroup(ctx, "v3", "sp_") // v2 is superseded before it finished
+	gs, _ = s.Catalog().EnsureGroup(ctx, "v3", "sp_") // v2 is superseded before it finished
 	if got := states(gs); len(got) != 2 || got[0] != "v1:ACTIVE" || got[1] != "v3:PROCESSING" {
 		t.Fatalf("rules changed again: %v", got)
 	}
 	v3 := gs[1].ID
-	if err := s.MarkSnapshotDone(ctx, v3, 30); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, v3, 30); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := s.Commit(ctx, v3, pglogrepl.LSN(40), 0); err != nil || !ok {
 		t.Fatalf("v3 checkpoint: %v %v", ok, err)
 	}
-	gs, _ = s.EnsureGroup(ctx, "v3", "sp_")
+	gs, _ = s.Catalog().EnsureGroup(ctx, "v3", "sp_")
 	if got := states(gs); len(got) != 1 || got[0] != "v3:ACTIVE" {
 		t.Fatalf("after v3 caught up: %v", got)
 	}
-	old, _ := s.Group(ctx, v1)
+	old, _ := s.Catalog().Group(ctx, v1)
 	if old.State != StateStop {
 		t.Fatalf("v1 state %s, want STOP", old.State)
 	}
@@ -78,11 +78,11 @@ func TestPlanRangesKeepsFirstPlan(t *testing.T) {
 	s, g := openStore(t)
 	tbl := registerTable(t, s, g.ID, "todos")
 	plan := []KeyRange{{Upper: []string{"100"}}, {Lower: []string{"100"}, Upper: []string{"200"}}, {Lower: []string{"200"}}}
-	got, err := s.PlanRanges(ctx, tbl.ID, plan)
+	got, err := s.Catalog().PlanRanges(ctx, tbl.ID, plan)
 	if err != nil || len(got) != 3 || got[1].Lower[0] != "100" || got[1].Upper[0] != "200" || got[0].Lower != nil || got[2].Upper != nil {
 		t.Fatalf("plan = %+v, %v", got, err)
 	}
-	again, err := s.PlanRanges(ctx, tbl.ID, []KeyRange{{}})
+	again, err := s.Catalog().PlanRanges(ctx, tbl.ID, []KeyRange{{}})
 	if err != nil || len(again) != 3 {
 		t.Fatalf("re-plan replaced the stored plan: %+v %v", again, err)
 	}
@@ -103,12 +103,12 @@ func TestReplaceGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	gs, err := s.EnsureGroup(ctx, "v1", "sp_")
+	gs, err := s.Catalog().EnsureGroup(ctx, "v1", "sp_")
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := gs[0]
-	if err := s.MarkSnapshotDone(ctx, old.ID, 10); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, old.ID, 10); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := s.Commit(ctx, old.ID, 20, 0); err != nil || !ok {
@@ -122,7 +122,7 @@ func TestReplaceGroup(t *testing.T) {
 	results := make(chan result, 4)
 	for range 4 {
 		go func() {
-			g, created, err := s.ReplaceGroup(ctx, old, "sp_")
+			g, created, err := s.Catalog().ReplaceGroup(ctx, old, "sp_")
 			results <- result{g, created, err}
 		}()
 	}
@@ -144,20 +144,20 @@ func TestReplaceGroup(t *testing.T) {
 	if created != 1 || ids[0] != ids[1] || ids[1] != ids[2] || ids[2] != ids[3] {
 		t.Fatalf("created %d replacements, ids %v; want one", created, ids)
 	}
-	gs, err = s.EnsureGroup(ctx, "v1", "sp_")
+	gs, err = s.Catalog().EnsureGroup(ctx, "v1", "sp_")
 	if err != nil || len(gs) != 2 || gs[0].ID != old.ID || gs[1].ID != ids[0] {
 		t.Fatalf("ensure after replacement: %v %v", states(gs), err)
 	}
-	if started, err := s.SnapshotStarted(ctx, ids[0]); err != nil || started {
+	if started, err := s.Catalog().SnapshotStarted(ctx, ids[0]); err != nil || started {
 		t.Fatalf("replacement snapshot started = %v, %v", started, err)
 	}
-	if err := s.MarkSnapshotDone(ctx, ids[0], 30); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, ids[0], 30); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, err := s.Commit(ctx, ids[0], 40, 0); err != nil || !ok {
 		t.Fatalf("replacement's first checkpoint: %v %v", ok, err)
 	}
-	if g, err := s.Group(ctx, old.ID); err != nil || g.State != StateStop {
+	if g, err := s.Catalog().Group(ctx, old.ID); err != nil || g.State != StateStop {
 		t.Fatalf("replaced group: %+v %v, want STOP", g, err)
 	}
 }
@@ -174,7 +174,7 @@ func TestEnsureGroupConcurrentStartsAgree(t *testing.T) {
 	ids := make([][]int, procs)
 	for i, s := range stores {
 		wg.Go(func() {
-			gs, err := s.EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+			gs, err := s.Catalog().EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 			if err != nil {
 				t.Error(err)
 				return
@@ -203,7 +203,7 @@ func TestRegisterTableConcurrently(t *testing.T) {
 	uri := pgtest.NewDB(t)
 	const procs, tables = 4, 50
 	stores := openStores(ctx, t, uri, procs)
-	gs, err := stores[0].EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	gs, err := stores[0].Catalog().EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestRegisterTableConcurrently(t *testing.T) {
 	for i, s := range stores {
 		wg.Go(func() {
 			for n := range tables {
-				st, err := s.RegisterTable(ctx, group, uint32(1000+n), "public", fmt.Sprintf("t%02d", n), []string{"id"})
+				st, err := s.Catalog().RegisterTable(ctx, group, uint32(1000+n), "public", fmt.Sprintf("t%02d", n), []string{"id"})
 				if err != nil {
 					t.Error(err)
 					return

@@ -55,10 +55,10 @@ func (in *incarnations) afterConnect(ctx context.Context, conn *pgx.Conn) error 
 // that grows with every restart it notices. A caller reads it before it
 // reads its progress and puts it in the Fence of its writes (Fence.Epoch):
 // they then fail with ErrStorageRestarted once storage has restarted.
-func (s *Store) Epoch() uint64 { return s.runs.n.Load() }
+func (s *Leases) Epoch() uint64 { return s.runs.n.Load() }
 
 // acquire takes a connection for a write fenced with epoch (0: any run).
-func (s *Store) acquire(ctx context.Context, epoch uint64, what string) (*pgxpool.Conn, error) {
+func (s *db) acquire(ctx context.Context, epoch uint64, what string) (*pgxpool.Conn, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: acquire storage connection: %w", what, err)

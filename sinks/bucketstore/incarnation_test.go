@@ -14,7 +14,7 @@ import (
 func TestWritesFencedByStorageRun(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
-	before := s.Epoch()
+	before := s.Leases().Epoch()
 	if before == 0 {
 		t.Fatal("an open store has seen no storage run")
 	}
@@ -30,7 +30,7 @@ func TestWritesFencedByStorageRun(t *testing.T) {
 	if err := w.MakeDurable(ctx); !errors.Is(err, ErrStorageRestarted) {
 		t.Fatalf("MakeDurable after the run changed: %v, want ErrStorageRestarted", err)
 	}
-	if s.Epoch() == before {
+	if s.Leases().Epoch() == before {
 		t.Fatalf("epoch still %d after the run changed", before)
 	}
 	if _, _, err := s.commitStream(ctx, g.ID, 100, f); !errors.Is(err, ErrStorageRestarted) {
@@ -39,7 +39,7 @@ func TestWritesFencedByStorageRun(t *testing.T) {
 	if _, err := s.NewFencedWriter(ctx, g.ID, f); !errors.Is(err, ErrStorageRestarted) {
 		t.Fatalf("writer after the run changed: %v, want ErrStorageRestarted", err)
 	}
-	fresh := s.FencedSink(g.ID, Fence{Epoch: s.Epoch()})
+	fresh := s.FencedSink(g.ID, Fence{Epoch: s.Leases().Epoch()})
 	if err := fresh.MakeDurable(ctx); err != nil {
 		t.Fatalf("a writer fenced with the new run: %v", err)
 	}

@@ -78,7 +78,7 @@ FROM st LEFT JOIN claimed c ON c.name = st.name ORDER BY st.ord`
 // nothing else to do takes them, rather than wait while the other works
 // through its own). The answers are in the order of units. A unit whose lease row a takeover would have to wait for
 // longer than leaseLockTimeout fails the whole claim (try again later).
-func (s *Store) ClaimSnapshotUnits(ctx context.Context, owner string, ttl time.Duration, units []SnapshotUnit, limit int, steal bool) ([]UnitClaim, error) {
+func (s *Leases) ClaimSnapshotUnits(ctx context.Context, owner string, ttl time.Duration, units []SnapshotUnit, limit int, steal bool) ([]UnitClaim, error) {
 	names := make([]string, len(units))
 	tables := make([]string, len(units))
 	nos := make([]int32, len(units))
@@ -121,7 +121,7 @@ func (s *Store) ClaimSnapshotUnits(ctx context.Context, owner string, ttl time.D
 // first if need be; the session waits at most leaseLockTimeout for a
 // lease row, so a statement run here needs no transaction of its own to
 // bound that wait. A session that broke under f is replaced next time.
-func (s *Store) onLiveSession(ctx context.Context, f func(c *pgxpool.Conn, id sessionID) error) error {
+func (s *Leases) onLiveSession(ctx context.Context, f func(c *pgxpool.Conn, id sessionID) error) error {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	if s.live == nil {
@@ -143,7 +143,7 @@ func (s *Store) onLiveSession(ctx context.Context, f func(c *pgxpool.Conn, id se
 // RenewLeases extends every lease of held (all owner's) in one statement
 // and returns the names it could not renew: they expired, or were taken
 // by another owner or released.
-func (s *Store) RenewLeases(ctx context.Context, owner string, held []Lease, ttl time.Duration) (lost []string, err error) {
+func (s *Leases) RenewLeases(ctx context.Context, owner string, held []Lease, ttl time.Duration) (lost []string, err error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
@@ -178,7 +178,7 @@ func (s *Store) RenewLeases(ctx context.Context, owner string, held []Lease, ttl
 // ReleaseLeases gives up every lease of held (all owner's) in one
 // statement: each row stays, expired and keeping its token, with no
 // session, so the next acquisition is no takeover.
-func (s *Store) ReleaseLeases(ctx context.Context, owner string, held []Lease) error {
+func (s *Leases) ReleaseLeases(ctx context.Context, owner string, held []Lease) error {
 	if len(held) == 0 {
 		return nil
 	}

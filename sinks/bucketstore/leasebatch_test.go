@@ -19,15 +19,15 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := openStore(t)
-	gs, err := s.EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	gs, err := s.Catalog().EnsureGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl, err := s.RegisterTable(ctx, gs[0].ID, 1, "public", "t", []string{"id"})
+	tbl, err := s.Catalog().RegisterTable(ctx, gs[0].ID, 1, "public", "t", []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PlanRanges(ctx, tbl.ID, make([]KeyRange, 5)); err != nil {
+	if _, err := s.Catalog().PlanRanges(ctx, tbl.ID, make([]KeyRange, 5)); err != nil {
 		t.Fatal(err)
 	}
 	units := make([]SnapshotUnit, 6) // range 5 is not planned: not done
@@ -37,12 +37,12 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	if _, err := s.pool.Exec(ctx, `UPDATE snapshot_ranges SET done = true WHERE source_table_id = $1 AND range_no = 1`, tbl.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.AcquireLease(ctx, units[2].Lease, "proc-b", time.Hour); err != nil || !ok {
+	if _, ok, err := s.Leases().AcquireLease(ctx, units[2].Lease, "proc-b", time.Hour); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	claim := func(owner string, limit int) []UnitClaim {
 		t.Helper()
-		got, err := s.ClaimSnapshotUnits(ctx, owner, time.Hour, units, limit, false)
+		got, err := s.Leases().ClaimSnapshotUnits(ctx, owner, time.Hour, units, limit, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	// Claimed ahead is pending for autoscaling until the unit resumes.
 	counts := func(wantPending, wantActive int64) {
 		t.Helper()
-		c, err := s.UnitCounts(ctx)
+		c, err := s.Leases().UnitCounts(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,14 +85,14 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	held := []Lease{got[0].Lease, got[3].Lease, again[4].Lease}
 	stale := got[3].Lease
 	stale.Token-- // as if taken over since
-	lost, err := s.RenewLeases(ctx, "proc-a", []Lease{held[0], stale, held[2]}, time.Hour)
+	lost, err := s.Leases().RenewLeases(ctx, "proc-a", []Lease{held[0], stale, held[2]}, time.Hour)
 	if err != nil || !slices.Equal(lost, []string{stale.Name}) {
 		t.Fatalf("renew: lost %v, %v; want [%s]", lost, err, stale.Name)
 	}
-	if err := s.ReleaseLeases(ctx, "proc-a", held); err != nil {
+	if err := s.Leases().ReleaseLeases(ctx, "proc-a", held); err != nil {
 		t.Fatal(err)
 	}
-	if lost, err := s.RenewLeases(ctx, "proc-a", held, time.Hour); err != nil || len(lost) != len(held) {
+	if lost, err := s.Leases().RenewLeases(ctx, "proc-a", held, time.Hour); err != nil || len(lost) != len(held) {
 		t.Fatalf("renewed released leases: lost %v, %v", lost, err)
 	}
 	after := claim("proc-c", 8)
@@ -103,7 +103,7 @@ func TestClaimSnapshotUnits(t *testing.T) {
 		t.Fatalf("a released lease claimed again: %+v (was token %d)", after[0].Lease, got[0].Lease.Token)
 	}
 	// A steal takes what proc-b claimed ahead (5), not what it started (2).
-	stolen, err := s.ClaimSnapshotUnits(ctx, "proc-a", time.Hour, []SnapshotUnit{units[2], units[5]}, 2, true)
+	stolen, err := s.Leases().ClaimSnapshotUnits(ctx, "proc-a", time.Hour, []SnapshotUnit{units[2], units[5]}, 2, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestClaimSnapshotUnits(t *testing.T) {
 	if slices.ContainsFunc(after, func(c UnitClaim) bool { return c.TableDone }) {
 		t.Fatal("a claim reported the table done before it was marked")
 	}
-	if err := s.MarkTableSnapshotDone(ctx, tbl.ID, 100); err != nil {
+	if err := s.Catalog().MarkTableSnapshotDone(ctx, tbl.ID, 100); err != nil {
 		t.Fatal(err)
 	}
 	if marked := claim("proc-d", 0); !marked[1].Done || !marked[1].TableDone {

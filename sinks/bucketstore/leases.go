@@ -78,7 +78,7 @@ type sessionID struct {
 // only paused keeps its session, so its leases run out by time — and its
 // writes are fenced. A broken session is replaced (leases renewed after
 // that name the new one).
-func (s *Store) liveSession(ctx context.Context) (sessionID, error) {
+func (s *Leases) liveSession(ctx context.Context) (sessionID, error) {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	if s.live != nil {
@@ -96,7 +96,7 @@ func (s *Store) liveSession(ctx context.Context) (sessionID, error) {
 // openLiveLocked opens the lease session (s.liveMu held). It waits at
 // most leaseLockTimeout for a lock, so the claims run on it
 // (ClaimSnapshotUnits) never hang on a lease row.
-func (s *Store) openLiveLocked(ctx context.Context) error {
+func (s *Leases) openLiveLocked(ctx context.Context) error {
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("open the lease session: %w", err)
@@ -116,7 +116,7 @@ func (s *Store) openLiveLocked(ctx context.Context) error {
 
 // dropLiveLocked closes the lease session (s.liveMu held). It is taken
 // out of the pool rather than given back: its lock_timeout is its own.
-func (s *Store) dropLiveLocked() {
+func (s *Leases) dropLiveLocked() {
 	c := s.live.Hijack()
 	s.live = nil
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -128,7 +128,7 @@ func (s *Store) dropLiveLocked() {
 // expired, its holder's process is gone, or it is owner's already. ok is
 // false when another owner holds it (or a write under it is still
 // committing). owner must be unique to the process and its start.
-func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l Lease, ok bool, err error) {
+func (s *Leases) AcquireLease(ctx context.Context, name, owner string, ttl time.Duration) (l Lease, ok bool, err error) {
 	id, err := s.liveSession(ctx)
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("acquire lease %s: %w", name, err)
@@ -153,7 +153,7 @@ func (s *Store) AcquireLease(ctx context.Context, name, owner string, ttl time.D
 // RenewLease extends a held lease (naming the current lease session);
 // ErrLeaseLost means it expired, or was taken by another owner or
 // released.
-func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
+func (s *Leases) RenewLease(ctx context.Context, l Lease, ttl time.Duration) error {
 	lost, err := s.RenewLeases(ctx, l.Owner, []Lease{l}, ttl)
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func (s *Store) RenewLease(ctx context.Context, l Lease, ttl time.Duration) erro
 // at once instead of waiting for expiry. The row stays, expired, keeping
 // its token (see acquireLeaseSQL), with no session (so the next
 // acquisition is no takeover).
-func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
+func (s *Leases) ReleaseLease(ctx context.Context, l Lease) error {
 	return s.ReleaseLeases(ctx, l.Owner, []Lease{l})
 }
 
@@ -179,7 +179,7 @@ func (s *Store) ReleaseLease(ctx context.Context, l Lease) error {
 // then taken over) cannot commit anything after the takeover, and a
 // takeover waits for a write in flight to end, so the new holder reads
 // progress that includes it. Epoch, when set, is the storage run
-// (Store.Epoch) the unit read its progress from: its writes fail with
+// (Leases.Epoch) the unit read its progress from: its writes fail with
 // ErrStorageRestarted on a later run. The zero Fence checks nothing (a
 // process working alone, tests).
 type Fence struct {
@@ -201,7 +201,7 @@ const fenceSQL = `EXISTS (SELECT 1 FROM leases WHERE name = $%[1]d AND token = $
 // always held. It is for steps outside storage that only the holder may
 // take (terminating another connection's use of a slot): storage writes
 // check their fence in their own transaction.
-func (s *Store) CheckFence(ctx context.Context, f Fence) error {
+func (s *Leases) CheckFence(ctx context.Context, f Fence) error {
 	if f.Lease == "" {
 		return nil
 	}
@@ -258,7 +258,7 @@ SELECT
        AND 'snapshot/' || t.id || '/' || r.range_no IN (SELECT name FROM live))`
 
 // UnitCounts reads the cluster-wide work unit counts.
-func (s *Store) UnitCounts(ctx context.Context) (UnitCounts, error) {
+func (s *Leases) UnitCounts(ctx context.Context) (UnitCounts, error) {
 	var c UnitCounts
 	if err := s.pool.QueryRow(ctx, unitCountsSQL).Scan(&c.TotalStreams, &c.ActiveStreams, &c.PendingSnapshots, &c.ActiveSnapshots); err != nil {
 		return UnitCounts{}, fmt.Errorf("count work units: %w", err)

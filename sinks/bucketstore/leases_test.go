@@ -18,35 +18,35 @@ func TestLeaseExclusiveAndTakenOverAfterExpiry(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := openStore(t)
-	a, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-a", time.Hour)
+	a, ok, err := s.Leases().AcquireLease(ctx, "group-1/stream", "proc-a", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("first acquire: %v %v", ok, err)
 	}
-	if _, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-b", time.Hour); err != nil || ok {
+	if _, ok, err := s.Leases().AcquireLease(ctx, "group-1/stream", "proc-b", time.Hour); err != nil || ok {
 		t.Fatalf("second owner got a held lease: %v %v", ok, err)
 	}
-	again, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-a", time.Hour)
+	again, ok, err := s.Leases().AcquireLease(ctx, "group-1/stream", "proc-a", time.Hour)
 	if err != nil || !ok || again.Token != a.Token {
 		t.Fatalf("owner re-acquire: %+v %v %v, want token %d", again, ok, err, a.Token)
 	}
-	if err := s.RenewLease(ctx, a, time.Hour); err != nil {
+	if err := s.Leases().RenewLease(ctx, a, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	// Let a's lease expire (as if proc-a died) and have b take it over.
-	if err := s.RenewLease(ctx, a, -time.Second); err != nil {
+	if err := s.Leases().RenewLease(ctx, a, -time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-b", time.Hour)
+	b, ok, err := s.Leases().AcquireLease(ctx, "group-1/stream", "proc-b", time.Hour)
 	if err != nil || !ok || b.Token <= a.Token {
 		t.Fatalf("take-over of an expired lease: %+v %v %v", b, ok, err)
 	}
-	if err := s.RenewLease(ctx, a, time.Hour); !errors.Is(err, ErrLeaseLost) {
+	if err := s.Leases().RenewLease(ctx, a, time.Hour); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("old holder renewed a taken-over lease: %v", err)
 	}
-	if err := s.ReleaseLease(ctx, b); err != nil {
+	if err := s.Leases().ReleaseLease(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.AcquireLease(ctx, "group-1/stream", "proc-c", time.Hour); err != nil || !ok {
+	if _, ok, err := s.Leases().AcquireLease(ctx, "group-1/stream", "proc-c", time.Hour); err != nil || !ok {
 		t.Fatalf("released lease not free: %v %v", ok, err)
 	}
 }
@@ -66,7 +66,7 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 		return []model.Change{{Table: todos, Kind: model.Upsert, Key: key(i),
 			Puts: []model.Put{put("b", "todos", fmt.Sprint(i), `{}`)}}}
 	}
-	a, ok, err := s.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	a, ok, err := s.Leases().AcquireLease(ctx, "unit", "proc-a", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
@@ -88,7 +88,7 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 
 	// The lease runs out while a write is in flight; the takeover waits
 	// for that write to commit (it holds the lease row share-locked).
-	if err := s.RenewLease(ctx, a, 200*time.Millisecond); err != nil {
+	if err := s.Leases().RenewLease(ctx, a, 200*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	inWrite, finish := make(chan struct{}), make(chan struct{})
@@ -107,7 +107,10 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 		err error
 	}
 	took := make(chan acquired, 1)
-	go func() { l, ok, err := s.AcquireLease(ctx, "unit", "proc-b", time.Hour); took <- acquired{l, ok, err} }()
+	go func() {
+		l, ok, err := s.Leases().AcquireLease(ctx, "unit", "proc-b", time.Hour)
+		took <- acquired{l, ok, err}
+	}()
 	waitUntil(t, "the takeover to wait for the lease row", func() bool {
 		var n int
 		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
@@ -150,10 +153,10 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	}
 
 	// Released and taken again: a new token, and the old ones stay out.
-	if err := s.ReleaseLease(ctx, b); err != nil {
+	if err := s.Leases().ReleaseLease(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	c, ok, err := s.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	c, ok, err := s.Leases().AcquireLease(ctx, "unit", "proc-a", time.Hour)
 	if err != nil || !ok || c.Token <= b.Token {
 		t.Fatalf("re-acquire after release: %+v %v %v, want a token above %d", c, ok, err, b.Token)
 	}
@@ -172,14 +175,14 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, g := openStore(t)
-	a, ok, err := s.AcquireLease(ctx, "stream", "proc-a", time.Hour)
+	a, ok, err := s.Leases().AcquireLease(ctx, "stream", "proc-a", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 	if _, _, err := s.commitStream(ctx, g.ID, 100, FenceOf(a)); err != nil {
 		t.Fatalf("commit under a held lease: %v", err)
 	}
-	if err := s.RenewLease(ctx, a, time.Millisecond); err != nil {
+	if err := s.Leases().RenewLease(ctx, a, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the lease to expire", func() bool {
@@ -187,7 +190,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 		err := s.pool.QueryRow(ctx, "SELECT expires_at < now() FROM leases WHERE name = 'stream'").Scan(&expired)
 		return err == nil && expired
 	})
-	b, ok, err := s.AcquireLease(ctx, "stream", "proc-b", time.Hour)
+	b, ok, err := s.Leases().AcquireLease(ctx, "stream", "proc-b", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("take-over: %v %v", ok, err)
 	}
@@ -241,16 +244,16 @@ func TestLeaseFreeWhenHolderProcessIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	la, ok, err := a.AcquireLease(ctx, "unit", "proc-a", time.Hour)
+	la, ok, err := a.Leases().AcquireLease(ctx, "unit", "proc-a", time.Hour)
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
-	if _, ok, err := b.AcquireLease(ctx, "unit", "proc-b", time.Hour); err != nil || ok {
+	if _, ok, err := b.Leases().AcquireLease(ctx, "unit", "proc-b", time.Hour); err != nil || ok {
 		t.Fatalf("took a lease whose holder is alive: %v %v", ok, err)
 	}
 	a.Close() // the process is gone
 	waitUntil(t, "the dead process's lease to be taken", func() bool {
-		lb, ok, err := b.AcquireLease(ctx, "unit", "proc-b", time.Hour)
+		lb, ok, err := b.Leases().AcquireLease(ctx, "unit", "proc-b", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

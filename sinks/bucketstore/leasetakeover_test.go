@@ -15,7 +15,7 @@ func TestLeaseTakeoverReported(t *testing.T) {
 	s, _ := openStore(t)
 	acquire := func(owner string) Lease {
 		t.Helper()
-		l, ok, err := s.AcquireLease(ctx, "unit", owner, time.Hour)
+		l, ok, err := s.Leases().AcquireLease(ctx, "unit", owner, time.Hour)
 		if err != nil || !ok {
 			t.Fatalf("%s: acquire: %v %v", owner, ok, err)
 		}
@@ -28,14 +28,14 @@ func TestLeaseTakeoverReported(t *testing.T) {
 	if a.Takeover {
 		t.Fatal("the owner's re-acquisition reported as a takeover")
 	}
-	if err := s.RenewLease(ctx, a, -time.Second); err != nil { // expired, never released
+	if err := s.Leases().RenewLease(ctx, a, -time.Second); err != nil { // expired, never released
 		t.Fatal(err)
 	}
 	b := acquire("proc-b")
 	if !b.Takeover {
 		t.Fatal("taking an expired, unreleased lease not reported as a takeover")
 	}
-	if err := s.ReleaseLease(ctx, b); err != nil {
+	if err := s.Leases().ReleaseLease(ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	if c := acquire("proc-c"); c.Takeover {

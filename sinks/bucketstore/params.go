@@ -37,7 +37,7 @@ LIMIT $4`
 // beyond it the error wraps ErrTooManyParameterResults. The returned
 // slices are the caller's. Safe for concurrent use; checkpoint must be a
 // published checkpoint of group for a stable answer.
-func (s *Store) ParameterRows(ctx context.Context, group int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
+func (s *Reader) ParameterRows(ctx context.Context, group int, checkpoint int64, lookups [][]byte, limit int) ([][][]byte, error) {
 	out := make([][][]byte, len(lookups))
 	if len(lookups) == 0 {
 		return out, nil

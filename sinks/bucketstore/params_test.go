@@ -62,7 +62,7 @@ func TestParameterRowsEndToEnd(t *testing.T) {
 		for i := range plan.Lookups {
 			keys[i] = plan.Lookups[i].Key
 		}
-		res, err := s.ParameterRows(ctx, g.ID, cp, keys, 100)
+		res, err := s.Reader().ParameterRows(ctx, g.ID, cp, keys, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestParameterRowsVersionsAndLimit(t *testing.T) {
 		c3: {`[{"list_id":"l4"}]`, `[{"list_id":"l2"}] [{"list_id":"l3"}]`, ``, `[{"list_id":"l4"}]`},
 	}
 	for cp, w := range want {
-		res, err := s.ParameterRows(ctx, g.ID, cp, lookups, 10)
+		res, err := s.Reader().ParameterRows(ctx, g.ID, cp, lookups, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,14 +152,14 @@ func TestParameterRowsVersionsAndLimit(t *testing.T) {
 	}
 	// At c3, alice and bob have 3 entries in force (the retraction of row 1
 	// does not count): a limit of 3 passes, 2 fails.
-	if _, err := s.ParameterRows(ctx, g.ID, c3, lookups[:2], 3); err != nil {
+	if _, err := s.Reader().ParameterRows(ctx, g.ID, c3, lookups[:2], 3); err != nil {
 		t.Fatalf("limit 3: %v", err)
 	}
-	if _, err := s.ParameterRows(ctx, g.ID, c3, lookups[:2], 2); !errors.Is(err, ErrTooManyParameterResults) {
+	if _, err := s.Reader().ParameterRows(ctx, g.ID, c3, lookups[:2], 2); !errors.Is(err, ErrTooManyParameterResults) {
 		t.Fatalf("limit 2: err = %v, want ErrTooManyParameterResults", err)
 	}
 	// Another group's entries never leak in.
-	res, err := s.ParameterRows(ctx, g.ID+1, c3, lookups, 0)
+	res, err := s.Reader().ParameterRows(ctx, g.ID+1, c3, lookups, 0)
 	if err != nil || len(res) != len(lookups) || res[0] != nil {
 		t.Fatalf("other group: %q %v, want no entries", res, err)
 	}

@@ -27,7 +27,7 @@ type RangeState struct {
 // Later calls return the plan stored first, whatever ranges they pass: a
 // resumed snapshot must continue the ranges whose progress it committed,
 // even if the table has changed size meanwhile.
-func (s *Store) PlanRanges(ctx context.Context, tableID string, ranges []KeyRange) ([]RangeState, error) {
+func (s *Catalog) PlanRanges(ctx context.Context, tableID string, ranges []KeyRange) ([]RangeState, error) {
 	if len(ranges) == 0 {
 		ranges = []KeyRange{{}}
 	}
@@ -66,7 +66,7 @@ func (s *Store) PlanRanges(ctx context.Context, tableID string, ranges []KeyRang
 // the tables that have one, in one statement: a process starting after
 // another planned the tables reads the plans instead of planning each
 // table again.
-func (s *Store) StoredRanges(ctx context.Context, tableIDs []string) (map[string][]RangeState, error) {
+func (s *Catalog) StoredRanges(ctx context.Context, tableIDs []string) (map[string][]RangeState, error) {
 	rows, err := s.pool.Query(ctx, `SELECT source_table_id, range_no, lower_key, upper_key, last_key, rows_done, done
 		FROM snapshot_ranges WHERE source_table_id = ANY($1) ORDER BY source_table_id, range_no`, tableIDs)
 	if err != nil {

@@ -16,16 +16,16 @@ func TestStoredRanges(t *testing.T) {
 	b := registerTable(t, s, g.ID, "b")
 	c := registerTable(t, s, g.ID, "c")
 	planA := []KeyRange{{Upper: []string{"10"}}, {Lower: []string{"10"}, Upper: []string{"20"}}, {Lower: []string{"20"}}}
-	if _, err := s.PlanRanges(ctx, a.ID, planA); err != nil {
+	if _, err := s.Catalog().PlanRanges(ctx, a.ID, planA); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PlanRanges(ctx, b.ID, nil); err != nil {
+	if _, err := s.Catalog().PlanRanges(ctx, b.ID, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.pool.Exec(ctx, `UPDATE snapshot_ranges SET last_key = '{15}', rows_done = 5 WHERE source_table_id = $1 AND range_no = 1`, a.ID); err != nil {
 		t.Fatal(err)
 	}
-	plans, err := s.StoredRanges(ctx, []string{a.ID, b.ID, c.ID})
+	plans, err := s.Catalog().StoredRanges(ctx, []string{a.ID, b.ID, c.ID})
 	if err != nil {
 		t.Fatal(err)
 	}

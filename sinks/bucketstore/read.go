@@ -142,14 +142,14 @@ WHERE group_id = $1 AND op_id <= $2 AND (`)
 // published checkpoint of group, so that every op at or below it is
 // committed and the result is stable. Safe for concurrent use; it uses one
 // pooled connection for the duration of the call, so a slow fn holds it.
-func (s *Store) ReadBucketData(ctx context.Context, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
+func (s *Reader) ReadBucketData(ctx context.Context, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
 	return s.ReadBucketDataShape(ctx, ReadLateral, group, checkpoint, reqs, limit, fn)
 }
 
 // ReadBucketDataShape is ReadBucketData with the statement chosen by
 // shape. Only benchmarks pass anything but ReadLateral (see ReadORChain
 // for the order its requests need).
-func (s *Store) ReadBucketDataShape(ctx context.Context, shape ReadShape, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
+func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group int, checkpoint int64, reqs []BucketRequest, limit int, fn func(*OpRow) error) (more bool, err error) {
 	if limit <= 0 {
 		return false, errors.New("bucketstore: ReadBucketData limit must be positive")
 	}
@@ -257,4 +257,18 @@ func (s *Store) ReadBucketDataShape(ctx context.Context, shape ReadShape, group 
 		return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
 	}
 	return false, nil
+}
+
+// CompactFloor returns the checkpoint op id up to which compaction may
+// have rewritten group's ops (0: never compacted). It is set before any
+// op is rewritten: a client that read ops of a checkpoint below it, in a
+// statement before this one, may have read a rewrite (see compact.go's
+// doc comment). It is the Reader's, not the Compactor's: the sync API
+// reads it after each data read to tell a re-download from a rewrite.
+func (s *Reader) CompactFloor(ctx context.Context, group int) (int64, error) {
+	var floor int64
+	if err := s.pool.QueryRow(ctx, `SELECT compact_floor FROM groups WHERE id = $1`, group).Scan(&floor); err != nil {
+		return 0, fmt.Errorf("read the compaction floor of group %d: %w", group, err)
+	}
+	return floor, nil
 }

@@ -17,7 +17,7 @@ func drainAll(t *testing.T, s *Store, shape ReadShape, group int, cp int64, reqs
 	var out []string
 	for len(reqs) > 0 {
 		var last OpRow
-		more, err := s.ReadBucketDataShape(context.Background(), shape, group, cp, reqs, limit, func(r *OpRow) error {
+		more, err := s.Reader().ReadBucketDataShape(context.Background(), shape, group, cp, reqs, limit, func(r *OpRow) error {
 			out = append(out, fmt.Sprintf("%s %d %d", r.Bucket, r.OpID, r.Checksum))
 			last = *r
 			return nil
@@ -63,11 +63,11 @@ func TestReadShapesAgree(t *testing.T) {
 	}
 
 	swapped := []BucketRequest{reqs[1], reqs[0]}
-	_, err := s.ReadBucketDataShape(context.Background(), ReadORChain, g.ID, cp.OpID, swapped, 1000, func(*OpRow) error { return nil })
+	_, err := s.Reader().ReadBucketDataShape(context.Background(), ReadORChain, g.ID, cp.OpID, swapped, 1000, func(*OpRow) error { return nil })
 	if !errors.Is(err, errReadOrder) {
 		t.Fatalf("OR-chain with requests out of name order: err = %v, want errReadOrder", err)
 	}
-	if _, err := s.ReadBucketDataShape(context.Background(), ReadShape(9), g.ID, cp.OpID, reqs, 10, nil); err == nil {
+	if _, err := s.Reader().ReadBucketDataShape(context.Background(), ReadShape(9), g.ID, cp.OpID, reqs, 10, nil); err == nil {
 		t.Fatal("unknown shape accepted")
 	}
 }

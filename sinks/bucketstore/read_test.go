@@ -21,11 +21,11 @@ func readyGroup(t testing.TB, s *Store, group int, tables ...*model.Table) {
 	t.Helper()
 	ctx := context.Background()
 	for _, tb := range tables {
-		if err := s.MarkTableSnapshotDone(ctx, tb.ID, 0); err != nil {
+		if err := s.Catalog().MarkTableSnapshotDone(ctx, tb.ID, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.MarkSnapshotDone(ctx, group, 0); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, group, 0); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -193,7 +193,7 @@ func TestReadBucketDataPaging(t *testing.T) {
 				reqs[i] = BucketRequest{Bucket: name, After: after[name]}
 			}
 			n := 0
-			more, err := s.ReadBucketData(ctx, g.ID, cp.OpID, reqs, limit, func(r *OpRow) error {
+			more, err := s.Reader().ReadBucketData(ctx, g.ID, cp.OpID, reqs, limit, func(r *OpRow) error {
 				got = append(got, formatRow(r))
 				after[r.Bucket] = r.OpID
 				n++
@@ -222,7 +222,7 @@ func TestReadBucketDataPaging(t *testing.T) {
 	}
 	// A REMOVE carries no data and the checksum of its subkey.
 	sawRemove := false
-	_, err = s.ReadBucketData(ctx, g.ID, cp.OpID, []BucketRequest{{Bucket: bucketName(0)}}, 1000, func(r *OpRow) error {
+	_, err = s.Reader().ReadBucketData(ctx, g.ID, cp.OpID, []BucketRequest{{Bucket: bucketName(0)}}, 1000, func(r *OpRow) error {
 		if r.Op == OpRemove {
 			sawRemove = true
 			if r.Data != nil || r.Checksum != checksum.Remove(r.Subkey) {
@@ -248,7 +248,7 @@ func TestReadBucketDataCallbackError(t *testing.T) {
 	last := loadSpread(t, s, w, todos, 50, 1)
 	stop := fmt.Errorf("enough")
 	n := 0
-	_, err := s.ReadBucketData(ctx, g.ID, last, []BucketRequest{{Bucket: bucketName(0)}}, 100, func(*OpRow) error {
+	_, err := s.Reader().ReadBucketData(ctx, g.ID, last, []BucketRequest{{Bucket: bucketName(0)}}, 100, func(*OpRow) error {
 		n++
 		if n == 3 {
 			return stop
@@ -258,7 +258,7 @@ func TestReadBucketDataCallbackError(t *testing.T) {
 	if err != stop || n != 3 {
 		t.Fatalf("err = %v after %d rows, want %v after 3", err, n, stop)
 	}
-	if _, err := s.ReadBucketData(ctx, g.ID, last, nil, 0, nil); err == nil {
+	if _, err := s.Reader().ReadBucketData(ctx, g.ID, last, nil, 0, nil); err == nil {
 		t.Fatal("limit 0 accepted")
 	}
 }
@@ -471,7 +471,7 @@ func BenchmarkReadBucketData(b *testing.B) {
 		b.Run("lateral/"+pos.name, func(b *testing.B) {
 			for b.Loop() {
 				n := 0
-				if _, err := rb.s.ReadBucketData(ctx, rb.g, rb.cp, rb.reqs, 1000, func(*OpRow) error { n++; return nil }); err != nil || n != 1000 {
+				if _, err := rb.s.Reader().ReadBucketData(ctx, rb.g, rb.cp, rb.reqs, 1000, func(*OpRow) error { n++; return nil }); err != nil || n != 1000 {
 					b.Fatal(n, err)
 				}
 			}

@@ -71,10 +71,10 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 		t.Fatal("range 1 was never committed but Resume found it")
 	}
 
-	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 100); err != nil {
+	if err := s.Catalog().MarkTableSnapshotDone(ctx, todos.ID, 100); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkSnapshotDone(ctx, g.ID, 100); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, g.ID, 100); err != nil {
 		t.Fatal(err)
 	}
 	var stream []sinks.Batch
@@ -89,7 +89,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	if err := p.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	g2, err := s.Group(ctx, g.ID)
+	g2, err := s.Catalog().Group(ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

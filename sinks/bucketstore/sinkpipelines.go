@@ -52,7 +52,7 @@ func scanSinkPipeline(row pgx.Row) (SinkPipeline, error) {
 
 // SinkPipeline returns the stored state of the named pipeline; ok is false
 // when it never ran.
-func (s *Store) SinkPipeline(ctx context.Context, name string) (p SinkPipeline, ok bool, err error) {
+func (s *Catalog) SinkPipeline(ctx context.Context, name string) (p SinkPipeline, ok bool, err error) {
 	p, err = scanSinkPipeline(s.pool.QueryRow(ctx, "SELECT "+sinkPipelineCols+" FROM sink_pipelines WHERE name = $1", name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return p, false, nil
@@ -64,7 +64,7 @@ func (s *Store) SinkPipeline(ctx context.Context, name string) (p SinkPipeline, 
 }
 
 // SinkPipelines returns every stored pipeline, by name.
-func (s *Store) SinkPipelines(ctx context.Context) ([]SinkPipeline, error) {
+func (s *Catalog) SinkPipelines(ctx context.Context) ([]SinkPipeline, error) {
 	rows, err := s.pool.Query(ctx, "SELECT "+sinkPipelineCols+" FROM sink_pipelines ORDER BY name")
 	if err != nil {
 		return nil, fmt.Errorf("read pipelines: %w", err)
@@ -78,7 +78,7 @@ func (s *Store) SinkPipelines(ctx context.Context) ([]SinkPipeline, error) {
 
 // StartSinkPipelineVersion records a new version of a pipeline: its
 // fingerprint, sink, tables and slot, with no plan and no snapshot done.
-func (s *Store) StartSinkPipelineVersion(ctx context.Context, p SinkPipeline) error {
+func (s *Catalog) StartSinkPipelineVersion(ctx context.Context, p SinkPipeline) error {
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO sink_pipelines (name, version, fingerprint, sink_type, tables, slot_name)
 VALUES ($1, $2, $3, $4, $5, $6)
@@ -93,7 +93,7 @@ ON CONFLICT (name) DO UPDATE SET version = $2, fingerprint = $3, sink_type = $4,
 
 // SetSinkPipelinePlan stores the snapshot's key range plan, once: a plan
 // already stored is kept and returned, so concurrent planners agree.
-func (s *Store) SetSinkPipelinePlan(ctx context.Context, name string, plan []byte) ([]byte, error) {
+func (s *Catalog) SetSinkPipelinePlan(ctx context.Context, name string, plan []byte) ([]byte, error) {
 	var stored []byte
 	err := s.pool.QueryRow(ctx, `
 UPDATE sink_pipelines SET plan = coalesce(plan, $2), updated_at = now() WHERE name = $1 RETURNING plan`, name, plan).Scan(&stored)
@@ -105,27 +105,27 @@ UPDATE sink_pipelines SET plan = coalesce(plan, $2), updated_at = now() WHERE na
 
 // MarkSinkPipelineSnapshotDone records that every range of the snapshot is
 // committed in the sink.
-func (s *Store) MarkSinkPipelineSnapshotDone(ctx context.Context, name string) error {
+func (s *Catalog) MarkSinkPipelineSnapshotDone(ctx context.Context, name string) error {
 	return s.execSinkPipeline(ctx, name, "UPDATE sink_pipelines SET snapshot_done = true, updated_at = now() WHERE name = $1")
 }
 
 // SetSinkPipelineStream records the last stream position the sink
 // committed (for status; the sink's own progress is what resumes).
-func (s *Store) SetSinkPipelineStream(ctx context.Context, name string, lsn pglogrepl.LSN) error {
+func (s *Catalog) SetSinkPipelineStream(ctx context.Context, name string, lsn pglogrepl.LSN) error {
 	return s.execSinkPipeline(ctx, name, "UPDATE sink_pipelines SET stream_lsn = $2, updated_at = now() WHERE name = $1", lsn.String())
 }
 
 // ReportSinkPipelineError stores an error that needs an operator.
-func (s *Store) ReportSinkPipelineError(ctx context.Context, name, msg string) error {
+func (s *Catalog) ReportSinkPipelineError(ctx context.Context, name, msg string) error {
 	return s.execSinkPipeline(ctx, name, "UPDATE sink_pipelines SET last_error = $2, last_error_at = now() WHERE name = $1", msg)
 }
 
 // ClearSinkPipelineError removes a stored error once the pipeline works.
-func (s *Store) ClearSinkPipelineError(ctx context.Context, name string) error {
+func (s *Catalog) ClearSinkPipelineError(ctx context.Context, name string) error {
 	return s.execSinkPipeline(ctx, name, "UPDATE sink_pipelines SET last_error = NULL, last_error_at = NULL WHERE name = $1 AND last_error IS NOT NULL")
 }
 
-func (s *Store) execSinkPipeline(ctx context.Context, name, sql string, args ...any) error {
+func (s *Catalog) execSinkPipeline(ctx context.Context, name, sql string, args ...any) error {
 	if _, err := s.pool.Exec(ctx, sql, append([]any{name}, args...)...); err != nil {
 		return fmt.Errorf("update pipeline %s: %w", name, err)
 	}

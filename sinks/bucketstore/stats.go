@@ -53,7 +53,7 @@ func (s *Store) Stats() Stats {
 }
 
 // Size counts the ops and distinct buckets storage holds (all groups).
-func (s *Store) Size(ctx context.Context) (ops, buckets int64, err error) {
+func (s *Compactor) Size(ctx context.Context) (ops, buckets int64, err error) {
 	if err := s.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT bucket_name) FROM bucket_data").Scan(&ops, &buckets); err != nil {
 		return 0, 0, fmt.Errorf("count ops: %w", err)
 	}

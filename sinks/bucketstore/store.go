@@ -44,26 +44,37 @@ type Config struct {
 	NoMigrate bool
 }
 
-// Store is the bucket storage: write side (groups, writers, checkpoints)
-// and read side. It is safe for concurrent use.
-type Store struct {
+// db is what every role shares: one pool, the schema, the logger, the
+// counters behind Stats and the count of storage server runs behind
+// Epoch. The role types embed it, so their methods read s.pool as the
+// one Store did before the split.
+type db struct {
 	pool     *pgxpool.Pool
 	schema   string
 	log      *slog.Logger
 	counters counters
+	// runs counts the storage server runs seen (Epoch).
+	runs *incarnations
+}
+
+// Store is the bucket storage. It opens the pool, migrates the schema,
+// and holds the write role itself (Sink, writers, Commit, StreamResume,
+// RowData); the other roles are values sharing its pool: Catalog,
+// Reader, Leases and Compactor. It is safe for concurrent use.
+type Store struct {
+	*db
 	// changeRetention is how many op ids of change records Commit keeps
 	// (changerecords.go); tests lower it. pruneNext: per group, the
 	// horizon at which pruning is next worth a statement.
 	changeRetention int64
 	pruneNext       sync.Map
-	// live is the session leases are tied to (leases.go, liveSession).
-	liveMu sync.Mutex
-	live   *pgxpool.Conn
-	liveID sessionID
 	// spare keeps encode buffers from batch to batch (maxSpareBufs).
 	spare freelist.List[*writeBufs]
-	// runs counts the storage server runs seen (Epoch).
-	runs *incarnations
+
+	catalog   *Catalog
+	reader    *Reader
+	leases    *Leases
+	compactor *Compactor
 }
 
 // Open connects to storage and applies pending migrations (with
@@ -117,26 +128,47 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{pool: pool, schema: cfg.Schema, log: log, changeRetention: defaultChangeRetention,
-		spare: freelist.List[*writeBufs]{Max: maxSpareBufs}, runs: runs}, nil
+	d := &db{pool: pool, schema: cfg.Schema, log: log, runs: runs}
+	catalog := &Catalog{d}
+	return &Store{db: d, changeRetention: defaultChangeRetention,
+		spare:   freelist.List[*writeBufs]{Max: maxSpareBufs},
+		catalog: catalog, reader: &Reader{d}, leases: &Leases{db: d}, compactor: &Compactor{db: d, catalog: catalog}}, nil
 }
 
 // Close releases the store's connections.
 func (s *Store) Close() {
-	s.liveMu.Lock()
-	if s.live != nil {
-		s.dropLiveLocked()
-	}
-	s.liveMu.Unlock()
+	s.leases.close()
 	s.pool.Close()
 }
+
+// Catalog is the role that records what is replicated: groups, source
+// tables, snapshot ranges and the custom sink pipelines.
+func (s *Store) Catalog() *Catalog { return s.catalog }
+
+// Reader is the role the sync API serves from: bucket data, parameter
+// rows, checksums, checkpoints and write checkpoints.
+func (s *Store) Reader() *Reader { return s.reader }
+
+// Leases is the role that decides which process does what: leases,
+// snapshot unit claims, fencing and the storage run (Epoch).
+func (s *Store) Leases() *Leases { return s.leases }
+
+// Compactor is the maintenance role: compaction, clearing and
+// terminating groups, and storage sizes.
+func (s *Store) Compactor() *Compactor { return s.compactor }
+
+// Groups lists every group, as Catalog.Groups does; the write role's
+// sink factory (sink.go) picks its group with it.
+func (s *Store) Groups(ctx context.Context) ([]Group, error) { return s.catalog.Groups(ctx) }
 
 // Pool is the store's connection pool, for callers that run their own
 // queries against storage (tests, the status command).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // NotifyChannel is the LISTEN/NOTIFY channel new checkpoints are announced on.
-func (s *Store) NotifyChannel() string { return s.schema + "_checkpoints" }
+func (s *Store) NotifyChannel() string { return s.notifyChannel() }
+
+func (d *db) notifyChannel() string { return d.schema + "_checkpoints" }
 
 // redact hides a password in a connection string for error messages.
 func redact(uri string) string {

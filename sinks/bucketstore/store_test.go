@@ -26,7 +26,7 @@ func openStore(t testing.TB) (*Store, Group) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	g, err := s.CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	g, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func newWriter(t testing.TB, s *Store, group int) *Writer {
 
 func registerTable(t testing.TB, s *Store, group int, name string) *model.Table {
 	t.Helper()
-	st, err := s.RegisterTable(context.Background(), group, 1234, "public", name, []string{"id"})
+	st, err := s.Catalog().RegisterTable(context.Background(), group, 1234, "public", name, []string{"id"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,10 +342,10 @@ func TestErrorStateDoesNotConflictWithWriters(t *testing.T) {
 				_, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(i),
 					Puts: []model.Put{put(`1#global[]`, "todos", fmt.Sprint(i), `{}`)}}})
 				if err == nil {
-					err = s.ReportError(ctx, g.ID, fmt.Sprintf("writer %d hiccup %d", wi, n))
+					err = s.Catalog().ReportError(ctx, g.ID, fmt.Sprintf("writer %d hiccup %d", wi, n))
 				}
 				if err == nil {
-					err = s.ClearError(ctx, g.ID)
+					err = s.Catalog().ClearError(ctx, g.ID)
 				}
 				if err != nil {
 					errs <- err
@@ -420,10 +420,10 @@ func streamingStore(t *testing.T) (*Store, Group, *model.Table) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	if err := s.MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
+	if err := s.Catalog().MarkTableSnapshotDone(ctx, todos.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.MarkSnapshotDone(ctx, g.ID, 0); err != nil {
+	if err := s.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
 	return s, g, todos

@@ -51,7 +51,7 @@ func scanSourceTable(row pgx.Row, group int) (SourceTable, error) {
 }
 
 // SourceTables returns the group's tables as storage records them.
-func (s *Store) SourceTables(ctx context.Context, group int) ([]SourceTable, error) {
+func (s *Catalog) SourceTables(ctx context.Context, group int) ([]SourceTable, error) {
 	rows, err := s.pool.Query(ctx, "SELECT "+sourceTableColumns+" FROM source_tables WHERE group_id = $1 ORDER BY schema_name, table_name", group)
 	if err != nil {
 		return nil, fmt.Errorf("read tables of group %d: %w", group, err)
@@ -65,7 +65,7 @@ func (s *Store) SourceTables(ctx context.Context, group int) ([]SourceTable, err
 
 // RegisterTable returns the group's record of a source table, creating it
 // (with a new stable id) the first time the table is seen.
-func (s *Store) RegisterTable(ctx context.Context, group int, relationID uint32, schema, name string, replicaIDColumns []string) (SourceTable, error) {
+func (s *Catalog) RegisterTable(ctx context.Context, group int, relationID uint32, schema, name string, replicaIDColumns []string) (SourceTable, error) {
 	ts, err := s.RegisterTables(ctx, group, []TableRegistration{{RelationID: relationID, Schema: schema, Name: name, ReplicaIDColumns: replicaIDColumns}})
 	if err != nil {
 		return SourceTable{}, err
@@ -91,7 +91,7 @@ type TableRegistration struct {
 // The records are returned in the order of regs. Tables are inserted in
 // name order, so processes registering overlapping sets at once wait for
 // each other instead of deadlocking.
-func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegistration) ([]SourceTable, error) {
+func (s *Catalog) RegisterTables(ctx context.Context, group int, regs []TableRegistration) ([]SourceTable, error) {
 	n := len(regs)
 	ids, rels, schemas, names := make([]string, n), make([]uint32, n), make([]string, n), make([]string, n)
 	rids, shapes := make([]string, n), make([]string, n)
@@ -143,7 +143,7 @@ func (s *Store) RegisterTables(ctx context.Context, group int, regs []TableRegis
 // MarkTableSnapshotDone records that a table's snapshot is complete and
 // raises the group's no_checkpoint_before to lsn, the source position after
 // the table's last snapshot read.
-func (s *Store) MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error {
+func (s *Catalog) MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error {
 	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `
 		WITH t AS (UPDATE source_tables SET snapshot_done = true, snapshot_lsn = $2::pg_lsn WHERE id = $1 RETURNING group_id)
@@ -170,7 +170,7 @@ type TableProgress struct {
 
 // SnapshotProgress returns the progress of every table of every group,
 // ordered by group and table.
-func (s *Store) SnapshotProgress(ctx context.Context) ([]TableProgress, error) {
+func (s *Catalog) SnapshotProgress(ctx context.Context) ([]TableProgress, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT t.group_id, t.schema_name || '.' || t.table_name, t.snapshot_done,
 		       count(r.range_no), count(r.range_no) FILTER (WHERE r.done), coalesce(sum(r.rows_done), 0), t.estimated_rows,
@@ -192,7 +192,7 @@ func (s *Store) SnapshotProgress(ctx context.Context) ([]TableProgress, error) {
 }
 
 // Now is storage's clock, which stamps errors and checkpoints.
-func (s *Store) Now(ctx context.Context) (time.Time, error) {
+func (s *Catalog) Now(ctx context.Context) (time.Time, error) {
 	var now time.Time
 	if err := s.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("read storage clock: %w", err)

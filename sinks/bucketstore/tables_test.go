@@ -21,7 +21,7 @@ func TestRegisterTables(t *testing.T) {
 		regs[i] = TableRegistration{RelationID: uint32(1000 + i), Schema: "public", Name: fmt.Sprintf("t%02d", i),
 			ReplicaIDColumns: []string{"id", "tenant"}, Shape: fmt.Appendf(nil, `{"v":%d}`, i)}
 	}
-	bare, err := s.RegisterTable(ctx, g.ID, 999, "app", "old", []string{"id"})
+	bare, err := s.Catalog().RegisterTable(ctx, g.ID, 999, "app", "old", []string{"id"})
 	if err != nil || bare.Shape != nil {
 		t.Fatalf("register without a shape: %+v, %v", bare, err)
 	}
@@ -37,7 +37,7 @@ func TestRegisterTables(t *testing.T) {
 			if p%2 == 1 {
 				slices.Reverse(mine)
 			}
-			ts, err := s.RegisterTables(ctx, g.ID, mine)
+			ts, err := s.Catalog().RegisterTables(ctx, g.ID, mine)
 			if p%2 == 1 {
 				slices.Reverse(ts)
 			}
@@ -71,7 +71,7 @@ func TestRegisterTables(t *testing.T) {
 		{RelationID: 999, Schema: "app", Name: "old", ReplicaIDColumns: []string{"id"}, Shape: []byte(`{"v":"new"}`)},
 		{RelationID: 1000, Schema: "public", Name: "t00", ReplicaIDColumns: []string{"id", "tenant"}, Shape: []byte(`{"v":"changed"}`)},
 	}
-	ts, err := s.RegisterTables(ctx, g.ID, again)
+	ts, err := s.Catalog().RegisterTables(ctx, g.ID, again)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ type querier interface {
 // is false when no group is active or the active group has published no
 // checkpoint yet (a group becomes ACTIVE with its first checkpoint, so
 // normally both go together). Safe for concurrent use.
-func (s *Store) ActiveCheckpoint(ctx context.Context) (Checkpoint, Group, bool, error) {
+func (s *Reader) ActiveCheckpoint(ctx context.Context) (Checkpoint, Group, bool, error) {
 	return activeCheckpoint(ctx, s.pool)
 }
 
@@ -44,7 +44,7 @@ func activeCheckpoint(ctx context.Context, q querier) (Checkpoint, Group, bool, 
 }
 
 // CheckpointWatcher follows the ACTIVE group's checkpoints and fans them out
-// to subscribers. Run one per process (Store.WatchCheckpoints) and let every
+// to subscribers. Run one per process (Reader.WatchCheckpoints) and let every
 // sync connection Subscribe; it holds one dedicated database connection
 // regardless of the number of subscribers. Its methods are safe for
 // concurrent use.
@@ -57,7 +57,7 @@ func activeCheckpoint(ctx context.Context, q querier) (Checkpoint, Group, bool, 
 // rules). Every delivered checkpoint is published, so all ops at or below
 // it are committed and readable.
 type CheckpointWatcher struct {
-	s    *Store
+	s    *Reader
 	done chan struct{}
 
 	mu     sync.Mutex
@@ -76,7 +76,7 @@ type CheckpointWatcher struct {
 // disconnected is missed. A lost connection is re-established with
 // exponential backoff (50 ms to 5 s). When ctx ends the watcher closes
 // its connection and every subscriber channel, then Done closes.
-func (s *Store) WatchCheckpoints(ctx context.Context) *CheckpointWatcher {
+func (s *Reader) WatchCheckpoints(ctx context.Context) *CheckpointWatcher {
 	w := &CheckpointWatcher{s: s, done: make(chan struct{}), subs: map[chan Checkpoint]struct{}{}}
 	go w.run(ctx)
 	return w
@@ -199,7 +199,7 @@ func (w *CheckpointWatcher) session(ctx context.Context) (established bool, err 
 	}()
 	// LISTEN before reading: a checkpoint published in between is both in
 	// the read and in a notification, never in neither.
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.s.NotifyChannel()}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{w.s.notifyChannel()}.Sanitize()); err != nil {
 		return false, fmt.Errorf("listen: %w", err)
 	}
 	active := 0

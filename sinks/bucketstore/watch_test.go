@@ -53,11 +53,11 @@ func TestActiveCheckpoint(t *testing.T) {
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)
-	if _, _, ok, err := s.ActiveCheckpoint(ctx); ok || err != nil {
+	if _, _, ok, err := s.Reader().ActiveCheckpoint(ctx); ok || err != nil {
 		t.Fatalf("before any checkpoint: ok=%v err=%v", ok, err)
 	}
 	want := publishAt(t, s, g.ID, 0x1_0000_0010, writeRows(t, w, todos, 0, 3))
-	cp, grp, ok, err := s.ActiveCheckpoint(ctx)
+	cp, grp, ok, err := s.Reader().ActiveCheckpoint(ctx)
 	if err != nil || !ok || cp != want || grp.ID != g.ID || grp.State != StateActive {
 		t.Fatalf("got %+v %d/%s ok=%v err=%v, want %+v", cp, grp.ID, grp.State, ok, err, want)
 	}
@@ -74,7 +74,7 @@ func TestWatchFanOutAndCoalescing(t *testing.T) {
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)
-	watcher := s.WatchCheckpoints(ctx)
+	watcher := s.Reader().WatchCheckpoints(ctx)
 	slow := watcher.Subscribe(ctx)
 	subs := []<-chan Checkpoint{watcher.Subscribe(ctx), watcher.Subscribe(ctx), watcher.Subscribe(ctx)}
 
@@ -149,7 +149,7 @@ func TestWatchReconnectsAndFollowsGroupSwitch(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)
 	first := publishAt(t, s, g.ID, 100, writeRows(t, w, todos, 0, 3))
-	watcher := s.WatchCheckpoints(ctx)
+	watcher := s.Reader().WatchCheckpoints(ctx)
 	sub := watcher.Subscribe(ctx)
 	waitFor(t, sub, "initial checkpoint", func(cp Checkpoint) bool { return cp == first })
 
@@ -181,7 +181,7 @@ func TestWatchReconnectsAndFollowsGroupSwitch(t *testing.T) {
 	}
 
 	// A new rules version takes over.
-	g2, err := s.CreateGroup(ctx, "bucket_definitions: {v2: {}}", "syncpipe_")
+	g2, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {v2: {}}", "syncpipe_")
 	if err != nil {
 		t.Fatal(err)
 	}

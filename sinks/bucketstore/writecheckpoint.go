@@ -20,7 +20,7 @@ func writeCheckpointUser(userID, clientID string) string { return userID + "/" +
 // it. If two requests of one client race, the stored LSN is the larger of
 // the two, so no write checkpoint is ever reported before the writes it
 // covers are replicated. Safe for concurrent use (one atomic upsert).
-func (s *Store) CreateWriteCheckpoint(ctx context.Context, userID, clientID string, sourceLSN pglogrepl.LSN) (int64, error) {
+func (s *Reader) CreateWriteCheckpoint(ctx context.Context, userID, clientID string, sourceLSN pglogrepl.LSN) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO write_checkpoints AS w (user_id, lsn, write_checkpoint) VALUES ($1, $2::pg_lsn, 1)
@@ -39,7 +39,7 @@ func (s *Store) CreateWriteCheckpoint(ctx context.Context, userID, clientID stri
 // the stored one and requested. It is due, like CreateWriteCheckpoint's,
 // once a checkpoint's LSN reaches sourceLSN (never lowered by a request
 // that read an older position). Safe for concurrent use.
-func (s *Store) RequestWriteCheckpoint(ctx context.Context, userID, clientID string, requested int64, sourceLSN pglogrepl.LSN) (int64, error) {
+func (s *Reader) RequestWriteCheckpoint(ctx context.Context, userID, clientID string, requested int64, sourceLSN pglogrepl.LSN) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `
 		INSERT INTO write_checkpoints AS w (user_id, lsn, write_checkpoint) VALUES ($1, $2::pg_lsn, $3)
@@ -57,7 +57,7 @@ func (s *Store) RequestWriteCheckpoint(ctx context.Context, userID, clientID str
 // false when the client has none or its newest is not replicated yet. The
 // sync API calls it for every checkpoint line it sends and includes
 // write_checkpoint only when ok. Safe for concurrent use.
-func (s *Store) WriteCheckpointFor(ctx context.Context, userID, clientID string, checkpointLSN pglogrepl.LSN) (int64, bool, error) {
+func (s *Reader) WriteCheckpointFor(ctx context.Context, userID, clientID string, checkpointLSN pglogrepl.LSN) (int64, bool, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT write_checkpoint FROM write_checkpoints WHERE user_id = $1 AND lsn <= $2::pg_lsn`,
 		writeCheckpointUser(userID, clientID), checkpointLSN.String()).Scan(&n)
@@ -79,7 +79,7 @@ type WriteCheckpointClient struct{ UserID, ClientID string }
 // absent). The sync API reads the write checkpoints of all its streams
 // this way, once per checkpoint instead of once per stream. Safe for
 // concurrent use.
-func (s *Store) WriteCheckpointsFor(ctx context.Context, clients []WriteCheckpointClient, checkpointLSN pglogrepl.LSN) (map[WriteCheckpointClient]int64, error) {
+func (s *Reader) WriteCheckpointsFor(ctx context.Context, clients []WriteCheckpointClient, checkpointLSN pglogrepl.LSN) (map[WriteCheckpointClient]int64, error) {
 	out := make(map[WriteCheckpointClient]int64)
 	if len(clients) == 0 {
 		return out, nil

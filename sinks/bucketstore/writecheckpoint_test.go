@@ -14,7 +14,7 @@ func TestWriteCheckpoints(t *testing.T) {
 	lsn := func(v uint64) pglogrepl.LSN { return pglogrepl.LSN(v) }
 	at := func(user, client string, cpLSN uint64) (int64, bool) {
 		t.Helper()
-		n, ok, err := s.WriteCheckpointFor(ctx, user, client, lsn(cpLSN))
+		n, ok, err := s.Reader().WriteCheckpointFor(ctx, user, client, lsn(cpLSN))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -24,7 +24,7 @@ func TestWriteCheckpoints(t *testing.T) {
 		t.Fatal("write checkpoint before any was created")
 	}
 	for i, src := range []uint64{100, 250} {
-		n, err := s.CreateWriteCheckpoint(ctx, "u1", "c1", lsn(src))
+		n, err := s.Reader().CreateWriteCheckpoint(ctx, "u1", "c1", lsn(src))
 		if err != nil || n != int64(i+1) {
 			t.Fatalf("create #%d: %d %v", i+1, n, err)
 		}
@@ -38,7 +38,7 @@ func TestWriteCheckpoints(t *testing.T) {
 	}
 	// A request that read an older LSN but upserted later must not lower the
 	// LSN: write checkpoint 3 is due no earlier than 250.
-	if n, err := s.CreateWriteCheckpoint(ctx, "u1", "c1", lsn(200)); err != nil || n != 3 {
+	if n, err := s.Reader().CreateWriteCheckpoint(ctx, "u1", "c1", lsn(200)); err != nil || n != 3 {
 		t.Fatalf("create #3: %d %v", n, err)
 	}
 	if _, ok := at("u1", "c1", 220); ok {
@@ -51,7 +51,7 @@ func TestWriteCheckpoints(t *testing.T) {
 	if _, ok := at("u1", "c2", 1<<40); ok {
 		t.Fatal("another client's write checkpoint leaked")
 	}
-	if n, err := s.CreateWriteCheckpoint(ctx, "u2", "c1", lsn(10)); err != nil || n != 1 {
+	if n, err := s.Reader().CreateWriteCheckpoint(ctx, "u2", "c1", lsn(10)); err != nil || n != 1 {
 		t.Fatalf("u2: %d %v", n, err)
 	}
 }
@@ -68,14 +68,14 @@ func TestRequestWriteCheckpoint(t *testing.T) {
 		lsn  uint64
 		want int64
 	}{{5, 100, 5}, {3, 150, 5}, {9, 120, 9}} {
-		if n, err := s.RequestWriteCheckpoint(ctx, "u1", "c1", c.req, pglogrepl.LSN(c.lsn)); err != nil || n != c.want {
+		if n, err := s.Reader().RequestWriteCheckpoint(ctx, "u1", "c1", c.req, pglogrepl.LSN(c.lsn)); err != nil || n != c.want {
 			t.Fatalf("request %d at %d: %d %v, want %d", c.req, c.lsn, n, err, c.want)
 		}
 	}
-	if _, ok, _ := s.WriteCheckpointFor(ctx, "u1", "c1", 149); ok {
+	if _, ok, _ := s.Reader().WriteCheckpointFor(ctx, "u1", "c1", 149); ok {
 		t.Fatal("write checkpoint reported below the largest source position a request saw (150)")
 	}
-	if n, ok, err := s.WriteCheckpointFor(ctx, "u1", "c1", 150); err != nil || !ok || n != 9 {
+	if n, ok, err := s.Reader().WriteCheckpointFor(ctx, "u1", "c1", 150); err != nil || !ok || n != 9 {
 		t.Fatalf("at 150: %d %v %v, want 9", n, ok, err)
 	}
 }

@@ -20,19 +20,19 @@ func TestWriteCheckpointsForMany(t *testing.T) {
 			cl := WriteCheckpointClient{UserID: fmt.Sprintf("u%d", u), ClientID: fmt.Sprintf("c%d", c)}
 			clients = append(clients, cl)
 			for k := range (u + c) % 3 { // 0, 1 or 2 write checkpoints, at LSNs 100·(k+1+u)
-				if _, err := s.CreateWriteCheckpoint(ctx, cl.UserID, cl.ClientID, pglogrepl.LSN(100*(k+1+u))); err != nil {
+				if _, err := s.Reader().CreateWriteCheckpoint(ctx, cl.UserID, cl.ClientID, pglogrepl.LSN(100*(k+1+u))); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 	}
 	for _, at := range []pglogrepl.LSN{0, 150, 250, 1000} {
-		got, err := s.WriteCheckpointsFor(ctx, clients, at)
+		got, err := s.Reader().WriteCheckpointsFor(ctx, clients, at)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, cl := range clients {
-			n, ok, err := s.WriteCheckpointFor(ctx, cl.UserID, cl.ClientID, at)
+			n, ok, err := s.Reader().WriteCheckpointFor(ctx, cl.UserID, cl.ClientID, at)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,7 +41,7 @@ func TestWriteCheckpointsForMany(t *testing.T) {
 			}
 		}
 	}
-	if got, err := s.WriteCheckpointsFor(ctx, nil, 1000); err != nil || len(got) != 0 {
+	if got, err := s.Reader().WriteCheckpointsFor(ctx, nil, 1000); err != nil || len(got) != 0 {
 		t.Fatalf("no clients: %v %v", got, err)
 	}
 }

@@ -98,7 +98,7 @@ sync_rules:
 	t.Cleanup(srcPool.Close)
 	s.metrics = sdkmetric.NewManualReader()
 	api, err := syncapi.New(ctx, syncapi.Config{
-		Store:         s.store,
+		Groups: s.store.Catalog(), Store: s.store.Reader(), Sources: s.store.Reader(),
 		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.metrics)),
 		Auth: config.Auth{
 			Audience:     []string{testAudience},
@@ -381,7 +381,7 @@ func TestRealClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.store.Compact(ctx, groups[len(groups)-1].ID, bucketstore.CompactOptions{BatchOps: 100})
+	st, err := s.store.Compactor().Compact(ctx, groups[len(groups)-1].ID, bucketstore.CompactOptions{BatchOps: 100})
 	if err != nil || st.Moved == 0 || st.Cleared == 0 {
 		t.Fatalf("compaction: %+v, %v; want MOVEs and CLEARs", st, err)
 	}
