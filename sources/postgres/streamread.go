@@ -123,8 +123,12 @@ type StreamReader[P any] struct {
 
 // NewStreamReader reads st as cfg says.
 func NewStreamReader[P any](st *logrepl.Stream, cfg StreamReaderConfig[P]) *StreamReader[P] {
+	// The position starts where the sink is: inside a transaction when it
+	// holds part of one. A position-only batch cut before the rest of
+	// that transaction arrives must say so, or the sink would record the
+	// stream as past a transaction it holds only part of.
 	r := &StreamReader[P]{st: st, cfg: cfg, byName: map[string]*ReadTable{}, byOID: map[uint32]*ReadTable{},
-		pos: StreamPosition{LSN: cfg.From.LSN}, cutPos: cfg.From}
+		pos: cfg.From, cutPos: cfg.From}
 	if cfg.From.TxnLSN != 0 {
 		r.skip = cfg.From
 	}

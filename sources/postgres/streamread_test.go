@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/sources/postgres/logrepl"
@@ -96,6 +97,13 @@ func drain(r *StreamReader[StreamPosition]) (idx [][]int64, pos []StreamPosition
 func TestReaderResumesInsideTransaction(t *testing.T) {
 	from := StreamPosition{LSN: 10, TxnLSN: 50, TxnChanges: 2}
 	r, rel := testReader(t, from)
+	// Until the rest of the transaction arrives, no batch is due: a
+	// position-only batch now would record the stream outside the
+	// transaction, and a sink would then publish (bucket storage) or
+	// resume from (any sink) the part it holds as if it were whole.
+	if w := r.idleWait(time.Now()); w >= 0 {
+		t.Fatalf("resumed inside a transaction, a position is due in %v; want none", w)
+	}
 	tx := txn(rel, 50, 4, -1)
 	if err := r.convert(context.Background(), logrepl.Batch{Txns: []logrepl.Txn{tx}, EndLSN: tx.EndLSN}); err != nil {
 		t.Fatal(err)
