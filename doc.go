@@ -5,52 +5,54 @@
 //
 // # One row, from the source to a client
 //
-// The packages as they are today (issue 42 moves the assembly onto the
-// Sink contract; this page follows it):
-//
 //  1. Read. A snapshot reads a table's primary-key range in chunks:
 //     postgres.NewSnapshotReader (sources/postgres), the "read" source of a
 //     pipeline.New (pipeline) in replication/snapshot.go. The stream reads
 //     the slot: logrepl.Start, whose Stream.Next batches whole transactions
-//     (sources/postgres/logrepl); bucket storage reads it through
-//     replication's own streamer, other sinks through
-//     postgres.NewStreamReader.
-//  2. Decode. Column bytes become values (model.Value). A snapshot
-//     chunk is decoded as SnapshotReader.Next reads it; the stream has a
-//     "decode" stage (postgres.StageDecode): postgres.Decode for other
-//     sinks, replication's decoder over postgres.DecodeTuple for bucket
-//     storage.
+//     (sources/postgres/logrepl), and postgres.NewStreamReader turns them
+//     into batches bound to their tables (following renames by OID,
+//     resuming inside a large transaction) — one reader for bucket storage
+//     and every other sink.
+//  2. Decode. Column bytes become values (model.Value). A snapshot chunk
+//     is decoded as SnapshotReader.Next reads it; the stream has a
+//     "decode" stage, postgres.Decode, which also merges unchanged TOAST
+//     values from the row's previous state.
 //  3. Evaluate. stages.Eval runs the sync rules (stages/syncrules: Parse,
 //     Rules.Bind, BoundTable.NewEvaluator) on each row: the buckets it
 //     belongs to and the parameter lookups it feeds.
 //  4. Build. stages.Build turns the outputs into model.Change values: one
-//     PUT or REMOVE op per bucket with its checksum (stages/checksum: Put,
-//     Remove) and the row's replica id.
-//  5. Flush. The Flush stage (pipeline.Flush) writes batches to bucket
-//     storage (sinks/bucketstore, opened by bucketstore.Open): a snapshot
-//     through Store.Sink and sinks.FlushAndCommit, the stream through
-//     Store.NewStreamWriter after its "probe" stage
-//     (bucketstore.StageProbe, StreamWriter.Prepare). Writers run in
-//     parallel; each batch is durable when Write returns.
-//  6. Commit. The Commit stage (pipeline.Commit) sees batches in source
-//     order only: a snapshot range records its last key, the stream calls
-//     StreamWriter.Commit at a transaction's end.
-//  7. Checkpoint. That commit publishes a checkpoint (Store.Commit): the
-//     op id and LSN up to which every op is stored. Only then is the LSN
-//     acknowledged to the slot.
+//     PUT or REMOVE op per bucket with its checksum (stages/checksum) and
+//     the row's replica id.
+//  5. Flush. sinks.Chain wires steps 3 to 6 for every pipeline, snapshot
+//     and stream alike. Its flush stage (pipeline.Flush) writes batches to
+//     the sink — bucket storage (sinks/bucketstore, opened by
+//     bucketstore.Open) through its Sink — with flush_writers writers; a
+//     stream of bucket storage gets one writer in batch order
+//     (sinks.OrderedStream) and, before it, the "probe" stage
+//     (sinks.Preparer) that reads the rows' stored state while the batch
+//     before is written. Each batch is durable when Write returns.
+//  6. Commit. The commit stage (pipeline.Commit) sees batches in source
+//     order only: a snapshot range records its last key; a stream batch
+//     that ends a source transaction publishes a checkpoint
+//     (sinks.Publisher).
+//  7. Checkpoint. The checkpoint is the op id and LSN up to which every op
+//     is stored. Only then is the LSN acknowledged to the slot
+//     (replication/stream.go).
 //  8. Sync API. syncapi.New serves POST /sync/stream (Server.Handler). It
-//     learns of the checkpoint from Store.WatchCheckpoints, evaluates the
-//     client's buckets (Rules.Request), sends bucket checksums
-//     (ChecksumCache.Checksums) and the ops (Store.ReadBucketDataShape).
+//     learns of the checkpoint from the Reader's WatchCheckpoints,
+//     evaluates the client's buckets (Rules.Request), sends bucket
+//     checksums (ChecksumCache.Checksums) and the ops
+//     (Reader.ReadBucketDataShape).
 //  9. Client. The client adds up the checksums of the ops it received per
-//     bucket (as checksum.Add does) and compares them with the checkpoint's; a
-//     mismatch makes it download the bucket again. The real PowerSync
-//     client does this in internal/testkit/clienttest.
+//     bucket and compares them with the checkpoint's; a mismatch makes it
+//     download the bucket again. The real PowerSync client does this in
+//     internal/testkit/clienttest.
 //
-// replication.New (groups, units, leases, the pipelines above) and
-// syncapi.New are started by the cli package (cmd/syncpipe). A pipeline
-// with another sink (sinks.Open, for example sinks/jsonl) runs steps 1 to
-// 6 into that sink under replication.NewSinkRunner.
+// replication.RunPipelines starts every configured pipeline: the bucket
+// storage one under replication.New (groups, units, leases), every other
+// one under replication.NewSinkRunner, both through steps 1 to 6 above.
+// cli (cmd/syncpipe) starts it and syncapi.New; examples/httpsink starts
+// only RunPipelines, with no storage database.
 //
 // # Layers
 //
