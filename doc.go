@@ -23,7 +23,7 @@
 //  4. Build. stages.Build turns the outputs into model.Change values: one
 //     PUT or REMOVE op per bucket with its checksum (stages/checksum) and
 //     the row's replica id.
-//  5. Flush. sinks.Chain wires steps 3 to 6 for every pipeline, snapshot
+//  5. Flush. stages.Chain wires steps 3 to 6 for every pipeline, snapshot
 //     and stream alike. Its flush stage (pipeline.Flush) writes batches to
 //     the sink — bucket storage (sinks/bucketstore, opened by
 //     bucketstore.Open) through its Sink — with flush_writers writers; a

@@ -99,7 +99,7 @@ func (c *chainRecorder) sequences() map[string]map[string]int {
 
 // The snapshot and the stream of a bucket storage pipeline and of a jsonl
 // pipeline run the same exported stages — stages.Eval, stages.Build and
-// the sink's flush and commit from sinks.Chain — one span each per batch;
+// the sink's flush and commit from stages.Chain — one span each per batch;
 // bucket storage adds the probe of its Preparer and runs its stream
 // through one writer, in batch order (sinks.OrderedStream).
 func TestSharedChain(t *testing.T) {

@@ -13,7 +13,7 @@
 //  4. once every table is done, streams from the slot.
 //
 // Both paths, of bucket storage and of every other sink, end in one chain
-// of the exported stages, sinks.Chain: stages.Eval → stages.Build →
+// of the exported stages, stages.Chain: stages.Eval → stages.Build →
 // flush → ordered commit. A snapshot range feeds it from
 // postgres.SnapshotReader; the stream from the one stream reader
 // (postgres.StreamReader, with the stored shapes, re-shapes and re-reads

@@ -47,7 +47,7 @@ type SinkOptions struct {
 // SinkRunner runs one pipeline whose sink is not bucket storage: its own
 // slot (named after the pipeline), a parallel snapshot of its tables in key
 // ranges, then the stream, through the exported stages and the chain
-// bucket storage runs through too (sinks.Chain):
+// bucket storage runs through too (stages.Chain):
 //
 //	snapshot: read → eval → build → flush (flush_writers) → commit
 //	stream:   read → decode (decode_workers) → eval → build → flush → commit

@@ -114,7 +114,7 @@ func (r *SinkRunner) snapshotRange(ctx context.Context, t *sinkTable, rangeNo in
 		Labels: []pipeline.Label{{Key: "pipeline", Value: r.pl.Name}, {Key: "table", Value: name}, {Key: "range", Value: fmt.Sprint(rangeNo)}}})
 	src := &rangeSource{reader: reader, spec: t.spec, table: name, rangeNo: rangeNo, rows: pos.RowsDone}
 	read := pipeline.From(p, pipeline.StageConfig{Name: "read"}, pipeline.Source[stages.RowChange, sinks.Position](src))
-	err = sinks.Chain(ctx, read, r.o.Sink, sinks.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: st.FlushWriters,
+	err = stages.Chain(ctx, read, r.o.Sink, stages.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: st.FlushWriters,
 		OnRowError: r.rowError})
 	if err != nil {
 		return err

@@ -82,7 +82,7 @@ func (r *SinkRunner) runStream(ctx context.Context, st *logrepl.Stream, reader *
 		}
 		return nil
 	}
-	err := sinks.Chain(ctx, decoded, r.o.Sink, sinks.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: r.pl.Stages.FlushWriters,
+	err := stages.Chain(ctx, decoded, r.o.Sink, stages.ChainConfig{EvalWorkers: r.evalWorkers(), FlushWriters: r.pl.Stages.FlushWriters,
 		Stream: true, OnRowError: r.rowError, OnCommit: onCommit})
 	if err != nil {
 		return err

@@ -200,7 +200,7 @@ func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st b
 		// than cores only hold more batches in memory.
 		workers = max(1, runtime.GOMAXPROCS(0)/max(r.cfg.Replication.WorkersPerProcess, 1))
 	}
-	err = sinks.Chain(ctx, read, sink, sinks.ChainConfig{EvalWorkers: workers, FlushWriters: tune.FlushWriters,
+	err = stages.Chain(ctx, read, sink, stages.ChainConfig{EvalWorkers: workers, FlushWriters: tune.FlushWriters,
 		OnRowError: r.rowError, OnCommit: func(_ context.Context, b sinks.Batch, _ bool) error {
 			r.progress.committed(b.Progress)
 			return nil

@@ -237,7 +237,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		}
 		return nil
 	}
-	err := sinks.Chain(ctx, decoded, r.streamSink(bs), sinks.ChainConfig{EvalWorkers: r.streamEvalWorkers(),
+	err := stages.Chain(ctx, decoded, r.streamSink(bs), stages.ChainConfig{EvalWorkers: r.streamEvalWorkers(),
 		Stream: true, OnRowError: r.rowError, OnCommit: onCommit})
 	if err == nil {
 		err = p.Run(ctx)

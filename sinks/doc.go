@@ -93,9 +93,9 @@
 // # The chain every pipeline runs
 //
 // `syncpipe run` runs every pipeline, bucket storage included, through
-// Chain: decoded row changes → stages.Eval → stages.Build → flush →
+// stages.Chain: decoded row changes → stages.Eval → stages.Build → flush →
 // ordered commit, for each snapshot range and for the stream. A sink asks
-// for more through small optional interfaces that Chain finds by type
+// for more through small optional interfaces that stages.Chain finds by type
 // assertion:
 //
 //   - OrderedStream: the stream's changes must apply in order (a later

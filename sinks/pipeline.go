@@ -3,6 +3,7 @@ package sinks
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
@@ -24,11 +25,25 @@ func FlushAndCommit(ctx context.Context, in *pipeline.Stream[model.Change, Posit
 	if sink == nil {
 		return errors.New("nil sink")
 	}
-	ws, err := newWriters(ctx, sink, writers)
+	ws, err := Writers(ctx, sink, writers)
 	if err != nil {
 		return err
 	}
 	flushed := pipeline.Flush(in, pipeline.StageConfig{Name: StageFlush}, ws)
 	pipeline.Commit(flushed, pipeline.StageConfig{Name: StageCommit}, sink.Commit)
 	return nil
+}
+
+// Writers returns n (at least one) writers of a new run of sink: the
+// flush lanes of FlushAndCommit and of stages.Chain.
+func Writers(ctx context.Context, sink Sink, n int) ([]Writer, error) {
+	ws := make([]Writer, max(n, 1))
+	for i := range ws {
+		w, err := sink.Writer(ctx, i)
+		if err != nil {
+			return nil, fmt.Errorf("sink writer %d: %w", i, err)
+		}
+		ws[i] = w
+	}
+	return ws, nil
 }

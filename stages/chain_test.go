@@ -1,4 +1,4 @@
-package sinks_test
+package stages_test
 
 import (
 	"context"
@@ -7,10 +7,51 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
 	"github.com/syncpipe/syncpipe/stages"
 )
+
+// fakeSink is a sink with flush_writers writers that records which
+// writers a run asked for and that every batch was written before its
+// commit.
+type fakeSink struct {
+	mu        sync.Mutex
+	writers   []int
+	durable   map[uint64]bool
+	violation string
+}
+
+func (s *fakeSink) Writer(_ context.Context, i int) (sinks.Writer, error) {
+	s.mu.Lock()
+	s.writers = append(s.writers, i)
+	s.mu.Unlock()
+	return pipeline.WriterFunc[model.Change, sinks.Position](func(_ context.Context, b sinks.Batch) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.durable == nil {
+			s.durable = map[uint64]bool{}
+		}
+		s.durable[b.Seq] = true
+		return nil
+	}), nil
+}
+
+func (s *fakeSink) Commit(_ context.Context, b sinks.Batch) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.durable[b.Seq] && s.violation == "" {
+		s.violation = fmt.Sprintf("batch %d committed before it was written", b.Seq)
+	}
+	return nil
+}
+
+func (s *fakeSink) Resume(context.Context, string, int) (sinks.Position, bool, error) {
+	return sinks.Position{}, false, nil
+}
+
+func (s *fakeSink) Close(context.Context) error { return nil }
 
 // orderedSink is a sink that asks for everything Chain offers: one
 // ordered stream writer that prepares ahead, and publishing commits.
@@ -85,12 +126,12 @@ func (t *stageNames) StageStart(ctx context.Context, info pipeline.StageInfo) co
 
 func (t *stageNames) StageEnd(context.Context, pipeline.StageEndInfo) {}
 
-func runChain(t *testing.T, sink sinks.Sink, c sinks.ChainConfig) []string {
+func runChain(t *testing.T, sink sinks.Sink, c stages.ChainConfig) []string {
 	t.Helper()
 	names := &stageNames{}
 	p := pipeline.New[sinks.Position](pipeline.Config{Name: "chain", Tracer: names})
 	in := pipeline.From(p, pipeline.StageConfig{Name: "read"}, rowSource(40))
-	if err := sinks.Chain(context.Background(), in, sink, c); err != nil {
+	if err := stages.Chain(context.Background(), in, sink, c); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Run(context.Background()); err != nil {
@@ -105,7 +146,7 @@ func runChain(t *testing.T, sink sinks.Sink, c sinks.ChainConfig) []string {
 func TestChainOrderedStream(t *testing.T) {
 	s := &orderedSink{}
 	var mu sync.Mutex
-	names := runChain(t, s, sinks.ChainConfig{EvalWorkers: 3, FlushWriters: 4, Stream: true,
+	names := runChain(t, s, stages.ChainConfig{EvalWorkers: 3, FlushWriters: 4, Stream: true,
 		OnCommit: func(_ context.Context, b sinks.Batch, published bool) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -144,7 +185,7 @@ func TestChainFlushWriters(t *testing.T) {
 		{"plain sink, stream", &fakeSink{}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			names := runChain(t, c.sink, sinks.ChainConfig{FlushWriters: 3, Stream: c.stream})
+			names := runChain(t, c.sink, stages.ChainConfig{FlushWriters: 3, Stream: c.stream})
 			if want := []string{"read", stages.StageEval, stages.StageBuild, sinks.StageFlush, sinks.StageCommit}; !slices.Equal(names, want) {
 				t.Errorf("stages %v, want %v", names, want)
 			}
@@ -154,6 +195,9 @@ func TestChainFlushWriters(t *testing.T) {
 				writers = s.writers
 			case *fakeSink:
 				writers = s.writers
+				if s.violation != "" {
+					t.Error(s.violation)
+				}
 			}
 			if len(writers) != 3 {
 				t.Errorf("flush writers %v, want 3", writers)
