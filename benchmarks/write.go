@@ -208,7 +208,7 @@ func parallel(ctx context.Context, n, batches int, setup func(worker int) (func(
 
 func writeStore(ctx context.Context, store *bucketstore.Store, batches [][]model.Change, n, group int) (Sample, error) {
 	return parallel(ctx, n, len(batches), func(int) (func(int) (Sample, error), func(), error) {
-		w, err := store.NewWriter(ctx, group)
+		w, err := store.Writes().NewWriter(ctx, group)
 		if err != nil {
 			return nil, nil, err
 		}

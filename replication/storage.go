@@ -72,15 +72,14 @@ type maintenance interface {
 }
 
 // storageView is the write path's groupStorage composed of the roles it
-// spans. The Store is held as its write role only (storeWriter), so its
-// Groups does not clash with the Catalog's.
+// spans.
 type storageView struct {
 	storeWriter
 	*bucketstore.Catalog
 	*bucketstore.Leases
 }
 
-// storeWriter is the write role of *bucketstore.Store that groupStorage
+// storeWriter is the write role (*bucketstore.Writes) that groupStorage
 // uses.
 type storeWriter interface {
 	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
@@ -91,7 +90,7 @@ type storeWriter interface {
 
 // setStorage hands each part of r the role of st it uses.
 func (r *Replicator) setStorage(st *bucketstore.Store) {
-	r.store = storageView{storeWriter: st, Catalog: st.Catalog(), Leases: st.Leases()}
+	r.store = storageView{storeWriter: st.Writes(), Catalog: st.Catalog(), Leases: st.Leases()}
 	r.catalog = st.Catalog()
 	r.groupErrs = st.Catalog()
 	r.leases = st.Leases()
@@ -116,6 +115,6 @@ var (
 	_ leaseStore   = (*bucketstore.Leases)(nil)
 	_ claimStore   = (*bucketstore.Leases)(nil)
 	_ maintenance  = (*bucketstore.Compactor)(nil)
-	_ storeWriter  = (*bucketstore.Store)(nil)
+	_ storeWriter  = (*bucketstore.Writes)(nil)
 	_ SinkStorage  = (*bucketstore.Catalog)(nil)
 )

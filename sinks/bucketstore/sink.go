@@ -31,8 +31,9 @@ var Spec = sinks.Spec{
 		"The replication group it writes to is the one `syncpipe run` keeps for the sync rules version, not a setting.",
 }
 
-// Sink adapts a Store to sinks.Sink for one replication group: the sink
-// the group's snapshot ranges and its stream run through (sinks.Chain).
+// Sink adapts the write role (Writes) to sinks.Sink for one replication
+// group: the sink the group's snapshot ranges and its stream run through
+// (sinks.Chain).
 //
 // Snapshot batches (Position.Table set) are written insert-only with
 // WriteSnapshot and their Commit records the range's progress. The stream
@@ -40,26 +41,26 @@ var Spec = sinks.Spec{
 // state of a batch's rows ahead (sinks.Preparer, see Prepared) and writes
 // the batch with its position and table records (StreamTables) in one
 // transaction; its Commit publishes a checkpoint at the batch's LSN
-// covering every op committed so far (Store.Commit keeps it below any
+// covering every op committed so far (Writes.Commit keeps it below any
 // writer still in flight), and reports whether it did (sinks.Publisher).
 type Sink struct {
-	store *Store
+	store *Writes
 	group int
 	fence Fence
-	owned bool // Close closes the store
+	owner *Store // the store the registry factory opened; Close closes it
 
 	mu     sync.Mutex
 	tables map[string]string
 }
 
 // Sink returns a sinks.Sink writing to group.
-func (s *Store) Sink(group int) *Sink {
+func (s *Writes) Sink(group int) *Sink {
 	return &Sink{store: s, group: group, tables: map[string]string{}}
 }
 
 // FencedSink is Sink for a work unit holding a lease: its writes and range
 // commits go through only while f holds (see Fence).
-func (s *Store) FencedSink(group int, f Fence) *Sink {
+func (s *Writes) FencedSink(group int, f Fence) *Sink {
 	k := s.Sink(group)
 	k.fence = f
 	return k
@@ -68,7 +69,7 @@ func (s *Store) FencedSink(group int, f Fence) *Sink {
 // openSink is the registry factory, for programs that open sinks by name:
 // it opens the storage env.Storage names and writes to the newest group
 // that is not terminated. (`syncpipe run` gives each unit of a group a Sink
-// of its own, fenced by the unit's lease: Store.FencedSink.)
+// of its own, fenced by the unit's lease: Writes.FencedSink.)
 func openSink(ctx context.Context, _ *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
 	st := env.Storage
 	if st.URI == "" {
@@ -79,13 +80,13 @@ func openSink(ctx context.Context, _ *sinks.Settings, env sinks.Env) (sinks.Sink
 	if err != nil {
 		return nil, err
 	}
-	gs, err := store.Groups(ctx)
+	gs, err := store.Catalog().Groups(ctx)
 	if err != nil || len(gs) == 0 {
 		store.Close()
 		return nil, fmt.Errorf("no replication group in storage to write to (start `syncpipe run` first): %v", err)
 	}
-	k := store.Sink(gs[len(gs)-1].ID)
-	k.owned = true
+	k := store.Writes().Sink(gs[len(gs)-1].ID)
+	k.owner = store
 	return k, nil
 }
 
@@ -279,8 +280,8 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 
 // Close closes the store if the sink opened it.
 func (k *Sink) Close(ctx context.Context) error {
-	if k.owned {
-		k.store.Close()
+	if k.owner != nil {
+		k.owner.Close()
 	}
 	return nil
 }

@@ -49,7 +49,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	sink := s.Sink(g.ID)
+	sink := s.Writes().Sink(g.ID)
 
 	var snap []sinks.Batch
 	for c := range 5 {
@@ -106,8 +106,8 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	}
 	// The runs' writers are gone; their grown encode buffers wait on the
 	// store's shelf for the next run's.
-	shelved := s.spare.Len()
-	b, _ := s.spare.Get()
+	shelved := s.Writes().spare.Len()
+	b, _ := s.Writes().spare.Get()
 	grown := b != nil && cap(b.ops.buf) > 0
 	if shelved == 0 || shelved > 2 || !grown {
 		t.Fatalf("after two runs of 2 writers: %d buffer sets shelved (grown: %v), want 1 or 2, grown", shelved, grown)
