@@ -44,10 +44,10 @@ var Spec = sinks.Spec{
 // covering every op committed so far (Writes.Commit keeps it below any
 // writer still in flight), and reports whether it did (sinks.Publisher).
 type Sink struct {
-	store *Writes
-	group int
-	fence Fence
-	owner *Store // the store the registry factory opened; Close closes it
+	writes *Writes
+	group  int
+	fence  Fence
+	owner  *Store // the store the registry factory opened; Close closes it
 
 	mu     sync.Mutex
 	tables map[string]string
@@ -55,7 +55,7 @@ type Sink struct {
 
 // Sink returns a sinks.Sink writing to group.
 func (s *Writes) Sink(group int) *Sink {
-	return &Sink{store: s, group: group, tables: map[string]string{}}
+	return &Sink{writes: s, group: group, tables: map[string]string{}}
 }
 
 // FencedSink is Sink for a work unit holding a lease: its writes and range
@@ -102,9 +102,9 @@ type sinkWriter struct{ k *Sink }
 // Write persists one batch durably (its transaction has committed).
 func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	bufs := k.store.takeBufs()
-	defer k.store.spare.Put(bufs) // after wr.Close has put the buffers back in bufs
-	wr, err := k.store.newWriter(ctx, k.group, k.fence, bufs)
+	bufs := k.writes.takeBufs()
+	defer k.writes.spare.Put(bufs) // after wr.Close has put the buffers back in bufs
+	wr, err := k.writes.newWriter(ctx, k.group, k.fence, bufs)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 	if pos.TxnLSN != 0 {
 		return false, nil
 	}
-	_, published, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
+	_, published, err := k.writes.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
 	return published, err
 }
 
@@ -155,7 +155,7 @@ func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 // which follows every earlier commit — on the same server run, hence the
 // sink's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
 func (k *Sink) MakeDurable(ctx context.Context) error {
-	return k.store.makeDurable(ctx, k.fence.Epoch)
+	return k.writes.makeDurable(ctx, k.fence.Epoch)
 }
 
 func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
@@ -169,7 +169,7 @@ func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
 	if !found {
 		schema, name = "public", table
 	}
-	err := k.store.pool.QueryRow(ctx, `SELECT id FROM source_tables WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`,
+	err := k.writes.pool.QueryRow(ctx, `SELECT id FROM source_tables WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`,
 		k.group, schema, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("table %s is not registered in group %d", table, k.group)
@@ -215,7 +215,7 @@ func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 	if k.fence.Lease != "" {
 		q, args = fencedCommitRangeSQL, append(args, k.fence.Lease, k.fence.Token)
 	}
-	conn, err := k.store.acquire(ctx, k.fence.Epoch, what)
+	conn, err := k.writes.acquire(ctx, k.fence.Epoch, what)
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Position, bool, error) {
 	if table == "" {
 		var lsn *string
-		err := k.store.pool.QueryRow(ctx, `SELECT stream_lsn::text FROM groups WHERE id = $1`, k.group).Scan(&lsn)
+		err := k.writes.pool.QueryRow(ctx, `SELECT stream_lsn::text FROM groups WHERE id = $1`, k.group).Scan(&lsn)
 		if err != nil {
 			return sinks.Position{}, false, fmt.Errorf("resume stream of group %d: %w", k.group, err)
 		}
@@ -262,7 +262,7 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 	// whose lease was taken since it was claimed (a steal) learns it here,
 	// before it reads anything.
 	var held, found bool
-	err = k.store.pool.QueryRow(ctx, `WITH started AS (
+	err = k.writes.pool.QueryRow(ctx, `WITH started AS (
 		  UPDATE leases SET started = true WHERE name = $3 AND token = $4 AND NOT started)
 		SELECT $3 = '' OR EXISTS (SELECT 1 FROM leases WHERE name = $3 AND token = $4), r.last_key, coalesce(r.rows_done, 0), coalesce(r.done, false), r.range_no IS NOT NULL
 		FROM (SELECT 1) one LEFT JOIN snapshot_ranges r ON r.source_table_id = $1 AND r.range_no = $2`,

@@ -147,13 +147,13 @@ func TestSinkFromRegistry(t *testing.T) {
 	if k.group != newest.ID {
 		t.Errorf("the sink writes to group %d, want the newest, %d", k.group, newest.ID)
 	}
-	if err := k.store.pool.Ping(ctx); err != nil {
+	if err := k.writes.pool.Ping(ctx); err != nil {
 		t.Fatalf("the sink's storage before Close: %v", err)
 	}
 	if err := k.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.store.pool.Ping(ctx); err == nil {
+	if err := k.writes.pool.Ping(ctx); err == nil {
 		t.Error("the storage the registry factory opened is still open after the sink's Close")
 	}
 

@@ -284,11 +284,11 @@ func (k *Sink) StreamWriter(ctx context.Context) (sinks.Writer, error) {
 	// A position-only batch is recorded by its commit alone, unless the
 	// stored position is inside a source transaction, whose record only a
 	// write clears.
-	p, _, err := k.store.StreamResume(ctx, k.group)
+	p, _, err := k.writes.StreamResume(ctx, k.group)
 	if err != nil {
 		return nil, err
 	}
-	return &sinkStreamWriter{sw: k.store.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
+	return &sinkStreamWriter{sw: k.writes.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
 }
 
 // sinkStreamWriter adapts a StreamWriter to sinks.Writer and
