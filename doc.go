@@ -26,11 +26,12 @@
 //  5. Flush. stages.Chain wires steps 3 to 6 for every pipeline, snapshot
 //     and stream alike. Its flush stage (pipeline.Flush) writes batches to
 //     the sink — bucket storage (sinks/bucketstore, opened by
-//     bucketstore.Open) through its Sink — with flush_writers writers; a
-//     stream of bucket storage gets one writer in batch order
-//     (sinks.OrderedStream) and, before it, the "probe" stage
-//     (sinks.Preparer) that reads the rows' stored state while the batch
-//     before is written. Each batch is durable when Write returns.
+//     bucketstore.Open) through its write role's Sink (Store.Writes) —
+//     with flush_writers writers; a stream of bucket storage gets one
+//     writer in batch order (sinks.OrderedStream) and, before it, the
+//     "probe" stage (sinks.Preparer) that reads the rows' stored state
+//     while the batch before is written. Each batch is durable when Write
+//     returns.
 //  6. Commit. The commit stage (pipeline.Commit) sees batches in source
 //     order only: a snapshot range records its last key; a stream batch
 //     that ends a source transaction publishes a checkpoint

@@ -187,7 +187,7 @@ type p5Driver struct {
 
 func (d *p5Driver) commit(ctx context.Context, op int64) (bucketstore.Checkpoint, error) {
 	d.lsn += 16
-	cp, ok, err := d.data.store.Commit(ctx, d.data.group, pglogrepl.LSN(d.lsn), op)
+	cp, ok, err := d.data.store.Writes().Commit(ctx, d.data.group, pglogrepl.LSN(d.lsn), op)
 	if err == nil && !ok {
 		err = errors.New("checkpoint not published")
 	}
@@ -297,7 +297,7 @@ func (d *p5Driver) measure(ctx context.Context, srv *syncapi.Server, rec *p5Arri
 	if srv != nil {
 		c0 = srv.ChecksumStats()
 	}
-	p0 := d.data.store.Stats().ParameterQueries
+	p0 := d.data.store.Writes().Stats().ParameterQueries
 	t0 := time.Now() // before the commit: the latency includes it
 	cp, err := d.commit(ctx, op)
 	if err != nil {
@@ -308,7 +308,7 @@ func (d *p5Driver) measure(ctx context.Context, srv *syncapi.Server, rec *p5Arri
 	}
 	t := p5Tick{changed: changed}
 	if srv != nil {
-		c1, p1 := srv.ChecksumStats(), d.data.store.Stats().ParameterQueries
+		c1, p1 := srv.ChecksumStats(), d.data.store.Writes().Stats().ParameterQueries
 		t.queries, t.summed, t.carried = c1.Queries-c0.Queries, c1.Misses-c0.Misses, c1.Carried-c0.Carried
 		t.changeQ, t.paramsQ = c1.ChangeQueries-c0.ChangeQueries, p1-p0
 	}

@@ -86,7 +86,7 @@ func newP5Data(ctx context.Context, store *bucketstore.Store, opt ChecksumsOptio
 	if err := store.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		return nil, err
 	}
-	if d.w, err = store.NewWriter(ctx, g.ID); err != nil {
+	if d.w, err = store.Writes().NewWriter(ctx, g.ID); err != nil {
 		return nil, err
 	}
 	return d, nil

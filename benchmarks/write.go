@@ -77,7 +77,7 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 			if err := reset(ctx, pool); err != nil {
 				return res, err
 			}
-			s, err := writeStore(ctx, store, batches, n, group.ID)
+			s, err := writeStore(ctx, store.Writes(), batches, n, group.ID)
 			if err != nil {
 				return res, err
 			}
@@ -206,9 +206,9 @@ func parallel(ctx context.Context, n, batches int, setup func(worker int) (func(
 	return total, firstErr
 }
 
-func writeStore(ctx context.Context, store *bucketstore.Store, batches [][]model.Change, n, group int) (Sample, error) {
+func writeStore(ctx context.Context, writes *bucketstore.Writes, batches [][]model.Change, n, group int) (Sample, error) {
 	return parallel(ctx, n, len(batches), func(int) (func(int) (Sample, error), func(), error) {
-		w, err := store.NewWriter(ctx, group)
+		w, err := writes.NewWriter(ctx, group)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -90,7 +90,7 @@ func TestRecreatedWhileStopped(t *testing.T) {
 		}
 	}
 	run(func() error { return bucketcheck.Diff(e.buckets(t), e.expected(t)) })
-	gs, err := e.store.Groups(ctx)
+	gs, err := e.store.Catalog().Groups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

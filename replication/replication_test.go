@@ -227,7 +227,7 @@ func TestStreamAppliesChanges(t *testing.T) {
 	}
 	e.waitCheckpoint(t, ctx)
 	sameBuckets(t, e.buckets(t), e.expected(t))
-	st := e.store.Stats()
+	st := e.store.Writes().Stats()
 	if st.StateReadAhead == 0 {
 		t.Errorf("no stream row was written with its stored state read ahead (stats %+v)", st)
 	}

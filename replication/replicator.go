@@ -77,7 +77,7 @@ type Options struct {
 // with the unit's lease: each write and commit bounded by
 // replication.storage_timeout.
 func (r *Replicator) sink(g *group, f bucketstore.Fence) sinks.Sink {
-	var s sinks.Sink = r.store.FencedSink(g.g.ID, f)
+	var s sinks.Sink = r.writes.FencedSink(g.g.ID, f)
 	if r.opts.WrapSink != nil {
 		s = r.opts.WrapSink(s)
 	}
@@ -175,19 +175,23 @@ type Replicator struct {
 	// pl is the pipeline replication runs: the config's bucketstore
 	// pipeline, with its source, tables and stage settings resolved.
 	pl    config.Pipeline
-	store groupStorage
 	log   *slog.Logger
 	sched *pipeline.Scheduler
 	owner string
 	// claims holds the snapshot units' leases (claims.go).
 	claims *snapshotClaims
 
-	// The other roles of bucket storage, each as the small interface its
-	// code uses (storage.go; store above is the write path's).
-	catalog   groupCatalog
-	groupErrs groupErrors
-	leases    leaseStore
-	maint     maintenance
+	// The roles of bucket storage, each as the small interface its code
+	// calls (storage.go): the write path's writes, source tables and
+	// fences; deploying, retiring and compacting groups' catalog, errors,
+	// leases and maintenance.
+	writes       groupWrites
+	sourceTables tableCatalog
+	fences       fenceStore
+	catalog      groupCatalog
+	groupErrs    groupErrors
+	leases       leaseStore
+	maint        maintenance
 
 	progress *progress
 	// toastMerged and toastReread count UPDATEs whose unchanged TOAST

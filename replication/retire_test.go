@@ -65,7 +65,7 @@ func TestLostSlotStartsNewGroup(t *testing.T) {
 
 func (e *env) activeGroup(t *testing.T, ctx context.Context) bucketstore.Group {
 	t.Helper()
-	gs, err := e.store.Groups(ctx)
+	gs, err := e.store.Catalog().Groups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (r *Replicator) submitSnapshots(ctx context.Context, conn *pgx.Conn, g *gro
 	}
 	// Another process (or this one, before a restart) may have planned
 	// the tables already: their plans are read at once, not made again.
-	stored, err := r.store.StoredRanges(ctx, ids)
+	stored, err := r.sourceTables.StoredRanges(ctx, ids)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (r *Replicator) planRanges(ctx context.Context, conn *pgx.Conn, t *table) (
 	for i, kr := range ranges {
 		plan[i] = bucketstore.KeyRange{Lower: kr.Lower, Upper: kr.Upper}
 	}
-	return r.store.PlanRanges(ctx, t.stored.ID, plan)
+	return r.sourceTables.PlanRanges(ctx, t.stored.ID, plan)
 }
 
 func (r *Replicator) snapshotUnit(g *group, t *table, st bucketstore.RangeState, uc *unitClaim) pipeline.Unit {
@@ -163,7 +163,7 @@ func (r *Replicator) runClaimed(ctx context.Context, uc *unitClaim, run func(ctx
 func (r *Replicator) snapshotRange(ctx context.Context, g *group, t *table, st bucketstore.RangeState, f bucketstore.Fence) (bool, error) {
 	// The attempt's writes go through only on the storage run its
 	// progress comes from (see bucketstore.ErrStorageRestarted).
-	f.Epoch = r.store.Epoch()
+	f.Epoch = r.fences.Epoch()
 	sink := r.sink(g, f)
 	name := t.info.QualifiedName()
 	rangeNo := st.No
@@ -270,7 +270,7 @@ func (r *Replicator) tableDone(ctx context.Context, g *group, t *table) error {
 	if err != nil {
 		return err
 	}
-	if err := r.store.MarkTableSnapshotDone(ctx, t.stored.ID, lsn); err != nil {
+	if err := r.sourceTables.MarkTableSnapshotDone(ctx, t.stored.ID, lsn); err != nil {
 		return err
 	}
 	r.progress.tableDone(t.info.QualifiedName())
@@ -285,7 +285,7 @@ func (r *Replicator) markSnapshotDone(ctx context.Context, g *group) error {
 	if err != nil {
 		return err
 	}
-	if err := r.store.MarkSnapshotDone(ctx, g.g.ID, lsn); err != nil {
+	if err := r.sourceTables.MarkSnapshotDone(ctx, g.g.ID, lsn); err != nil {
 		return err
 	}
 	r.log.Info("snapshot done", "group", g.g.ID, "lsn", lsn.String())
@@ -311,7 +311,7 @@ func (r *Replicator) awaitSnapshot(ctx context.Context, g *group) {
 			return
 		case <-t.C:
 		}
-		sg, err := r.store.Group(ctx, g.g.ID)
+		sg, err := r.catalog.Group(ctx, g.g.ID)
 		if err != nil {
 			r.log.Warn("cannot read the group's snapshot state; trying again", "group", g.g.ID, "err", err)
 			continue

@@ -14,31 +14,38 @@ import (
 // part of the assembly calls, declared here so that what it depends on is
 // visible, and claims.go tests claims on a map (claimStore).
 
-// groupStorage is what the write path asks of storage: the stream and the
-// snapshot (stream.go, snapshot.go, streamer.go), TOAST merging (toast.go)
-// and the sink of each group (replicator.go's FencedSink). It spans three
-// roles — the catalog's group, tables and ranges, the leases' fencing and
-// epoch, and the Store's write role — because the write path is being
-// reworked in its own change; storageView composes them meanwhile.
-type groupStorage interface {
-	Group(ctx context.Context, id int) (bucketstore.Group, error)
-	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)
-	PlanRanges(ctx context.Context, tableID string, ranges []bucketstore.KeyRange) ([]bucketstore.RangeState, error)
-	StoredRanges(ctx context.Context, tableIDs []string) (map[string][]bucketstore.RangeState, error)
-	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
-	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error
-
-	CheckFence(ctx context.Context, f bucketstore.Fence) error
-	Epoch() uint64
-
+// groupWrites is what the write path writes with: the sink of each
+// snapshot unit and of the stream (replicator.go, stream.go), the
+// stream's resume position (stream.go) and stored row data for merging
+// unchanged TOAST values (groupRows): *bucketstore.Writes.
+type groupWrites interface {
 	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
 	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
 	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
 }
 
-// groupCatalog is what deploying, starting and retiring groups reads and
-// records (replicator.go, retire.go, compaction.go):
+// tableCatalog is what the snapshot and the stream read and record of a
+// group's tables and snapshot ranges (snapshot.go, streamer.go):
 // *bucketstore.Catalog.
+type tableCatalog interface {
+	SourceTables(ctx context.Context, group int) ([]bucketstore.SourceTable, error)
+	PlanRanges(ctx context.Context, tableID string, ranges []bucketstore.KeyRange) ([]bucketstore.RangeState, error)
+	StoredRanges(ctx context.Context, tableIDs []string) (map[string][]bucketstore.RangeState, error)
+	MarkTableSnapshotDone(ctx context.Context, tableID string, lsn pglogrepl.LSN) error
+	MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error
+}
+
+// fenceStore is what fences a unit's writes (stream.go, snapshot.go):
+// whether its lease still holds, and the storage run its writes are
+// bound to: *bucketstore.Leases.
+type fenceStore interface {
+	CheckFence(ctx context.Context, f bucketstore.Fence) error
+	Epoch() uint64
+}
+
+// groupCatalog is what deploying, starting and retiring groups reads and
+// records (replicator.go, retire.go, compaction.go; the stream and the
+// snapshot read their group with it): *bucketstore.Catalog.
 type groupCatalog interface {
 	EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]bucketstore.Group, error)
 	SetRulesWarnings(ctx context.Context, rules string, warnings []string) error
@@ -71,27 +78,11 @@ type maintenance interface {
 	Terminate(ctx context.Context, group int, opts bucketstore.ClearOptions) (bucketstore.ClearStats, error)
 }
 
-// storageView is the write path's groupStorage composed of the roles it
-// spans. The Store is held as its write role only (storeWriter), so its
-// Groups does not clash with the Catalog's.
-type storageView struct {
-	storeWriter
-	*bucketstore.Catalog
-	*bucketstore.Leases
-}
-
-// storeWriter is the write role of *bucketstore.Store that groupStorage
-// uses.
-type storeWriter interface {
-	FencedSink(group int, f bucketstore.Fence) *bucketstore.Sink
-	StreamResume(ctx context.Context, group int) (p bucketstore.StreamProgress, ok bool, err error)
-	NewStreamWriter(group int, f bucketstore.Fence) *bucketstore.StreamWriter
-	RowData(ctx context.Context, group int, rows []bucketstore.RowRef) (map[bucketstore.RowRef][]byte, error)
-}
-
 // setStorage hands each part of r the role of st it uses.
 func (r *Replicator) setStorage(st *bucketstore.Store) {
-	r.store = storageView{storeWriter: st, Catalog: st.Catalog(), Leases: st.Leases()}
+	r.writes = st.Writes()
+	r.sourceTables = st.Catalog()
+	r.fences = st.Leases()
 	r.catalog = st.Catalog()
 	r.groupErrs = st.Catalog()
 	r.leases = st.Leases()
@@ -116,6 +107,8 @@ var (
 	_ leaseStore   = (*bucketstore.Leases)(nil)
 	_ claimStore   = (*bucketstore.Leases)(nil)
 	_ maintenance  = (*bucketstore.Compactor)(nil)
-	_ storeWriter  = (*bucketstore.Store)(nil)
+	_ groupWrites  = (*bucketstore.Writes)(nil)
+	_ tableCatalog = (*bucketstore.Catalog)(nil)
+	_ fenceStore   = (*bucketstore.Leases)(nil)
 	_ SinkStorage  = (*bucketstore.Catalog)(nil)
 )

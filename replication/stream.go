@@ -82,13 +82,13 @@ func closeCtx() (context.Context, context.CancelFunc) {
 func (r *Replicator) stream(ctx context.Context, g *group, f bucketstore.Fence) (err error) {
 	// A retry inside the unit starts here: the lease may have gone while
 	// the last attempt failed.
-	if err := r.store.CheckFence(ctx, f); err != nil {
+	if err := r.fences.CheckFence(ctx, f); err != nil {
 		return err
 	}
 	// The attempt's writes go through only on the storage run its
 	// position comes from (see bucketstore.ErrStorageRestarted).
-	f.Epoch = r.store.Epoch()
-	pos, _, err := r.store.StreamResume(ctx, g.g.ID)
+	f.Epoch = r.fences.Epoch()
+	pos, _, err := r.writes.StreamResume(ctx, g.g.ID)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 	// it must reach an idle stream's last position too: a source server
 	// shutting down waits for its walsenders' clients to confirm the end
 	// of its WAL. So a ticker, not the next batch, acknowledges.
-	bs := r.store.FencedSink(g.g.ID, s.fence)
+	bs := r.writes.FencedSink(g.g.ID, s.fence)
 	var committed atomic.Uint64 // end LSN of the last committed transaction
 	var durable atomic.Uint64   // the LSN of the last published checkpoint, durable as Commit returned
 	ack := func(ctx context.Context) error {
@@ -226,7 +226,7 @@ func (r *Replicator) runStream(ctx context.Context, g *group, s *streamer, st *l
 		if !active {
 			// The first checkpoint of a processing group activates it and
 			// stops the group it replaces, whose clean-up is due now.
-			cur, err := r.store.Group(ctx, g.g.ID)
+			cur, err := r.catalog.Group(ctx, g.g.ID)
 			if err != nil {
 				return err
 			}
@@ -353,7 +353,7 @@ func (r *Replicator) takeSlot(ctx context.Context, side *pgx.Conn, g *group, f b
 		// Only the lease's holder may take the slot: a process that woke
 		// from a pause (or whose stream failed) after losing the lease
 		// must not cut off the process that took the unit over.
-		if err := r.store.CheckFence(ctx, f); err != nil {
+		if err := r.fences.CheckFence(ctx, f); err != nil {
 			return nil, nil, err
 		}
 		if _, err := side.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
@@ -445,7 +445,7 @@ func replicationURI(uri string, d time.Duration, stream bool) string {
 // decoder every committed batch, and close it when the stream ends.
 func (r *Replicator) readDecode(p *pipeline.Pipeline[sinks.Position], g *group, s *streamer) (*pipeline.Stream[stages.RowChange, sinks.Position], *postgres.StreamDecoder) {
 	src := pipeline.From(p, pipeline.StageConfig{Name: "read"}, streamSource(s.rd))
-	dec := postgres.NewStreamDecoder(postgres.DecodeConfig{Rows: groupRows{r.store, g.g.ID}, Connect: r.connectSource,
+	dec := postgres.NewStreamDecoder(postgres.DecodeConfig{Rows: groupRows{r.writes, g.g.ID}, Connect: r.connectSource,
 		Log: r.log, Merged: &r.toastMerged, Reread: &r.toastReread})
 	return postgres.Decode(src, pipeline.StageConfig{Name: postgres.StageDecode}, dec), dec
 }
@@ -453,7 +453,7 @@ func (r *Replicator) readDecode(p *pipeline.Pipeline[sinks.Position], g *group, 
 // groupRows is the stored row data of a group, from which the stream
 // merges unchanged TOAST values (postgres.RowStore).
 type groupRows struct {
-	store groupStorage
+	store groupWrites
 	group int
 }
 

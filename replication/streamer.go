@@ -53,7 +53,7 @@ type streamer struct {
 // decoding details from the source catalog.
 func (r *Replicator) newStreamer(ctx context.Context, g *group, side *pgx.Conn, pos bucketstore.StreamProgress) (*streamer, error) {
 	s := &streamer{r: r, g: g, side: side, from: pos, tables: map[*postgres.ReadTable]*table{}}
-	stored, err := r.store.SourceTables(ctx, g.g.ID)
+	stored, err := r.sourceTables.SourceTables(ctx, g.g.ID)
 	if err != nil {
 		return nil, err
 	}

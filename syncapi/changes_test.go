@@ -16,7 +16,7 @@ type counts struct {
 
 func (e *env) counts() counts {
 	st := e.srv.ChecksumStats()
-	return counts{params: e.store.Stats().ParameterQueries, checksums: st.Queries, summed: st.Misses}
+	return counts{params: e.store.Writes().Stats().ParameterQueries, checksums: st.Queries, summed: st.Misses}
 }
 
 func (c counts) minus(o counts) counts {

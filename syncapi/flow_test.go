@@ -443,7 +443,7 @@ func (e *env) newGroup(rules string) bucketstore.Group {
 		t.Fatal(err)
 	}
 	e2.tables = map[string]*testTable{"lists": {table: &st.Table, bound: bound, ev: bound.NewEvaluator()}}
-	w, err := e.store.NewWriter(e.ctx, g.ID)
+	w, err := e.store.Writes().NewWriter(e.ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

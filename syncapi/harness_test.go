@@ -116,7 +116,7 @@ func newEnv(t testing.TB, rules string, tables map[string][]string, tweak func(*
 	if err := store.Catalog().MarkSnapshotDone(ctx, g.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if e.w, err = store.NewWriter(ctx, g.ID); err != nil {
+	if e.w, err = store.Writes().NewWriter(ctx, g.ID); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.w.Close)
@@ -200,7 +200,7 @@ func (e *env) commit(changes ...model.Change) bucketstore.Checkpoint {
 func (e *env) publish(opID int64) bucketstore.Checkpoint {
 	e.t.Helper()
 	e.lsn += 16
-	cp, ok, err := e.store.Commit(e.ctx, e.group.ID, pglogrepl.LSN(e.lsn), opID)
+	cp, ok, err := e.store.Writes().Commit(e.ctx, e.group.ID, pglogrepl.LSN(e.lsn), opID)
 	if err != nil || !ok {
 		e.t.Fatalf("commit: published=%v err=%v", ok, err)
 	}

@@ -26,7 +26,7 @@ import (
 // small INSERT per batch.
 //
 // Retention: Commit deletes the records whose op_high is below the new
-// checkpoint minus Store.changeRetention op ids and raises the group's
+// checkpoint minus Writes.changeRetention op ids and raises the group's
 // changes_from to that horizon in the same transaction. Readers read
 // changes_from together with the records (one statement) and treat a
 // range that starts below it as unknown, so pruning can never make a
@@ -144,7 +144,7 @@ UPDATE groups SET changes_from = GREATEST(changes_from, $2) WHERE id = $1 AND EX
 // published. Commit holds the group row lock, which writers wait for, so
 // it prunes only every changeRetention/8 op ids (per process: another
 // process pruning too is harmless), not at every checkpoint.
-func (s *Store) queuePrune(tail *pgx.Batch, group int, cp int64) {
+func (s *Writes) queuePrune(tail *pgx.Batch, group int, cp int64) {
 	horizon := cp - s.changeRetention
 	if horizon <= 0 {
 		return

@@ -136,7 +136,7 @@ func TestChangeRecordsPruned(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, g := openStore(t)
-	s.changeRetention = 10 * opIDBlock // ten single-op writes (one block each)
+	s.Writes().changeRetention = 10 * opIDBlock // ten single-op writes (one block each)
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)
@@ -156,7 +156,7 @@ func TestChangeRecordsPruned(t *testing.T) {
 	}
 	for _, r := range rows {
 		// Commit prunes every changeRetention/8 ids, so the horizon may lag by that.
-		if horizon := last - s.changeRetention - s.changeRetention/8; r.high <= horizon {
+		if horizon := last - s.Writes().changeRetention - s.Writes().changeRetention/8; r.high <= horizon {
 			t.Fatalf("record ending at %d kept below the horizon %d", r.high, horizon)
 		}
 	}

@@ -73,7 +73,7 @@ type Checkpoint struct {
 // group activates it and stops the previously active group. New checkpoints
 // are announced with pg_notify on NotifyChannel, and are durable when
 // Commit returns, whatever the session's synchronous_commit.
-func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
+func (s *Writes) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64) (cp Checkpoint, published bool, err error) {
 	return s.commit(ctx, group, lsn, opID, Fence{}, false)
 }
 
@@ -81,7 +81,7 @@ func (s *Store) Commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID i
 // and a lease (Fence.Lease; "": none). With latest set, opID is ignored
 // and the checkpoint covers every op id issued so far (lastIssuedSQL,
 // read in the transaction).
-func (s *Store) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, f Fence, latest bool) (cp Checkpoint, published bool, err error) {
+func (s *Writes) commit(ctx context.Context, group int, lsn pglogrepl.LSN, opID int64, f Fence, latest bool) (cp Checkpoint, published bool, err error) {
 	what := fmt.Sprintf("commit group %d at %s", group, lsn)
 	conn, err := s.acquire(ctx, f.Epoch, what)
 	if err != nil {
@@ -180,7 +180,7 @@ func (g *groupCommit) queueRead(b *pgx.Batch, latest bool) {
 
 // decide queues on tail what the read state calls for: parking the op id
 // in keepalive_op, a keepalive, or publishing a checkpoint.
-func (g *groupCommit) decide(s *Store, tail *pgx.Batch) error {
+func (g *groupCommit) decide(s *Writes, tail *pgx.Batch) error {
 	if !g.held {
 		return nil // commit reports the lost lease; the transaction changes nothing
 	}
@@ -223,7 +223,7 @@ func (g *groupCommit) decide(s *Store, tail *pgx.Batch) error {
 	}
 	g.cp = Checkpoint{GroupID: g.group, OpID: candidate, LSN: g.lsn, LSNText: lsn}
 	payload, _ := json.Marshal(g.cp)
-	tail.Queue("SELECT pg_notify($1, $2)", s.NotifyChannel(), string(payload))
+	tail.Queue("SELECT pg_notify($1, $2)", s.notifyChannel(), string(payload))
 	// Claims of dead connections are ignored above; forget them. The
 	// backend list liveLowSQL read is this transaction's: a writer whose
 	// connection opened since, and that claimed ids since, is not in it.

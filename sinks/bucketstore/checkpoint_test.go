@@ -51,7 +51,7 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := s.NewWriter(ctx, g.ID)
+			w, err := s.Writes().NewWriter(ctx, g.ID)
 			if err != nil {
 				errs <- err
 				return
@@ -75,7 +75,7 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 					errs <- err
 					return
 				}
-				_, ok, err := s.Commit(ctx, g.ID, pglogrepl.LSN(lsn.Add(1)), res.MaxOpID)
+				_, ok, err := s.Writes().Commit(ctx, g.ID, pglogrepl.LSN(lsn.Add(1)), res.MaxOpID)
 				if err != nil {
 					errs <- err
 					return
@@ -96,7 +96,7 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A final keepalive publishes whatever was parked.
-	cp, _, err := s.Commit(ctx, g.ID, pglogrepl.LSN(lsn.Add(1)), 0)
+	cp, _, err := s.Writes().Commit(ctx, g.ID, pglogrepl.LSN(lsn.Add(1)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestOpIDsUniqueUnderConcurrentWriters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := s.NewWriter(ctx, g.ID)
+			w, err := s.Writes().NewWriter(ctx, g.ID)
 			if err != nil {
 				errs <- err
 				return

@@ -35,7 +35,7 @@ func TestDropDeadKeepsNewWritersClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	w, err := s2.NewWriter(ctx, g.ID)
+	w, err := s2.Writes().NewWriter(ctx, g.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

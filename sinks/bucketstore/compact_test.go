@@ -81,7 +81,7 @@ func TestCompactKeepsChecksums(t *testing.T) {
 			t.Fatal(err)
 		}
 		lsn++
-		cp, ok, err := s.Commit(ctx, g.ID, lsn, res.MaxOpID)
+		cp, ok, err := s.Writes().Commit(ctx, g.ID, lsn, res.MaxOpID)
 		if err != nil || !ok {
 			t.Fatalf("commit: %v (published %v)", err, ok)
 		}
@@ -256,7 +256,7 @@ func TestCompactReclaimed(t *testing.T) {
 			t.Fatal(err)
 		}
 		lsn++
-		if _, ok, err := s.Commit(ctx, g.ID, lsn, res.MaxOpID); err != nil || !ok {
+		if _, ok, err := s.Writes().Commit(ctx, g.ID, lsn, res.MaxOpID); err != nil || !ok {
 			t.Fatalf("commit: %v (published %v)", err, ok)
 		}
 	}

@@ -11,8 +11,9 @@
 //
 //   - schema: Open creates and migrates the schema (schema.go) and returns
 //     the Store, which owns the pool (Close) and hands out the other roles;
-//   - write: the Store itself — Sink, writers, StreamResume, RowData,
-//     Commit (writer.go, stream.go, sink.go, checkpoint.go);
+//   - write: Writes — the Sink of a group, writers, StreamResume,
+//     RowData, Commit and the storage counters (sink.go, writer.go,
+//     stream.go, rowdata.go, checkpoint.go, stats.go);
 //   - catalog: Catalog — groups, source tables, snapshot ranges, sink
 //     pipeline records (groups.go, tables.go, ranges.go, sinkpipelines.go);
 //   - read: Reader — bucket data, parameter rows, checksums, change records,
@@ -28,8 +29,9 @@
 // invariants, and a Compactor's rewrite and a Reader's floor check are two
 // halves of one protocol (compact.go). Each embeds the shared db (pool,
 // schema, logger, counters, storage run), so a role value costs nothing
-// and all of them see one pool. The write role stays on Store while the
-// write path is reworked; it is the next to become a type of its own.
+// and all of them see one pool. Writes also holds the write path's own
+// state: encode buffers kept from batch to batch and the change records'
+// pruning horizon.
 //
 // # Schema
 //

@@ -40,7 +40,7 @@ func TestEnsureGroupLifecycle(t *testing.T) {
 	if err := s.Catalog().MarkSnapshotDone(ctx, v1, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.Commit(ctx, v1, 20, 0); err != nil || !ok {
+	if _, ok, err := s.Writes().Commit(ctx, v1, 20, 0); err != nil || !ok {
 		t.Fatalf("first checkpoint: %v %v", ok, err)
 	}
 	gs, _ = s.Catalog().EnsureGroup(ctx, "v1", "sp_")
@@ -59,7 +59,7 @@ func TestEnsureGroupLifecycle(t *testing.T) {
 	if err := s.Catalog().MarkSnapshotDone(ctx, v3, 30); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.Commit(ctx, v3, pglogrepl.LSN(40), 0); err != nil || !ok {
+	if _, ok, err := s.Writes().Commit(ctx, v3, pglogrepl.LSN(40), 0); err != nil || !ok {
 		t.Fatalf("v3 checkpoint: %v %v", ok, err)
 	}
 	gs, _ = s.Catalog().EnsureGroup(ctx, "v3", "sp_")
@@ -86,7 +86,7 @@ func TestPlanRangesKeepsFirstPlan(t *testing.T) {
 	if err != nil || len(again) != 3 {
 		t.Fatalf("re-plan replaced the stored plan: %+v %v", again, err)
 	}
-	if err := s.Sink(g.ID).MakeDurable(ctx); err != nil {
+	if err := s.Writes().Sink(g.ID).MakeDurable(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -111,7 +111,7 @@ func TestReplaceGroup(t *testing.T) {
 	if err := s.Catalog().MarkSnapshotDone(ctx, old.ID, 10); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.Commit(ctx, old.ID, 20, 0); err != nil || !ok {
+	if _, ok, err := s.Writes().Commit(ctx, old.ID, 20, 0); err != nil || !ok {
 		t.Fatalf("activate: %v %v", ok, err)
 	}
 	type result struct {
@@ -154,7 +154,7 @@ func TestReplaceGroup(t *testing.T) {
 	if err := s.Catalog().MarkSnapshotDone(ctx, ids[0], 30); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.Commit(ctx, ids[0], 40, 0); err != nil || !ok {
+	if _, ok, err := s.Writes().Commit(ctx, ids[0], 40, 0); err != nil || !ok {
 		t.Fatalf("replacement's first checkpoint: %v %v", ok, err)
 	}
 	if g, err := s.Catalog().Group(ctx, old.ID); err != nil || g.State != StateStop {
@@ -185,7 +185,7 @@ func TestEnsureGroupConcurrentStartsAgree(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	all, err := stores[0].Groups(ctx)
+	all, err := stores[0].Catalog().Groups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestWritesFencedByStorageRun(t *testing.T) {
 		t.Fatal("an open store has seen no storage run")
 	}
 	f := Fence{Epoch: before}
-	w := s.FencedSink(g.ID, f)
+	w := s.Writes().FencedSink(g.ID, f)
 	if err := w.MakeDurable(ctx); err != nil {
 		t.Fatalf("same run: %v", err)
 	}
@@ -33,13 +33,13 @@ func TestWritesFencedByStorageRun(t *testing.T) {
 	if s.Leases().Epoch() == before {
 		t.Fatalf("epoch still %d after the run changed", before)
 	}
-	if _, _, err := s.commitStream(ctx, g.ID, 100, f); !errors.Is(err, ErrStorageRestarted) {
+	if _, _, err := s.Writes().commitStream(ctx, g.ID, 100, f); !errors.Is(err, ErrStorageRestarted) {
 		t.Fatalf("Commit after the run changed: %v, want ErrStorageRestarted", err)
 	}
-	if _, err := s.NewFencedWriter(ctx, g.ID, f); !errors.Is(err, ErrStorageRestarted) {
+	if _, err := s.Writes().NewFencedWriter(ctx, g.ID, f); !errors.Is(err, ErrStorageRestarted) {
 		t.Fatalf("writer after the run changed: %v, want ErrStorageRestarted", err)
 	}
-	fresh := s.FencedSink(g.ID, Fence{Epoch: s.Leases().Epoch()})
+	fresh := s.Writes().FencedSink(g.ID, Fence{Epoch: s.Leases().Epoch()})
 	if err := fresh.MakeDurable(ctx); err != nil {
 		t.Fatalf("a writer fenced with the new run: %v", err)
 	}

@@ -20,7 +20,7 @@ func TestHugeRowBuffersNotKept(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	sw := s.NewStreamWriter(g.ID, Fence{})
+	sw := s.Writes().NewStreamWriter(g.ID, Fence{})
 	huge := strings.Repeat("x", 12<<20)
 	change := func(data string) []model.Change {
 		return []model.Change{{Table: todos, Kind: model.Upsert, Key: key(1), RowData: []byte(data),
@@ -63,7 +63,7 @@ func TestUsualBatchBuffersKept(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	sw := s.NewStreamWriter(g.ID, Fence{})
+	sw := s.Writes().NewStreamWriter(g.ID, Fence{})
 	data := `{"id":"0f8fad5b-d9cb-469f-a165-70867728950e","list_id":"7c9e6679-7425-40de-944b-e07fc1f90ae7","description":"` +
 		strings.Repeat("d", 60) + `","completed":false,"created_at":"2026-12-07 03:00:00Z"}`
 	cs := make([]model.Change, 10000)

@@ -68,7 +68,7 @@ func TestClaimSnapshotUnits(t *testing.T) {
 		}
 	}
 	counts(3, 1) // ranges 0, 3, 4 pending; 2 held by proc-b (a claim of its own)
-	if _, _, err := s.FencedSink(gs[0].ID, FenceOf(got[0].Lease)).Resume(ctx, "public.t", 0); err != nil {
+	if _, _, err := s.Writes().FencedSink(gs[0].ID, FenceOf(got[0].Lease)).Resume(ctx, "public.t", 0); err != nil {
 		t.Fatal(err)
 	}
 	counts(2, 2)
@@ -111,10 +111,10 @@ func TestClaimSnapshotUnits(t *testing.T) {
 		t.Fatalf("steal: %v, takeover %v", st, stolen[1].Lease.Takeover)
 	}
 	// proc-b learns it as its unit resumes, before it reads anything.
-	if _, _, err := s.FencedSink(gs[0].ID, FenceOf(byB[5].Lease)).Resume(ctx, "public.t", 5); !errors.Is(err, ErrLeaseLost) {
+	if _, _, err := s.Writes().FencedSink(gs[0].ID, FenceOf(byB[5].Lease)).Resume(ctx, "public.t", 5); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("resume under a stolen lease: %v, want ErrLeaseLost", err)
 	}
-	if _, ok, err := s.FencedSink(gs[0].ID, FenceOf(stolen[1].Lease)).Resume(ctx, "public.t", 5); err != nil || ok {
+	if _, ok, err := s.Writes().FencedSink(gs[0].ID, FenceOf(stolen[1].Lease)).Resume(ctx, "public.t", 5); err != nil || ok {
 		t.Fatalf("resume of an unplanned range by its holder: %v %v, want nothing stored", ok, err)
 	}
 	// The answers tell whether the table is marked snapshot done.

@@ -70,7 +70,7 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
-	wa, err := s.NewFencedWriter(ctx, g.ID, FenceOf(a))
+	wa, err := s.Writes().NewFencedWriter(ctx, g.ID, FenceOf(a))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	if _, err := wa.WriteSnapshot(ctx, row(1)); err != nil {
 		t.Fatalf("write under a held lease: %v", err)
 	}
-	sink := s.FencedSink(g.ID, FenceOf(a))
+	sink := s.Writes().FencedSink(g.ID, FenceOf(a))
 	commit := func(k *Sink, rows int64) error {
 		return k.Commit(ctx, sinks.Batch{Progress: sinks.Position{Table: "public.todos", Range: 0, LastKey: []string{"1"}, RowsDone: rows}})
 	}
@@ -144,11 +144,11 @@ func TestFencedWritesStopAtTakeover(t *testing.T) {
 	if n := len(ops(t, s, g.ID)); n != before {
 		t.Fatalf("the fenced-out write stored ops: %d, want %d", n, before)
 	}
-	pos, _, err := s.Sink(g.ID).Resume(ctx, "public.todos", 0)
+	pos, _, err := s.Writes().Sink(g.ID).Resume(ctx, "public.todos", 0)
 	if err != nil || pos.RowsDone != 1 {
 		t.Fatalf("range progress %+v (%v) after the fenced-out commit, want 1 row", pos, err)
 	}
-	if err := commit(s.FencedSink(g.ID, FenceOf(b)), 2); err != nil {
+	if err := commit(s.Writes().FencedSink(g.ID, FenceOf(b)), 2); err != nil {
 		t.Fatalf("the new holder's commit: %v", err)
 	}
 
@@ -179,7 +179,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
-	if _, _, err := s.commitStream(ctx, g.ID, 100, FenceOf(a)); err != nil {
+	if _, _, err := s.Writes().commitStream(ctx, g.ID, 100, FenceOf(a)); err != nil {
 		t.Fatalf("commit under a held lease: %v", err)
 	}
 	if err := s.Leases().RenewLease(ctx, a, time.Millisecond); err != nil {
@@ -194,12 +194,12 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("take-over: %v %v", ok, err)
 	}
-	if _, _, err := s.commitStream(ctx, g.ID, 200, FenceOf(a)); !errors.Is(err, ErrLeaseLost) {
+	if _, _, err := s.Writes().commitStream(ctx, g.ID, 200, FenceOf(a)); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("the old holder's commit after the takeover: %v, want ErrLeaseLost", err)
 	}
 	resume := func() pglogrepl.LSN {
 		t.Helper()
-		p, _, err := s.StreamResume(ctx, g.ID)
+		p, _, err := s.Writes().StreamResume(ctx, g.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,7 +208,7 @@ func TestStreamCommitFencedAtTakeover(t *testing.T) {
 	if got := resume(); got != 100 {
 		t.Fatalf("stream position %s after the fenced-out commit, want 0/64", got)
 	}
-	if _, _, err := s.commitStream(ctx, g.ID, 200, FenceOf(b)); err != nil {
+	if _, _, err := s.Writes().commitStream(ctx, g.ID, 200, FenceOf(b)); err != nil {
 		t.Fatalf("the new holder's commit: %v", err)
 	}
 	if got := resume(); got != 200 {

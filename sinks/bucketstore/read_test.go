@@ -33,7 +33,7 @@ func readyGroup(t testing.TB, s *Store, group int, tables ...*model.Table) {
 // publishAt publishes a checkpoint covering everything written so far.
 func publishAt(t testing.TB, s *Store, group int, lsn uint64, opID int64) Checkpoint {
 	t.Helper()
-	cp, ok, err := s.Commit(context.Background(), group, pglogrepl.LSN(lsn), opID)
+	cp, ok, err := s.Writes().Commit(context.Background(), group, pglogrepl.LSN(lsn), opID)
 	if err != nil || !ok {
 		t.Fatalf("commit at %d/%d: published=%v err=%v", lsn, opID, ok, err)
 	}

@@ -18,7 +18,7 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	sw := s.NewStreamWriter(g.ID, Fence{})
+	sw := s.Writes().NewStreamWriter(g.ID, Fence{})
 	in := func(bucket string, rows ...int) []model.Change {
 		var cs []model.Change
 		for _, i := range rows {

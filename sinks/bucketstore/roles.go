@@ -4,11 +4,28 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncpipe/syncpipe/internal/freelist"
 )
 
 // The roles of bucket storage (see "Roles" in doc.go). Each is a concrete
 // type with the methods of its role only, sharing the Store's pool; a
 // consumer declares the few methods it calls as an interface of its own.
+
+// Writes is the write role: the Sink of a group (sink.go), Writers
+// (writer.go), the stream's StreamWriter, StreamResume and RowData
+// (stream.go, rowdata.go), checkpoint publication (Commit, checkpoint.go)
+// and the storage counters (Stats). Store.Writes returns it.
+type Writes struct {
+	*db
+	// changeRetention is how many op ids of change records Commit keeps
+	// (changerecords.go); tests lower it. pruneNext: per group, the
+	// horizon at which pruning is next worth a statement.
+	changeRetention int64
+	pruneNext       sync.Map
+	// spare keeps encode buffers from batch to batch (maxSpareBufs).
+	spare freelist.List[*writeBufs]
+}
 
 // Catalog records what is replicated: groups and their lifecycle, source
 // tables, snapshot ranges and progress, and the custom sink pipelines'

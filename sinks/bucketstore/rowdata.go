@@ -18,7 +18,7 @@ type RowRef struct {
 // result. The stream uses it to merge the unchanged TOAST values an UPDATE
 // omits; it sees every committed write, so callers must themselves keep
 // track of rows whose newer state is still on its way to storage.
-func (s *Store) RowData(ctx context.Context, group int, rows []RowRef) (map[RowRef][]byte, error) {
+func (s *Writes) RowData(ctx context.Context, group int, rows []RowRef) (map[RowRef][]byte, error) {
 	out := make(map[RowRef][]byte, len(rows))
 	if len(rows) == 0 {
 		return out, nil

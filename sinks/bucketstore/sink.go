@@ -31,8 +31,9 @@ var Spec = sinks.Spec{
 		"The replication group it writes to is the one `syncpipe run` keeps for the sync rules version, not a setting.",
 }
 
-// Sink adapts a Store to sinks.Sink for one replication group: the sink
-// the group's snapshot ranges and its stream run through (sinks.Chain).
+// Sink adapts the write role (Writes) to sinks.Sink for one replication
+// group: the sink the group's snapshot ranges and its stream run through
+// (sinks.Chain).
 //
 // Snapshot batches (Position.Table set) are written insert-only with
 // WriteSnapshot and their Commit records the range's progress. The stream
@@ -40,26 +41,26 @@ var Spec = sinks.Spec{
 // state of a batch's rows ahead (sinks.Preparer, see Prepared) and writes
 // the batch with its position and table records (StreamTables) in one
 // transaction; its Commit publishes a checkpoint at the batch's LSN
-// covering every op committed so far (Store.Commit keeps it below any
+// covering every op committed so far (Writes.Commit keeps it below any
 // writer still in flight), and reports whether it did (sinks.Publisher).
 type Sink struct {
-	store *Store
-	group int
-	fence Fence
-	owned bool // Close closes the store
+	writes *Writes
+	group  int
+	fence  Fence
+	owner  *Store // the store the registry factory opened; Close closes it
 
 	mu     sync.Mutex
 	tables map[string]string
 }
 
 // Sink returns a sinks.Sink writing to group.
-func (s *Store) Sink(group int) *Sink {
-	return &Sink{store: s, group: group, tables: map[string]string{}}
+func (s *Writes) Sink(group int) *Sink {
+	return &Sink{writes: s, group: group, tables: map[string]string{}}
 }
 
 // FencedSink is Sink for a work unit holding a lease: its writes and range
 // commits go through only while f holds (see Fence).
-func (s *Store) FencedSink(group int, f Fence) *Sink {
+func (s *Writes) FencedSink(group int, f Fence) *Sink {
 	k := s.Sink(group)
 	k.fence = f
 	return k
@@ -68,7 +69,7 @@ func (s *Store) FencedSink(group int, f Fence) *Sink {
 // openSink is the registry factory, for programs that open sinks by name:
 // it opens the storage env.Storage names and writes to the newest group
 // that is not terminated. (`syncpipe run` gives each unit of a group a Sink
-// of its own, fenced by the unit's lease: Store.FencedSink.)
+// of its own, fenced by the unit's lease: Writes.FencedSink.)
 func openSink(ctx context.Context, _ *sinks.Settings, env sinks.Env) (sinks.Sink, error) {
 	st := env.Storage
 	if st.URI == "" {
@@ -79,13 +80,13 @@ func openSink(ctx context.Context, _ *sinks.Settings, env sinks.Env) (sinks.Sink
 	if err != nil {
 		return nil, err
 	}
-	gs, err := store.Groups(ctx)
+	gs, err := store.Catalog().Groups(ctx)
 	if err != nil || len(gs) == 0 {
 		store.Close()
 		return nil, fmt.Errorf("no replication group in storage to write to (start `syncpipe run` first): %v", err)
 	}
-	k := store.Sink(gs[len(gs)-1].ID)
-	k.owned = true
+	k := store.Writes().Sink(gs[len(gs)-1].ID)
+	k.owner = store
 	return k, nil
 }
 
@@ -101,9 +102,9 @@ type sinkWriter struct{ k *Sink }
 // Write persists one batch durably (its transaction has committed).
 func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	k := w.k
-	bufs := k.store.takeBufs()
-	defer k.store.spare.Put(bufs) // after wr.Close has put the buffers back in bufs
-	wr, err := k.store.newWriter(ctx, k.group, k.fence, bufs)
+	bufs := k.writes.takeBufs()
+	defer k.writes.spare.Put(bufs) // after wr.Close has put the buffers back in bufs
+	wr, err := k.writes.newWriter(ctx, k.group, k.fence, bufs)
 	if err != nil {
 		return err
 	}
@@ -142,7 +143,7 @@ func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 	if pos.TxnLSN != 0 {
 		return false, nil
 	}
-	_, published, err := k.store.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
+	_, published, err := k.writes.commitStream(ctx, k.group, pglogrepl.LSN(pos.LSN), k.fence)
 	return published, err
 }
 
@@ -154,7 +155,7 @@ func (k *Sink) CommitPublish(ctx context.Context, b sinks.Batch) (bool, error) {
 // which follows every earlier commit — on the same server run, hence the
 // sink's Fence.Epoch (ErrStorageRestarted: those commits may be gone).
 func (k *Sink) MakeDurable(ctx context.Context) error {
-	return k.store.makeDurable(ctx, k.fence.Epoch)
+	return k.writes.makeDurable(ctx, k.fence.Epoch)
 }
 
 func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
@@ -168,7 +169,7 @@ func (k *Sink) tableID(ctx context.Context, table string) (string, error) {
 	if !found {
 		schema, name = "public", table
 	}
-	err := k.store.pool.QueryRow(ctx, `SELECT id FROM source_tables WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`,
+	err := k.writes.pool.QueryRow(ctx, `SELECT id FROM source_tables WHERE group_id = $1 AND schema_name = $2 AND table_name = $3`,
 		k.group, schema, name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", fmt.Errorf("table %s is not registered in group %d", table, k.group)
@@ -214,7 +215,7 @@ func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 	if k.fence.Lease != "" {
 		q, args = fencedCommitRangeSQL, append(args, k.fence.Lease, k.fence.Token)
 	}
-	conn, err := k.store.acquire(ctx, k.fence.Epoch, what)
+	conn, err := k.writes.acquire(ctx, k.fence.Epoch, what)
 	if err != nil {
 		return err
 	}
@@ -241,7 +242,7 @@ func (k *Sink) commitRange(ctx context.Context, pos sinks.Position) error {
 func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Position, bool, error) {
 	if table == "" {
 		var lsn *string
-		err := k.store.pool.QueryRow(ctx, `SELECT stream_lsn::text FROM groups WHERE id = $1`, k.group).Scan(&lsn)
+		err := k.writes.pool.QueryRow(ctx, `SELECT stream_lsn::text FROM groups WHERE id = $1`, k.group).Scan(&lsn)
 		if err != nil {
 			return sinks.Position{}, false, fmt.Errorf("resume stream of group %d: %w", k.group, err)
 		}
@@ -261,7 +262,7 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 	// whose lease was taken since it was claimed (a steal) learns it here,
 	// before it reads anything.
 	var held, found bool
-	err = k.store.pool.QueryRow(ctx, `WITH started AS (
+	err = k.writes.pool.QueryRow(ctx, `WITH started AS (
 		  UPDATE leases SET started = true WHERE name = $3 AND token = $4 AND NOT started)
 		SELECT $3 = '' OR EXISTS (SELECT 1 FROM leases WHERE name = $3 AND token = $4), r.last_key, coalesce(r.rows_done, 0), coalesce(r.done, false), r.range_no IS NOT NULL
 		FROM (SELECT 1) one LEFT JOIN snapshot_ranges r ON r.source_table_id = $1 AND r.range_no = $2`,
@@ -279,8 +280,8 @@ func (k *Sink) Resume(ctx context.Context, table string, rangeNo int) (sinks.Pos
 
 // Close closes the store if the sink opened it.
 func (k *Sink) Close(ctx context.Context) error {
-	if k.owned {
-		k.store.Close()
+	if k.owner != nil {
+		k.owner.Close()
 	}
 	return nil
 }

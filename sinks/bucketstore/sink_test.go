@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/pipeline"
 	"github.com/syncpipe/syncpipe/sinks"
@@ -49,7 +50,7 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	ctx := context.Background()
 	s, g := openStore(t)
 	todos := registerTable(t, s, g.ID, "todos")
-	sink := s.Sink(g.ID)
+	sink := s.Writes().Sink(g.ID)
 
 	var snap []sinks.Batch
 	for c := range 5 {
@@ -106,10 +107,60 @@ func TestSinkSnapshotThenStream(t *testing.T) {
 	}
 	// The runs' writers are gone; their grown encode buffers wait on the
 	// store's shelf for the next run's.
-	shelved := s.spare.Len()
-	b, _ := s.spare.Get()
+	shelved := s.Writes().spare.Len()
+	b, _ := s.Writes().spare.Get()
 	grown := b != nil && cap(b.ops.buf) > 0
 	if shelved == 0 || shelved > 2 || !grown {
 		t.Fatalf("after two runs of 2 writers: %d buffer sets shelved (grown: %v), want 1 or 2, grown", shelved, grown)
+	}
+}
+
+// TestSinkFromRegistry opens bucket storage by name, as a program that
+// opens sinks from the registry does: the sink writes to the newest
+// group, and its Close closes the storage the factory opened, while a
+// sink handed out by a Store's write role leaves that Store open.
+func TestSinkFromRegistry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	uri := pgtest.NewDB(t)
+	env := sinks.Env{Pipeline: "registry", Storage: sinks.StorageConn{URI: uri}}
+	s, err := Open(ctx, Config{URI: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	if _, err := sinks.Open(ctx, sinks.Config{Type: TypeName}, env); err == nil {
+		t.Fatal("opened a bucketstore sink on storage without a group")
+	}
+	var newest Group
+	for range 2 {
+		if newest, err = s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	opened, err := sinks.Open(ctx, sinks.Config{Type: TypeName}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := opened.(*Sink)
+	if k.group != newest.ID {
+		t.Errorf("the sink writes to group %d, want the newest, %d", k.group, newest.ID)
+	}
+	if err := k.writes.pool.Ping(ctx); err != nil {
+		t.Fatalf("the sink's storage before Close: %v", err)
+	}
+	if err := k.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.writes.pool.Ping(ctx); err == nil {
+		t.Error("the storage the registry factory opened is still open after the sink's Close")
+	}
+
+	if err := s.Writes().Sink(newest.ID).Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().Ping(ctx); err != nil {
+		t.Errorf("closing a sink of the write role closed its Store: %v", err)
 	}
 }

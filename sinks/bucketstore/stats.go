@@ -42,7 +42,7 @@ func (c *counters) record(r Result, d time.Duration) {
 }
 
 // Stats returns a snapshot of the store's counters.
-func (s *Store) Stats() Stats {
+func (s *Writes) Stats() Stats {
 	c := &s.counters
 	return Stats{
 		Rows: c.rows.Load(), Ops: c.ops.Load(), Params: c.params.Load(), Bytes: c.bytes.Load(),

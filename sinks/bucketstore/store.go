@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,20 +56,13 @@ type db struct {
 	runs *incarnations
 }
 
-// Store is the bucket storage. It opens the pool, migrates the schema,
-// and holds the write role itself (Sink, writers, Commit, StreamResume,
-// RowData); the other roles are values sharing its pool: Catalog,
-// Reader, Leases and Compactor. It is safe for concurrent use.
+// Store is the bucket storage. It opens the pool and migrates the schema;
+// the roles are values sharing its pool: Writes, Catalog, Reader, Leases
+// and Compactor. It is safe for concurrent use.
 type Store struct {
 	*db
-	// changeRetention is how many op ids of change records Commit keeps
-	// (changerecords.go); tests lower it. pruneNext: per group, the
-	// horizon at which pruning is next worth a statement.
-	changeRetention int64
-	pruneNext       sync.Map
-	// spare keeps encode buffers from batch to batch (maxSpareBufs).
-	spare freelist.List[*writeBufs]
 
+	writes    *Writes
 	catalog   *Catalog
 	reader    *Reader
 	leases    *Leases
@@ -130,9 +122,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	d := &db{pool: pool, schema: cfg.Schema, log: log, runs: runs}
 	catalog := &Catalog{d}
-	return &Store{db: d, changeRetention: defaultChangeRetention,
-		spare:   freelist.List[*writeBufs]{Max: maxSpareBufs},
-		catalog: catalog, reader: &Reader{d}, leases: &Leases{db: d}, compactor: &Compactor{db: d, catalog: catalog}}, nil
+	writes := &Writes{db: d, changeRetention: defaultChangeRetention, spare: freelist.List[*writeBufs]{Max: maxSpareBufs}}
+	return &Store{db: d, writes: writes, catalog: catalog, reader: &Reader{d}, leases: &Leases{db: d},
+		compactor: &Compactor{db: d, catalog: catalog}}, nil
 }
 
 // Close releases the store's connections.
@@ -140,6 +132,11 @@ func (s *Store) Close() {
 	s.leases.close()
 	s.pool.Close()
 }
+
+// Writes is the role replication writes with: the sink of a group,
+// writers, the stream's resume position and row data, checkpoints
+// (Commit) and the storage counters (Stats).
+func (s *Store) Writes() *Writes { return s.writes }
 
 // Catalog is the role that records what is replicated: groups, source
 // tables, snapshot ranges and the custom sink pipelines.
@@ -156,10 +153,6 @@ func (s *Store) Leases() *Leases { return s.leases }
 // Compactor is the maintenance role: compaction, clearing and
 // terminating groups, and storage sizes.
 func (s *Store) Compactor() *Compactor { return s.compactor }
-
-// Groups lists every group, as Catalog.Groups does; the write role's
-// sink factory (sink.go) picks its group with it.
-func (s *Store) Groups(ctx context.Context) ([]Group, error) { return s.catalog.Groups(ctx) }
 
 // Pool is the store's connection pool, for callers that run their own
 // queries against storage (tests, the status command).

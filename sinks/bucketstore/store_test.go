@@ -35,7 +35,7 @@ func openStore(t testing.TB) (*Store, Group) {
 
 func newWriter(t testing.TB, s *Store, group int) *Writer {
 	t.Helper()
-	w, err := s.NewWriter(context.Background(), group)
+	w, err := s.Writes().NewWriter(context.Background(), group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +331,7 @@ func TestErrorStateDoesNotConflictWithWriters(t *testing.T) {
 	errs := make(chan error, 4)
 	for wi := range 4 {
 		go func() {
-			w, err := s.NewWriter(ctx, g.ID)
+			w, err := s.Writes().NewWriter(ctx, g.ID)
 			if err != nil {
 				errs <- err
 				return
@@ -363,7 +363,7 @@ func TestErrorStateDoesNotConflictWithWriters(t *testing.T) {
 	if n := len(ops(t, s, g.ID)); n != 100 {
 		t.Fatalf("%d ops, want 100", n)
 	}
-	if r := s.Stats().Retries; r != 0 {
+	if r := s.Writes().Stats().Retries; r != 0 {
 		t.Fatalf("%d write transactions were retried, want 0", r)
 	}
 }

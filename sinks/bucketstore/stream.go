@@ -141,7 +141,7 @@ func queueTable(tail *pgx.Batch, group int, u TableUpdate) {
 
 // StreamResume returns the stream position storage holds for group (ok is
 // false before the first stream write).
-func (s *Store) StreamResume(ctx context.Context, group int) (p StreamProgress, ok bool, err error) {
+func (s *Writes) StreamResume(ctx context.Context, group int) (p StreamProgress, ok bool, err error) {
 	var lsn, txn *string
 	err = s.pool.QueryRow(ctx, `SELECT stream_lsn::text, stream_txn_lsn::text, stream_txn_changes FROM groups WHERE id = $1`, group).
 		Scan(&lsn, &txn, &p.TxnChanges)
@@ -169,7 +169,7 @@ func (s *Store) StreamResume(ctx context.Context, group int) (p StreamProgress, 
 // batch to batch. Prepare may read the next batch's stored state while a
 // Write runs.
 type StreamWriter struct {
-	s     *Store
+	s     *Writes
 	group int
 	fence Fence
 	bufs  writeBufs
@@ -186,7 +186,7 @@ type StreamWriter struct {
 
 // NewStreamWriter returns a stream writer for group whose writes carry f
 // (see Fence; the zero Fence checks nothing).
-func (s *Store) NewStreamWriter(group int, f Fence) *StreamWriter {
+func (s *Writes) NewStreamWriter(group int, f Fence) *StreamWriter {
 	return &StreamWriter{s: s, group: group, fence: f, prepared: freelist.List[*Prepared]{Max: writtenKept}}
 }
 
@@ -235,19 +235,19 @@ func (sw *StreamWriter) Write(ctx context.Context, changes []model.Change, p Str
 }
 
 // commitStream publishes a checkpoint of group at source position lsn
-// covering every op committed so far (Store.Commit keeps it below any
+// covering every op committed so far (Writes.Commit keeps it below any
 // writer still in flight, and refuses while a transaction or a
 // re-snapshot is half written). It fails with ErrStorageRestarted when
 // storage restarted since f.Epoch: the ops it would cover may have been
 // lost; and with ErrLeaseLost, recording nothing, once another process
 // holds f's lease: the new holder resumes from the position it read on
 // taking over, so the slot must not be confirmed past it.
-func (s *Store) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, f Fence) (Checkpoint, bool, error) {
+func (s *Writes) commitStream(ctx context.Context, group int, lsn pglogrepl.LSN, f Fence) (Checkpoint, bool, error) {
 	return s.commit(ctx, group, lsn, 0, f, true)
 }
 
 // makeDurable is MakeDurable on the storage run epoch.
-func (s *Store) makeDurable(ctx context.Context, epoch uint64) error {
+func (s *Writes) makeDurable(ctx context.Context, epoch uint64) error {
 	conn, err := s.acquire(ctx, epoch, "flush storage WAL")
 	if err != nil {
 		return err
@@ -284,11 +284,11 @@ func (k *Sink) StreamWriter(ctx context.Context) (sinks.Writer, error) {
 	// A position-only batch is recorded by its commit alone, unless the
 	// stored position is inside a source transaction, whose record only a
 	// write clears.
-	p, _, err := k.store.StreamResume(ctx, k.group)
+	p, _, err := k.writes.StreamResume(ctx, k.group)
 	if err != nil {
 		return nil, err
 	}
-	return &sinkStreamWriter{sw: k.store.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
+	return &sinkStreamWriter{sw: k.writes.NewStreamWriter(k.group, k.fence), storedInTxn: p.TxnLSN != 0}, nil
 }
 
 // sinkStreamWriter adapts a StreamWriter to sinks.Writer and

@@ -81,7 +81,7 @@ func TestWatchFanOutAndCoalescing(t *testing.T) {
 	last := writeRows(t, w, todos, 0, 5)
 	committed := make(chan Checkpoint, 1)
 	go func() {
-		cp, _, _ := s.Commit(ctx, g.ID, 100, last)
+		cp, _, _ := s.Writes().Commit(ctx, g.ID, 100, last)
 		committed <- cp
 	}()
 	for i, ch := range subs {
@@ -193,7 +193,7 @@ func TestWatchReconnectsAndFollowsGroupSwitch(t *testing.T) {
 	// The stopped group's writer still writes, but its checkpoint is
 	// refused (its replication ends there); the next value must be the
 	// active group's.
-	if _, ok, err := s.Commit(ctx, g.ID, 400, writeRows(t, w, todos, 20, 3)); ok || !errors.Is(err, ErrGroupStopped) {
+	if _, ok, err := s.Writes().Commit(ctx, g.ID, 400, writeRows(t, w, todos, 20, 3)); ok || !errors.Is(err, ErrGroupStopped) {
 		t.Fatalf("commit of the stopped group: published %v, err %v; want ErrGroupStopped", ok, err)
 	}
 	fourth := publishAt(t, s, g2.ID, 400, writeRows(t, w2, todos2, 10, 3))

@@ -44,7 +44,7 @@ func (r *Result) add(r2 Result) {
 // gives each of its writer goroutines one Writer, and several Writers (in
 // one process or many) may write the same group at once.
 type Writer struct {
-	s      *Store
+	s      *Writes
 	group  int
 	fence  Fence
 	conn   *pgxpool.Conn
@@ -92,14 +92,14 @@ const (
 
 // NewWriter returns a writer for group holding one pooled connection until
 // Close.
-func (s *Store) NewWriter(ctx context.Context, group int) (*Writer, error) {
+func (s *Writes) NewWriter(ctx context.Context, group int) (*Writer, error) {
 	return s.newWriter(ctx, group, Fence{}, nil)
 }
 
 // NewFencedWriter is NewWriter for a work unit holding a lease: every
 // write commits only while f holds (see Fence), else fails with an error
 // matching ErrLeaseLost.
-func (s *Store) NewFencedWriter(ctx context.Context, group int, f Fence) (*Writer, error) {
+func (s *Writes) NewFencedWriter(ctx context.Context, group int, f Fence) (*Writer, error) {
 	return s.newWriter(ctx, group, f, nil)
 }
 
@@ -107,7 +107,7 @@ func (s *Store) NewFencedWriter(ctx context.Context, group int, f Fence) (*Write
 // back to, home when it is set: a caller that opens a writer per batch
 // (the sink's flush workers) keeps its buffers grown instead of growing
 // (and copying) them again for every batch.
-func (s *Store) newWriter(ctx context.Context, group int, f Fence, home *writeBufs) (*Writer, error) {
+func (s *Writes) newWriter(ctx context.Context, group int, f Fence, home *writeBufs) (*Writer, error) {
 	conn, err := s.acquire(ctx, f.Epoch, fmt.Sprintf("writer for group %d", group))
 	if err != nil {
 		return nil, err
@@ -163,7 +163,7 @@ func (b *writeBufs) trim(items int) {
 }
 
 // maxSpareBufs bounds the store's shelf of encode buffers kept between
-// batches (Store.spare): snapshot runs are short (a unit of a few chunks
+// batches (Writes.spare): snapshot runs are short (a unit of a few chunks
 // opens its writers afresh), and buffers grown from nothing for every unit
 // cost more CPU in append's copying and in faulting fresh pages than
 // encoding the rows. The bound is about the writers of a few units at
@@ -172,7 +172,7 @@ func (b *writeBufs) trim(items int) {
 const maxSpareBufs = 8
 
 // takeBufs returns a set of encode buffers off the shelf, or a new one.
-func (s *Store) takeBufs() *writeBufs {
+func (s *Writes) takeBufs() *writeBufs {
 	if b, ok := s.spare.Get(); ok {
 		return b
 	}

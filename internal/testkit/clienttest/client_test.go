@@ -377,7 +377,7 @@ func TestRealClient(t *testing.T) {
 		s.exec(t, ctx, fmt.Sprintf(`UPDATE todos SET description = 'pass %d ' || id`, i))
 	}
 	waitN("passes", `SELECT count(*) FROM todos WHERE description LIKE 'pass 2 %'`, s.count(t, ctx, "SELECT count(*) FROM todos"))
-	groups, err := s.store.Groups(ctx)
+	groups, err := s.store.Catalog().Groups(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

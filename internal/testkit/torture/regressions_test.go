@@ -205,7 +205,7 @@ func TestSourceCutDuringReReadIsRetried(t *testing.T) {
 // workload runs. The stream used to publish a checkpoint before it made
 // storage durable (only the source acknowledgement waited for
 // MakeDurable); now the transaction that publishes one waits for its WAL
-// flush (bucketstore.Store.Commit). Before, checkpoints that clients
+// flush (bucketstore.Writes.Commit). Before, checkpoints that clients
 // already downloaded could be lost with the crash: the stream replays the
 // source from the last acknowledged position and writes those changes
 // again, under op ids at or below ones the clients hold. The first torture
