@@ -122,3 +122,35 @@ func ExampleRegister() {
 	// audit: resume after LSN 3000
 	// audit: 3 upserts, 2 deletes
 }
+
+// A factory reads its settings typed, as its Spec declares them: a
+// declared default fills a setting the config leaves out, and Has tells a
+// setting that has a value (given or defaulted) from one that has none.
+func ExampleSettings() {
+	spec := sinks.Spec{Summary: "keeps every n-th change", Fields: []sinks.Field{
+		{Name: "every", Type: sinks.FieldInt, Default: 10, Doc: "Keep one change in this many."},
+		{Name: "tag", Type: sinks.FieldString, Doc: "Label of the kept changes; none when absent."},
+	}}
+	factory := func(_ context.Context, set *sinks.Settings, _ sinks.Env) (sinks.Sink, error) {
+		fmt.Printf("every %d, tag set: %v\n", set.Int("every"), set.Has("tag"))
+		return &countSink{label: "sampled"}, nil
+	}
+	if err := sinks.Register("sampling", spec, factory); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	for _, settings := range []map[string]any{{"every": 3}, {"tag": "audit"}} {
+		sink, err := sinks.Open(ctx, sinks.Config{Type: "sampling", Settings: settings}, sinks.Env{Pipeline: "sampled"})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		_ = sink.Close(ctx)
+	}
+	// Output:
+	// every 3, tag set: false
+	// sampled: 0 upserts, 0 deletes
+	// every 10, tag set: true
+	// sampled: 0 upserts, 0 deletes
+}

@@ -74,9 +74,6 @@ func NewBuilder(spec *TableSpec) *Builder {
 	return b
 }
 
-// ReplicaID returns the replica id of a row from its identity columns.
-func (b *Builder) ReplicaID(row []model.Value) uuid.UUID { return ReplicaID(&b.rk, b.spec, row) }
-
 // ReplicaID computes the replica id of a row of spec's table (UUIDv5 of
 // its identity columns) with rk's scratch state.
 func ReplicaID(rk *checksum.ReplicaKey, spec *TableSpec, row []model.Value) uuid.UUID {
@@ -107,12 +104,6 @@ func (b *Builder) Upsert(row []model.Value, dst []model.Change) ([]model.Change,
 	b.err = nil
 	ev := b.w.eval([]RowChange{{Spec: b.spec, Kind: model.Upsert, Row: row}}, estimateSize(row))
 	return append(dst, build(&b.rk, ev, 0)...), b.err
-}
-
-// Delete appends the Change deleting the row whose identity columns are in
-// row (other columns may be NULL) to dst.
-func (b *Builder) Delete(row []model.Value, dst []model.Change) []model.Change {
-	return append(dst, build(&b.rk, []Evaluated{{RowChange: &RowChange{Spec: b.spec, Kind: model.Delete, Row: row}}}, 0)...)
 }
 
 func joinErr(a, b error) error {

@@ -203,39 +203,6 @@ func decodeText(col Column, c codec, data []byte) (model.Value, error) {
 	return model.Text(string(data)), nil
 }
 
-// DecodeBinary converts one column value in Postgres's binary format to its
-// rule value. Only the types the snapshot reads in binary are supported
-// (int2, int4, int8, oid, float4, float8, bool, bytea, uuid, timestamptz);
-// other columns are an error. data == nil is NULL. The result never aliases
-// data.
-func DecodeBinary(col Column, data []byte) (model.Value, error) {
-	c := col.codec()
-	if !c.binaryFormat() {
-		return model.Null(), fmt.Errorf("decode column %s (%s): type has no binary decoder, read it as text", col.Name, col.TypeName)
-	}
-	if data == nil {
-		return model.Null(), nil
-	}
-	v, err := decodeBinaryScalar(c, data)
-	if err == nil && (c == codecBytea || c == codecUUID || c == codecTimestamptz) {
-		var b []byte
-		var ok bool
-		b, ok, err = appendBinaryBytes(nil, c, data, col.Times)
-		switch {
-		case err != nil || !ok:
-			v = model.Null()
-		case c == codecBytea:
-			v = model.Blob(append([]byte{}, b...))
-		default:
-			v = model.Text(string(b))
-		}
-	}
-	if err != nil {
-		return model.Null(), fmt.Errorf("decode column %s (%s) from binary: %w", col.Name, col.TypeName, err)
-	}
-	return v, nil
-}
-
 // decodeBinaryScalar decodes the fixed-size binary types without
 // allocating. For bytea, uuid and timestamptz it only validates and returns
 // NULL; their bytes are produced by appendBinaryBytes.

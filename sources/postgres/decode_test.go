@@ -91,7 +91,7 @@ func TestTimestamptzBinaryMatchesText(t *testing.T) {
 	for _, pg := range []int64{0, 1, -1, 500000, -946684800000000, 123456789012345, math.MaxInt64, math.MinInt64, -63082281600000000, pgMaxMicros + 1} {
 		var raw [8]byte
 		binary.BigEndian.PutUint64(raw[:], uint64(pg))
-		bin, err := DecodeBinary(col, raw[:])
+		bin, err := decodeBinary(col, raw[:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +213,7 @@ func TestFloat4MatchesPostgresText(t *testing.T) {
 	for _, f := range []float32{1.1, 0.1, 3.4028235e38, 1e-45, -2.5, 16777217} {
 		var raw [4]byte
 		binary.BigEndian.PutUint32(raw[:], math.Float32bits(f))
-		v, err := DecodeBinary(Column{TypeOID: oidFloat4}, raw[:])
+		v, err := decodeBinary(Column{TypeOID: oidFloat4}, raw[:])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -229,16 +229,16 @@ func TestFloat4MatchesPostgresText(t *testing.T) {
 }
 
 func TestDecodeBinaryErrors(t *testing.T) {
-	if _, err := DecodeBinary(Column{Name: "n", TypeName: "numeric", TypeOID: 1700}, []byte{1}); err == nil {
-		t.Error("numeric has no binary decoder but DecodeBinary accepted it")
+	if _, err := decodeBinary(Column{Name: "n", TypeName: "numeric", TypeOID: 1700}, []byte{1}); err == nil {
+		t.Error("numeric has no binary decoder but decodeBinary accepted it")
 	}
 	for _, oid := range []uint32{oidInt2, oidInt4, oidInt8, oidOID, oidFloat4, oidFloat8, oidBool, oidUUID, oidTimestamptz} {
-		if _, err := DecodeBinary(Column{Name: "c", TypeOID: oid}, []byte{1, 2, 3}); err == nil {
+		if _, err := decodeBinary(Column{Name: "c", TypeOID: oid}, []byte{1, 2, 3}); err == nil {
 			t.Errorf("oid %d: short binary value accepted", oid)
 		}
 	}
 	u := []byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
-	if v, _ := DecodeBinary(Column{TypeOID: oidUUID}, u); v.Str() != "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" {
+	if v, _ := decodeBinary(Column{TypeOID: oidUUID}, u); v.Str() != "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11" {
 		t.Errorf("uuid = %v", v)
 	}
 }

@@ -78,7 +78,7 @@ func TestTimeStylesBinary(t *testing.T) {
 		var raw [8]byte
 		binary.BigEndian.PutUint64(raw[:], uint64(micros))
 		for si, st := range allStyles {
-			v, err := DecodeBinary(Column{Name: "c", TypeOID: oidTimestamptz, Times: st}, raw[:])
+			v, err := decodeBinary(Column{Name: "c", TypeOID: oidTimestamptz, Times: st}, raw[:])
 			if err != nil || v.Str() != c.want[si] {
 				t.Errorf("binary %q style %d = %q, %v; want %q", c.text, st, v.Str(), err, c.want[si])
 			}
