@@ -33,7 +33,7 @@ var Spec = sinks.Spec{
 
 // Sink adapts the write role (Writes) to sinks.Sink for one replication
 // group: the sink the group's snapshot ranges and its stream run through
-// (sinks.Chain).
+// (stages.Chain).
 //
 // Snapshot batches (Position.Table set) are written insert-only with
 // WriteSnapshot and their Commit records the range's progress. The stream
@@ -113,12 +113,14 @@ func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 		_, err := wr.WriteSnapshot(ctx, b.Items)
 		return err
 	}
-	// A stream batch here comes from a pipeline wired without Chain
-	// (sinks.NewPipeline, FlushAndCommit), which knows no OrderedStream:
+	// A stream batch here comes from a pipeline wired without
+	// stages.Chain (sinks.FlushAndCommit), which knows no OrderedStream:
 	// written without read-ahead or table records, in order only with one
-	// flush writer. Nothing is visible to clients before Commit publishes
-	// a checkpoint.
-	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(b.Progress.LSN)})
+	// flush writer. Its position inside a source transaction is recorded
+	// as the stream's is, so no checkpoint publishes part of one. Nothing
+	// is visible to clients before Commit publishes a checkpoint.
+	p := b.Progress
+	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(p.LSN), TxnLSN: pglogrepl.LSN(p.TxnLSN), TxnChanges: p.TxnChanges})
 	return err
 }
 
