@@ -7,12 +7,18 @@
 # Harness code (internal/testkit, e2e, benchmarks) is not the product.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# deadcode (x/tools v0.53.0) type-checks the standard library at the
+# module's language version (go.mod: go 1.26), and go1.27's library uses
+# go1.27 features ("generic method requires go1.27"), so it runs on the
+# newest go1.26 toolchain, which the module supports, whatever CI builds
+# with (GOTOOLCHAIN=go1.27.3).
+export GOTOOLCHAIN=go1.26.8
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 GOBIN="$tmp" go install golang.org/x/tools/cmd/deadcode@v0.53.0
 "$tmp/deadcode" ./cmd/... ./examples/... ./benchmarks/cmd/... |
   sed -E 's#^(.*)/[^/]+\.go:[0-9]+:[0-9]+: unreachable func: (.*)$#\1 \2#' |
-  grep -Ev '^(internal/testkit|e2e|benchmarks)(/| )' | sort -u >"$tmp/found"
+  { grep -Ev '^(internal/testkit|e2e|benchmarks)(/| )' || true; } | sort -u >"$tmp/found"
 grep -Ev '^(#|$)' .ci/deadcode-allow.txt | awk '{print $1, $2}' | sort -u >"$tmp/allowed"
 fail=0
 while read -r dir fn; do
