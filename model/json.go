@@ -20,14 +20,16 @@ import (
 func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	dst = append(dst, '"')
 	start := 0
-	valid := validUTF8(s)
 	for i := 0; i < len(s); {
 		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
 		if c >= utf8.RuneSelf {
-			if valid {
-				i++ // part of a valid multi-byte sequence: verbatim
-				continue
-			}
+			// One pass: a rune is decoded only where a byte is not ASCII
+			// (checking the whole string for valid UTF-8 first cost a
+			// second pass over every string of every row).
 			var rb [utf8.UTFMax]byte
 			r, w := utf8.DecodeRune(rb[:copy(rb[:], s[i:])])
 			if r != utf8.RuneError || w != 1 {
@@ -38,10 +40,6 @@ func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
 			dst = append(dst, "\uFFFD"...)
 			i++
 			start = i
-			continue
-		}
-		if c >= 0x20 && c != '"' && c != '\\' {
-			i++
 			continue
 		}
 		dst = append(dst, s[start:i]...)
@@ -67,19 +65,6 @@ func AppendJSONString[S ~string | ~[]byte](dst []byte, s S) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
-}
-
-// validUTF8 reports whether s is valid UTF-8 without converting it; a
-// named string or byte slice type is checked rune by rune by the caller
-// instead (reported as not known to be valid).
-func validUTF8[S ~string | ~[]byte](s S) bool {
-	switch v := any(s).(type) {
-	case string:
-		return utf8.ValidString(v)
-	case []byte:
-		return utf8.Valid(v)
-	}
-	return false
 }
 
 // AppendJSONNumber appends f as JSON.stringify writes a number: as
