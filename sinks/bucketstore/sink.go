@@ -119,8 +119,7 @@ func (w *sinkWriter) Write(ctx context.Context, b sinks.Batch) error {
 	// flush writer. Its position inside a source transaction is recorded
 	// as the stream's is, so no checkpoint publishes part of one. Nothing
 	// is visible to clients before Commit publishes a checkpoint.
-	p := b.Progress
-	_, err = wr.WriteStream(ctx, b.Items, StreamProgress{LSN: pglogrepl.LSN(p.LSN), TxnLSN: pglogrepl.LSN(p.TxnLSN), TxnChanges: p.TxnChanges})
+	_, err = wr.WriteStream(ctx, b.Items, streamProgress(b.Progress, nil))
 	return err
 }
 

@@ -321,10 +321,17 @@ func (w *sinkStreamWriter) Write(ctx context.Context, b sinks.Batch) error {
 		return nil
 	}
 	prep, _ := pipeline.Attached(b, preparedKey)
-	p := StreamProgress{LSN: pglogrepl.LSN(pos.LSN), TxnLSN: pglogrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges, Tables: tables}
+	p := streamProgress(pos, tables)
 	if _, err := w.sw.Write(ctx, b.Items, p, prep); err != nil {
 		return err
 	}
 	w.storedInTxn = pos.TxnLSN != 0
 	return nil
+}
+
+// streamProgress is what a stream write records in storage for a batch
+// ending at pos: the position, inside a source transaction if pos is, and
+// the table records written with it.
+func streamProgress(pos sinks.Position, tables []TableUpdate) StreamProgress {
+	return StreamProgress{LSN: pglogrepl.LSN(pos.LSN), TxnLSN: pglogrepl.LSN(pos.TxnLSN), TxnChanges: pos.TxnChanges, Tables: tables}
 }
