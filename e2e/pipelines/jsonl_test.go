@@ -66,11 +66,15 @@ func TestRunTwoPipelinesJSONLExactlyOnce(t *testing.T) {
 		initial[id] = true
 	}
 	e.Start()
-	// The churn starts once the pipeline's slot exists: from then on every
-	// committed change is in the slot.
-	e.WaitFor(ctx, "the audit pipeline's slot", func() bool {
+	// The churn starts once the pipeline's slot has its consistent point:
+	// from then on every committed change is in the slot. A slot is listed
+	// while it is still being created, and a change committed before its
+	// consistent point is only in the snapshot (CI once lost 21 of them
+	// to the listing alone, with the source busy).
+	e.WaitFor(ctx, "the audit pipeline's slot at its consistent point", func() bool {
 		var n int
-		err := e.Src.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'syncpipe_p_audit'`).Scan(&n)
+		err := e.Src.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots
+			WHERE slot_name = 'syncpipe_p_audit' AND confirmed_flush_lsn IS NOT NULL`).Scan(&n)
 		return err == nil && n == 1
 	})
 	var mu sync.Mutex
