@@ -346,7 +346,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		if err != nil {
 			return nil, fmt.Errorf("old binary: %w", err)
 		}
-		defer func() { *peakRSS = max(*peakRSS, ds.close()) }()
+		defer ds.close() // the reported peak RSS (P6) is the new build's
 		if err := ds.warm(ctx); err != nil {
 			return nil, fmt.Errorf("warm up the old binary's LATERAL server: %w", err)
 		}
