@@ -35,8 +35,11 @@ type LoadOptions struct {
 	// SettleFor bounds the wait for the child's next GC before each memory
 	// measurement (see settledMemory); 0 measures at once.
 	SettleFor time.Duration
-	Log       io.Writer
-	Harness   *Harness
+	// Runs is the number of runs per binary of a comparison run
+	// (Harness.Compare; 0 = 1); without one the scenario runs once.
+	Runs    int
+	Log     io.Writer
+	Harness *Harness
 }
 
 // LoadPreset returns the options for a scale: "full" is the SPEC load
@@ -95,7 +98,13 @@ type loadFigures struct {
 // For. Per (client, transaction) it records commit → the client's
 // checkpoint_complete that brought it; at the end every client must hold
 // exactly the source's rows.
+//
+// With Harness.Compare the measurement is made with both binaries (see
+// runLoadCompare).
 func RunLoad(ctx context.Context, opt LoadOptions) (Result, error) {
+	if opt.Harness != nil && opt.Harness.Compare != "" {
+		return runLoadCompare(ctx, opt)
+	}
 	res, _, err := runLoad(ctx, opt)
 	return res, err
 }

@@ -2,6 +2,8 @@ package benchmarks
 
 import (
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,4 +83,32 @@ func TestLoadClientArrivals(t *testing.T) {
 	if !c.holds(map[string]int64{"a": 4}) { // what the restarted stream brought
 		t.Errorf("client holds %v", c.rows)
 	}
+}
+
+// TestLoadCompareSmoke runs the load scenario as a comparison run at a
+// tiny scale, the old binary being the new one: one measurement per
+// binary, a row each, and a comparison table with a ratio for each
+// headline figure.
+func TestLoadCompareSmoke(t *testing.T) {
+	ctx, h := smokeHarness(t, 8*time.Minute)
+	h.Compare = h.Syncpipe
+	res, err := RunLoad(ctx, LoadOptions{Clients: 12, ListsPerUser: 5, TodosPerList: 2, Rate: 400, TxnRows: 20, For: 4 * time.Second,
+		Harness: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Rows) != 2 || res.Rows[1].Name != res.Rows[0].Name+compareSuffix || len(res.Bars) != 1 {
+		t.Fatalf("rows %+v, bars %+v; want a row per binary and one bar", res.Rows, res.Bars)
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "New build vs old build") {
+		t.Fatalf("report lacks the comparison table:\n%s", md.String())
+	}
+	for _, fg := range loadFigureList {
+		if !regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(fg.name) + `.* \| \*\*-?\d+\.\d{3}\*\* \| -?\d+\.\d{3} \|$`).MatchString(md.String()) {
+			t.Errorf("comparison table lacks a ratio for %q:\n%s", fg.name, md.String())
+		}
+	}
+	t.Log(res.Notes[0])
 }

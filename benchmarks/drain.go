@@ -95,7 +95,7 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 			"server CPU per drain: the sync API child's and the storage cluster's processes', from the request until both are idle; "+
 			"storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
-			sizes(opt.Todos), opt.Lists, opt.Runs, drainServerKind(opt.Harness), drainSharedBuffers, opt.BaselineTimeout)}
+			sizes(opt.Todos), opt.Lists, opt.Runs, drainServerKind(opt.Harness), drainSharedBuffers, opt.BaselineTimeout) + drainCompareParams(opt.Harness)}
 	newDB := opt.NewDatabase
 	if newDB != nil {
 		res.Params = strings.Replace(res.Params, "shared_buffers "+drainSharedBuffers, "settings as given", 1)
@@ -136,6 +136,9 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 	res.Rows = rows.list()
 	if note := drainCPUNote(cpuRows, opt.Runs); note != "" {
 		res.Notes = append([]string{note}, res.Notes...)
+	}
+	if n := compareNote(res.Rows, "ops/s"); n != "" {
+		res.Notes = append(res.Notes, n)
 	}
 	res.Bars = drainBars(opt, medians)
 	for _, b := range res.Bars {
@@ -335,42 +338,54 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		}
 		servers[i] = ds
 	}
+	// The binaries a LATERAL drain is measured with: the new one, and in a
+	// comparison run the old one, a second API child on the same storage.
+	lateralServers := []drainBinary{{"", servers[0]}}
+	if opt.Harness != nil && opt.Harness.Compare != "" {
+		ds, err := startDrainServer(ctx, opt.Harness.variants()[1].h, d, bucketstore.ReadLateral)
+		if err != nil {
+			return nil, fmt.Errorf("old binary: %w", err)
+		}
+		defer ds.close() // the reported peak RSS (P6) is the new build's
+		if err := ds.warm(ctx); err != nil {
+			return nil, fmt.Errorf("warm up the old binary's LATERAL server: %w", err)
+		}
+		lateralServers = append(lateralServers, drainBinary{compareSuffix, ds})
+	}
 	// One untimed drain loads the data into shared buffers, so that the
-	// first measured run is not the only one reading from the OS.
-	if _, err := servers[0].drainOnce(ctx, 0, wireNDJSON); err != nil {
-		return nil, fmt.Errorf("warm-up drain: %w", err)
+	// first measured run is not the only one reading from the OS (and, in
+	// a comparison run, warms each binary alike).
+	for _, b := range lateralServers {
+		if _, err := b.server.drainOnce(ctx, 0, wireNDJSON); err != nil {
+			return nil, fmt.Errorf("warm-up drain%s: %w", b.suffix, err)
+		}
 	}
 	var notes []string
 	var firstCP = map[string][]time.Duration{}
 	baseline := drainRowName(d.todos, d.lists, drainShapes[1].name)
 	cutOff := false
-	// The LATERAL shape is drained in both wire formats; the OR-chain
-	// baseline in NDJSON only.
-	variants := []struct {
-		name   string
-		server int
-		wire   drainWire
-	}{
-		{drainRowName(d.todos, d.lists, drainShapes[0].name), 0, wireNDJSON},
-		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), 0, wireBSONZstd},
-		{drainRowName(d.todos, d.lists, drainShapes[1].name), 1, wireNDJSON},
+	// The LATERAL shape is drained in both wire formats, by each binary
+	// (interleaved); the OR-chain baseline in NDJSON only, in-process.
+	variants := []drainVariant{
+		{drainRowName(d.todos, d.lists, drainShapes[0].name), servers[0], wireNDJSON, false},
+		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), servers[0], wireBSONZstd, false},
 	}
+	orChain := drainVariant{drainRowName(d.todos, d.lists, drainShapes[1].name), servers[1], wireNDJSON, true}
 	wireBytes := map[string][]int64{}
 	cpuRuns := map[string][]drainCPURun{}
 	for run := range opt.Runs {
-		for _, v := range variants {
-			sh := drainShapes[v.server]
+		for _, v := range append(drainRunOrder(variants, lateralServers, run), orChain) {
 			timeout := time.Duration(0)
-			if sh.shape != bucketstore.ReadLateral {
+			if v.baseline {
 				if cutOff {
 					continue
 				}
 				timeout = opt.BaselineTimeout
 			}
-			m := servers[v.server].meter(pm)
+			m := v.server.meter(pm)
 			m.settle(ctx)
 			cpu0 := m.sample()
-			st, err := servers[v.server].drainOnce(ctx, timeout, v.wire)
+			st, err := v.server.drainOnce(ctx, timeout, v.wire)
 			m.settle(ctx)
 			cpu := m.sample().sub(cpu0)
 			name := v.name
@@ -414,7 +429,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2]),
 			cpuText(ca.syncpipe, childServed), cpuText(ca.storage, pm > 0), cpuText(cb.syncpipe, childServed), cpuText(cb.storage, pm > 0)))
 	}
-	for _, v := range variants[:2] {
+	for _, v := range variants {
 		if runs := cpuRuns[v.name]; len(runs) > 0 && (childServed || pm > 0) {
 			*cpuRows = append(*cpuRows, drainCPURow{dataSet: drainDataSet(d.todos, d.lists), wire: v.wire.label(), runs: runs,
 				childServed: childServed, storageMeasured: pm > 0})
@@ -436,6 +451,44 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		}
 	}
 	return notes, nil
+}
+
+// drainVariant is one drain a run measures: a row, the server and wire
+// format it drains, and whether it is the OR-chain baseline (cut off
+// after DrainOptions.BaselineTimeout).
+type drainVariant struct {
+	name     string
+	server   *drainServer
+	wire     drainWire
+	baseline bool
+}
+
+// drainBinary is a LATERAL server of one binary; suffix marks its rows.
+type drainBinary struct {
+	suffix string
+	server *drainServer
+}
+
+// drainRunOrder is the order of a run's LATERAL drains: each variant,
+// drained by each binary, the binaries interleaved (A B, B A, …) so that
+// neither always drains first.
+func drainRunOrder(variants []drainVariant, binaries []drainBinary, run int) []drainVariant {
+	var out []drainVariant
+	for _, v := range variants {
+		for _, b := range interleaved(binaries, run) {
+			out = append(out, drainVariant{v.name + b.suffix, b.server, v.wire, v.baseline})
+		}
+	}
+	return out
+}
+
+// drainCompareParams describes a comparison run's drains.
+func drainCompareParams(h *Harness) string {
+	if h == nil || h.Compare == "" {
+		return ""
+	}
+	return h.compareParams() + "; the LATERAL drains (NDJSON and BSON+zstd) are served by two `--role api` children, one per binary, " +
+		"on the same storage (data replicated once, in-process); the OR-chain baseline is measured once, in-process; the P4 bars are judged on the new build's rows"
 }
 
 func drainServerKind(h *Harness) string {

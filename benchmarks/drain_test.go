@@ -3,6 +3,7 @@ package benchmarks
 import (
 	"context"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +79,48 @@ func TestDrainSmoke(t *testing.T) {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
+	}
+}
+
+// TestDrainCompareSmoke runs the drain as a comparison run at the
+// smallest scale, the old binary being the new one: the LATERAL drains
+// (NDJSON and BSON+zstd) are measured by both API children, the OR-chain
+// baseline once, and the report's comparison table has a ratio for each
+// row measured twice.
+func TestDrainCompareSmoke(t *testing.T) {
+	ctx, h := smokeHarness(t, 3*time.Minute)
+	h.Compare = h.Syncpipe
+	var log strings.Builder
+	res, err := RunDrain(ctx, DrainOptions{Todos: []int{200}, Lists: []int{20}, Runs: 1, Log: &log,
+		NewDatabase: func(context.Context, string) (string, error) { return pgtest.NewDB(t), nil },
+		Harness:     h})
+	if err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, log.String())
+	}
+	t.Log(log.String())
+	var names []string
+	for _, r := range res.Rows {
+		names = append(names, r.Name)
+		if len(r.Samples) != 1 || r.Samples[0].Ops != 220 {
+			t.Errorf("row %q: %+v, want one sample of 220 ops", r.Name, r.Samples)
+		}
+	}
+	lateral, bson := drainRowName(200, 20, "LATERAL"), drainRowName(200, 20, "LATERAL, BSON+zstd")
+	want := []string{lateral, lateral + compareSuffix, bson, bson + compareSuffix, drainRowName(200, 20, "OR-chain")}
+	if strings.Join(names, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows %q, want %q", names, want)
+	}
+	var md strings.Builder
+	res.WriteMarkdown(&md)
+	if !strings.Contains(md.String(), "New build vs old build") {
+		t.Fatalf("report lacks the comparison table:\n%s", md.String())
+	}
+	for _, name := range []string{lateral, bson} {
+		if !regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(name) + ` \| .* \| \*\*\d+\.\d{3}\*\* \| \d+\.\d{3} \|$`).MatchString(md.String()) {
+			t.Errorf("comparison table lacks a ratio for %q:\n%s", name, md.String())
+		}
+	}
+	if !strings.Contains(res.Params, "comparison run") {
+		t.Errorf("params do not say it is a comparison run: %s", res.Params)
 	}
 }

@@ -241,6 +241,6 @@ func runLoadScenario(ctx context.Context, p Params) (Result, error) {
 	if p.For > 0 {
 		opt.For = p.For
 	}
-	opt.Log, opt.Harness = p.Log, p.Harness
+	opt.Runs, opt.Log, opt.Harness = p.Runs, p.Log, p.Harness
 	return RunLoad(ctx, opt)
 }

@@ -22,7 +22,7 @@ var (
 	syncpipe = flag.String("syncpipe", "", "syncpipe binary to run; empty builds ./cmd/syncpipe into a temp dir")
 	cpuProf  = flag.String("cpuprofile", "", "directory for a Go CPU profile of every syncpipe child (`go tool pprof -top DIR/FILE`)")
 	topology = flag.String("topology", "both", "streaming (P3) and idle (P0): where storage is — both (two clusters and one, same runs), two (storage on a cluster of its own) or one (source and storage: two databases of one cluster)")
-	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): idle (P0), snapshot (P1) and streaming (P3) run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
+	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): idle (P0), snapshot (P1), streaming (P3), drain (P4: its LATERAL drains) and load run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
 	compRev  = flag.String("compare-rev", "", "like -compare-bin, with the binary built from this git revision (git archive into a temp dir; the working tree is not touched)")
 	loadFor  = flag.Duration("for", 0, "load: how long the changes arrive (small 20s, full 2m); compaction-load and idle: each phase (compaction-load small 15s, full 1m; idle small 10s, full 1m); default: scale preset")
 	procs    = flag.String("processes", "2,3", "scaling (P2): comma-separated counts of syncpipe processes, 1 worker each, measured next to the single-process -writers configurations")
