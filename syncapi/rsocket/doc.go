@@ -1,0 +1,2 @@
+// Package rsocket is the RSocket frame layer.
+package rsocket
