@@ -22,26 +22,27 @@ import (
 // that a request's stream id is odd (a client's) and new, that REQUEST_N
 // and CANCEL name an open stream.
 func Parse(b []byte) (Frame, error) {
-	var f Frame
 	if len(b) < headerSize {
-		return f, &Error{Code: CodeConnectionError, Frame: TypeReserved, Field: "header",
+		return Frame{}, &Error{Code: CodeConnectionError, Frame: TypeReserved, Field: "header",
 			Problem: fmt.Sprintf("%d bytes, a frame header has %d", len(b), headerSize)}
 	}
 	id := binary.BigEndian.Uint32(b)
 	tf := binary.BigEndian.Uint16(b[4:])
-	f.StreamID, f.Type, f.Flags = id&MaxStreamID, Type(tf>>10), Flags(tf)&flagsMask
-	p := parser{f: &f, body: b[headerSize:], code: CodeConnectionError}
-	if f.Type == TypeSetup {
+	// The frame is built in the parser, not pointed to by it: it stays
+	// on the stack (no allocation per frame).
+	p := parser{body: b[headerSize:], code: CodeConnectionError}
+	p.f.StreamID, p.f.Type, p.f.Flags = id&MaxStreamID, Type(tf>>10), Flags(tf)&flagsMask
+	if p.f.Type == TypeSetup {
 		p.code = CodeInvalidSetup // anything wrong in a SETUP is an invalid setup
 	}
 	if len(b) > MaxFrameSize {
-		return f, p.fail("size", "%d bytes, at most %d", len(b), MaxFrameSize)
+		return p.f, p.fail("size", "%d bytes, at most %d", len(b), MaxFrameSize)
 	}
 	if id > MaxStreamID {
-		return f, p.fail("stream id", "the reserved top bit is set (0x%08X)", id)
+		return p.f, p.fail("stream id", "the reserved top bit is set (0x%08X)", id)
 	}
 	var err error
-	switch f.Type {
+	switch p.f.Type {
 	case TypeSetup:
 		err = p.setup()
 	case TypeRequestStream:
@@ -62,22 +63,19 @@ func Parse(b []byte) (Frame, error) {
 	case TypeRequestResponse, TypeRequestFNF, TypeRequestChannel, TypeMetadataPush, TypeLease, TypeResumeOK:
 		err = p.fail("frame type", "not served: PowerSync clients send SETUP, REQUEST_STREAM, REQUEST_N, CANCEL, KEEPALIVE and ERROR only")
 	default: // EXT, RESERVED and unassigned types
-		if f.Flags&FlagIgnore != 0 {
-			f.Flags &= FlagIgnore | FlagMetadata
-			return f, ErrIgnored
+		if p.f.Flags&FlagIgnore != 0 {
+			p.f.Flags &= FlagIgnore | FlagMetadata
+			return p.f, ErrIgnored
 		}
 		err = p.fail("frame type", "not understood, and its ignore flag is not set")
 	}
-	if err != nil {
-		return f, err
-	}
-	return f, nil
+	return p.f, err
 }
 
 // parser reads the body of one frame into f: body is what is left of the
 // frame after what was read, code the error code of its failures.
 type parser struct {
-	f    *Frame
+	f    Frame
 	body []byte
 	code ErrorCode
 }
