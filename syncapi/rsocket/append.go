@@ -10,10 +10,11 @@ import (
 // dst. They refuse values the encoding cannot hold (an error, and dst
 // unchanged) rather than send a frame the peer would misread.
 //
-// The server sends PAYLOAD, ERROR and KEEPALIVE frames; SETUP,
-// REQUEST_STREAM, REQUEST_N and CANCEL are a client's, for the tests and
-// the transport's raw protocol test (a client that requests one line at
-// a time).
+// The server sends PAYLOAD, ERROR and KEEPALIVE frames. A client's
+// frames (SETUP, REQUEST_STREAM, REQUEST_N, CANCEL) are appended by
+// clientframes_test.go, for this package's tests only: no command sends
+// them, and CI's dead code check (.ci/deadcode.sh) refuses product code
+// that only tests reach. syncapi's tests write theirs in wsclient_test.go.
 
 // appendHeader appends the stream id and the type and flags.
 func appendHeader(dst []byte, id uint32, t Type, flags Flags) []byte {
@@ -43,13 +44,6 @@ func metadataFlag(metadata []byte) Flags {
 func checkStream(op string, id uint32) error {
 	if id == 0 || id > MaxStreamID {
 		return fmt.Errorf("rsocket: append %s: stream id %d, must be 1..%d", op, id, MaxStreamID)
-	}
-	return nil
-}
-
-func checkN(op, field string, n uint32) error {
-	if n == 0 || n > MaxN {
-		return fmt.Errorf("rsocket: append %s: %s %d, must be 1..%d", op, field, n, MaxN)
 	}
 	return nil
 }
@@ -126,76 +120,4 @@ func AppendKeepalive(dst []byte, respond bool, position uint64, data []byte) ([]
 	dst = appendHeader(dst, 0, TypeKeepalive, flags)
 	dst = binary.BigEndian.AppendUint64(dst, position)
 	return append(dst, data...), nil
-}
-
-// AppendSetup appends a client's SETUP frame (stream 0) for s, version
-// s.Major.s.Minor, with metadata (nil: none) and data.
-func AppendSetup(dst []byte, s *Setup, metadata, data []byte) ([]byte, error) {
-	if err := checkN("SETUP", "keepalive interval", s.KeepaliveMillis); err != nil {
-		return dst, err
-	}
-	if err := checkN("SETUP", "max lifetime", s.LifetimeMillis); err != nil {
-		return dst, err
-	}
-	for _, m := range [2]string{s.MetadataMIME, s.DataMIME} {
-		if len(m) > 255 {
-			return dst, fmt.Errorf("rsocket: append SETUP: MIME type of %d bytes, at most 255", len(m))
-		}
-		for i := range len(m) {
-			if m[i] < 0x20 || m[i] > 0x7E {
-				return dst, fmt.Errorf("rsocket: append SETUP: MIME type %q: not printable US-ASCII", m)
-			}
-		}
-	}
-	if err := checkMetadata("SETUP", metadata); err != nil {
-		return dst, err
-	}
-	dst = appendHeader(dst, 0, TypeSetup, metadataFlag(metadata))
-	dst = binary.BigEndian.AppendUint16(dst, s.Major)
-	dst = binary.BigEndian.AppendUint16(dst, s.Minor)
-	dst = binary.BigEndian.AppendUint32(dst, s.KeepaliveMillis)
-	dst = binary.BigEndian.AppendUint32(dst, s.LifetimeMillis)
-	dst = append(dst, byte(len(s.MetadataMIME)))
-	dst = append(dst, s.MetadataMIME...)
-	dst = append(dst, byte(len(s.DataMIME)))
-	dst = append(dst, s.DataMIME...)
-	return appendPayload(dst, metadata, data), nil
-}
-
-// AppendRequestStream appends a client's REQUEST_STREAM frame asking for
-// n payloads at first, with metadata (nil: none) and data.
-func AppendRequestStream(dst []byte, id, n uint32, metadata, data []byte) ([]byte, error) {
-	if err := checkStream("REQUEST_STREAM", id); err != nil {
-		return dst, err
-	}
-	if err := checkN("REQUEST_STREAM", "initial request n", n); err != nil {
-		return dst, err
-	}
-	if err := checkMetadata("REQUEST_STREAM", metadata); err != nil {
-		return dst, err
-	}
-	dst = appendHeader(dst, id, TypeRequestStream, metadataFlag(metadata))
-	dst = binary.BigEndian.AppendUint32(dst, n)
-	return appendPayload(dst, metadata, data), nil
-}
-
-// AppendRequestN appends a client's REQUEST_N frame: n more payloads on
-// stream id.
-func AppendRequestN(dst []byte, id, n uint32) ([]byte, error) {
-	if err := checkStream("REQUEST_N", id); err != nil {
-		return dst, err
-	}
-	if err := checkN("REQUEST_N", "request n", n); err != nil {
-		return dst, err
-	}
-	dst = appendHeader(dst, id, TypeRequestN, 0)
-	return binary.BigEndian.AppendUint32(dst, n), nil
-}
-
-// AppendCancel appends a client's CANCEL frame for stream id.
-func AppendCancel(dst []byte, id uint32) ([]byte, error) {
-	if err := checkStream("CANCEL", id); err != nil {
-		return dst, err
-	}
-	return appendHeader(dst, id, TypeCancel, 0), nil
 }
