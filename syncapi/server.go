@@ -167,10 +167,12 @@ type Server struct {
 	// checkpoint interrupts it (sendData); tests set 0.
 	supersedeAfter time.Duration
 
-	// Test hooks: called after a data line was written, and when a stream
-	// handler has released its connection slot.
+	// Test hooks: called after a data line was written, when a stream
+	// handler has released its connection slot, and when a WebSocket
+	// stream's line waits for the client's credit.
 	afterDataLine func()
 	streamDone    func()
+	waitCredit    func()
 }
 
 // New validates cfg and starts the server's checkpoint watcher (run one

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -104,7 +105,7 @@ type wsConn struct {
 	// the REQUEST_STREAM's initial request n, its output.
 	streamID uint32
 	initialN uint32
-	out      *wsOut
+	out      atomic.Pointer[wsOut] // nil before the stream (timers read it)
 }
 
 // serve runs the connection to its end.
@@ -138,8 +139,10 @@ func (c *wsConn) serve() {
 // then closes the connection: PowerSync clients open one stream per
 // connection, and the slot is the stream's.
 func (c *wsConn) run(id identity, req *syncRequest) {
-	c.out = newWSOut(c.streamCtx, c.ws, c.streamID, c.initialN, c.s.cfg.WriteTimeout, id.expires, c.s.cfg.Now)
-	lw := &lineWriter{out: c.out, bson: true, timeout: c.s.cfg.WriteTimeout}
+	out := newWSOut(c.streamCtx, c.ctx, c.ws, c.streamID, c.initialN, c.s.cfg.WriteTimeout, id.expires, c.s.cfg.Now)
+	out.waiting = c.s.waitCredit
+	c.out.Store(out)
+	lw := &lineWriter{out: out, bson: true, timeout: c.s.cfg.WriteTimeout}
 	sc := newConn(c.s, id, req, lw)
 	sc.framedKeepalive = true
 	read := make(chan struct{})
@@ -186,10 +189,20 @@ func (c *wsConn) send(frame []byte) error {
 	return nil
 }
 
+// halt stops the stream's frames, if any, before an ERROR on stream 0:
+// no line follows that ERROR. The stream itself ends with the close
+// (ended now, it would close the connection before the ERROR is sent).
+func (c *wsConn) halt() {
+	if out := c.out.Load(); out != nil {
+		out.halt()
+	}
+}
+
 // refuse answers an *rsocket.Error (or another failure, as
 // CONNECTION_ERROR) with an ERROR frame on stream 0 and closes: the
 // connection is not one a PowerSync client would send.
 func (c *wsConn) refuse(err error) {
+	c.halt()
 	code := rsocket.CodeConnectionError
 	if fe := (*rsocket.Error)(nil); errors.As(err, &fe) {
 		code = fe.Code

@@ -171,6 +171,7 @@ func (c *wsConn) keepalive(f rsocket.Frame) bool {
 // SETUP's max lifetime: it is gone, as the client would conclude of a
 // server that did not answer for as long.
 func (c *wsConn) expired() {
+	c.halt()
 	if b, err := rsocket.AppendError(nil, 0, rsocket.CodeConnectionError, "no KEEPALIVE within the max lifetime"); err == nil {
 		_ = c.send(b)
 	}
@@ -190,11 +191,11 @@ func (c *wsConn) readLoop() {
 		switch f.Type {
 		case rsocket.TypeRequestN:
 			if f.StreamID == c.streamID {
-				c.out.grant(f.N)
+				c.out.Load().grant(f.N)
 			} // else a stream that ended: ignored, as RSocket allows
 		case rsocket.TypeCancel:
 			if f.StreamID == c.streamID {
-				c.out.cancel()
+				c.out.Load().cancel()
 				c.cancelStream() // the stream ends, its slot is free
 			}
 		case rsocket.TypeKeepalive:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -27,19 +28,27 @@ type wsOut struct {
 	ws      *websocket.Conn
 	id      uint32        // the stream's id
 	timeout time.Duration // bounds each frame's write (Config.WriteTimeout)
-	// ctx is the stream's, and also ends by stop (lineWriter.abort):
-	// it ends a wait for credit and a write in progress.
-	ctx  context.Context
-	stop context.CancelFunc
+	// ctx is the stream's (CANCEL ends it): it ends a wait for credit.
+	ctx context.Context
+	// writes is the connection's, and also ends by stop
+	// (lineWriter.abort): it ends a write in progress, which closes the
+	// WebSocket (the library does). Not the stream's: a CANCEL must not
+	// cut a frame in half and the connection with it.
+	writes context.Context
+	stop   context.CancelFunc
 	// expires is the token's expiry (now its clock): a wait for credit
 	// ends there, as the stream would.
 	expires time.Time
 	now     func() time.Time
 	more    chan struct{} // a REQUEST_N added credit (one pending signal)
+	waiting func()        // Server.waitCredit (tests), may be nil
 
 	mu     sync.Mutex
 	credit int64 // PAYLOADs requested and not yet sent, at most rsocket.MaxN
-	ended  bool  // COMPLETE or ERROR sent, or CANCEL received: send nothing more
+	// sending is held while a frame is checked against ended and sent,
+	// so a connection ERROR (halt) follows every line sent.
+	sending sync.Mutex
+	ended   atomic.Bool // COMPLETE or ERROR sent, or CANCEL received: send nothing more
 
 	buf []byte // the frame being sent; only the stream's goroutine writes
 }
@@ -51,12 +60,13 @@ var errNoCredit = errors.New("wait for REQUEST_N")
 // dropped after the line, so an idle stream does not keep it.
 const maxKeptFrame = 64 << 10
 
-// newWSOut returns the output of stream id on ws, whose context is ctx;
-// initial is the REQUEST_STREAM's initial request n.
-func newWSOut(ctx context.Context, ws *websocket.Conn, id, initial uint32, timeout time.Duration, expires time.Time, now func() time.Time) *wsOut {
-	o := &wsOut{ws: ws, id: id, timeout: timeout, expires: expires, now: now,
+// newWSOut returns the output of stream id on ws: ctx is the stream's,
+// conn the connection's; initial is the REQUEST_STREAM's initial request
+// n.
+func newWSOut(ctx, conn context.Context, ws *websocket.Conn, id, initial uint32, timeout time.Duration, expires time.Time, now func() time.Time) *wsOut {
+	o := &wsOut{ws: ws, id: id, timeout: timeout, expires: expires, now: now, ctx: ctx,
 		more: make(chan struct{}, 1), credit: int64(initial)}
-	o.ctx, o.stop = context.WithCancel(ctx)
+	o.writes, o.stop = context.WithCancel(conn)
 	return o
 }
 
@@ -73,11 +83,16 @@ func (o *wsOut) grant(n uint32) {
 }
 
 // cancel marks the stream cancelled by the client: nothing more is sent
-// on it, not even its end. The caller cancels the stream's context.
-func (o *wsOut) cancel() {
-	o.mu.Lock()
-	o.ended = true
-	o.mu.Unlock()
+// on it, not even its end. It does not wait for a frame being sent. The
+// caller cancels the stream's context.
+func (o *wsOut) cancel() { o.ended.Store(true) }
+
+// halt is cancel for an ERROR on stream 0 about to be sent: it waits for
+// the frame being sent, if any, so that none follows the ERROR.
+func (o *wsOut) halt() {
+	o.sending.Lock()
+	o.ended.Store(true)
+	o.sending.Unlock()
 }
 
 // take spends one credit, waiting for a REQUEST_N while there is none.
@@ -91,6 +106,9 @@ func (o *wsOut) take() error {
 			return nil
 		}
 		o.mu.Unlock()
+		if o.waiting != nil {
+			o.waiting()
+		}
 		if expiry == nil {
 			expiry = time.NewTimer(o.expires.Sub(o.now()))
 			defer expiry.Stop()
@@ -115,7 +133,7 @@ func (o *wsOut) Write(p []byte) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("encode PAYLOAD: %w", err)
 	}
-	err = o.send(b)
+	err = o.send(b, false)
 	o.buf = b
 	if cap(o.buf) > maxKeptFrame {
 		o.buf = nil
@@ -126,11 +144,21 @@ func (o *wsOut) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// send writes one frame within the write timeout. A write that times out
-// or is cancelled closes the WebSocket (the library does): the client is
-// gone or stalled.
-func (o *wsOut) send(frame []byte) error {
-	ctx, cancel := context.WithTimeout(o.ctx, o.timeout)
+// errEnded: the stream ended (CANCEL, or the connection's ERROR) while a
+// line was in hand.
+var errEnded = errors.New("the stream was cancelled")
+
+// send writes one frame within the write timeout, unless the stream has
+// ended (last: the frame ends it). A write that times out or is aborted
+// closes the WebSocket (the library does): the client is gone or
+// stalled.
+func (o *wsOut) send(frame []byte, last bool) error {
+	o.sending.Lock()
+	defer o.sending.Unlock()
+	if last && o.ended.Swap(true) || !last && o.ended.Load() {
+		return errEnded
+	}
+	ctx, cancel := context.WithTimeout(o.writes, o.timeout)
 	defer cancel()
 	if err := o.ws.Write(ctx, websocket.MessageBinary, frame); err != nil {
 		return fmt.Errorf("send frame: %w", err)
@@ -156,37 +184,34 @@ func (o *wsOut) Flush() error { return nil }
 // credit), unless the stream ended otherwise (an ERROR, a CANCEL, the
 // connection or the server closing).
 func (o *wsOut) end() error {
-	if !o.finish() || o.ctx.Err() != nil {
+	if o.ctx.Err() != nil {
 		return nil
 	}
 	b, err := rsocket.AppendPayload(o.buf[:0], o.id, nil, nil, rsocket.FlagComplete)
 	if err != nil {
 		return fmt.Errorf("encode PAYLOAD: %w", err)
 	}
-	return o.send(b)
+	return o.sendLast(b)
+}
+
+// sendLast sends the frame that ends the stream, if it has not ended.
+func (o *wsOut) sendLast(b []byte) error {
+	if err := o.send(b, true); err != nil && !errors.Is(err, errEnded) {
+		return err
+	}
+	return nil
 }
 
 // streamError sends an error that ends the stream as an ERROR frame on
 // it, APPLICATION_ERROR with PowerSync's "[code] message" (the clients
 // read the code from it), instead of an error line; no credit needed.
 func (o *wsOut) streamError(code, msg string) error {
-	if !o.finish() || o.ctx.Err() != nil {
+	if o.ctx.Err() != nil {
 		return nil
 	}
 	b, err := rsocket.AppendServiceError(o.buf[:0], o.id, rsocket.CodeApplicationError, code, msg)
 	if err != nil {
 		return fmt.Errorf("encode ERROR: %w", err)
 	}
-	return o.send(b)
-}
-
-// finish marks the stream ended and reports whether it was not already.
-func (o *wsOut) finish() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.ended {
-		return false
-	}
-	o.ended = true
-	return true
+	return o.sendLast(b)
 }

@@ -1,0 +1,346 @@
+package syncapi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/syncpipe/syncpipe/model"
+	"github.com/syncpipe/syncpipe/syncapi/rsocket"
+)
+
+// The WebSocket transport's tests run on the fake storage (no
+// PostgreSQL) with a real WebSocket client speaking RSocket frames
+// (wsclient_test.go).
+
+// todoChanges commits lists and todos of u1 (and one list of u2's).
+func todoChanges(e *fakeEnv, todos int) {
+	changes := []model.Change{
+		e.upsert("lists", "a", "Groceries", "u1"),
+		e.upsert("lists", "b", "Work", "u2"),
+		e.upsert("lists", "e", "Empty", "u1"),
+	}
+	for i := range todos {
+		changes = append(changes, e.upsert("todos", fmt.Sprintf("t%d", i), "a", fmt.Sprintf("todo %d <&>", i)))
+	}
+	e.commit(changes...)
+}
+
+// normalized is a line as JSON without its raw text, for comparing the
+// lines of the two transports.
+func normalized(t *testing.T, ls []line) []string {
+	t.Helper()
+	var out []string
+	for _, l := range ls {
+		l.Raw = ""
+		if l.Checkpoint != nil { // in no particular order
+			slices.SortFunc(l.Checkpoint.Buckets, func(a, b bucketJSON) int { return strings.Compare(a.Bucket, b.Bucket) })
+		}
+		if l.Data != nil {
+			for i := range l.Data.Data {
+				var v any // the op's data, whatever its escaping
+				if err := json.Unmarshal(l.Data.Data[i].Data, &v); err != nil {
+					t.Fatal(err)
+				}
+				l.Data.Data[i].Data, _ = json.Marshal(v)
+			}
+		}
+		b, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
+// TestWebSocketFirstSyncEqualsHTTP: a first sync over WebSocket is the
+// HTTP stream's, line for line (the same checkpoint, data and
+// checksums), each line a BSON PAYLOAD; the checksums check out.
+func TestWebSocketFirstSyncEqualsHTTP(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e, 5)
+	tok := token(t, "u1", nil)
+	httpLines := e.open(tok, nil).untilComplete()
+
+	c := dialWS(t, e.http.URL)
+	c.open(tok, 10, nil)
+	first, _ := c.next()
+	if first.TokenExpiresIn == nil || *first.TokenExpiresIn < 3590 {
+		t.Fatalf("first line %s, want token_expires_in ≈ 3600", first.Raw)
+	}
+	wsLines := c.untilComplete()
+	if got, want := normalized(t, wsLines), normalized(t, httpLines); !slices.Equal(got, want) {
+		t.Fatalf("WebSocket lines\n%s\nwant HTTP's\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	sc := newClient(t)
+	sc.apply(wsLines...) // every bucket's checksum and count
+	if sc.ops != 8 {
+		t.Errorf("%d ops, want 8 (3 lists in the global bucket, 5 todos)", sc.ops)
+	}
+}
+
+// TestWebSocketCredit: the server sends no PAYLOAD beyond the credit.
+// With REQUEST_N 1 at a time, after each line the stream waits for
+// credit, and a KEEPALIVE sent then is answered before anything else: no
+// line was sent ahead of it.
+func TestWebSocketCredit(t *testing.T) {
+	t.Parallel()
+	waiting := make(chan struct{}, 1)
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	e.srv.waitCredit = func() {
+		select {
+		case waiting <- struct{}{}:
+		default: // a wait after a stale wake-up: one signal is enough
+		}
+	}
+	todoChanges(e, 5)
+	c := dialWS(t, e.http.URL)
+	c.open(token(t, "u1", nil), 1, nil)
+	var kindsSeen []string
+	for i := 0; ; i++ {
+		l, ok := c.next()
+		if !ok {
+			t.Fatal("stream completed")
+		}
+		kindsSeen = append(kindsSeen, l.kind())
+		if l.CheckpointComplete != nil {
+			break
+		}
+		waitSignal(t, waiting) // the next line waits for credit
+		probe := fmt.Sprintf("probe %d", i)
+		c.send(keepaliveFrame(probe))
+		f, err := c.frame()
+		if err != nil || f.Type != rsocket.TypeKeepalive || f.Flags&rsocket.FlagRespond != 0 || string(f.Data) != probe {
+			t.Fatalf("after line %d (%v): frame %v %q, %v; want the KEEPALIVE answer %q first: a line was sent without credit",
+				i, kindsSeen, f.Type, f.Data, err, probe)
+		}
+		c.send(requestNFrame(1))
+	}
+	if want := []string{"token_expires_in", "checkpoint", "data", "data", "checkpoint_complete"}; !slices.Equal(kindsSeen, want) {
+		t.Errorf("lines %v, want %v", kindsSeen, want)
+	}
+}
+
+// TestWebSocketCancelFreesSlot: at max_concurrent_connections 1 a second
+// connection is refused with PSYNC_S2304 in an ERROR REJECTED_SETUP;
+// once the first stream is cancelled, its slot is free at once and a new
+// connection syncs.
+func TestWebSocketCancelFreesSlot(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) { c.MaxConcurrentConnections = 1 })
+	ended := make(chan struct{}, 4)
+	e.srv.streamDone = func() { ended <- struct{}{} }
+	todoChanges(e, 2)
+	tok := token(t, "u1", nil)
+	first := dialWS(t, e.http.URL)
+	first.open(tok, 10, nil)
+	first.untilComplete()
+
+	second := dialWS(t, e.http.URL)
+	second.open(tok, 10, nil)
+	f := second.refused()
+	if f.StreamID != 0 || f.Code != rsocket.CodeRejectedSetup || !strings.HasPrefix(string(f.Data), "["+codeTooManyConns+"] ") {
+		t.Fatalf("second connection: ERROR %v on %d %q, want REJECTED_SETUP on 0 [%s]", f.Code, f.StreamID, f.Data, codeTooManyConns)
+	}
+
+	first.send(cancelFrame())
+	waitSignal(t, ended)
+	if code := first.closed(); code != websocket.StatusNormalClosure {
+		t.Errorf("cancelled connection closed with %v, want a normal closure (no COMPLETE, no ERROR)", code)
+	}
+	third := dialWS(t, e.http.URL)
+	third.open(tok, 10, nil)
+	if ls := third.untilComplete(); ls[0].Checkpoint == nil {
+		t.Fatalf("lines %v after the cancel", kinds(ls))
+	}
+}
+
+// TestWebSocketSetupRefused: a bad or missing token is an ERROR
+// REJECTED_SETUP on stream 0 carrying its PSYNC code, then the close.
+func TestWebSocketSetupRefused(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	for _, tc := range []struct{ name, tok, code string }{
+		{"bad token", token(t, "u1", nil) + "x", codeAuthGeneric},
+		{"missing token", "", codeAuthMissing},
+		{"expired", token(t, "u1", func(c jwt.MapClaims) { c["exp"] = time.Now().Add(-time.Minute).Unix() }), codeAuthExpired},
+	} {
+		c := dialWS(t, e.http.URL)
+		c.open(tc.tok, 10, nil)
+		f := c.refused()
+		if f.StreamID != 0 || f.Code != rsocket.CodeRejectedSetup || !strings.HasPrefix(string(f.Data), "["+tc.code+"] ") {
+			t.Errorf("%s: ERROR %v on %d %q, want REJECTED_SETUP on 0 [%s]", tc.name, f.Code, f.StreamID, f.Data, tc.code)
+		}
+	}
+}
+
+// TestWebSocketHostileInput: a malformed frame, a frame before the
+// SETUP, an unknown frame type, a text message get an ERROR on stream 0
+// and a close frame; an oversized message closes with 1009, a client
+// that sends no SETUP in time with 1008.
+func TestWebSocketHostileInput(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
+		c.MaxRequestBytes = 1 << 10
+		c.BodyReadTimeout = 200 * time.Millisecond
+	})
+	tok := token(t, "u1", nil)
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+		code   rsocket.ErrorCode
+	}{
+		{"truncated header", [][]byte{{0, 0, 0}}, rsocket.CodeConnectionError},
+		{"REQUEST_N before SETUP", [][]byte{requestNFrame(1)}, rsocket.CodeInvalidSetup},
+		{"REQUEST_STREAM before SETUP", [][]byte{requestStreamFrame(t, 1, nil)}, rsocket.CodeInvalidSetup},
+		{"version 2.0", [][]byte{append(header(0, rsocket.TypeSetup, 0), 0, 2, 0, 0)}, rsocket.CodeUnsupportedSetup},
+		{"unknown type after SETUP", [][]byte{setupFrame(tok, 20000, 90000), header(0, 0x30, 0)}, rsocket.CodeConnectionError},
+		{"second SETUP", [][]byte{setupFrame(tok, 20000, 90000), requestStreamFrame(t, 10, nil), setupFrame(tok, 20000, 90000)}, rsocket.CodeConnectionError},
+		{"REQUEST_STREAM on an even stream", [][]byte{setupFrame(tok, 20000, 90000), onStream(2, requestStreamFrame(t, 1, nil))}, rsocket.CodeConnectionError},
+	} {
+		c := dialWS(t, e.http.URL)
+		for _, f := range tc.frames {
+			c.send(f)
+		}
+		if f := c.refused(); f.StreamID != 0 || f.Code != tc.code {
+			t.Errorf("%s: ERROR %v on stream %d (%q), want %v on 0", tc.name, f.Code, f.StreamID, f.Data, tc.code)
+		}
+	}
+
+	c := dialWS(t, e.http.URL)
+	if err := c.ws.Write(c.ctx, websocket.MessageText, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if f := c.refused(); f.Code != rsocket.CodeConnectionError {
+		t.Errorf("text message: ERROR %v, want CONNECTION_ERROR", f.Code)
+	}
+
+	c = dialWS(t, e.http.URL)
+	c.send(setupFrame(tok, 20000, 90000))
+	_ = c.ws.Write(c.ctx, websocket.MessageBinary, make([]byte, 1<<10+metadataRoom+1)) // may fail: the server closes
+	if code := c.closed(); code != websocket.StatusMessageTooBig {
+		t.Errorf("oversized message: close %v, want 1009", code)
+	}
+
+	c = dialWS(t, e.http.URL) // sends nothing
+	if code := c.closed(); code != websocket.StatusPolicyViolation {
+		t.Errorf("no SETUP: close %v, want 1008", code)
+	}
+}
+
+// onStream sets a frame's stream id.
+func onStream(id uint32, frame []byte) []byte {
+	binary.BigEndian.PutUint32(frame, id)
+	return frame
+}
+
+// TestWebSocketKeepalive: a KEEPALIVE with RESPOND is answered with its
+// data, before and during the stream; a client silent for its max
+// lifetime gets an ERROR and the close.
+func TestWebSocketKeepalive(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e, 1)
+	tok := token(t, "u1", nil)
+	c := dialWS(t, e.http.URL)
+	c.send(setupFrame(tok, 20000, 90000))
+	c.send(keepaliveFrame("before"))
+	if f, err := c.frame(); err != nil || f.Type != rsocket.TypeKeepalive || string(f.Data) != "before" || f.Flags&rsocket.FlagRespond != 0 {
+		t.Fatalf("frame %v %q, %v; want the KEEPALIVE answer", f.Type, f.Data, err)
+	}
+	c.send(requestStreamFrame(t, 10, nil))
+	c.untilComplete()
+	c.send(keepaliveFrame("during"))
+	if f, err := c.frame(); err != nil || f.Type != rsocket.TypeKeepalive || string(f.Data) != "during" {
+		t.Fatalf("frame %v %q, %v; want the KEEPALIVE answer", f.Type, f.Data, err)
+	}
+
+	silent := dialWS(t, e.http.URL)
+	silent.send(setupFrame(tok, 100, 300)) // a 300 ms lifetime, and no KEEPALIVE
+	silent.send(requestStreamFrame(t, 10, nil))
+	for {
+		f, err := silent.frame()
+		if err != nil {
+			t.Fatalf("connection ended without an ERROR: %v", err)
+		}
+		if f.Type == rsocket.TypeError {
+			if f.StreamID != 0 || f.Code != rsocket.CodeConnectionError {
+				t.Errorf("ERROR %v on %d, want CONNECTION_ERROR on 0", f.Code, f.StreamID)
+			}
+			break
+		}
+	}
+	if code := silent.closed(); code != websocket.StatusPolicyViolation {
+		t.Errorf("close %v, want 1008", code)
+	}
+}
+
+// TestWebSocketTokenExpiry: the stream's token_expires_in lines (no
+// periodic ones: KEEPALIVE frames replace them) end with 0 at expiry,
+// and then the stream completes.
+func TestWebSocketTokenExpiry(t *testing.T) {
+	t.Parallel()
+	exp := time.Now().Add(time.Hour).Truncate(time.Second)
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
+		c.Now = func() time.Time { return exp.Add(-time.Second) }
+		c.KeepaliveInterval = time.Millisecond // not used over WebSocket
+	})
+	todoChanges(e, 1)
+	tok := token(t, "u1", func(c jwt.MapClaims) { c["exp"] = exp.Unix(); c["iat"] = exp.Add(-time.Hour).Unix() })
+	c := dialWS(t, e.http.URL)
+	c.open(tok, 100, nil)
+	var ls []line
+	for {
+		l, ok := c.next()
+		if !ok {
+			break
+		}
+		ls = append(ls, l)
+	}
+	got := kinds(ls)
+	if n := len(ls); n < 4 || got[0] != "token_expires_in" || *ls[0].TokenExpiresIn > 1 || got[n-1] != "token_expires_in" || *ls[n-1].TokenExpiresIn != 0 {
+		t.Fatalf("lines %v, want token_expires_in ≤ 1 first, 0 last, then COMPLETE", got)
+	}
+	if k := slices.Index(got[1:], "token_expires_in"); k != len(got)-2 {
+		t.Errorf("lines %v: a token_expires_in line between the first and the last", got)
+	}
+}
+
+// TestWebSocketStreamError: an error that ends the stream is an ERROR
+// APPLICATION_ERROR on it with the PSYNC code, not an error line.
+func TestWebSocketStreamError(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) { c.MaxBucketsPerConnection = 2 })
+	todoChanges(e, 1)
+	c := dialWS(t, e.http.URL)
+	c.open(token(t, "u1", nil), 10, nil)
+	for {
+		f, err := c.frame()
+		if err != nil {
+			t.Fatalf("connection ended without an ERROR: %v", err)
+		}
+		if f.Type == rsocket.TypePayload {
+			if l := decodeBSONLine(t, f.Data); l.TokenExpiresIn == nil {
+				t.Fatalf("line %s before the error", l.Raw)
+			}
+			continue
+		}
+		if f.Type != rsocket.TypeError || f.StreamID != 1 || f.Code != rsocket.CodeApplicationError ||
+			!strings.HasPrefix(string(f.Data), "["+codeTooManyBuckets+"] ") {
+			t.Fatalf("frame %v on %d, code %v %q; want APPLICATION_ERROR on 1 [%s]", f.Type, f.StreamID, f.Code, f.Data, codeTooManyBuckets)
+		}
+		break
+	}
+	if code := c.closed(); code != websocket.StatusNormalClosure {
+		t.Errorf("close %v", code)
+	}
+}
