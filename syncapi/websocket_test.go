@@ -1,6 +1,7 @@
 package syncapi
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/syncapi/rsocket"
@@ -342,5 +345,52 @@ func TestWebSocketStreamError(t *testing.T) {
 	}
 	if code := c.closed(); code != websocket.StatusNormalClosure {
 		t.Errorf("close %v", code)
+	}
+}
+
+// TestWebSocketMetrics: connections and bytes carry the transport, so an
+// HTTP and a WebSocket stream open at once are counted apart.
+func TestWebSocketMetrics(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
+		c.MeterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	})
+	todoChanges(e, 2)
+	tok := token(t, "u1", nil)
+	e.open(tok, nil).untilComplete()
+	c := dialWS(t, e.http.URL)
+	c.open(tok, 10, nil)
+	c.untilComplete()
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{} // "metric transport" → value
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok || (m.Name != "syncpipe_concurrent_connections" && m.Name != "syncpipe_sync_sent_bytes") {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				tr, _ := p.Attributes.Value("transport")
+				got[m.Name+" "+tr.AsString()] += p.Value
+				if ct, _ := p.Attributes.Value("content_type"); tr.AsString() == transportWebSocket && m.Name == "syncpipe_sync_sent_bytes" && ct.AsString() != bsonType {
+					t.Errorf("WebSocket bytes as %q, want %s", ct.AsString(), bsonType)
+				}
+			}
+		}
+	}
+	for _, k := range []string{"syncpipe_concurrent_connections http", "syncpipe_concurrent_connections websocket"} {
+		if got[k] != 1 {
+			t.Errorf("%s = %d, want 1 (metrics %v)", k, got[k], got)
+		}
+	}
+	for _, k := range []string{"syncpipe_sync_sent_bytes http", "syncpipe_sync_sent_bytes websocket"} {
+		if got[k] <= 0 {
+			t.Errorf("%s = %d, want > 0 (metrics %v)", k, got[k], got)
+		}
 	}
 }

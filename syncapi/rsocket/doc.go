@@ -106,9 +106,10 @@
 // an EXT or unknown frame with IGNORE is skipped (P "Handling Ignore
 // Flag").
 //
-// # The transport, next (design, not yet code)
+// # The transport (syncapi: websocket.go, wsframes.go, wsout.go)
 //
-// The transport is a third output of syncapi's one stream engine, not a
+// Written to this design; where the code departs from it, "Built:"
+// says how and why. The transport is a third output of syncapi's one stream engine, not a
 // second engine. Today conn (stream.go) produces every line through its
 // lineWriter (encode.go: control and checkpoint lines; data.go: data
 // lines), and each writeLine, uncompressed, is exactly one Write to the
@@ -153,6 +154,43 @@
 //   - conn needs one option for this transport: no periodic keepalive
 //     lines (KEEPALIVE frames keep the connection alive), token_expires_in
 //     0 and the end at expiry as now.
+//
+// Built: as above, and
+//
+//   - The SETUP and the REQUEST_STREAM share one BodyReadTimeout, counted
+//     from the upgrade; past it the connection closes with 1008 (the
+//     ConnGuard stops counting a connection once it is hijacked). The slot
+//     is taken at the SETUP, as designed, and given back if no valid
+//     REQUEST_STREAM follows.
+//   - A frame other than SETUP first is INVALID_SETUP (it is a fault of
+//     the setup); other connection faults are CONNECTION_ERROR, and each
+//     closes with 1008 after the ERROR. A refused SETUP closes with 1000:
+//     it is a normal refusal, the client retries.
+//   - wsOut's writes are bounded by the connection's context (which
+//     lineWriter.abort also ends), not the stream's: the library closes the
+//     WebSocket when a write's context ends, so a CANCEL must end the wait
+//     for credit, never a frame being written. An ERROR on stream 0 waits
+//     for the frame being written (wsOut.halt), so no line follows it.
+//   - The connection closes when its stream ends (COMPLETE, ERROR,
+//     CANCEL): PowerSync clients open one stream per connection, and the
+//     slot is the stream's.
+//   - Between the first and the last token_expires_in line, the stream
+//     sends one 20 s before expiry, as PowerSync's service does (S
+//     sync/util.ts tokenStream).
+//   - Origins are not checked: the token comes in the SETUP, never from a
+//     cookie, so another origin's page gains nothing (cors.go's reasoning).
+//   - BSON metadata and data (no PowerSync client sends them) are decoded
+//     with go.mongodb.org/mongo-driver/v2/bson, already the module's; BSON
+//     request data becomes relaxed extended JSON for parseSyncRequest.
+//   - syncpipe_sync_sent_bytes counts the lines a wsOut sends, without
+//     their frame headers (6 bytes of RSocket, 2 to 10 of WebSocket).
+//   - Per-message deflate is off (the library's default) until the P4
+//     benchmark compares it with none; the metrics' content_encoding is
+//     then identity.
+//   - Client frames (SETUP, REQUEST_STREAM, REQUEST_N, CANCEL) are
+//     appended by this package's tests only (clientframes_test.go) and by
+//     syncapi's test client (wsclient_test.go): no command sends them, and
+//     CI's dead code check refuses product code only tests reach.
 //
 // The WebSocket library: github.com/coder/websocket (v1.8.15), not
 // gorilla/websocket (v1.5.3). Its blocking calls take a context
