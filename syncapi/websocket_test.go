@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -391,6 +392,67 @@ func TestWebSocketMetrics(t *testing.T) {
 	for _, k := range []string{"syncpipe_sync_sent_bytes http", "syncpipe_sync_sent_bytes websocket"} {
 		if got[k] <= 0 {
 			t.Errorf("%s = %d, want > 0 (metrics %v)", k, got[k], got)
+		}
+	}
+}
+
+// TestWebSocketShutdown: while the server shuts down gracefully, a new
+// SETUP is refused with PSYNC_S2003 and an open WebSocket stream goes on
+// until its client ends it, which ends the shutdown; Close ends a stream
+// at once.
+func TestWebSocketShutdown(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e, 1)
+	tok := token(t, "u1", nil)
+	open := dialWS(t, e.http.URL)
+	open.open(tok, 10, nil)
+	open.untilComplete()
+
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		done <- e.srv.Shutdown(ctx)
+	}()
+	for refused := false; !refused; runtime.Gosched() { // Shutdown refuses new streams first
+		e.srv.mu.Lock()
+		refused = e.srv.closed
+		e.srv.mu.Unlock()
+	}
+	late := dialWS(t, e.http.URL)
+	late.open(tok, 10, nil)
+	if f := late.refused(); f.Code != rsocket.CodeRejectedSetup || !strings.HasPrefix(string(f.Data), "["+codeUnavailable+"] ") {
+		t.Errorf("SETUP during shutdown: ERROR %v %q, want REJECTED_SETUP [%s]", f.Code, f.Data, codeUnavailable)
+	}
+	open.send(keepaliveFrame("still open"))
+	if f, err := open.frame(); err != nil || f.Type != rsocket.TypeKeepalive {
+		t.Fatalf("open stream during shutdown: %v, %v", f.Type, err)
+	}
+	open.send(cancelFrame())
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Shutdown: %v, want nil once the stream ended", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Shutdown did not return once the last stream ended")
+	}
+
+	// Close ends an open stream: a server closed under it.
+	e2 := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e2, 1)
+	c := dialWS(t, e2.http.URL)
+	c.open(tok, 10, nil)
+	c.untilComplete()
+	e2.srv.Close()
+	for {
+		f, err := c.frame()
+		if err != nil {
+			break
+		}
+		if f.Type == rsocket.TypePayload && f.Flags&rsocket.FlagNext != 0 {
+			t.Fatalf("a line after Close")
 		}
 	}
 }
