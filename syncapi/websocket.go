@@ -48,6 +48,12 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request) {
 			msg: "GET /sync/stream is the WebSocket (RSocket) transport: send Upgrade: websocket, or POST the request for an HTTP stream"})
 		return
 	}
+	// The HTTP server's request deadlines (cli/api.go's ReadTimeout) would
+	// stay on the connection handed over, as they do for takeOver: none
+	// from here, the connection bounds its own phases.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil { // Accept answered the client
 		s.log.Info("sync websocket: upgrade refused", "remote", r.RemoteAddr, "err", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strings"
@@ -453,6 +454,36 @@ func TestWebSocketShutdown(t *testing.T) {
 		}
 		if f.Type == rsocket.TypePayload && f.Flags&rsocket.FlagNext != 0 {
 			t.Fatalf("a line after Close")
+		}
+	}
+}
+
+// TestWebSocketOutlivesHTTPTimeouts: the API's http.Server has read and
+// write timeouts for requests (cli/api.go), whose deadlines net/http
+// leaves on a connection it hands over; the WebSocket clears them, so a
+// connection lives past them — here until its client's lifetime ends it
+// with an ERROR, not a dropped read.
+func TestWebSocketOutlivesHTTPTimeouts(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e, 1)
+	hs := httptest.NewUnstartedServer(e.srv.Handler())
+	hs.Config.ReadTimeout, hs.Config.WriteTimeout = 100*time.Millisecond, 100*time.Millisecond
+	hs.Start()
+	t.Cleanup(hs.Close)
+	c := dialWS(t, hs.URL)
+	c.send(setupFrame(token(t, "u1", nil), 100, 1000)) // silent for its 1 s lifetime
+	c.send(requestStreamFrame(t, 10, nil))
+	for {
+		f, err := c.frame()
+		if err != nil {
+			t.Fatalf("connection ended without the lifetime's ERROR: %v", err)
+		}
+		if f.Type == rsocket.TypeError {
+			if f.Code != rsocket.CodeConnectionError || !strings.Contains(string(f.Data), "KEEPALIVE") {
+				t.Fatalf("ERROR %v %q, want the lifetime's", f.Code, f.Data)
+			}
+			return
 		}
 	}
 }
