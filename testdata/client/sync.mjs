@@ -2,7 +2,8 @@
 //
 // It opens a fresh @powersync/node database (node:sqlite driver, PowerSync
 // core extension shipped in the npm package, default Rust sync client),
-// connects to a syncpipe sync API over the HTTP streaming transport and
+// connects to a syncpipe sync API over the HTTP streaming transport, or
+// over WebSocket (RSocket) with --connection-method web-socket, and
 // reports what it sees as JSON lines on stdout:
 //
 //   {"event":"first_sync","lists":N,"todos":M}
@@ -36,7 +37,8 @@
 //   {"cmd":"exit"}                             disconnect, close, exit 0 (also on EOF)
 //
 // Usage: node sync.mjs --endpoint URL --token JWT [--lists N --todos M]
-// [--accept-encoding CODINGS] [--checkpoint-mode legacy|requests] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
+// [--accept-encoding CODINGS] [--checkpoint-mode legacy|requests]
+// [--connection-method http|web-socket] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
 // --accept-encoding replaces the Accept-Encoding that Node's fetch sends
 // ("gzip, deflate") on the SDK's requests, e.g. "zstd, gzip" as browsers
 // send it; Node's fetch decodes zstd responses itself. The SDK is not
@@ -69,6 +71,7 @@ const { values: args } = parseArgs({
     'first-sync-timeout-ms': { type: 'string', default: '120000' },
     'accept-encoding': { type: 'string' },
     'checkpoint-mode': { type: 'string', default: 'legacy' },
+    'connection-method': { type: 'string', default: 'http' },
     driver: { type: 'string', default: process.env.SYNCPIPE_CLIENT_DRIVER ?? 'node:sqlite' }
   }
 });
@@ -169,7 +172,13 @@ async function main() {
     }
   };
 
-  await db.connect(connector, { connectionMethod: SyncStreamConnectionMethod.HTTP, checkpointMode: args['checkpoint-mode'] });
+  const methods = { http: SyncStreamConnectionMethod.HTTP, 'web-socket': SyncStreamConnectionMethod.WEB_SOCKET };
+  const connectionMethod = methods[args['connection-method']];
+  if (!connectionMethod) {
+    fail(`--connection-method ${args['connection-method']}: http or web-socket`);
+    return;
+  }
+  await db.connect(connector, { connectionMethod, checkpointMode: args['checkpoint-mode'] });
 
   const firstSyncTimeout = AbortSignal.timeout(Number(args['first-sync-timeout-ms']));
   await db.waitForFirstSync(firstSyncTimeout);
