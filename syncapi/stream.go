@@ -30,11 +30,6 @@ var (
 	attrMore       = attribute.Key("syncapi.more")
 )
 
-// tokenWarning is when, before the token's expiry, a WebSocket stream
-// sends its one token_expires_in line between the first and the last
-// (PowerSync's service: 20 s).
-const tokenWarning = 20 * time.Second
-
 // Reasons a stream ends without an error line.
 var (
 	errTokenExpired = errors.New("token expired")
@@ -67,15 +62,8 @@ type conn struct {
 	log *slog.Logger
 
 	sub       <-chan bucketstore.Checkpoint
-	keepalive *time.Ticker // token_expires_in lines (HTTP only)
-	warning   *time.Timer  // the one before expiry (WebSocket only)
-	tick      <-chan time.Time
+	keepalive *time.Ticker
 	expiry    *time.Timer
-	// framedKeepalive: the transport keeps the connection alive itself
-	// (RSocket KEEPALIVE frames), so the stream sends token_expires_in
-	// lines only at its start, tokenWarning before expiry and at expiry,
-	// as PowerSync's service does over WebSocket.
-	framedKeepalive bool
 
 	// readStorage: the checkpoint being sent read ops from storage (not
 	// only from the shared op segments), which compaction may rewrite.
@@ -157,20 +145,8 @@ func (c *conn) start(ctx context.Context) {
 	c.sub = c.s.checkpoints.Subscribe(ctx)
 	c.wcClient = bucketstore.WriteCheckpointClient{UserID: c.id.userID, ClientID: c.req.clientID}
 	c.unregister = c.s.wcs.register(c.wcClient)
-	left := c.id.expires.Sub(c.s.cfg.Now())
-	if c.framedKeepalive {
-		// A timer that never fires when the warning is due already: the
-		// first line says as much.
-		c.warning = time.NewTimer(max(left-tokenWarning, 0))
-		if left <= tokenWarning {
-			c.warning.Stop()
-		}
-		c.tick = c.warning.C
-	} else {
-		c.keepalive = time.NewTicker(c.s.cfg.KeepaliveInterval)
-		c.tick = c.keepalive.C
-	}
-	c.expiry = time.NewTimer(left)
+	c.keepalive = time.NewTicker(c.s.cfg.KeepaliveInterval)
+	c.expiry = time.NewTimer(c.id.expires.Sub(c.s.cfg.Now()))
 	c.log.Debug("sync stream started", "buckets_requested", len(c.req.buckets))
 }
 
@@ -179,12 +155,7 @@ func (c *conn) start(ctx context.Context) {
 //go:noinline
 func (c *conn) stop() {
 	c.expiry.Stop()
-	if c.keepalive != nil {
-		c.keepalive.Stop()
-	}
-	if c.warning != nil {
-		c.warning.Stop()
-	}
+	c.keepalive.Stop()
 	c.unregister()
 	c.w.close()
 }
@@ -336,7 +307,7 @@ func (c *conn) poll(ctx context.Context, block bool) (cp bucketstore.Checkpoint,
 			ev = evCheckpoint
 		case <-c.expiry.C:
 			ev = evExpired
-		case <-c.tick:
+		case <-c.keepalive.C:
 			ev = evKeepalive
 		}
 	} else {
@@ -347,7 +318,7 @@ func (c *conn) poll(ctx context.Context, block bool) (cp bucketstore.Checkpoint,
 			ev = evCheckpoint
 		case <-c.expiry.C:
 			ev = evExpired
-		case <-c.tick:
+		case <-c.keepalive.C:
 			ev = evKeepalive
 		default:
 			return cp, false, nil

@@ -150,7 +150,6 @@ func (c *wsConn) run(id identity, req *syncRequest) {
 	c.out.Store(out)
 	lw := &lineWriter{out: out, bson: true, timeout: c.s.cfg.WriteTimeout}
 	sc := newConn(c.s, id, req, lw)
-	sc.framedKeepalive = true
 	read := make(chan struct{})
 	go func() {
 		defer close(read)

@@ -174,9 +174,16 @@
 //   - The connection closes when its stream ends (COMPLETE, ERROR,
 //     CANCEL): PowerSync clients open one stream per connection, and the
 //     slot is the stream's.
-//   - Between the first and the last token_expires_in line, the stream
-//     sends one 20 s before expiry, as PowerSync's service does (S
-//     sync/util.ts tokenStream).
+//   - conn has no option for this transport: the stream sends its
+//     token_expires_in lines every KeepaliveInterval, as over HTTP, where
+//     PowerSync's service sends none between the first and the warning
+//     before expiry. Why: the JS SDK's sync client drops a Sync Streams
+//     subscription whose TTL expired when such a line arrives, and data
+//     lines do not do it — without them over WebSocket, an expired
+//     subscription stayed synced for good (internal/testkit/clienttest's
+//     TestRealClientStreams: the TTL step did not converge in 300
+//     checkpoints). A line every 20 s uses a credit the client gives back
+//     at once; the issue asks for keepalives "as on HTTP".
 //   - Origins are not checked: the token comes in the SETUP, never from a
 //     cookie, so another origin's page gains nothing (cors.go's reasoning).
 //   - BSON metadata and data (no PowerSync client sends them) are decoded
