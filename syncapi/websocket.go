@@ -142,7 +142,7 @@ func (c *wsConn) serve() {
 }
 
 // run serves the requested stream with the engine HTTP's streams use,
-// then closes the connection: PowerSync clients open one stream per
+// then ends the connection: PowerSync clients open one stream per
 // connection, and the slot is the stream's.
 func (c *wsConn) run(id identity, req *syncRequest) {
 	out := newWSOut(c.streamCtx, c.ctx, c.ws, c.streamID, c.initialN, c.s.cfg.WriteTimeout, id.expires, c.s.cfg.Now)
@@ -157,9 +157,25 @@ func (c *wsConn) run(id identity, req *syncRequest) {
 		c.readLoop()
 	}()
 	c.s.serveStream(c.streamCtx, c.cancelStream, sc, nil)
+	// The client closes the connection once it has handled the stream's
+	// end (its slot is free already). Closing it here at once lost the
+	// last lines: the JS SDK drops the lines it has not handled yet when
+	// the WebSocket closes (the real client missed token_expires_in 0 and
+	// reconnected with its expired token). A client that does not close
+	// is closed after streamEndGrace.
+	grace := time.NewTimer(streamEndGrace)
+	select {
+	case <-read:
+	case <-grace.C:
+	}
+	grace.Stop()
 	c.close(websocket.StatusNormalClosure, "", "")
 	<-read // bounded: the connection is closed
 }
+
+// streamEndGrace is how long a connection stays open after its stream
+// ended, for the client to close it.
+const streamEndGrace = 5 * time.Second
 
 // close closes the connection with a WebSocket close code once; logMsg,
 // when set, is logged (at Info: hostile or broken clients) with args.

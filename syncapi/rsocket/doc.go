@@ -171,9 +171,14 @@
 //     WebSocket when a write's context ends, so a CANCEL must end the wait
 //     for credit, never a frame being written. An ERROR on stream 0 waits
 //     for the frame being written (wsOut.halt), so no line follows it.
-//   - The connection closes when its stream ends (COMPLETE, ERROR,
-//     CANCEL): PowerSync clients open one stream per connection, and the
-//     slot is the stream's.
+//   - The slot is freed when the stream ends (COMPLETE, ERROR, CANCEL);
+//     the connection is left for the client to close (PowerSync clients
+//     open one stream per connection and close it), and closed by the
+//     server 5 s later. Closing it at once lost the stream's last lines:
+//     the JS SDK drops the lines it has not handled when the WebSocket
+//     closes (the real client missed token_expires_in 0 and reconnected
+//     with its expired token). A second REQUEST_STREAM meanwhile is
+//     REJECTED on its stream.
 //   - conn has no option for this transport: the stream sends its
 //     token_expires_in lines every KeepaliveInterval, as over HTTP, where
 //     PowerSync's service sends none between the first and the warning
