@@ -166,6 +166,10 @@ type Server struct {
 	// supersedeAfter: how long a checkpoint's send runs before a newer
 	// checkpoint interrupts it (sendData); tests set 0.
 	supersedeAfter time.Duration
+	// completeDelay: how long a WebSocket stream ending at its token's
+	// expiry waits for its client to cancel it before COMPLETE
+	// (wsOut.end); tests shorten it.
+	completeDelay time.Duration
 
 	// Test hooks: called after a data line was written, when a stream
 	// handler has released its connection slot, and when a WebSocket
@@ -247,7 +251,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{bytesSent: sent, cfg: cfg, groups: cfg.Groups, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
-		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
+		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter,
+		completeDelay: completeDelay}
 	_, untraced := cfg.TracerProvider.(noop.TracerProvider)
 	s.traced = !untraced
 	if s.cache == nil {

@@ -147,6 +147,7 @@ func (c *wsConn) serve() {
 func (c *wsConn) run(id identity, req *syncRequest) {
 	out := newWSOut(c.streamCtx, c.ctx, c.ws, c.streamID, c.initialN, c.s.cfg.WriteTimeout, id.expires, c.s.cfg.Now)
 	out.waiting = c.s.waitCredit
+	out.completeDelay = c.s.completeDelay
 	c.out.Store(out)
 	lw := &lineWriter{out: out, bson: true, timeout: c.s.cfg.WriteTimeout}
 	sc := newConn(c.s, id, req, lw)
@@ -174,8 +175,13 @@ func (c *wsConn) run(id identity, req *syncRequest) {
 }
 
 // streamEndGrace is how long a connection stays open after its stream
-// ended, for the client to close it.
-const streamEndGrace = 5 * time.Second
+// ended, for the client to close it; completeDelay (Server's default) how
+// long a stream that ends without an error waits for its client to
+// cancel it before it sends COMPLETE (wsOut.end).
+const (
+	streamEndGrace = 5 * time.Second
+	completeDelay  = 5 * time.Second
+)
 
 // close closes the connection with a WebSocket close code once; logMsg,
 // when set, is logged (at Info: hostile or broken clients) with args.

@@ -309,16 +309,44 @@ func TestWebSocketKeepalive(t *testing.T) {
 }
 
 // TestWebSocketTokenExpiry: the stream's token_expires_in lines end
-// with 0 at expiry, and then the stream completes.
+// with 0 at expiry; a client that then cancels (the SDK does, to
+// reconnect with a new token) gets nothing more, and one that does not
+// gets COMPLETE after the server's completeDelay.
 func TestWebSocketTokenExpiry(t *testing.T) {
 	t.Parallel()
 	exp := time.Now().Add(time.Hour).Truncate(time.Second)
-	e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
-		c.Now = func() time.Time { return exp.Add(-time.Second) }
-	})
-	todoChanges(e, 1)
-	tok := token(t, "u1", func(c jwt.MapClaims) { c["exp"] = exp.Unix(); c["iat"] = exp.Add(-time.Hour).Unix() })
+	expiring := func() (*fakeEnv, string) {
+		e := newFakeEnv(t, todoRules, todoTables, func(c *Config) {
+			c.Now = func() time.Time { return exp.Add(-time.Second) }
+		})
+		todoChanges(e, 1)
+		return e, token(t, "u1", func(c jwt.MapClaims) { c["exp"] = exp.Unix(); c["iat"] = exp.Add(-time.Hour).Unix() })
+	}
+
+	e, tok := expiring()
+	ended := make(chan struct{}, 1)
+	e.srv.streamDone = func() { ended <- struct{}{} }
 	c := dialWS(t, e.http.URL)
+	c.open(tok, 100, nil)
+	for first := true; ; first = false { // the first line says 1 s is left
+		l, ok := c.next()
+		if !ok {
+			t.Fatal("COMPLETE before token_expires_in 0")
+		}
+		if l.TokenExpiresIn != nil && *l.TokenExpiresIn == 0 && !first {
+			break
+		}
+	}
+	c.send(cancelFrame())
+	waitSignal(t, ended)
+	c.send(keepaliveFrame("after expiry"))
+	if f, err := c.frame(); err != nil || f.Type != rsocket.TypeKeepalive {
+		t.Fatalf("after CANCEL at expiry: frame %v %q, %v; want the KEEPALIVE answer, no COMPLETE", f.Type, f.Data, err)
+	}
+
+	e, tok = expiring()
+	e.srv.completeDelay = 0
+	c = dialWS(t, e.http.URL)
 	c.open(tok, 100, nil)
 	var ls []line
 	for {

@@ -42,6 +42,9 @@ type wsOut struct {
 	now     func() time.Time
 	more    chan struct{} // a REQUEST_N added credit (one pending signal)
 	waiting func()        // Server.waitCredit (tests), may be nil
+	// completeDelay: how long end waits for the client to cancel before
+	// it sends COMPLETE (Server.completeDelay).
+	completeDelay time.Duration
 
 	mu     sync.Mutex
 	credit int64 // PAYLOADs requested and not yet sent, at most rsocket.MaxN
@@ -183,7 +186,27 @@ func (o *wsOut) Flush() error { return nil }
 // end sends the stream's end, a PAYLOAD with COMPLETE alone (it uses no
 // credit), unless the stream ended otherwise (an ERROR, a CANCEL, the
 // connection or the server closing).
+//
+// It first gives the client up to completeDelay to end the stream
+// itself. A stream ends without an error only at the token's expiry,
+// after its token_expires_in 0 line, on which the JS SDK fetches a new
+// token and cancels the stream; but a COMPLETE arriving while that line
+// still waits in the SDK's queue drops it (the SDK then reconnected with
+// its expired token, refused, and only later fetched a new one). Over
+// HTTP the body's end follows the line in order, so there is no race.
 func (o *wsOut) end() error {
+	if o.ended.Load() {
+		return nil // after an ERROR, or a CANCEL
+	}
+	if o.completeDelay > 0 {
+		wait := time.NewTimer(o.completeDelay)
+		select {
+		case <-o.ctx.Done():
+		case <-o.writes.Done():
+		case <-wait.C:
+		}
+		wait.Stop()
+	}
 	if o.ctx.Err() != nil {
 		return nil
 	}

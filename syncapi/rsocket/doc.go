@@ -179,6 +179,11 @@
 //     closes (the real client missed token_expires_in 0 and reconnected
 //     with its expired token). A second REQUEST_STREAM meanwhile is
 //     REJECTED on its stream.
+//   - For the same reason, a stream that ends without an error (at the
+//     token's expiry, after token_expires_in 0) gives its client up to 5 s
+//     to CANCEL it, which the SDK does on that line to reconnect with a
+//     new token, before it sends COMPLETE: a COMPLETE right behind the
+//     line made the SDK drop it (wsOut.end).
 //   - conn has no option for this transport: the stream sends its
 //     token_expires_in lines every KeepaliveInterval, as over HTTP, where
 //     PowerSync's service sends none between the first and the warning
