@@ -54,13 +54,17 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	_ = rc.SetWriteDeadline(time.Time{})
+	// Counted by the ConnGuard (if any) as pending until the SETUP is
+	// accepted: upgrades that never send one are evicted as stalled
+	// requests are.
+	pending := markUpgrading(r.Context())
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil { // Accept answered the client
 		s.log.Info("sync websocket: upgrade refused", "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	ws.SetReadLimit(s.cfg.MaxRequestBytes + metadataRoom)
-	c := &wsConn{s: s, ws: ws, log: s.log.With("remote", r.RemoteAddr, "transport", transportWebSocket)}
+	c := &wsConn{s: s, ws: ws, pending: pending, log: s.log.With("remote", r.RemoteAddr, "transport", transportWebSocket)}
 	// The connection outlives the request: its context is the server's.
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.streamCtx, c.cancelStream = context.WithCancel(c.ctx)
@@ -95,7 +99,8 @@ type wsConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	rbuf []byte // the message read last
+	rbuf    []byte       // the message read last
+	pending *guardedConn // the ConnGuard's, counted until the SETUP (may be nil)
 
 	dataEnc  rsocket.Encoding // of the REQUEST_STREAM's data
 	metaEnc  rsocket.Encoding // of every metadata
@@ -119,8 +124,8 @@ func (c *wsConn) serve() {
 	defer c.s.recoverStream()
 	defer c.cancel()
 	// The SETUP and the REQUEST_STREAM arrive at once from every client:
-	// as long as a request body may take (the ConnGuard stopped counting
-	// the connection at the upgrade).
+	// as long as a request body may take. Until the SETUP, the ConnGuard
+	// also counts the connection among the pending ones.
 	slow := time.AfterFunc(c.s.cfg.BodyReadTimeout, func() {
 		c.close(websocket.StatusPolicyViolation, "no SETUP and REQUEST_STREAM in time",
 			"closed: SETUP and REQUEST_STREAM did not arrive in time", "limit", c.s.cfg.BodyReadTimeout)
@@ -131,7 +136,9 @@ func (c *wsConn) serve() {
 		c.close(websocket.StatusNormalClosure, "", "")
 		return
 	}
-	// From here the connection holds a slot (setup took it).
+	// From here the connection holds a slot (setup took it), which bounds
+	// it instead of the ConnGuard.
+	c.pending.streaming()
 	req, ok := c.request()
 	if !slow.Stop() || !ok {
 		c.s.release()

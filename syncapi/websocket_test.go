@@ -532,3 +532,37 @@ func TestWebSocketOutlivesHTTPTimeouts(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSocketConnGuard: WebSocket upgrades that send no SETUP count
+// among the ConnGuard's pending connections, so beyond its bound the
+// oldest is closed, as a stalled request would be; a connection whose
+// SETUP was accepted is a stream, bounded by the slots, and is not.
+func TestWebSocketConnGuard(t *testing.T) {
+	t.Parallel()
+	const limit = 2
+	e := newFakeEnv(t, todoRules, todoTables, nil)
+	todoChanges(e, 1)
+	addr, g := guardedServer(t, e, limit)
+	url := "http://" + addr
+	streaming := dialWS(t, url)
+	streaming.open(token(t, "u1", nil), 10, nil)
+	streaming.untilComplete()
+
+	var idle []*wsClient // upgraded, in order: the first is the oldest
+	for range limit + 1 {
+		idle = append(idle, dialWS(t, url))
+	}
+	if _, err := idle[0].frame(); err == nil || websocket.CloseStatus(err) != -1 {
+		t.Errorf("the oldest idle upgrade: %v, want it dropped by the guard", err)
+	}
+	g.mu.Lock()
+	n := g.pending.Len()
+	g.mu.Unlock()
+	if n != limit {
+		t.Errorf("%d connections counted, want %d: the idle upgrades, not the stream", n, limit)
+	}
+	streaming.send(keepaliveFrame("still here"))
+	if f, err := streaming.frame(); err != nil || f.Type != rsocket.TypeKeepalive {
+		t.Fatalf("the stream after the evictions: %v, %v", f.Type, err)
+	}
+}

@@ -158,10 +158,12 @@
 // Built: as above, and
 //
 //   - The SETUP and the REQUEST_STREAM share one BodyReadTimeout, counted
-//     from the upgrade; past it the connection closes with 1008 (the
-//     ConnGuard stops counting a connection once it is hijacked). The slot
-//     is taken at the SETUP, as designed, and given back if no valid
-//     REQUEST_STREAM follows.
+//     from the upgrade; past it the connection closes with 1008. Until
+//     the SETUP is accepted the ConnGuard keeps counting the connection
+//     among the pending ones, though net/http handed it over (which ends
+//     its count for an HTTP stream), so upgrades that send nothing are
+//     evicted as stalled requests are. The slot is taken at the SETUP, as
+//     designed, and given back if no valid REQUEST_STREAM follows.
 //   - A frame other than SETUP first is INVALID_SETUP (it is a fault of
 //     the setup); other connection faults are CONNECTION_ERROR, and each
 //     closes with 1008 after the ERROR. A refused SETUP closes with 1000:
