@@ -123,6 +123,8 @@ type wsConn struct {
 func (c *wsConn) serve() {
 	defer c.s.recoverStream()
 	defer c.cancel()
+	// serve returns once the reader has ended: no KEEPALIVE arms it again.
+	defer c.alive.Stop()
 	// The SETUP and the REQUEST_STREAM arrive at once from every client:
 	// as long as a request body may take. Until the SETUP, the ConnGuard
 	// also counts the connection among the pending ones.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -12,6 +13,14 @@ import (
 
 // The frames of a WebSocket connection, in their order: the SETUP, the
 // REQUEST_STREAM, then what the client sends while the stream runs.
+
+// maxClientLifetime caps the max lifetime a SETUP may ask for: a client
+// may go that long without a KEEPALIVE before it is closed. PowerSync's
+// clients ask for 90 s; a lifetime of days (31 bits of milliseconds)
+// would let a silent client that requests no lines hold a stream slot for
+// as long, where an HTTP client that reads nothing is dropped within the
+// write timeout.
+const maxClientLifetime = 5 * time.Minute
 
 // setupMetadata is the SETUP's metadata (PowerSync's JS client sends
 // JSON; the service decodes BSON too).
@@ -39,7 +48,7 @@ func (c *wsConn) setup() (id identity, ok bool) {
 		c.refuse(err)
 		return identity{}, false
 	}
-	c.lifetime = f.Setup.Lifetime()
+	c.lifetime = min(f.Setup.Lifetime(), maxClientLifetime)
 	c.alive.Reset(c.lifetime)
 	var meta setupMetadata
 	if len(f.Metadata) > 0 {
