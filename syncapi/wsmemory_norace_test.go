@@ -4,6 +4,7 @@ package syncapi
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -69,4 +70,44 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// TestIdleWebSocketMemory measures what an idle WebSocket stream (first
+// sync done, 50 buckets, waiting for the next checkpoint) adds to the
+// process, the test's own client connection included, and holds it to
+// the HTTP streams' bar (idleStreamBound, issue 17) plus that client's
+// share (its read and write buffers): the transport must not make the
+// Load scenario's thousand connections cost more.
+func TestIdleWebSocketMemory(t *testing.T) {
+	const (
+		n    = 100
+		warm = 5
+	)
+	if os.Getenv("SYNCAPI_HEAP_PROFILE") != "" {
+		runtime.MemProfileRate = 1
+	}
+	e := memEnv(t, n+warm, 10)
+	for u := range warm {
+		c := dialWS(t, e.http.URL)
+		c.open(token(t, memUser(u), nil), 10, nil)
+		c.untilComplete()
+	}
+	before := measureLive()
+	cs := make([]*wsClient, 0, n)
+	for u := warm; u < warm+n; u++ {
+		c := dialWS(t, e.http.URL)
+		c.open(token(t, memUser(u), nil), 10, nil)
+		c.untilComplete()
+		cs = append(cs, c)
+	}
+	per := perStream(before, measureLive(), n)
+	if profile := os.Getenv("SYNCAPI_HEAP_PROFILE"); profile != "" {
+		writeHeapProfile(t, profile)
+	}
+	t.Logf("%d idle WebSocket streams of %d buckets: %s per stream, the test's client included", n, memLists+1, per)
+	const clientShare = 16 << 10
+	if per.total() > idleStreamBound+clientShare {
+		t.Errorf("%s per idle WebSocket stream, want < %d", per, idleStreamBound+clientShare)
+	}
+	runtime.KeepAlive(cs)
 }
