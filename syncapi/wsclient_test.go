@@ -3,7 +3,6 @@ package syncapi
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -12,13 +11,14 @@ import (
 	"github.com/coder/websocket"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/rsocketclient"
 	"github.com/syncpipe/syncpipe/syncapi/rsocket"
 )
 
 // wsClient speaks RSocket over a real WebSocket (coder/websocket's
-// client) as PowerSync's JS client does (rsocket/doc.go), writing its
-// frames by hand: the rsocket package has no client appenders outside
-// its tests.
+// client) as PowerSync's JS client does (rsocket/doc.go), its frames
+// written by internal/testkit/rsocketclient: the rsocket package has no
+// client appenders outside its tests.
 type wsClient struct {
 	t   testing.TB
 	ws  *websocket.Conn
@@ -42,35 +42,21 @@ func dialWS(t testing.TB, httpURL string) *wsClient {
 	return &wsClient{t: t, ws: ws, ctx: ctx}
 }
 
-// header starts a frame: stream id, type and flags.
+// The client's frames, as the JS client sends them.
+
+// header starts a frame by hand (for malformed ones).
 func header(id uint32, typ rsocket.Type, flags rsocket.Flags) []byte {
-	b := binary.BigEndian.AppendUint32(nil, id)
-	return binary.BigEndian.AppendUint16(b, uint16(typ)<<10|uint16(flags))
+	return rsocketclient.Header(id, typ, flags)
 }
 
-// withMetadata appends metadata after its 24-bit length.
-func withMetadata(b, meta []byte) []byte {
-	n := len(meta)
-	return append(append(b, byte(n>>16), byte(n>>8), byte(n)), meta...)
-}
-
-// setupFrame is the JS client's SETUP: version 1.0, keepalive and
-// lifetime in ms, JSON metadata {token, user_agent}, no data.
+// setupFrame is the JS client's SETUP for tok.
 func setupFrame(tok string, keepaliveMS, lifetimeMS uint32) []byte {
-	b := header(0, rsocket.TypeSetup, rsocket.FlagMetadata)
-	b = binary.BigEndian.AppendUint16(b, 1)
-	b = binary.BigEndian.AppendUint16(b, 0)
-	b = binary.BigEndian.AppendUint32(b, keepaliveMS)
-	b = binary.BigEndian.AppendUint32(b, lifetimeMS)
-	for range 2 {
-		b = append(b, byte(len(rsocket.MIMEJSON)))
-		b = append(b, rsocket.MIMEJSON...)
-	}
 	meta, _ := json.Marshal(map[string]string{"token": "Token " + tok, "user_agent": "syncapi-test/1"})
-	return withMetadata(b, meta)
+	return rsocketclient.Setup(meta, keepaliveMS, lifetimeMS)
 }
 
-// requestStreamFrame is the JS client's REQUEST_STREAM on stream 1.
+// requestStreamFrame is the JS client's REQUEST_STREAM on stream 1
+// (raw_data true unless body sets it).
 func requestStreamFrame(t testing.TB, n uint32, body map[string]any) []byte {
 	if body == nil {
 		body = map[string]any{}
@@ -82,19 +68,14 @@ func requestStreamFrame(t testing.TB, n uint32, body map[string]any) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := binary.BigEndian.AppendUint32(header(1, rsocket.TypeRequestStream, rsocket.FlagMetadata), n)
-	return append(withMetadata(b, []byte(`{"path":"/sync/stream"}`)), data...)
+	return rsocketclient.RequestStream(1, n, data)
 }
 
-func requestNFrame(n uint32) []byte {
-	return binary.BigEndian.AppendUint32(header(1, rsocket.TypeRequestN, 0), n)
-}
+func requestNFrame(n uint32) []byte { return rsocketclient.RequestN(1, n) }
 
-func cancelFrame() []byte { return header(1, rsocket.TypeCancel, 0) }
+func cancelFrame() []byte { return rsocketclient.Cancel(1) }
 
-func keepaliveFrame(data string) []byte {
-	return append(binary.BigEndian.AppendUint64(header(0, rsocket.TypeKeepalive, rsocket.FlagRespond), 0), data...)
-}
+func keepaliveFrame(data string) []byte { return rsocketclient.Keepalive(data) }
 
 // send writes one frame.
 func (c *wsClient) send(frame []byte) {

@@ -14,7 +14,8 @@ import (
 // frames (SETUP, REQUEST_STREAM, REQUEST_N, CANCEL) are appended by
 // clientframes_test.go, for this package's tests only: no command sends
 // them, and CI's dead code check (.ci/deadcode.sh) refuses product code
-// that only tests reach. syncapi's tests write theirs in wsclient_test.go.
+// that only tests reach. syncapi's tests and the benchmarks write theirs
+// with internal/testkit/rsocketclient.
 
 // appendHeader appends the stream id and the type and flags.
 func appendHeader(dst []byte, id uint32, t Type, flags Flags) []byte {

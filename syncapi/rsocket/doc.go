@@ -208,8 +208,9 @@
 //     then identity.
 //   - Client frames (SETUP, REQUEST_STREAM, REQUEST_N, CANCEL) are
 //     appended by this package's tests only (clientframes_test.go) and by
-//     syncapi's test client (wsclient_test.go): no command sends them, and
-//     CI's dead code check refuses product code only tests reach.
+//     internal/testkit/rsocketclient (syncapi's tests, the benchmarks): no
+//     command sends them, and CI's dead code check refuses product code
+//     only tests reach.
 //
 // The WebSocket library: github.com/coder/websocket (v1.8.15), not
 // gorilla/websocket (v1.5.3). Its blocking calls take a context
