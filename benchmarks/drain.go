@@ -74,8 +74,10 @@ const drainSharedBuffers = "1GB"
 // one by_list bucket per list) reads the NDJSON stream until
 // checkpoint_complete. The baseline, measured in the same run on
 // the same data through the same endpoint, is the OR-chain query shape
-// the LATERAL read replaced. The LATERAL shape is drained as NDJSON and
-// as BSON with zstd, and for each drain the server's CPU is measured — the
+// the LATERAL read replaced. The LATERAL shape is drained as NDJSON, as
+// BSON with zstd, and as BSON over the WebSocket transport (RSocket, with
+// REQUEST_N credit as the SDKs keep it: drainws.go), and for each drain
+// the server's CPU is measured — the
 // sync API child's and the storage cluster's (see drain_cpu.go) — so the
 // report shows what the SDKs' encoding costs the server, not only how
 // much smaller it is on the wire.
@@ -91,7 +93,8 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		Params: fmt.Sprintf("P4: first sync of a client entitled to every bucket (global + by_list per list), todos %s × lists %v, "+
 			"median of %d runs; data replicated by syncpipe (snapshot + stream to the first checkpoint), then VACUUM ANALYZE (the state "+
 			"autovacuum reaches) and one untimed warm-up drain; %s, checksums computed by every drain (cache of one "+
-			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for); "+
+			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for over HTTP, "+
+			"and as BSON over WebSocket, RSocket frames without compression, what they get with connectionMethod 'web-socket'); "+
 			"server CPU per drain: the sync API child's and the storage cluster's processes', from the request until both are idle; "+
 			"storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
@@ -344,8 +347,8 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	var firstCP = map[string][]time.Duration{}
 	baseline := drainRowName(d.todos, d.lists, drainShapes[1].name)
 	cutOff := false
-	// The LATERAL shape is drained in both wire formats; the OR-chain
-	// baseline in NDJSON only.
+	// The LATERAL shape is drained in every wire format (NDJSON, BSON with
+	// zstd, BSON over WebSocket); the OR-chain baseline in NDJSON only.
 	variants := []struct {
 		name   string
 		server int
@@ -354,6 +357,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		{drainRowName(d.todos, d.lists, drainShapes[0].name), 0, wireNDJSON},
 		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), 0, wireBSONZstd},
 		{drainRowName(d.todos, d.lists, drainShapes[1].name), 1, wireNDJSON},
+		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireWebSocket.name), 0, wireWebSocket},
 	}
 	wireBytes := map[string][]int64{}
 	cpuRuns := map[string][]drainCPURun{}
@@ -414,7 +418,19 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2]),
 			cpuText(ca.syncpipe, childServed), cpuText(ca.storage, pm > 0), cpuText(cb.syncpipe, childServed), cpuText(cb.storage, pm > 0)))
 	}
-	for _, v := range variants[:2] {
+	if a, w := wireBytes[variants[0].name], wireBytes[variants[3].name]; len(a) > 0 && len(w) > 0 {
+		slices.Sort(w)
+		cw := medianCPU(cpuRuns[variants[3].name])
+		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as BSON over WebSocket, RSocket frames without "+
+			"compression (%.0f%% of NDJSON's; the WebSocket's own framing, 2 to 10 bytes a line, not counted), each line sent "+
+			"against the client's REQUEST_N credit (10 kept requested, as the SDKs do). Server CPU (median; syncpipe / storage): %s / %s.",
+			variants[3].name, float64(w[len(w)/2])/(1<<20), 100*float64(w[len(w)/2])/float64(a[len(a)/2]),
+			cpuText(cw.syncpipe, childServed), cpuText(cw.storage, pm > 0)))
+	}
+	for _, v := range variants {
+		if v.server != 0 {
+			continue
+		}
 		if runs := cpuRuns[v.name]; len(runs) > 0 && (childServed || pm > 0) {
 			*cpuRows = append(*cpuRows, drainCPURow{dataSet: drainDataSet(d.todos, d.lists), wire: v.wire.label(), runs: runs,
 				childServed: childServed, storageMeasured: pm > 0})
@@ -424,8 +440,10 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	if r := rows.byName[drainRowName(d.todos, d.lists, drainShapes[0].name)]; r != nil {
 		r.Baseline = baseline
 	}
-	if r := rows.byName[variants[1].name]; r != nil {
-		r.Baseline = variants[0].name
+	for _, v := range []int{1, 3} { // BSON with zstd, WebSocket: against NDJSON
+		if r := rows.byName[variants[v].name]; r != nil {
+			r.Baseline = variants[0].name
+		}
 	}
 	for _, sh := range drainShapes {
 		name := drainRowName(d.todos, d.lists, sh.name)
