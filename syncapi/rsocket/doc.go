@@ -196,6 +196,10 @@
 //     TestRealClientStreams: the TTL step did not converge in 300
 //     checkpoints). A line every 20 s uses a credit the client gives back
 //     at once; the issue asks for keepalives "as on HTTP".
+//   - The SETUP's max lifetime is honoured up to 5 minutes: a lifetime of
+//     days would let a silent client that requests no lines hold a slot
+//     for as long (an HTTP client that reads nothing is dropped within the
+//     write timeout); PowerSync's clients ask for 90 s.
 //   - Origins are not checked: the token comes in the SETUP, never from a
 //     cookie, so another origin's page gains nothing (cors.go's reasoning).
 //   - BSON metadata and data (no PowerSync client sends them) are decoded
