@@ -26,7 +26,7 @@ var tiers = []tier{
 	{"model", []string{"model/...", "internal/atomicfile", "internal/freelist", "internal/yamlpos", "internal/pgauth"}},
 	{"framework", []string{"pipeline", "pipeline/otelpipeline"}},
 	{"parts", []string{"sources/...", "stages/...", "sinks/..."}},
-	{"assembly", []string{"replication", "syncapi", "config", "internal/telemetry", "internal/pgcluster", "internal/todos"}},
+	{"assembly", []string{"replication", "syncapi", "syncapi/rsocket", "config", "internal/telemetry", "internal/pgcluster", "internal/todos"}},
 	{"cli", []string{"cli"}},
 	{"commands", []string{"cmd/...", "examples/..."}},
 }

@@ -35,6 +35,7 @@ var specBars = []struct{ id, scenario, measure, bar string }{
 	{"P5", "checksums", "checksums, 100 clients, small updates", "≤ 1 checksum query per changed bucket per checkpoint; p99 < 50 ms"},
 	{"P5-streams", "checksums-streams", "checksums on Sync Streams, 100 clients × 10 subscriptions, small updates", "≤ 1 checksum query per changed bucket per checkpoint; p99 < 50 ms"},
 	{"Load", "load", "1,000 sync connections + 5k changes/s", "commit → checkpoint_complete p99 < 100 ms; RSS < 500 MB; < 50 KB per idle connection"},
+	{"Load (WebSocket)", "load-ws", "1,000 sync connections over WebSocket (RSocket) + 5k changes/s (issue 43)", "commit → checkpoint_complete p99 < 100 ms; RSS < 500 MB; < 50 KB per idle connection"},
 	{"P6", "", "memory (syncpipe process)", "RSS < 500 MB through P1–P5 and one 1M-row source transaction"},
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -37,9 +38,14 @@ type LoadOptions struct {
 	SettleFor time.Duration
 	// Runs is the number of runs per binary of a comparison run
 	// (Harness.Compare; 0 = 1); without one the scenario runs once.
-	Runs    int
-	Log     io.Writer
-	Harness *Harness
+	Runs int
+	// WebSocket: the clients connect over the WebSocket transport (GET
+	// /sync/stream, RSocket), as the SDKs with connectionMethod
+	// 'web-socket' do, instead of HTTP streams; the result is the
+	// scenario load-ws.
+	WebSocket bool
+	Log       io.Writer
+	Harness   *Harness
 }
 
 // LoadPreset returns the options for a scale: "full" is the SPEC load
@@ -75,6 +81,7 @@ const (
 // smoke test.
 type loadFigures struct {
 	clients, buckets   int
+	webSocket          bool          // the clients were over WebSocket (load-ws)
 	firstSync          time.Duration // connect → every client's first checkpoint_complete
 	memBefore, memIdle childMemory   // the child before the clients and with them idle
 	peakRSS            int64
@@ -100,9 +107,13 @@ type loadFigures struct {
 // exactly the source's rows.
 //
 // With Harness.Compare the measurement is made with both binaries (see
-// runLoadCompare).
+// runLoadCompare); over WebSocket it is not, since a build of an earlier
+// commit may have no WebSocket transport.
 func RunLoad(ctx context.Context, opt LoadOptions) (Result, error) {
 	if opt.Harness != nil && opt.Harness.Compare != "" {
+		if opt.WebSocket {
+			return Result{}, errors.New("load-ws: no comparison run (-compare-bin/-compare-rev): a build of an earlier commit may not serve WebSocket; compare the HTTP scenario, load")
+		}
 		return runLoadCompare(ctx, opt)
 	}
 	res, _, err := runLoad(ctx, opt)
@@ -110,24 +121,28 @@ func RunLoad(ctx context.Context, opt LoadOptions) (Result, error) {
 }
 
 func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) {
-	res := Result{Scenario: "load", Date: time.Now(),
-		Params: fmt.Sprintf("Load: %d sync clients over HTTP (`POST /sync/stream`, raw_data), each its own user with %d buckets (a parameter query) of %d todos; "+
+	scenario, transport := "load", "HTTP (`POST /sync/stream`, raw_data)"
+	if opt.WebSocket {
+		scenario, transport = "load-ws", "WebSocket (`GET /sync/stream`, RSocket: BSON lines, 10 requested, REQUEST_N 1 per line handled, raw_data)"
+	}
+	res := Result{Scenario: scenario, Date: time.Now(),
+		Params: fmt.Sprintf("Load: %d sync clients over %s, each its own user with %d buckets (a parameter query) of %d todos; "+
 			"%d changes/s in %d-row transactions of single-row UPDATEs of random todos for %s; one `syncpipe run --role all` child (snapshot, stream, API), "+
 			"source and storage on two clusters (fsync on), storage synchronous_commit=off. Latency: per client and transaction, commit returned → the client's checkpoint_complete bringing it",
-			opt.Clients, opt.ListsPerUser, opt.TodosPerList, opt.Rate, opt.TxnRows, opt.For)}
+			opt.Clients, transport, opt.ListsPerUser, opt.TodosPerList, opt.Rate, opt.TxnRows, opt.For)}
 	var fig loadFigures
 	e, err := startLoadEnv(ctx, opt)
 	if err != nil {
 		return res, fig, err
 	}
 	defer e.close(ctx)
-	fig.clients, fig.buckets = opt.Clients, opt.ListsPerUser
+	fig.clients, fig.buckets, fig.webSocket = opt.Clients, opt.ListsPerUser, opt.WebSocket
 	child, url, src, storage := e.child, e.url, e.src, e.storage
 	if fig.memBefore, err = settledMemory(ctx, child, url+"/metrics", opt.SettleFor); err != nil {
 		return res, fig, err
 	}
 
-	lc := newLoadClients(e.users)
+	lc := newLoadClients(e.users, opt.WebSocket)
 	cctx, stopClients := context.WithCancel(ctx)
 	var clients sync.WaitGroup
 	defer func() { stopClients(); clients.Wait() }()
@@ -628,7 +643,11 @@ func (f loadFigures) perIdleRSS() int64 {
 func loadBar(f loadFigures) Bar {
 	l := p5LatencyOf(f.lat.total)
 	perIdle := f.perIdle()
-	return Bar{ID: "Load", Measure: fmt.Sprintf("%d sync connections + %.0f changes/s", f.clients, float64(f.committed)/f.elapsed.Seconds()),
+	id, conns := "Load", "sync connections"
+	if f.webSocket {
+		id, conns = "Load (WebSocket)", "WebSocket sync connections"
+	}
+	return Bar{ID: id, Measure: fmt.Sprintf("%d %s + %.0f changes/s", f.clients, conns, float64(f.committed)/f.elapsed.Seconds()),
 		Bar: "commit → checkpoint_complete p99 < 100 ms; RSS < 500 MB; < 50 KB per idle connection",
 		Value: fmt.Sprintf("p99 %s (p50 %s, %d arrivals); peak RSS %d MiB; %.1f KiB live per idle connection (RSS %.1f KiB); %d stream errors",
 			l.p99, l.p50, len(f.lat.total), f.peakRSS>>20, float64(perIdle)/1024, float64(f.perIdleRSS())/1024, f.errors),

@@ -44,29 +44,30 @@ type loadLine struct {
 
 // loadBucketData is a data line's bucket data.
 type loadBucketData struct {
-	Data []loadOp `json:"data"`
+	Data []loadOp `json:"data" bson:"data"`
 }
 
 // loadOp is one op of a data line; Data is the row as a JSON string
 // (raw_data).
 type loadOp struct {
-	Op       string  `json:"op"`
-	ObjectID string  `json:"object_id"`
-	Data     *string `json:"data"`
+	Op       string  `json:"op" bson:"op"`
+	ObjectID string  `json:"object_id" bson:"object_id"`
+	Data     *string `json:"data" bson:"data"`
 }
 
 // loadClients are the scenario's clients and what they share.
 type loadClients struct {
 	list   []*loadClient
 	http   *http.Client
+	ws     bool         // over WebSocket (clientload_ws.go), else HTTP streams
 	failed atomic.Int64 // streams that ended with an error
 	synced atomic.Int64 // clients past their first checkpoint_complete
 	mu     sync.Mutex
 	errs   []string // the first few errors, for the report
 }
 
-func newLoadClients(users []string) *loadClients {
-	lc := &loadClients{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: len(users)}}}
+func newLoadClients(users []string, ws bool) *loadClients {
+	lc := &loadClients{ws: ws, http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: len(users)}}}
 	for _, u := range users {
 		lc.list = append(lc.list, &loadClient{user: u, rows: map[string]int64{}, pending: map[int64]bool{}})
 	}
@@ -100,6 +101,9 @@ func (lc *loadClients) run(ctx context.Context, url string, c *loadClient) {
 
 func (lc *loadClients) stream(ctx context.Context, url string, c *loadClient) error {
 	c.restart()
+	if lc.ws {
+		return lc.streamWS(ctx, url, c)
+	}
 	resp, err := openSyncStream(ctx, lc.http, url, c.user, map[string]any{"raw_data": true, "client_id": c.user, "buckets": []any{}})
 	if err != nil {
 		return err

@@ -15,9 +15,19 @@ import (
 // checkpoint the watch saw, and the report and bar must be rendered. No
 // timing is asserted.
 func TestLoadSmoke(t *testing.T) {
+	loadSmoke(t, false)
+}
+
+// TestLoadSmokeWebSocket is TestLoadSmoke with the clients over
+// WebSocket (the load-ws scenario).
+func TestLoadSmokeWebSocket(t *testing.T) {
+	loadSmoke(t, true)
+}
+
+func loadSmoke(t *testing.T, ws bool) {
 	ctx, h := smokeHarness(t, 5*time.Minute)
 	opt := LoadOptions{Clients: 12, ListsPerUser: 5, TodosPerList: 2, Rate: 400, TxnRows: 20, For: 4 * time.Second,
-		Harness: h}
+		WebSocket: ws, Harness: h}
 	res, fig, err := runLoad(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +40,9 @@ func TestLoadSmoke(t *testing.T) {
 	}
 	if fig.committed != int64(fig.txns*opt.TxnRows) || fig.txns == 0 {
 		t.Errorf("%d changes committed in %d transactions of %d rows", fig.committed, fig.txns, opt.TxnRows)
+	}
+	if want := map[bool]string{false: "Load", true: "Load (WebSocket)"}[ws]; len(res.Bars) == 1 && res.Bars[0].ID != want {
+		t.Errorf("bar %q, want %q", res.Bars[0].ID, want)
 	}
 	if len(res.Rows) != 1 || len(res.Bars) != 1 || res.PeakRSS <= 0 {
 		t.Errorf("%d rows, %d bars, peak RSS %d; want 1, 1, > 0", len(res.Rows), len(res.Bars), res.PeakRSS)

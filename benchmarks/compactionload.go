@@ -84,7 +84,7 @@ func runCompactionLoad(ctx context.Context, opt CompactionLoadOptions) (Result, 
 		return res, nil, err
 	}
 	defer e.close(ctx)
-	lc := newLoadClients(e.users)
+	lc := newLoadClients(e.users, false)
 	checkers, err := startCheckers(e)
 	if err != nil {
 		return res, nil, err

@@ -74,8 +74,10 @@ const drainSharedBuffers = "1GB"
 // one by_list bucket per list) reads the NDJSON stream until
 // checkpoint_complete. The baseline, measured in the same run on
 // the same data through the same endpoint, is the OR-chain query shape
-// the LATERAL read replaced. The LATERAL shape is drained as NDJSON and
-// as BSON with zstd, and for each drain the server's CPU is measured — the
+// the LATERAL read replaced. The LATERAL shape is drained as NDJSON, as
+// BSON with zstd, and as BSON over the WebSocket transport (RSocket, with
+// REQUEST_N credit as the SDKs keep it: drainws.go), and for each drain
+// the server's CPU is measured — the
 // sync API child's and the storage cluster's (see drain_cpu.go) — so the
 // report shows what the SDKs' encoding costs the server, not only how
 // much smaller it is on the wire.
@@ -91,7 +93,8 @@ func RunDrain(ctx context.Context, opt DrainOptions) (Result, error) {
 		Params: fmt.Sprintf("P4: first sync of a client entitled to every bucket (global + by_list per list), todos %s × lists %v, "+
 			"median of %d runs; data replicated by syncpipe (snapshot + stream to the first checkpoint), then VACUUM ANALYZE (the state "+
 			"autovacuum reaches) and one untimed warm-up drain; %s, checksums computed by every drain (cache of one "+
-			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for); "+
+			"entry), Go client over loopback HTTP, NDJSON raw_data without compression (the LATERAL shape also as BSON with zstd, what the SDKs ask for over HTTP, "+
+			"and as BSON over WebSocket, RSocket frames without compression, what they get with connectionMethod 'web-socket'); "+
 			"server CPU per drain: the sync API child's and the storage cluster's processes', from the request until both are idle; "+
 			"storage cluster shared_buffers %s; baseline: the OR-chain query "+
 			"shape through the same endpoint, cut off after %s",
@@ -364,11 +367,14 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	var firstCP = map[string][]time.Duration{}
 	baseline := drainRowName(d.todos, d.lists, drainShapes[1].name)
 	cutOff := false
-	// The LATERAL shape is drained in both wire formats, by each binary
-	// (interleaved); the OR-chain baseline in NDJSON only, in-process.
+	// The LATERAL shape is drained in every wire format (NDJSON, BSON with
+	// zstd, BSON over WebSocket), by each binary (interleaved; WebSocket by
+	// the new one only: an old build may not serve it); the OR-chain
+	// baseline in NDJSON only, in-process.
 	variants := []drainVariant{
 		{drainRowName(d.todos, d.lists, drainShapes[0].name), servers[0], wireNDJSON, false},
 		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), servers[0], wireBSONZstd, false},
+		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireWebSocket.name), servers[0], wireWebSocket, false},
 	}
 	orChain := drainVariant{drainRowName(d.todos, d.lists, drainShapes[1].name), servers[1], wireNDJSON, true}
 	wireBytes := map[string][]int64{}
@@ -429,6 +435,15 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2]),
 			cpuText(ca.syncpipe, childServed), cpuText(ca.storage, pm > 0), cpuText(cb.syncpipe, childServed), cpuText(cb.storage, pm > 0)))
 	}
+	if a, w := wireBytes[variants[0].name], wireBytes[variants[2].name]; len(a) > 0 && len(w) > 0 {
+		slices.Sort(w)
+		cw := medianCPU(cpuRuns[variants[2].name])
+		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as BSON over WebSocket, RSocket frames without "+
+			"compression (%.0f%% of NDJSON's; the WebSocket's own framing, 2 to 10 bytes a line, not counted), each line sent "+
+			"against the client's REQUEST_N credit (10 kept requested, as the SDKs do). Server CPU (median; syncpipe / storage): %s / %s.",
+			variants[2].name, float64(w[len(w)/2])/(1<<20), 100*float64(w[len(w)/2])/float64(a[len(a)/2]),
+			cpuText(cw.syncpipe, childServed), cpuText(cw.storage, pm > 0)))
+	}
 	for _, v := range variants {
 		if runs := cpuRuns[v.name]; len(runs) > 0 && (childServed || pm > 0) {
 			*cpuRows = append(*cpuRows, drainCPURow{dataSet: drainDataSet(d.todos, d.lists), wire: v.wire.label(), runs: runs,
@@ -439,8 +454,10 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	if r := rows.byName[drainRowName(d.todos, d.lists, drainShapes[0].name)]; r != nil {
 		r.Baseline = baseline
 	}
-	if r := rows.byName[variants[1].name]; r != nil {
-		r.Baseline = variants[0].name
+	for _, v := range []int{1, 2} { // BSON with zstd, WebSocket: against NDJSON
+		if r := rows.byName[variants[v].name]; r != nil {
+			r.Baseline = variants[0].name
+		}
 	}
 	for _, sh := range drainShapes {
 		name := drainRowName(d.todos, d.lists, sh.name)
@@ -476,6 +493,9 @@ func drainRunOrder(variants []drainVariant, binaries []drainBinary, run int) []d
 	var out []drainVariant
 	for _, v := range variants {
 		for _, b := range interleaved(binaries, run) {
+			if v.wire.ws && b.suffix != "" {
+				continue // the old build may have no WebSocket transport
+			}
 			out = append(out, drainVariant{v.name + b.suffix, b.server, v.wire, v.baseline})
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // data sets) and checks what the client received: every op of every
 // bucket, for both query shapes (LATERAL from a `syncpipe run --role api`
 // child, OR-chain in-process), a bar line for the tenfold step, the
-// child's peak RSS and the server's CPU of the NDJSON and BSON+zstd drains
+// child's peak RSS and the server's CPU of the NDJSON, BSON+zstd and WebSocket drains
 // (the child's and the storage cluster's; none for the in-process server,
 // whose process is the client's too). No timing is asserted: CI machines
 // vary.
@@ -31,7 +31,7 @@ func TestDrainSmoke(t *testing.T) {
 	t.Log(log.String())
 	want := map[string]int64{}
 	for _, n := range []int{200, 2000} {
-		for _, name := range []string{"LATERAL", "LATERAL, BSON+zstd", "OR-chain"} {
+		for _, name := range []string{"LATERAL", "LATERAL, BSON+zstd", "OR-chain", "LATERAL, WebSocket"} {
 			want[drainRowName(n, 20, name)] = int64(n + 20) // by_list ops + one global op per list
 		}
 	}
@@ -46,7 +46,7 @@ func TestDrainSmoke(t *testing.T) {
 		if strings.HasSuffix(r.Name, "LATERAL") && !strings.HasSuffix(r.Baseline, "OR-chain") {
 			t.Errorf("row %q: baseline %q", r.Name, r.Baseline)
 		}
-		if strings.HasSuffix(r.Name, "BSON+zstd") && !strings.HasSuffix(r.Baseline, "LATERAL") {
+		if (strings.HasSuffix(r.Name, "BSON+zstd") || strings.HasSuffix(r.Name, "WebSocket")) && !strings.HasSuffix(r.Baseline, "LATERAL") {
 			t.Errorf("row %q: baseline %q, want the NDJSON drain", r.Name, r.Baseline)
 		}
 		for _, s := range r.Samples {
@@ -75,6 +75,7 @@ func TestDrainSmoke(t *testing.T) {
 		t.Errorf("report lacks the baseline ratio:\n%s", md.String())
 	}
 	for _, want := range []string{"| 2k todos / 20 lists | NDJSON + identity |", "| 2k todos / 20 lists | BSON + zstd |",
+		"| 2k todos / 20 lists | BSON over WebSocket |", "as BSON over WebSocket",
 		"server CPU s (syncpipe / storage)", "Server CPU (median; syncpipe / storage)"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())

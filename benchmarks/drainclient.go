@@ -48,19 +48,27 @@ type drainStats struct {
 // type and coding.
 type drainWire struct {
 	name, accept, encoding string
+	// ws: over the WebSocket transport (GET /sync/stream, RSocket), as
+	// the SDKs' connectionMethod 'web-socket': BSON lines, no compression
+	// (accept and encoding are not asked for).
+	ws bool
 }
 
 // The drain's wire formats: NDJSON without compression (what the P4 bar
 // is measured on), and what the PowerSync SDKs ask for, BSON, with zstd
 // (as a browser's fetch asks for it).
 var (
-	wireNDJSON   = drainWire{"NDJSON", "application/x-ndjson", "identity"}
-	wireBSONZstd = drainWire{"BSON+zstd", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8", "zstd"}
+	wireNDJSON    = drainWire{name: "NDJSON", accept: "application/x-ndjson", encoding: "identity"}
+	wireBSONZstd  = drainWire{name: "BSON+zstd", accept: "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8", encoding: "zstd"}
+	wireWebSocket = drainWire{name: "WebSocket", encoding: "identity", ws: true}
 )
 
 // label names the wire format in the server-CPU table.
 func (w drainWire) label() string {
-	if w.encoding == "zstd" {
+	switch {
+	case w.ws:
+		return "BSON over WebSocket"
+	case w.encoding == "zstd":
 		return "BSON + zstd"
 	}
 	return "NDJSON + identity"
@@ -182,6 +190,9 @@ func drainToken() (string, error) {
 	return tok, nil
 }
 
+// drainRequest is the drain's sync request: a new client.
+const drainRequest = `{"buckets":[],"include_checksum":true,"raw_data":true,"client_id":"drain-bench"}`
+
 // drain is the client: one POST /sync/stream as a new client (no buckets
 // held), read until checkpoint_complete. It counts ops without decoding
 // data lines — with raw_data every row is a JSON string, so `{"op_id":`
@@ -190,9 +201,11 @@ func drainToken() (string, error) {
 // for the op count the drain must reach. With checkpointOnly it returns
 // after the checkpoint line.
 func drain(ctx context.Context, url, token string, checkpointOnly bool, wire drainWire) (drainStats, error) {
+	if wire.ws {
+		return drainWS(ctx, url, token, checkpointOnly)
+	}
 	var st drainStats
-	reqBody := `{"buckets":[],"include_checksum":true,"raw_data":true,"client_id":"drain-bench"}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(reqBody))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(drainRequest))
 	if err != nil {
 		return st, fmt.Errorf("build sync request: %w", err)
 	}
@@ -287,40 +300,50 @@ func drainBSON(r *bufio.Reader, st drainStats, start time.Time, checkpointOnly b
 		}
 		st.bytes += int64(size)
 		st.total = time.Since(start)
-		raw := bson.Raw(doc)
-		first, err := raw.IndexErr(0)
-		if err != nil {
-			return st, fmt.Errorf("sync stream: BSON document: %w", err)
-		}
-		switch first.Key() {
-		case "data":
-			ops, err := raw.LookupErr("data", "data")
-			if err != nil {
-				return st, fmt.Errorf("sync stream: data line: %w", err)
-			}
-			vals, err := ops.Array().Values()
-			if err != nil {
-				return st, fmt.Errorf("sync stream: data line: %w", err)
-			}
-			st.ops += int64(len(vals))
-		case "checkpoint":
-			st.checkpoint = st.total
-			js, err := bson.MarshalExtJSON(raw, false, false)
-			if err != nil {
-				return st, fmt.Errorf("sync stream: checkpoint line: %w", err)
-			}
-			if want, err = checkpointOps(js); err != nil || checkpointOnly {
-				return st, err
-			}
-		case "checkpoint_complete":
-			if want >= 0 && st.ops != want {
-				return st, fmt.Errorf("checkpoint complete after %d ops; the checkpoint counted %d", st.ops, want)
-			}
-			return st, nil
-		case "error":
-			return st, fmt.Errorf("sync stream error: %s", raw)
+		if done, err := bsonLine(doc, &st, &want, checkpointOnly); done || err != nil {
+			return st, err
 		}
 	}
+}
+
+// bsonLine counts one BSON line into st: the ops of a data line, the
+// checkpoint's count (want, the ops the drain must reach). done is true
+// at checkpoint_complete, or after the checkpoint with checkpointOnly.
+func bsonLine(doc []byte, st *drainStats, want *int64, checkpointOnly bool) (done bool, err error) {
+	raw := bson.Raw(doc)
+	first, err := raw.IndexErr(0)
+	if err != nil {
+		return false, fmt.Errorf("sync stream: BSON document: %w", err)
+	}
+	switch first.Key() {
+	case "data":
+		ops, err := raw.LookupErr("data", "data")
+		if err != nil {
+			return false, fmt.Errorf("sync stream: data line: %w", err)
+		}
+		vals, err := ops.Array().Values()
+		if err != nil {
+			return false, fmt.Errorf("sync stream: data line: %w", err)
+		}
+		st.ops += int64(len(vals))
+	case "checkpoint":
+		st.checkpoint = st.total
+		js, err := bson.MarshalExtJSON(raw, false, false)
+		if err != nil {
+			return false, fmt.Errorf("sync stream: checkpoint line: %w", err)
+		}
+		if *want, err = checkpointOps(js); err != nil || checkpointOnly {
+			return true, err
+		}
+	case "checkpoint_complete":
+		if *want >= 0 && st.ops != *want {
+			return true, fmt.Errorf("checkpoint complete after %d ops; the checkpoint counted %d", st.ops, *want)
+		}
+		return true, nil
+	case "error":
+		return true, fmt.Errorf("sync stream error: %s", raw)
+	}
+	return false, nil
 }
 
 // checkpointOps sums the bucket counts of a checkpoint line.

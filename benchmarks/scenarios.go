@@ -54,6 +54,7 @@ var registry = []Scenario{
 	{Name: "checksums", Spec: "P5", Describe: "incremental checkpoints to many clients: checksum queries and latency", Run: runChecksumsScenario},
 	{Name: "checksums-streams", Spec: "P5-streams", Describe: "P5 on Sync Streams: 100 clients × 10 subscriptions to a parameterised stream", Run: runChecksumsStreamsScenario},
 	{Name: "load", Spec: "Load", Describe: "1,000 sync connections while 5k changes/s stream in: commit → checkpoint_complete, RSS, memory per idle connection", Run: runLoadScenario},
+	{Name: "load-ws", Spec: "Load", Describe: "the load scenario with its clients over WebSocket (RSocket), as the SDKs with connectionMethod 'web-socket'", Run: runLoadWSScenario},
 	{Name: "compaction", Spec: "P8", Describe: "a bucket of rows updated many times: storage size and a new client's drain before and after compaction", Run: runCompactionScenario},
 	{Name: "compaction-load", Spec: "P8", Describe: "compaction running while 2,000 changes/s stream in and 20 clients sync: replication lag with and without it, checksum failures", Run: runCompactionLoadScenario},
 	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
@@ -242,5 +243,19 @@ func runLoadScenario(ctx context.Context, p Params) (Result, error) {
 		opt.For = p.For
 	}
 	opt.Runs, opt.Log, opt.Harness = p.Runs, p.Log, p.Harness
+	return RunLoad(ctx, opt)
+}
+
+// runLoadWSScenario is runLoadScenario with WebSocket clients.
+func runLoadWSScenario(ctx context.Context, p Params) (Result, error) {
+	if err := checkScale(p); err != nil {
+		return Result{}, err
+	}
+	opt := LoadPreset(p.Scale)
+	if p.For > 0 {
+		opt.For = p.For
+	}
+	opt.WebSocket = true
+	opt.Log, opt.Harness = p.Log, p.Harness
 	return RunLoad(ctx, opt)
 }

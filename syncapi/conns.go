@@ -55,6 +55,9 @@ type guardedConn struct {
 	g    *ConnGuard
 	elem *list.Element // in g.pending; nil while streaming or once closed
 	gone bool          // closed: never to be tracked again
+	// upgrading: a WebSocket upgrade, still counted once net/http hands it
+	// over, until its SETUP takes a stream slot (streaming).
+	upgrading bool
 }
 
 // Close closes the connection and stops tracking it.
@@ -103,7 +106,14 @@ func (g *ConnGuard) ConnState(c net.Conn, state http.ConnState) {
 	switch state {
 	case http.StateActive, http.StateIdle:
 		g.requeue(gc)
-	case http.StateHijacked, http.StateClosed:
+	case http.StateHijacked:
+		g.mu.Lock()
+		upgrading := gc.upgrading
+		g.mu.Unlock()
+		if !upgrading { // a taken-over HTTP stream: it holds a slot
+			g.untrack(gc, true)
+		}
+	case http.StateClosed:
 		g.untrack(gc, true)
 	}
 }
@@ -126,6 +136,29 @@ func (g *ConnGuard) ConnContext(ctx context.Context, c net.Conn) context.Context
 func markStreaming(ctx context.Context) {
 	if gc, ok := ctx.Value(connKey{}).(*guardedConn); ok {
 		gc.g.untrack(gc, false)
+	}
+}
+
+// markUpgrading keeps the request's connection counted after net/http
+// hands it over for a WebSocket, until the connection's streaming is
+// called: between the upgrade and the SETUP it is pending like a request,
+// and evicted like one. It returns the connection, nil without a guard.
+func markUpgrading(ctx context.Context) *guardedConn {
+	gc, ok := ctx.Value(connKey{}).(*guardedConn)
+	if !ok {
+		return nil
+	}
+	gc.g.mu.Lock()
+	gc.upgrading = true
+	gc.g.mu.Unlock()
+	return gc
+}
+
+// streaming stops counting a WebSocket connection whose SETUP took a
+// stream slot (the slots bound it from then on). A no-op on nil.
+func (c *guardedConn) streaming() {
+	if c != nil {
+		c.g.untrack(c, false)
 	}
 }
 

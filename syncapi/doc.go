@@ -1,10 +1,15 @@
 // Package syncapi serves bucket storage to unmodified PowerSync client SDKs
-// over their HTTP streaming protocol (SPEC §6).
+// over their HTTP streaming protocol (SPEC §6), and over WebSocket
+// (RSocket) as the SDKs' connectionMethod 'web-socket' expects.
 //
 // # Endpoints
 //
 //   - POST /sync/stream: the sync stream, NDJSON (application/x-ndjson),
 //     gzip-compressed when the client accepts it, flushed line by line.
+//   - GET /sync/stream with Upgrade: websocket: the same stream as an
+//     RSocket connection (websocket.go; the protocol in rsocket/doc.go):
+//     the token in the SETUP, the request in the REQUEST_STREAM, each line
+//     a BSON PAYLOAD sent against the client's REQUEST_N credit.
 //   - GET /write-checkpoint2.json?client_id=…: records a write checkpoint
 //     at the source's current WAL position; the stream reports it once
 //     replication has passed that position.

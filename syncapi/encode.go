@@ -99,6 +99,21 @@ func (lw *lineWriter) contentType() string {
 	return ndjsonType
 }
 
+// transport is the stream's transport, for the metrics: "websocket"
+// (RSocket) or "http" (a streamed response).
+func (lw *lineWriter) transport() string {
+	if _, ok := lw.out.(*wsOut); ok {
+		return transportWebSocket
+	}
+	return transportHTTP
+}
+
+// The values of the metrics' transport attribute.
+const (
+	transportHTTP      = "http"
+	transportWebSocket = "websocket"
+)
+
 func (lw *lineWriter) contentEncoding() string {
 	switch lw.comp.(type) {
 	case zstdStream:
@@ -354,8 +369,12 @@ func (lw *lineWriter) partialCheckpointComplete(lastOpID int64, priority int) er
 	return lw.send(append(b, "}}"...))
 }
 
-// streamError is an error line: the stream ends after it.
+// streamError is an error line: the stream ends after it. On WebSocket
+// it is an ERROR frame instead (wsOut.streamError).
 func (lw *lineWriter) streamError(code, msg string) error {
+	if o, ok := lw.out.(*wsOut); ok {
+		return o.streamError(code, msg)
+	}
 	if lw.bson {
 		b, doc := bsonOpen(lw.line())
 		b, in := bsonOpenDoc(b, bsonDocument, "error")

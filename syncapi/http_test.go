@@ -68,8 +68,14 @@ func TestHealthz(t *testing.T) {
 	if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"ok":true,"status":"ok"}` {
 		t.Fatalf("healthz: %d %s", rec.Code, rec.Body)
 	}
-	if rec := httpRecord(e.srv, http.MethodGet, "/sync/stream", "", ""); rec.Code != http.StatusMethodNotAllowed {
-		t.Fatalf("GET /sync/stream: %d", rec.Code)
+	// GET /sync/stream is the WebSocket transport: without an upgrade,
+	// 426 says so; other methods are not served.
+	if rec := httpRecord(e.srv, http.MethodGet, "/sync/stream", "", ""); rec.Code != http.StatusUpgradeRequired ||
+		rec.Header().Get("Upgrade") != "websocket" || !strings.Contains(rec.Body.String(), codeBadRequest) {
+		t.Fatalf("GET /sync/stream: %d %s", rec.Code, rec.Body)
+	}
+	if rec := httpRecord(e.srv, http.MethodPut, "/sync/stream", "", ""); rec.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("PUT /sync/stream: %d", rec.Code)
 	}
 }
 

@@ -166,11 +166,17 @@ type Server struct {
 	// supersedeAfter: how long a checkpoint's send runs before a newer
 	// checkpoint interrupts it (sendData); tests set 0.
 	supersedeAfter time.Duration
+	// completeDelay: how long a WebSocket stream ending at its token's
+	// expiry waits for its client to cancel it before COMPLETE
+	// (wsOut.end); tests shorten it.
+	completeDelay time.Duration
 
-	// Test hooks: called after a data line was written, and when a stream
-	// handler has released its connection slot.
+	// Test hooks: called after a data line was written, when a stream
+	// handler has released its connection slot, and when a WebSocket
+	// stream's line waits for the client's credit.
 	afterDataLine func()
 	streamDone    func()
+	waitCredit    func()
 }
 
 // New validates cfg and starts the server's checkpoint watcher (run one
@@ -226,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	meter := cfg.MeterProvider.Meter(ScopeName)
 	conns, err := meter.Int64UpDownCounter("syncpipe_concurrent_connections",
-		metric.WithDescription("Open sync streams."), metric.WithUnit("{connection}"))
+		metric.WithDescription("Open sync streams, by transport (http, websocket)."), metric.WithUnit("{connection}"))
 	if err != nil {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
@@ -236,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
 	sent, err := meter.Int64Counter("syncpipe_sync_sent_bytes",
-		metric.WithDescription("Bytes of sync stream responses written to clients, as sent (compressed), by content type and content encoding."),
+		metric.WithDescription("Bytes of sync stream responses written to clients, as sent (compressed), by content type, content encoding and transport; over WebSocket the lines, without their frame headers."),
 		metric.WithUnit("By"))
 	if err != nil {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
@@ -245,7 +251,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{bytesSent: sent, cfg: cfg, groups: cfg.Groups, store: cfg.Store, cache: cfg.Checksums, checkpoints: cfg.Checkpoints,
 		auth: auth, log: cfg.Logger, tracer: cfg.TracerProvider.Tracer(ScopeName),
 		ctx: sctx, cancel: cancel, fetchSem: make(chan struct{}, cfg.MaxDataFetchConcurrency),
-		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter}
+		rules: map[int]*syncrules.Rules{}, connections: conns, opsSynced: ops, supersedeAfter: supersedeAfter,
+		completeDelay: completeDelay}
 	_, untraced := cfg.TracerProvider.(noop.TracerProvider)
 	s.traced = !untraced
 	if s.cache == nil {
@@ -355,12 +362,14 @@ func (s *Server) refuse() {
 	s.mu.Unlock()
 }
 
-// Handler serves POST /sync/stream, GET /write-checkpoint2.json and
-// GET /healthz, with CORS for Config.CORSOrigins, to requests whose
+// Handler serves POST /sync/stream (HTTP streaming), GET /sync/stream
+// (the WebSocket transport: websocket.go), GET /write-checkpoint2.json
+// and GET /healthz, with CORS for Config.CORSOrigins, to requests whose
 // headers fit in MaxHeaderBytes.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sync/stream", s.handleStream)
+	mux.HandleFunc("GET /sync/stream", s.handleWebSocket)
 	mux.HandleFunc("GET /write-checkpoint2.json", s.handleWriteCheckpoint)
 	mux.HandleFunc("POST /sync/checkpoint-request", s.handleCheckpointRequest)
 	mux.HandleFunc("GET /healthz", s.handleHealth)
@@ -558,12 +567,14 @@ func (s *Server) serveStream(ctx context.Context, cancel context.CancelFunc, c *
 //
 //go:noinline
 func (s *Server) openStream(ctx context.Context, cancel context.CancelFunc, lw *lineWriter, raw *rawOut) (closeStream func()) {
+	transport := attribute.String("transport", lw.transport())
 	sentAttrs := metric.WithAttributeSet(attribute.NewSet(attribute.String("content_type", lw.contentType()),
-		attribute.String("content_encoding", lw.contentEncoding())))
+		attribute.String("content_encoding", lw.contentEncoding()), transport))
+	connAttrs := metric.WithAttributeSet(attribute.NewSet(transport))
 	lw.sent = func(n int64) { s.bytesSent.Add(s.ctx, n, sentAttrs) }
 	// Close ends the stream, even one blocked writing to a stalled client.
 	stop := context.AfterFunc(s.ctx, func() { cancel(); lw.abort() })
-	s.connections.Add(ctx, 1)
+	s.connections.Add(ctx, 1, connAttrs)
 	return func() {
 		stop()
 		cancel()
@@ -571,7 +582,7 @@ func (s *Server) openStream(ctx context.Context, cancel context.CancelFunc, lw *
 		if raw != nil {
 			_ = raw.conn.Close()
 		}
-		s.connections.Add(context.WithoutCancel(ctx), -1)
+		s.connections.Add(context.WithoutCancel(ctx), -1, connAttrs)
 		s.release()
 	}
 }

@@ -215,7 +215,7 @@ func TestPrometheusMetrics(t *testing.T) {
 	e.open(token(t, "u1", nil), nil).untilComplete()
 	rec := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, want := range []string{"\nsyncpipe_operations_synced_total 2\n", "\nsyncpipe_concurrent_connections 1\n"} {
+	for _, want := range []string{"\nsyncpipe_operations_synced_total 2\n", "\nsyncpipe_concurrent_connections{transport=\"http\"} 1\n"} {
 		if !strings.Contains(rec.Body.String(), want) {
 			t.Errorf("/metrics lacks %q:\n%s", strings.TrimSpace(want), grepLines(rec.Body.String(), "syncpipe_"))
 		}

@@ -2,7 +2,8 @@
 //
 // It opens a fresh @powersync/node database (node:sqlite driver, PowerSync
 // core extension shipped in the npm package, default Rust sync client),
-// connects to a syncpipe sync API over the HTTP streaming transport and
+// connects to a syncpipe sync API over the HTTP streaming transport, or
+// over WebSocket (RSocket) with --connection-method web-socket, and
 // reports what it sees as JSON lines on stdout:
 //
 //   {"event":"first_sync","lists":N,"todos":M}
@@ -33,10 +34,21 @@
 //   {"cmd":"request_checkpoint"}               db.requestCheckpoint() and its waitForSync()
 //                                              (with --checkpoint-mode requests), answered
 //                                              {"event":"checkpoint_synced"}
+//   {"cmd":"set_token","token":JWT}           the token fetchCredentials returns from now
+//                                              on (the SDK fetches one when its token
+//                                              expires), answered {"event":"token_set"}
 //   {"cmd":"exit"}                             disconnect, close, exit 0 (also on EOF)
 //
+// With --report-priority P, the first sync status in which priority P has
+// synced is reported as {"event":"priority_synced","priority":P,"has_synced":B}
+// (B: whether the whole first sync had too; false shows that a
+// partial_checkpoint_complete reached the SDK), before first_sync. With
+// --report-connection, each change of the status's connected flag after
+// the first sync is reported as {"event":"connection","connected":B}.
+//
 // Usage: node sync.mjs --endpoint URL --token JWT [--lists N --todos M]
-// [--accept-encoding CODINGS] [--checkpoint-mode legacy|requests] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
+// [--accept-encoding CODINGS] [--checkpoint-mode legacy|requests]
+// [--connection-method http|web-socket] (or SYNCPIPE_ENDPOINT / SYNCPIPE_TOKEN).
 // --accept-encoding replaces the Accept-Encoding that Node's fetch sends
 // ("gzip, deflate") on the SDK's requests, e.g. "zstd, gzip" as browsers
 // send it; Node's fetch decodes zstd responses itself. The SDK is not
@@ -69,6 +81,9 @@ const { values: args } = parseArgs({
     'first-sync-timeout-ms': { type: 'string', default: '120000' },
     'accept-encoding': { type: 'string' },
     'checkpoint-mode': { type: 'string', default: 'legacy' },
+    'connection-method': { type: 'string', default: 'http' },
+    'report-priority': { type: 'string' },
+    'report-connection': { type: 'boolean', default: false },
     driver: { type: 'string', default: process.env.SYNCPIPE_CLIENT_DRIVER ?? 'node:sqlite' }
   }
 });
@@ -150,17 +165,29 @@ async function main() {
   });
   await db.init();
 
+  const reportPriority = args['report-priority'] === undefined ? undefined : Number(args['report-priority']);
+  let priorityReported = false;
+  let connected = null; // reported once the first sync is done
   db.registerListener({
     statusChanged(status) {
+      if (args['report-connection'] && connected !== null && status.connected !== connected && !closing) {
+        connected = status.connected;
+        emit({ event: 'connection', connected });
+      }
       if (status.downloadError && !closing) {
         fail('sync status download error', status.downloadError);
+      }
+      if (reportPriority !== undefined && !priorityReported && status.statusForPriority(reportPriority).hasSynced) {
+        priorityReported = true;
+        emit({ event: 'priority_synced', priority: reportPriority, has_synced: status.hasSynced === true });
       }
     }
   });
 
+  let token = args.token;
   const connector = {
     async fetchCredentials() {
-      return { endpoint: args.endpoint, token: args.token };
+      return { endpoint: args.endpoint, token };
     },
     async uploadData(database) {
       // The test client makes no local writes; drain anything defensively.
@@ -169,7 +196,13 @@ async function main() {
     }
   };
 
-  await db.connect(connector, { connectionMethod: SyncStreamConnectionMethod.HTTP, checkpointMode: args['checkpoint-mode'] });
+  const methods = { http: SyncStreamConnectionMethod.HTTP, 'web-socket': SyncStreamConnectionMethod.WEB_SOCKET };
+  const connectionMethod = methods[args['connection-method']];
+  if (!connectionMethod) {
+    fail(`--connection-method ${args['connection-method']}: http or web-socket`);
+    return;
+  }
+  await db.connect(connector, { connectionMethod, checkpointMode: args['checkpoint-mode'] });
 
   const firstSyncTimeout = AbortSignal.timeout(Number(args['first-sync-timeout-ms']));
   await db.waitForFirstSync(firstSyncTimeout);
@@ -180,6 +213,7 @@ async function main() {
   }
   const counts = await countAll(db);
   emit({ event: 'first_sync', ...counts });
+  connected = db.currentStatus.connected;
   for (const k of ['lists', 'todos']) {
     if (args[k] !== undefined && Number(args[k]) !== counts[k]) {
       fail(`first sync: ${counts[k]} ${k}, expected ${args[k]}`);
@@ -232,6 +266,10 @@ async function main() {
       case 'unsubscribe_all':
         await db.syncStream(cmd.stream, cmd.params ?? null).unsubscribeAll();
         emit({ event: 'unsubscribed' });
+        break;
+      case 'set_token':
+        token = cmd.token;
+        emit({ event: 'token_set' });
         break;
       case 'exit':
         await shutdown(db);

@@ -133,7 +133,7 @@ sync_rules:
 }
 
 // sentBytes returns the sync API's syncpipe_sync_sent_bytes by
-// "content type, content encoding".
+// "content type, content encoding, transport".
 func (s *stack) sentBytes(t *testing.T, ctx context.Context) map[string]int64 {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
@@ -150,7 +150,8 @@ func (s *stack) sentBytes(t *testing.T, ctx context.Context) map[string]int64 {
 			for _, p := range sum.DataPoints {
 				ct, _ := p.Attributes.Value("content_type")
 				ce, _ := p.Attributes.Value("content_encoding")
-				out[ct.AsString()+", "+ce.AsString()] += p.Value
+				tr, _ := p.Attributes.Value("transport")
+				out[ct.AsString()+", "+ce.AsString()+", "+tr.AsString()] += p.Value
 			}
 		}
 	}
@@ -294,19 +295,26 @@ func sameTodos(t *testing.T, got, want []todoRow) {
 // TestRealClient: first sync, then inserts, updates (including a todo
 // moving between lists), deletes, a new list and a deleted list, each
 // converging in the real SDK, which validates every checkpoint's checksums.
+//
+// It runs over both of the SDK's transports: HTTP streaming, and
+// WebSocket (connectionMethod 'web-socket': RSocket on GET /sync/stream).
 func TestRealClient(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("needs PostgreSQL; skipped in -short mode")
 	}
 	requireClient(t) // fail fast, before PostgreSQL, if Node/npm is broken
+	onBothTransports(t, realClient)
+}
+
+func realClient(t *testing.T, method string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startStack(t, ctx, todos.Size{Lists: 20, Todos: 500, Seed: 1})
 
-	// The SDK asks for BSON; its fetch is told to ask for zstd too, as a
-	// browser's does (Node's asks for gzip and deflate only).
-	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--accept-encoding", "zstd, gzip")
+	// The SDK asks for BSON; over HTTP its fetch is told to ask for zstd
+	// too, as a browser's does (Node's asks for gzip and deflate only).
+	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), connect(method, "--accept-encoding", "zstd, gzip")...)
 	ev := c.expect("first_sync", 3*time.Minute)
 	wantLists, wantTodos := s.count(t, ctx, "SELECT count(*) FROM lists"), s.count(t, ctx, "SELECT count(*) FROM todos")
 	if ev.Lists == nil || ev.Todos == nil || *ev.Lists != wantLists || *ev.Todos != wantTodos {
@@ -389,7 +397,7 @@ func TestRealClient(t *testing.T) {
 	s.exec(t, ctx, `UPDATE todos SET description = 'after compaction ' || id WHERE id IN (SELECT id FROM todos ORDER BY id LIMIT 10)`)
 	waitN("after compaction", `SELECT count(*) FROM todos WHERE description LIKE 'after compaction %'`, 10)
 	sameTodos(t, c.todos(), s.sourceTodos(t, ctx))
-	fresh := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute))
+	fresh := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), connect(method)...)
 	ev = fresh.expect("first_sync", 3*time.Minute)
 	if ev.Todos == nil || *ev.Todos != s.count(t, ctx, "SELECT count(*) FROM todos") {
 		t.Fatalf("first sync after compaction: %s", ev.raw)
@@ -398,20 +406,27 @@ func TestRealClient(t *testing.T) {
 	fresh.exit()
 	c.exit()
 	sent := s.sentBytes(t, ctx)
+	switch {
+	case method == webSocket:
+		// BSON lines in PAYLOAD frames, uncompressed.
+		if len(sent) != 1 || sent["application/vnd.powersync.bson-stream, identity, websocket"] == 0 {
+			t.Fatalf("bytes sent by content type, coding and transport: %v, want BSON over WebSocket only", sent)
+		}
 	// The first client asked for zstd, the fresh one with Node's default
 	// Accept-Encoding (gzip, deflate).
-	if len(sent) != 2 || sent["application/vnd.powersync.bson-stream, zstd"] == 0 || sent["application/vnd.powersync.bson-stream, gzip"] == 0 {
-		t.Fatalf("bytes sent by content type and coding: %v, want BSON with zstd and with gzip only", sent)
+	case len(sent) != 2 || sent["application/vnd.powersync.bson-stream, zstd, http"] == 0 || sent["application/vnd.powersync.bson-stream, gzip, http"] == 0:
+		t.Fatalf("bytes sent by content type, coding and transport: %v, want BSON with zstd and with gzip only", sent)
 	}
 	t.Logf("sent to the client: %v bytes", sent)
 
-	// A token signed with another secret: the SDK gets 401, no data.
+	// A token signed with another secret: the SDK gets 401 (over
+	// WebSocket, REJECTED_SETUP with PSYNC_S2101), no data.
 	bad, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "user1", "iat": time.Now().Unix(),
 		"exp": time.Now().Add(time.Minute).Unix(), "aud": testAudience}).SignedString([]byte("another secret"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2 := startClient(t, s.endpoint, bad)
+	c2 := startClient(t, s.endpoint, bad, connect(method)...)
 	select {
 	case ev := <-c2.events:
 		if ev.Event != "error" {

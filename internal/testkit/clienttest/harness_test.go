@@ -75,7 +75,10 @@ type event struct {
 	Rows    []map[string]any `json:"rows"`
 	Message string           `json:"message"`
 	Error   string           `json:"error"`
-	raw     string
+	// HasSynced and Connected: priority_synced's and connection's.
+	HasSynced *bool `json:"has_synced"`
+	Connected *bool `json:"connected"`
+	raw       string
 }
 
 // lockedBuffer collects the driver's stderr (the SDK log).

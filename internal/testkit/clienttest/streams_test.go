@@ -24,6 +24,10 @@ func TestRealClientStreams(t *testing.T) {
 		t.Skip("needs PostgreSQL; skipped in -short mode")
 	}
 	requireClient(t)
+	onBothTransports(t, realClientStreams)
+}
+
+func realClientStreams(t *testing.T, method string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// Keepalives every second: the client drops expired subscriptions
@@ -31,7 +35,7 @@ func TestRealClientStreams(t *testing.T) {
 	// 120 lists: user3 owns two of them (todos.Load gives list i to user i%100).
 	s := startStackRules(t, ctx, todos.Size{Lists: 120, Todos: 600, Seed: 2}, todos.StreamRules, time.Second)
 
-	c := startClient(t, s.endpoint, mintToken(t, "user3", 30*time.Minute))
+	c := startClient(t, s.endpoint, mintToken(t, "user3", 30*time.Minute), connect(method)...)
 	ev := c.expect("first_sync", 3*time.Minute)
 	wantLists := s.count(t, ctx, "SELECT count(*) FROM lists WHERE owner_id = 'user3'")
 	if ev.Lists == nil || ev.Todos == nil || *ev.Lists != wantLists || wantLists == 0 || *ev.Todos != 0 {
@@ -94,10 +98,14 @@ func TestRealClientCheckpointRequests(t *testing.T) {
 		t.Skip("needs PostgreSQL; skipped in -short mode")
 	}
 	requireClient(t)
+	onBothTransports(t, realClientCheckpointRequests)
+}
+
+func realClientCheckpointRequests(t *testing.T, method string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	s := startStackRules(t, ctx, todos.Size{Lists: 5, Todos: 50, Seed: 3}, todos.StreamRules, 0)
-	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), "--checkpoint-mode", "requests")
+	c := startClient(t, s.endpoint, mintToken(t, "user1", 30*time.Minute), append(connect(method), "--checkpoint-mode", "requests")...)
 	c.expect("first_sync", 3*time.Minute)
 	for i := range 3 {
 		s.exec(t, ctx, fmt.Sprintf(`UPDATE lists SET name = 'renamed %d' WHERE owner_id = 'user1'`, i))
