@@ -29,7 +29,9 @@ type loadBSONLine struct {
 // with connectionMethod 'web-socket' does: SETUP with the token,
 // REQUEST_STREAM with the sync request and 10 lines requested, one more
 // (REQUEST_N 1) for each line handled; each line a BSON PAYLOAD, decoded
-// straight from BSON.
+// straight from BSON. Like the SDK it sends a KEEPALIVE every
+// loadKeepalive: the server closes a connection silent for the lifetime
+// SETUP gave (loadLifetime), and a load run outlasts it.
 func (lc *loadClients) streamWS(ctx context.Context, url string, c *loadClient) error {
 	tok, err := p5Token(c.user)
 	if err != nil {
@@ -52,11 +54,15 @@ func (lc *loadClients) streamWS(ctx context.Context, url string, c *loadClient) 
 	if err != nil {
 		return fmt.Errorf("sync request: %w", err)
 	}
-	for _, f := range [][]byte{rsocketclient.Setup(meta, 20000, 90000), rsocketclient.RequestStream(1, drainCredit, req)} {
+	setup := rsocketclient.Setup(meta, uint32(loadKeepalive.Milliseconds()), uint32(loadLifetime.Milliseconds()))
+	for _, f := range [][]byte{setup, rsocketclient.RequestStream(1, drainCredit, req)} {
 		if err := ws.Write(ctx, websocket.MessageBinary, f); err != nil {
 			return fmt.Errorf("sync websocket: send: %w", err)
 		}
 	}
+	kctx, stopKeepalive := context.WithCancel(ctx)
+	defer stopKeepalive()
+	go keepAlive(kctx, ws)
 	more := rsocketclient.RequestN(1, 1)
 	for {
 		_, msg, err := ws.Read(ctx)
@@ -98,6 +104,31 @@ func (lc *loadClients) streamWS(ctx context.Context, url string, c *loadClient) 
 		}
 		if err := ws.Write(ctx, websocket.MessageBinary, more); err != nil {
 			return fmt.Errorf("sync websocket: REQUEST_N: %w", err)
+		}
+	}
+}
+
+// The keepalive interval and lifetime the load clients give in SETUP: the
+// JavaScript SDK's (20 s, 90 s).
+const (
+	loadKeepalive = 20 * time.Second
+	loadLifetime  = 90 * time.Second
+)
+
+// keepAlive sends a KEEPALIVE every loadKeepalive until ctx ends (the
+// stream's end; a failed write ends the stream's read too, so it stops
+// there). A websocket.Conn takes writes from several goroutines.
+func keepAlive(ctx context.Context, ws *websocket.Conn) {
+	t := time.NewTicker(loadKeepalive)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := ws.Write(ctx, websocket.MessageBinary, rsocketclient.Keepalive("")); err != nil {
+				return
+			}
 		}
 	}
 }
