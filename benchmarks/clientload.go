@@ -39,6 +39,10 @@ type LoadOptions struct {
 	// Runs is the number of runs per binary of a comparison run
 	// (Harness.Compare; 0 = 1); without one the scenario runs once.
 	Runs int
+	// FirstSyncPairs is the number of pairs (one first sync of every
+	// client per binary) a comparison run measures on one environment
+	// after its whole runs (clientload_firstsync.go); 0: none.
+	FirstSyncPairs int
 	// WebSocket: the clients connect over the WebSocket transport (GET
 	// /sync/stream, RSocket), as the SDKs with connectionMethod
 	// 'web-socket' do, instead of HTTP streams; the result is the
@@ -53,12 +57,12 @@ type LoadOptions struct {
 // same for 10 minutes; "small" 100 clients and 1k changes/s for 20 s.
 func LoadPreset(scale string) LoadOptions {
 	o := LoadOptions{Clients: 1000, ListsPerUser: 50, TodosPerList: 2, Rate: 5000, TxnRows: 100, For: 2 * time.Minute,
-		SettleFor: gcSettleWait}
+		SettleFor: gcSettleWait, FirstSyncPairs: 20}
 	switch scale {
 	case "soak":
 		o.For = 10 * time.Minute
 	case "small":
-		o.Clients, o.Rate, o.For = 100, 1000, 20*time.Second
+		o.Clients, o.Rate, o.For, o.FirstSyncPairs = 100, 1000, 20*time.Second, 6
 	}
 	return o
 }

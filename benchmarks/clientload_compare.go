@@ -15,7 +15,8 @@ import (
 // run, the binaries interleaved (A B, B A, …). The result is the new
 // build's first run's, with a row per binary (a sample per run), a table
 // of the headline figures of both (loadCompareNote), each run's report,
-// and the bar judged on the new build's run of median p99.
+// and the bar judged on the new build's run of median p99; then, with
+// FirstSyncPairs, the first sync measured in pairs (firstSyncPairs).
 func runLoadCompare(ctx context.Context, opt LoadOptions) (Result, error) {
 	runs := max(opt.Runs, 1)
 	vs := opt.Harness.variants()
@@ -35,6 +36,13 @@ func runLoadCompare(ctx context.Context, opt LoadOptions) (Result, error) {
 			}
 			figs[v.suffix] = append(figs[v.suffix], fig)
 			reports = append(reports, fmt.Sprintf("Run %d, %s build:\n\n%s", k+1, buildName(v.suffix), loadReport(fig)))
+		}
+	}
+	var pairs map[string][]time.Duration
+	if opt.FirstSyncPairs > 0 {
+		var err error
+		if pairs, err = firstSyncPairs(ctx, opt, vs); err != nil {
+			return first, err
 		}
 	}
 	res := first
@@ -60,7 +68,11 @@ func runLoadCompare(ctx context.Context, opt LoadOptions) (Result, error) {
 	}
 	// The first run's report is replaced by every run's; its stage-time
 	// summary of the new build's child stays.
-	res.Notes = append(append([]string{loadCompareNote(news, figs[compareSuffix])}, reports...), res.Notes[1:]...)
+	head := []string{loadCompareNote(news, figs[compareSuffix])}
+	if n := firstSyncNote(opt, pairs); n != "" {
+		head = append(head, n)
+	}
+	res.Notes = append(append(head, reports...), res.Notes[1:]...)
 	return res, nil
 }
 

@@ -100,13 +100,13 @@ func TestLoadClientArrivals(t *testing.T) {
 
 // TestLoadCompareSmoke runs the load scenario as a comparison run at a
 // tiny scale, the old binary being the new one: one measurement per
-// binary, a row each, and a comparison table with a ratio for each
-// headline figure.
+// binary, a row each, a comparison table with a ratio for each headline
+// figure, and the first sync measured in pairs.
 func TestLoadCompareSmoke(t *testing.T) {
 	ctx, h := smokeHarness(t, 8*time.Minute)
 	h.Compare = h.Syncpipe
 	res, err := RunLoad(ctx, LoadOptions{Clients: 12, ListsPerUser: 5, TodosPerList: 2, Rate: 400, TxnRows: 20, For: 4 * time.Second,
-		Harness: h})
+		FirstSyncPairs: 2, Harness: h})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +117,9 @@ func TestLoadCompareSmoke(t *testing.T) {
 	res.WriteMarkdown(&md)
 	if !strings.Contains(md.String(), "New build vs old build") {
 		t.Fatalf("report lacks the comparison table:\n%s", md.String())
+	}
+	if !regexp.MustCompile(`First sync of all 12 clients, in 2 pairs .* per-pair ratios new / old \*\*\d+\.\d{3}\*\* \(per pair: \d+\.\d{3}, \d+\.\d{3}\)`).MatchString(md.String()) {
+		t.Errorf("report lacks the paired first syncs:\n%s", md.String())
 	}
 	for _, fg := range loadFigureList {
 		if !regexp.MustCompile(`(?m)^\| ` + regexp.QuoteMeta(fg.name) + `.* \| \*\*-?\d+\.\d{3}\*\* \| -?\d+\.\d{3} \|$`).MatchString(md.String()) {
