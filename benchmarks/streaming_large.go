@@ -408,12 +408,17 @@ func (sr *streamRun) largeLine(t *streamTarget) string {
 		return lr.pieces.first.Sub(lr.begin)
 	})
 	c := &t.largeCost
+	// The whole stage table, not only the busiest stage: comparing builds,
+	// where the wall time goes is what tells two equal CPU costs apart.
+	var table strings.Builder
+	_ = stages.WriteTable(&table)
 	return fmt.Sprintf("P3-large, %s (medians of %d runs; timed from its process start where another target consumed the transaction first): "+
 		"commit → published checkpoint %s, START_REPLICATION → first piece in storage %s, then %.0f changes/s; walsender spilled %s. "+
-		"Rate vs its 1k-row transactions: %s. CPU per change: syncpipe %s, Postgres by process: %s. Busiest stage %s. Peak RSS per run: %s.",
+		"Rate vs its 1k-row transactions: %s. CPU per change: syncpipe %s, Postgres by process: %s. Peak RSS per run: %s. "+
+		"Stage-time summary over its runs (busiest stage per worker: **%s**):\n\n```\n%s```",
 		t.name(), len(t.larges), medianOf(t.larges, largeRun.commitToCheckpoint).Round(time.Millisecond), first.Round(time.Millisecond),
 		medianFloat(afters), fmtBytes(medianInt(t.larges, func(lr largeRun) int64 { return lr.spilled })),
-		strings.Join(ratios, ", "), c.perChange(c.own).Round(100*time.Nanosecond), c.roles(), stages.Busiest(), strings.Join(rss, ", "))
+		strings.Join(ratios, ", "), c.perChange(c.own).Round(100*time.Nanosecond), c.roles(), strings.Join(rss, ", "), stages.Busiest(), table.String())
 }
 
 // medianInt is the median of f over the runs.

@@ -94,7 +94,7 @@ func TestStreamingSmoke(t *testing.T) {
 	var md strings.Builder
 	res.WriteMarkdown(&md)
 	for _, s := range []string{"P3-large, syncpipe streaming, two clusters, one 25k-row transaction", "P3-large stage-time summary of syncpipe streaming, two clusters",
-		"P3-large, syncpipe streaming, one cluster (medians", "of syncpipe streaming, two clusters |", "Where the time goes, per configuration",
+		"P3-large, syncpipe streaming, one cluster (medians", "Stage-time summary over its runs (busiest stage per worker: **", "of syncpipe streaming, two clusters |", "Where the time goes, per configuration",
 		"| syncpipe streaming, one cluster | ", "Stage-time summary of syncpipe streaming, one cluster over its 1 1k-row catch-ups",
 		"Replication lag, syncpipe streaming, one cluster, at", "Stage-time summary of syncpipe streaming, two clusters over its 1 1k-row catch-ups"} {
 		if !strings.Contains(md.String(), s) {
