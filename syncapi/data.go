@@ -17,38 +17,15 @@ import (
 )
 
 // Data batching: one storage read returns at most readBatchOps ops and
-// about maxBatchBytes of encoded ops (slowBatchBytes for a stream waiting
-// for its client's credit). A data line holds one bucket's share of a
-// read, so lines stay within both limits too (a single op larger than
-// the budget travels alone).
+// about maxBatchBytes of encoded ops. A data line holds one bucket's share
+// of a read, so lines stay within both limits too (a single op larger
+// than maxBatchBytes travels alone).
 const (
 	readBatchOps  = 1000
 	maxBatchBytes = 1 << 20
-	// slowBatchBytes bounds a read of a stream whose client has no line
-	// requested ahead (a WebSocket client reading slowly): the batch is
-	// what the stream holds while it waits for the client's credit, and
-	// a megabyte per such stream is more than the issue 43 bar allows (a
-	// client taking a line a second must not grow the server's RSS by
-	// 1 MB). A client that keeps lines requested ahead gets full reads.
-	slowBatchBytes = 128 << 10
 )
 
-// creditor is an output that reports whether its client has lines
-// requested ahead (wsOut: REQUEST_N credit); HTTP outputs have no such
-// credit and always read full batches.
-type creditor interface {
-	starved() bool
-}
-
-// readBytes is the byte budget of the stream's next storage read.
-func (c *conn) readBytes() int {
-	if o, ok := c.w.out.(creditor); ok && o.starved() {
-		return slowBatchBytes
-	}
-	return maxBatchBytes
-}
-
-// errBatchFull stops a read whose encoded ops reached its byte budget.
+// errBatchFull stops a read whose encoded ops reached maxBatchBytes.
 var errBatchFull = errors.New("batch full")
 
 // dataLine is one encoded data line of a batch.
@@ -101,9 +78,6 @@ type batch struct {
 	// shared: buf and lines are a shared read's (sharedread.go), which
 	// every stream that joined it sends from: read-only.
 	shared bool
-	// limit is the read's byte budget (conn.readBytes); 0 is
-	// maxBatchBytes.
-	limit int
 }
 
 // reset empties the batch for the next read, keeping its buffers unless
@@ -115,16 +89,6 @@ func (b *batch) reset() {
 	b.buf, b.lines, b.open, b.ops = b.buf[:0], b.lines[:0], false, 0
 }
 
-// budget sets the next read's byte budget, dropping a buffer an earlier
-// read grew far beyond it: a stream that now waits for its client's
-// credit holds a small batch, not the capacity of a full one.
-func (b *batch) budget(limit int) {
-	b.limit = limit
-	if cap(b.buf) > 2*limit {
-		b.buf = nil
-	}
-}
-
 // release drops the batch's buffers. They grow to the largest read of a
 // burst (up to maxBatchBytes and more), so a stream that kept them would
 // hold a first sync's megabyte for as long as it stays connected; the
@@ -134,7 +98,7 @@ func (b *batch) release() { *b = batch{} }
 // add encodes one op in format f, opening a line for its bucket if
 // needed (after is the bucket's position before this read). It returns
 // false, leaving the batch unchanged, when the op would take a non-empty
-// batch beyond its byte budget.
+// batch beyond maxBatchBytes.
 func (b *batch) add(row *bucketstore.OpRow, after int64, f lineFormat) bool {
 	bufLen, nLines, open := len(b.buf), len(b.lines), b.open
 	doc, inner, arr := b.doc, b.inner, b.arr
@@ -160,11 +124,7 @@ func (b *batch) add(row *bucketstore.OpRow, after int64, f lineFormat) bool {
 		}
 		b.buf = appendOp(b.buf, row, f == jsonRaw)
 	}
-	limit := b.limit
-	if limit == 0 {
-		limit = maxBatchBytes
-	}
-	if b.ops > 0 && len(b.buf) > limit {
+	if b.ops > 0 && len(b.buf) > maxBatchBytes {
 		b.buf, b.lines, b.open = b.buf[:bufLen], b.lines[:nLines], open
 		b.doc, b.inner, b.arr = doc, inner, arr
 		if nLines > 0 {
@@ -386,7 +346,6 @@ func (c *conn) readOwn(ctx context.Context, cp bucketstore.Checkpoint, reqs []bu
 		trace.WithAttributes(attrGroup.Int(cp.GroupID), attrCheckpoint.Int64(cp.OpID), attrBuckets.Int(len(reqs))))
 	defer span.End()
 	c.batch.reset()
-	c.batch.budget(c.readBytes())
 	idx := 0
 	f := c.format()
 	more, err = c.s.store.ReadBucketDataShape(ctx, c.s.cfg.Baseline.ReadShape, cp.GroupID, cp.OpID, reqs, readBatchOps, func(row *bucketstore.OpRow) error {

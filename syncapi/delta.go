@@ -267,7 +267,6 @@ func (c *conn) fillFromDelta(cp bucketstore.Checkpoint, reqs []bucketstore.Bucke
 	}
 	invalidated := c.batch.invalidated
 	c.batch.reset()
-	c.batch.limit = maxBatchBytes // the delta's ops are in memory already
 	f := c.format()
 	for _, r := range reqs {
 		for _, seg := range d.segs {

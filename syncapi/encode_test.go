@@ -103,37 +103,6 @@ func TestBatchByteLimit(t *testing.T) {
 	}
 }
 
-// TestBatchBudget: a read with the small budget of a stream waiting for
-// credit stops at slowBatchBytes, and setting that budget drops a buffer
-// a full read grew: the stream holds a small batch, not a full one's
-// capacity.
-func TestBatchBudget(t *testing.T) {
-	t.Parallel()
-	var b batch
-	row := &bucketstore.OpRow{Bucket: "b1", Op: bucketstore.OpPut, ObjectType: "t", ObjectID: "i",
-		Data: []byte(`"` + strings.Repeat("x", maxBatchBytes-100) + `"`)}
-	if !b.add(row, 0, jsonRaw) || cap(b.buf) < maxBatchBytes {
-		t.Fatalf("a full read's op: %d bytes of capacity", cap(b.buf))
-	}
-	b.reset()
-	b.budget(slowBatchBytes)
-	if b.buf != nil {
-		t.Fatalf("a %d-byte buffer kept under a %d-byte budget", cap(b.buf), slowBatchBytes)
-	}
-	row.Data = []byte(`"` + strings.Repeat("x", slowBatchBytes/3) + `"`)
-	added := 0
-	for i := range 10 {
-		row.OpID = int64(i + 1)
-		if !b.add(row, 0, jsonRaw) {
-			break
-		}
-		added++
-	}
-	if added != 2 || len(b.buf) > slowBatchBytes {
-		t.Fatalf("added %d ops (%d bytes) under a %d-byte budget, want 2", added, len(b.buf), slowBatchBytes)
-	}
-}
-
 // TestSharedBatchReadOnly: a batch sending a shared read's lines
 // (sharedread.go) reads its own next batch into new buffers, never over
 // the shared bytes other streams are sending; release leaves nothing.

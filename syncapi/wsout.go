@@ -23,9 +23,7 @@ import (
 // socket write once the credit is there: a client that requests slowly
 // holds its stream's goroutine and the one line in hand, and the stream
 // produces the next line only once this one is sent, so the server's
-// memory per stream stays bounded whatever the checkpoint's size. A read
-// made while the client has no line requested ahead is a small one
-// (slowBatchBytes, conn.readBytes): the line in hand is at most that.
+// memory per stream stays bounded whatever the checkpoint's size.
 type wsOut struct {
 	ws      *websocket.Conn
 	id      uint32        // the stream's id
@@ -85,14 +83,6 @@ func (o *wsOut) grant(n uint32) {
 	case o.more <- struct{}{}:
 	default:
 	}
-}
-
-// starved reports whether the client has no line requested ahead: the
-// stream's next line will wait for a REQUEST_N.
-func (o *wsOut) starved() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.credit == 0
 }
 
 // cancel marks the stream cancelled by the client: nothing more is sent
