@@ -2,8 +2,9 @@
 // process shows its clients and operators: the sync API's hardening
 // against slow clients (bounded connections and file descriptors), its
 // lifecycle (health, graceful shutdown), token checks at start-up and per
-// request, the timeouts that bound its database connections, /metrics and
-// `-trace stdout`.
+// request, the timeouts that bound its database connections, /metrics,
+// `-trace stdout`, and the sync API's WebSocket transport (its connection
+// limit, keepalives, metrics and memory per slow client).
 package api
 
 import (
