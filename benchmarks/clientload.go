@@ -127,7 +127,7 @@ func RunLoad(ctx context.Context, opt LoadOptions) (Result, error) {
 func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) {
 	scenario, transport := "load", "HTTP (`POST /sync/stream`, raw_data)"
 	if opt.WebSocket {
-		scenario, transport = "load-ws", "WebSocket (`GET /sync/stream`, RSocket: BSON lines, 10 requested, REQUEST_N 1 per line handled, raw_data)"
+		scenario, transport = "load-ws", "WebSocket (`GET /sync/stream`, RSocket: BSON lines, 10 requested, REQUEST_N 1 per line handled, raw_data; per-message deflate offered, as by @powersync/node)"
 	}
 	res := Result{Scenario: scenario, Date: time.Now(),
 		Params: fmt.Sprintf("Load: %d sync clients over %s, each its own user with %d buckets (a parameter query) of %d todos; "+

@@ -29,7 +29,8 @@ type loadBSONLine struct {
 // with connectionMethod 'web-socket' does: SETUP with the token,
 // REQUEST_STREAM with the sync request and 10 lines requested, one more
 // (REQUEST_N 1) for each line handled; each line a BSON PAYLOAD, decoded
-// straight from BSON. Like the SDK it sends a KEEPALIVE every
+// straight from BSON; per-message deflate offered, as @powersync/node's
+// WebSocket offers it. Like the SDK it sends a KEEPALIVE every
 // loadKeepalive: the server closes a connection silent for the lifetime
 // SETUP gave (loadLifetime), and a load run outlasts it.
 func (lc *loadClients) streamWS(ctx context.Context, url string, c *loadClient) error {
@@ -37,7 +38,8 @@ func (lc *loadClients) streamWS(ctx context.Context, url string, c *loadClient) 
 	if err != nil {
 		return err
 	}
-	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/sync/stream", nil)
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/sync/stream",
+		&websocket.DialOptions{CompressionMode: websocket.CompressionNoContextTakeover})
 	if err != nil {
 		return fmt.Errorf("sync websocket: %w", err)
 	}

@@ -375,6 +375,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 		{drainRowName(d.todos, d.lists, drainShapes[0].name), servers[0], wireNDJSON, false},
 		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireBSONZstd.name), servers[0], wireBSONZstd, false},
 		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireWebSocket.name), servers[0], wireWebSocket, false},
+		{drainRowName(d.todos, d.lists, drainShapes[0].name+", "+wireWSDeflate.name), servers[0], wireWSDeflate, false},
 	}
 	orChain := drainVariant{drainRowName(d.todos, d.lists, drainShapes[1].name), servers[1], wireNDJSON, true}
 	wireBytes := map[string][]int64{}
@@ -435,13 +436,21 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 			float64(a[len(a)/2])/(1<<20), float64(b[len(b)/2])/(1<<20), 100*float64(b[len(b)/2])/float64(a[len(a)/2]),
 			cpuText(ca.syncpipe, childServed), cpuText(ca.storage, pm > 0), cpuText(cb.syncpipe, childServed), cpuText(cb.storage, pm > 0)))
 	}
-	if a, w := wireBytes[variants[0].name], wireBytes[variants[2].name]; len(a) > 0 && len(w) > 0 {
+	for _, i := range []int{2, 3} { // WebSocket, without and with deflate
+		a, w := wireBytes[variants[0].name], wireBytes[variants[i].name]
+		if len(a) == 0 || len(w) == 0 {
+			continue
+		}
 		slices.Sort(w)
-		cw := medianCPU(cpuRuns[variants[2].name])
-		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as BSON over WebSocket, RSocket frames without "+
-			"compression (%.0f%% of NDJSON's; the WebSocket's own framing, 2 to 10 bytes a line, not counted), each line sent "+
-			"against the client's REQUEST_N credit (10 kept requested, as the SDKs do). Server CPU (median; syncpipe / storage): %s / %s.",
-			variants[2].name, float64(w[len(w)/2])/(1<<20), 100*float64(w[len(w)/2])/float64(a[len(a)/2]),
+		cw := medianCPU(cpuRuns[variants[i].name])
+		how := "without compression"
+		if variants[i].wire.encoding == "deflate" {
+			how = "with per-message deflate (offered as @powersync/node offers it)"
+		}
+		notes = append(notes, fmt.Sprintf("%s: on the wire (median) %.1f MiB as BSON over WebSocket, %s (%.0f%% of NDJSON's; "+
+			"read off the connection, WebSocket framing included), each line sent against the client's REQUEST_N credit "+
+			"(10 kept requested, as the SDKs do). Server CPU (median; syncpipe / storage): %s / %s.",
+			variants[i].name, float64(w[len(w)/2])/(1<<20), how, 100*float64(w[len(w)/2])/float64(a[len(a)/2]),
 			cpuText(cw.syncpipe, childServed), cpuText(cw.storage, pm > 0)))
 	}
 	for _, v := range variants {
@@ -454,7 +463,7 @@ func measureDrain(ctx context.Context, d *drainData, opt DrainOptions, rows *row
 	if r := rows.byName[drainRowName(d.todos, d.lists, drainShapes[0].name)]; r != nil {
 		r.Baseline = baseline
 	}
-	for _, v := range []int{1, 2} { // BSON with zstd, WebSocket: against NDJSON
+	for _, v := range []int{1, 2, 3} { // BSON with zstd, WebSocket (with deflate): against NDJSON
 		if r := rows.byName[variants[v].name]; r != nil {
 			r.Baseline = variants[0].name
 		}

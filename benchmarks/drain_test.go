@@ -31,7 +31,7 @@ func TestDrainSmoke(t *testing.T) {
 	t.Log(log.String())
 	want := map[string]int64{}
 	for _, n := range []int{200, 2000} {
-		for _, name := range []string{"LATERAL", "LATERAL, BSON+zstd", "OR-chain", "LATERAL, WebSocket"} {
+		for _, name := range []string{"LATERAL", "LATERAL, BSON+zstd", "OR-chain", "LATERAL, WebSocket", "LATERAL, WebSocket+deflate"} {
 			want[drainRowName(n, 20, name)] = int64(n + 20) // by_list ops + one global op per list
 		}
 	}
@@ -46,7 +46,7 @@ func TestDrainSmoke(t *testing.T) {
 		if strings.HasSuffix(r.Name, "LATERAL") && !strings.HasSuffix(r.Baseline, "OR-chain") {
 			t.Errorf("row %q: baseline %q", r.Name, r.Baseline)
 		}
-		if (strings.HasSuffix(r.Name, "BSON+zstd") || strings.HasSuffix(r.Name, "WebSocket")) && !strings.HasSuffix(r.Baseline, "LATERAL") {
+		if (strings.HasSuffix(r.Name, "BSON+zstd") || strings.Contains(r.Name, "WebSocket")) && !strings.HasSuffix(r.Baseline, "LATERAL") {
 			t.Errorf("row %q: baseline %q, want the NDJSON drain", r.Name, r.Baseline)
 		}
 		for _, s := range r.Samples {
@@ -75,7 +75,8 @@ func TestDrainSmoke(t *testing.T) {
 		t.Errorf("report lacks the baseline ratio:\n%s", md.String())
 	}
 	for _, want := range []string{"| 2k todos / 20 lists | NDJSON + identity |", "| 2k todos / 20 lists | BSON + zstd |",
-		"| 2k todos / 20 lists | BSON over WebSocket |", "as BSON over WebSocket",
+		"| 2k todos / 20 lists | BSON over WebSocket |", "as BSON over WebSocket, without compression",
+		"| 2k todos / 20 lists | BSON over WebSocket, deflate |", "as BSON over WebSocket, with per-message deflate",
 		"server CPU s (syncpipe / storage)", "Server CPU (median; syncpipe / storage)"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
@@ -109,8 +110,8 @@ func TestDrainCompareSmoke(t *testing.T) {
 	lateral, bson := drainRowName(200, 20, "LATERAL"), drainRowName(200, 20, "LATERAL, BSON+zstd")
 	// WebSocket is drained by the new build only: an earlier one may not
 	// serve it.
-	ws := drainRowName(200, 20, "LATERAL, WebSocket")
-	want := []string{lateral, lateral + compareSuffix, bson, bson + compareSuffix, ws, drainRowName(200, 20, "OR-chain")}
+	ws, wsd := drainRowName(200, 20, "LATERAL, WebSocket"), drainRowName(200, 20, "LATERAL, WebSocket+deflate")
+	want := []string{lateral, lateral + compareSuffix, bson, bson + compareSuffix, ws, wsd, drainRowName(200, 20, "OR-chain")}
 	if strings.Join(names, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("rows %q, want %q", names, want)
 	}

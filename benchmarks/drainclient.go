@@ -49,8 +49,9 @@ type drainStats struct {
 type drainWire struct {
 	name, accept, encoding string
 	// ws: over the WebSocket transport (GET /sync/stream, RSocket), as
-	// the SDKs' connectionMethod 'web-socket': BSON lines, no compression
-	// (accept and encoding are not asked for).
+	// the SDKs' connectionMethod 'web-socket': BSON lines (accept is not
+	// asked for); encoding "deflate" offers per-message deflate, as
+	// @powersync/node's WebSocket does.
 	ws bool
 }
 
@@ -61,11 +62,14 @@ var (
 	wireNDJSON    = drainWire{name: "NDJSON", accept: "application/x-ndjson", encoding: "identity"}
 	wireBSONZstd  = drainWire{name: "BSON+zstd", accept: "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8", encoding: "zstd"}
 	wireWebSocket = drainWire{name: "WebSocket", encoding: "identity", ws: true}
+	wireWSDeflate = drainWire{name: "WebSocket+deflate", encoding: "deflate", ws: true}
 )
 
 // label names the wire format in the server-CPU table.
 func (w drainWire) label() string {
 	switch {
+	case w.ws && w.encoding == "deflate":
+		return "BSON over WebSocket, deflate"
 	case w.ws:
 		return "BSON over WebSocket"
 	case w.encoding == "zstd":
@@ -202,7 +206,7 @@ const drainRequest = `{"buckets":[],"include_checksum":true,"raw_data":true,"cli
 // after the checkpoint line.
 func drain(ctx context.Context, url, token string, checkpointOnly bool, wire drainWire) (drainStats, error) {
 	if wire.ws {
-		return drainWS(ctx, url, token, checkpointOnly)
+		return drainWS(ctx, url, token, wire.encoding == "deflate", checkpointOnly)
 	}
 	var st drainStats
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/sync/stream", strings.NewReader(drainRequest))

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -21,12 +24,26 @@ const drainCredit = 10
 // drainWS is drain over the WebSocket transport, as an SDK with
 // connectionMethod 'web-socket': SETUP with the token, REQUEST_STREAM
 // with the sync request, then each line a BSON PAYLOAD, answered with
-// REQUEST_N 1. st.wire counts the RSocket frames (the WebSocket's own 2
-// to 10 bytes of framing a message are not counted), st.bytes the lines.
-func drainWS(ctx context.Context, url, token string, checkpointOnly bool) (drainStats, error) {
-	var st drainStats
+// REQUEST_N 1; with deflate, per-message deflate offered, as
+// @powersync/node's WebSocket offers it. st.wire counts the bytes read
+// off the connection (WebSocket framing and compression included),
+// st.bytes the lines.
+func drainWS(ctx context.Context, url, token string, deflate, checkpointOnly bool) (st drainStats, err error) {
 	start := time.Now()
-	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/sync/stream", nil)
+	var wire atomic.Int64
+	opts := &websocket.DialOptions{HTTPClient: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &readCounter{Conn: c, n: &wire}, nil
+		}}}}
+	if deflate {
+		opts.CompressionMode = websocket.CompressionNoContextTakeover
+	}
+	defer func() { st.wire = wire.Load() }() // every return: st is the named result
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/sync/stream", opts)
 	if err != nil {
 		return st, fmt.Errorf("sync websocket: %w", err)
 	}
@@ -52,7 +69,6 @@ func drainWS(ctx context.Context, url, token string, checkpointOnly bool) (drain
 		if err != nil {
 			return st, fmt.Errorf("read sync websocket after %d ops: %w", st.ops, err)
 		}
-		st.wire += int64(len(msg))
 		f, err := rsocket.Parse(msg)
 		if err != nil && !errors.Is(err, rsocket.ErrIgnored) {
 			return st, fmt.Errorf("sync websocket: %w", err)
@@ -73,4 +89,16 @@ func drainWS(ctx context.Context, url, token string, checkpointOnly bool) (drain
 			return st, fmt.Errorf("sync websocket: REQUEST_N: %w", err)
 		}
 	}
+}
+
+// readCounter counts the bytes read from a connection.
+type readCounter struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -121,6 +121,9 @@ func (lw *lineWriter) contentEncoding() string {
 	case *gzipStream:
 		return codingGzip
 	}
+	if wo, ok := lw.out.(*wsOut); ok && wo.deflate {
+		return codingDeflate // the socket compresses (wswire.go)
+	}
 	return codingIdentity
 }
 
@@ -156,9 +159,16 @@ func (lw *lineWriter) write(p []byte, last bool) error {
 		out = buf.Bytes()
 	}
 	n, err := lw.out.Write(out)
-	lw.wire += int64(n)
-	if lw.sent != nil && n > 0 {
-		lw.sent(int64(n))
+	sent := int64(n)
+	if wo, ok := lw.out.(*wsOut); ok {
+		// The socket compresses and frames: count what it wrote.
+		if w, counted := wo.wireSince(); counted {
+			sent = w
+		}
+	}
+	lw.wire += sent
+	if lw.sent != nil && sent > 0 {
+		lw.sent(sent)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", errClientWrite, err)

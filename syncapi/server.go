@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)
 	}
 	sent, err := meter.Int64Counter("syncpipe_sync_sent_bytes",
-		metric.WithDescription("Bytes of sync stream responses written to clients, as sent (compressed), by content type, content encoding and transport; over WebSocket the lines, without their frame headers."),
+		metric.WithDescription("Bytes of sync stream responses written to clients, as sent (compressed), by content type, content encoding and transport; over WebSocket what the connection writes, frames included (deflate: the connection compresses)."),
 		metric.WithUnit("By"))
 	if err != nil {
 		return nil, fmt.Errorf("syncapi: create metric: %w", err)

@@ -58,13 +58,16 @@ func (s *Server) handleWebSocket(w http.ResponseWriter, r *http.Request) {
 	// accepted: upgrades that never send one are evicted as stalled
 	// requests are.
 	pending := markUpgrading(r.Context())
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	wire := &wireCounter{ResponseWriter: w}
+	ws, err := websocket.Accept(wire, r, &websocket.AcceptOptions{InsecureSkipVerify: true,
+		CompressionMode: websocket.CompressionNoContextTakeover, CompressionThreshold: wsDeflateThreshold})
 	if err != nil { // Accept answered the client
 		s.log.Info("sync websocket: upgrade refused", "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	ws.SetReadLimit(s.cfg.MaxRequestBytes + metadataRoom)
-	c := &wsConn{s: s, ws: ws, pending: pending, log: s.log.With("remote", r.RemoteAddr, "transport", transportWebSocket)}
+	c := &wsConn{s: s, ws: ws, wire: &wire.written, deflate: negotiatedDeflate(w.Header()), pending: pending,
+		log: s.log.With("remote", r.RemoteAddr, "transport", transportWebSocket)}
 	// The connection outlives the request: its context is the server's.
 	c.ctx, c.cancel = context.WithCancel(s.ctx)
 	c.streamCtx, c.cancelStream = context.WithCancel(c.ctx)
@@ -94,6 +97,10 @@ type wsConn struct {
 	s   *Server
 	ws  *websocket.Conn
 	log *slog.Logger // never reassigned: timers log through it
+	// wire counts the bytes written to the connection (wswire.go);
+	// deflate: the connection took per-message deflate.
+	wire    *atomic.Int64
+	deflate bool
 	// ctx is the connection's: it ends when the connection fails or
 	// closes, and with the server.
 	ctx    context.Context
@@ -155,6 +162,7 @@ func (c *wsConn) serve() {
 // connection, and the slot is the stream's.
 func (c *wsConn) run(id identity, req *syncRequest) {
 	out := newWSOut(c.streamCtx, c.ctx, c.ws, c.streamID, c.initialN, c.s.cfg.WriteTimeout, id.expires, c.s.cfg.Now)
+	out.wire, out.deflate = c.wire, c.deflate
 	out.waiting = c.s.waitCredit
 	out.completeDelay = c.s.completeDelay
 	c.out.Store(out)

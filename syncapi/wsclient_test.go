@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -28,9 +29,17 @@ type wsClient struct {
 // dialWS opens a WebSocket to the env's GET /sync/stream.
 func dialWS(t testing.TB, httpURL string) *wsClient {
 	t.Helper()
+	c, _ := dialWSWith(t, httpURL, nil)
+	return c
+}
+
+// dialWSWith is dialWS with opts (say, compression offered); it also
+// returns the upgrade response's header.
+func dialWSWith(t testing.TB, httpURL string, opts *websocket.DialOptions) (*wsClient, http.Header) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	t.Cleanup(cancel)
-	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(httpURL, "http")+"/sync/stream", nil)
+	ws, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(httpURL, "http")+"/sync/stream", opts)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
@@ -39,7 +48,7 @@ func dialWS(t testing.TB, httpURL string) *wsClient {
 	}
 	ws.SetReadLimit(64 << 20)
 	t.Cleanup(func() { _ = ws.CloseNow() })
-	return &wsClient{t: t, ws: ws, ctx: ctx}
+	return &wsClient{t: t, ws: ws, ctx: ctx}, resp.Header
 }
 
 // The client's frames, as the JS client sends them.

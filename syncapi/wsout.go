@@ -53,14 +53,33 @@ type wsOut struct {
 	sending sync.Mutex
 	ended   atomic.Bool // COMPLETE or ERROR sent, or CANCEL received: send nothing more
 
-	buf []byte // the frame being sent; only the stream's goroutine writes
+	// wire counts the bytes written to the connection (wswire.go; nil:
+	// not counted), counted reports them (wireSince); deflate: the
+	// connection compresses messages (the stream's content_encoding).
+	wire    *atomic.Int64
+	counted int64
+	deflate bool
+}
+
+// wireSince returns the bytes written to the connection since its last
+// call (the lineWriter's count of what a line cost on the wire): the
+// line's frame, compressed or not, with its WebSocket header, and any
+// keepalive answer sent meanwhile. Only the stream's goroutine calls it.
+func (o *wsOut) wireSince() (int64, bool) {
+	if o.wire == nil {
+		return 0, false
+	}
+	n := o.wire.Load()
+	d := n - o.counted
+	o.counted = n
+	return d, true
 }
 
 // errNoCredit wraps the end of a wait for credit (with the reason).
 var errNoCredit = errors.New("wait for REQUEST_N")
 
 // maxKeptFrame: a frame buffer grown beyond it by a large line is
-// dropped after the line, so an idle stream does not keep it.
+// dropped after the line instead of pooled (framePool).
 const maxKeptFrame = 64 << 10
 
 // newWSOut returns the output of stream id on ws: ctx is the stream's,
@@ -132,19 +151,38 @@ func (o *wsOut) Write(p []byte) (int, error) {
 	if err := o.take(); err != nil {
 		return 0, err
 	}
-	b, err := rsocket.AppendPayload(o.buf[:0], o.id, nil, p, rsocket.FlagNext)
+	fb := getFrame()
+	defer putFrame(fb)
+	b, err := rsocket.AppendPayload((*fb)[:0], o.id, nil, p, rsocket.FlagNext)
+	*fb = b
 	if err != nil {
 		return 0, fmt.Errorf("encode PAYLOAD: %w", err)
 	}
-	err = o.send(b, false)
-	o.buf = b
-	if cap(o.buf) > maxKeptFrame {
-		o.buf = nil
-	}
-	if err != nil {
+	if err := o.send(b, false); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// framePool holds the buffers PAYLOAD frames are encoded into, shared by
+// every stream: only a stream sending a line holds one, so an idle
+// stream keeps none (a kept buffer cost each of the Load scenario's
+// thousand idle connections the size of its largest line).
+var framePool sync.Pool
+
+func getFrame() *[]byte {
+	if b, ok := framePool.Get().(*[]byte); ok {
+		return b
+	}
+	return new([]byte)
+}
+
+// putFrame returns b unless a large line grew it beyond maxKeptFrame:
+// that one is left to the collector instead of pinned by the pool.
+func putFrame(b *[]byte) {
+	if cap(*b) <= maxKeptFrame {
+		framePool.Put(b)
+	}
 }
 
 // errEnded: the stream ended (CANCEL, or the connection's ERROR) while a
@@ -210,7 +248,7 @@ func (o *wsOut) end() error {
 	if o.ctx.Err() != nil {
 		return nil
 	}
-	b, err := rsocket.AppendPayload(o.buf[:0], o.id, nil, nil, rsocket.FlagComplete)
+	b, err := rsocket.AppendPayload(nil, o.id, nil, nil, rsocket.FlagComplete)
 	if err != nil {
 		return fmt.Errorf("encode PAYLOAD: %w", err)
 	}
@@ -232,7 +270,7 @@ func (o *wsOut) streamError(code, msg string) error {
 	if o.ctx.Err() != nil {
 		return nil
 	}
-	b, err := rsocket.AppendServiceError(o.buf[:0], o.id, rsocket.CodeApplicationError, code, msg)
+	b, err := rsocket.AppendServiceError(nil, o.id, rsocket.CodeApplicationError, code, msg)
 	if err != nil {
 		return fmt.Errorf("encode ERROR: %w", err)
 	}

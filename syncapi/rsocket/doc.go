@@ -205,11 +205,13 @@
 //   - BSON metadata and data (no PowerSync client sends them) are decoded
 //     with go.mongodb.org/mongo-driver/v2/bson, already the module's; BSON
 //     request data becomes relaxed extended JSON for parseSyncRequest.
-//   - syncpipe_sync_sent_bytes counts the lines a wsOut sends, without
-//     their frame headers (6 bytes of RSocket, 2 to 10 of WebSocket).
-//   - Per-message deflate is off (the library's default) until the P4
-//     benchmark compares it with none; the metrics' content_encoding is
-//     then identity.
+//   - syncpipe_sync_sent_bytes counts what the connection writes, RSocket
+//     and WebSocket frames included. Built: the lines' bytes at first;
+//     with per-message deflate the library compresses inside the socket,
+//     so the hijacked connection is wrapped and counted (syncapi's
+//     wswire.go), and the content_encoding is deflate where negotiated.
+//   - Per-message deflate: built as the service has it where the client
+//     offers it (see the library choice below).
 //   - Client frames (SETUP, REQUEST_STREAM, REQUEST_N, CANCEL) are
 //     appended by this package's tests only (clientframes_test.go) and by
 //     internal/testkit/rsocketclient (syncapi's tests, the benchmarks): no
@@ -227,6 +229,14 @@
 // nhooyr.io/websocket). It offers per-message deflate without context
 // takeover (a flate writer only while a message is written, like the
 // gzip stream's pooled one), where context takeover would keep a
-// compressor per connection: that mode, against none, is for the P4
-// benchmark to settle.
+// compressor per connection.
+//
+// Built: per-message deflate is taken when the client offers it, as the
+// service does (@powersync/node's undici WebSocket offers it), in that
+// mode, with the service's 1 KB threshold (syncapi/wswire.go). A
+// connection then costs no more memory idle than without it; a data
+// line costs the server its compression, which the HTTP transport's
+// gzip costs too when the client asks for it. The sent-bytes metric
+// counts what the connection writes (the hijacked connection is
+// wrapped), so it is the wire's, compressed or not.
 package rsocket
