@@ -30,9 +30,9 @@ func metricValue(ctx context.Context, api, name string) string {
 // run --role api`, beside a `--role replication` one) and checks, through
 // HTTP only: /healthz and /metrics report a replication error stored in
 // storage and its clearing; on SIGTERM the API stops accepting at once,
-// an open sync stream keeps syncing (it gets a change made after the
-// signal) until api.shutdown_timeout, is closed then, and the process
-// exits soon after.
+// an open sync stream, HTTP and WebSocket alike, keeps syncing (it gets a
+// change made after the signal) until api.shutdown_timeout, is closed
+// then, and the process exits soon after.
 func TestAPIGracefulShutdown(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -81,6 +81,13 @@ func TestAPIGracefulShutdown(t *testing.T) {
 	if !s.Until(t, ctx, `"checkpoint_complete"`) {
 		t.Fatal("the stream ended before its first checkpoint")
 	}
+	// A WebSocket stream beside it gets the same grace (lines enough
+	// requested that it never waits for credit).
+	ws := dialWS(t, ctx, e.API)
+	ws.openSDK(ctx, e.Token("alice"), 1000)
+	if !ws.until(ctx, "checkpoint_complete") {
+		t.Fatal("the WebSocket stream ended before its first checkpoint")
+	}
 	signalled := time.Now()
 	api.Signal(syscall.SIGTERM)
 	harness.Poll(t, ctx, nil, "the API to stop accepting connections", func() bool {
@@ -95,9 +102,17 @@ func TestAPIGracefulShutdown(t *testing.T) {
 		t.Fatalf("the stream ended %s after SIGTERM, before the change made during the grace period (%s) reached it",
 			s.Ended().Sub(signalled), grace)
 	}
+	if !ws.until(ctx, "renamed during the grace period") {
+		t.Fatalf("the WebSocket stream ended %s after SIGTERM, before the change made during the grace period (%s) reached it",
+			time.Since(signalled), grace)
+	}
 	s.Drain(t, ctx)
 	if open := s.Ended().Sub(signalled); open < grace {
 		t.Fatalf("the stream was closed %s after SIGTERM, within the %s grace period", open, grace)
+	}
+	ws.untilEnd(ctx)
+	if open := time.Since(signalled); open < grace {
+		t.Fatalf("the WebSocket stream was closed %s after SIGTERM, within the %s grace period", open, grace)
 	}
 	// The process exits within the grace period and 15 s of margin.
 	select {
@@ -108,7 +123,7 @@ func TestAPIGracefulShutdown(t *testing.T) {
 	if api.Err() != nil {
 		t.Fatalf("syncpipe --role api exited with %v after SIGTERM, want 0", api.Err())
 	}
-	if !api.Logged("closed 1 sync streams still open at the end of the grace period") {
+	if !api.Logged("closed 2 sync streams still open at the end of the grace period") {
 		t.Errorf("no log line about the stream closed after the grace period:\n%s", e.TailLogs(4<<10))
 	}
 	if !repl.Running() {

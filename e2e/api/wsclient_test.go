@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -128,6 +129,36 @@ func (c *wsClient) untilComplete(ctx context.Context) int {
 		c.send(ctx, rsocketclient.RequestN(1, 1))
 		if kind == "checkpoint_complete" {
 			return n
+		}
+	}
+}
+
+// until reads frames up to a sync line holding text (true) or the
+// connection's end (false). It grants no credit: the stream must have
+// been opened with enough.
+func (c *wsClient) until(ctx context.Context, text string) bool {
+	c.t.Helper()
+	for {
+		f, err := c.frame(ctx)
+		if err != nil {
+			return false
+		}
+		if f.Type == rsocket.TypePayload && f.Flags&rsocket.FlagNext != 0 && bytes.Contains(f.Data, []byte(text)) {
+			return true
+		}
+	}
+}
+
+// untilEnd reads frames until the connection ends (within frameWait of
+// the last frame).
+func (c *wsClient) untilEnd(ctx context.Context) {
+	c.t.Helper()
+	for {
+		if _, err := c.frame(ctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				c.t.Fatalf("the connection is still open %s after its last frame", frameWait)
+			}
+			return
 		}
 	}
 }
