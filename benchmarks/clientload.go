@@ -131,7 +131,7 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	}
 	res := Result{Scenario: scenario, Date: time.Now(),
 		Params: fmt.Sprintf("Load: %d sync clients over %s, each its own user with %d buckets (a parameter query) of %d todos; "+
-			"%d changes/s in %d-row transactions of single-row UPDATEs of random todos for %s; one `syncpipe run --role all` child (snapshot, stream, API), "+
+			"%d changes/s in %d-row transactions of single-row UPDATEs of random todos for %s; one `syncpipe run --role all` child (snapshot, stream, API; storage VACUUM ANALYZEd and checkpointed after the snapshot), "+
 			"source and storage on two clusters (fsync on), storage synchronous_commit=off. Latency: per client and transaction, commit returned → the client's checkpoint_complete bringing it",
 			opt.Clients, transport, opt.ListsPerUser, opt.TodosPerList, opt.Rate, opt.TxnRows, opt.For)}
 	var fig loadFigures
@@ -268,8 +268,31 @@ func startLoadEnv(ctx context.Context, opt LoadOptions) (e *loadEnv, err error) 
 	if e.child, e.url, err = startLoadChild(ctx, opt, e.cluster.URI("app"), e.storage.URI("storage")); err != nil {
 		return e, err
 	}
-	_, err = e.child.WaitFor(ctx, "snapshot done")
-	return e, err
+	if _, err = e.child.WaitFor(ctx, "snapshot done"); err != nil {
+		return e, err
+	}
+	return e, settleStorage(ctx, e.storage.URI("storage"))
+}
+
+// settleStorage vacuums and analyzes storage and checkpoints its cluster
+// after the snapshot, so that every first sync meets storage in the same
+// state. Otherwise autovacuum's pass over the fresh ops, and the
+// checkpoint after them, overlap the first sync or not depending on when
+// the child's next GC ends the memory settle before it (settledMemory):
+// whole runs measured the first sync of one build 1.22× another's that
+// way, where on one environment the two were equal (firstSyncPairs).
+func settleStorage(ctx context.Context, uri string) error {
+	conn, err := pgx.Connect(ctx, uri)
+	if err != nil {
+		return fmt.Errorf("settle storage: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, q := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			return fmt.Errorf("settle storage: %s: %w", q, err)
+		}
+	}
+	return nil
 }
 
 // close stops what is still running.
