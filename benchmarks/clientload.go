@@ -151,15 +151,9 @@ func runLoad(ctx context.Context, opt LoadOptions) (Result, loadFigures, error) 
 	var clients sync.WaitGroup
 	defer func() { stopClients(); clients.Wait() }()
 	logf(opt.Log, "load: %d clients connecting…", opt.Clients)
-	start := time.Now()
-	for _, c := range lc.list {
-		clients.Go(func() { lc.run(cctx, url, c) })
+	if fig.firstSync, err = lc.connectAll(cctx, url, &clients, 5*time.Minute); err != nil {
+		return res, fig, fmt.Errorf("%w\n%s", err, child.Tail())
 	}
-	if err := waitUntil(ctx, 5*time.Minute, func() bool { return lc.synced.Load() >= int64(opt.Clients) }); err != nil {
-		return res, fig, fmt.Errorf("first sync: %d of %d clients synced (%d stream errors: %v): %w\n%s",
-			lc.synced.Load(), opt.Clients, lc.failed.Load(), lc.errs, err, child.Tail())
-	}
-	fig.firstSync = time.Since(start)
 	if fig.memIdle, err = settledMemory(ctx, child, url+"/metrics", opt.SettleFor); err != nil {
 		return res, fig, err
 	}
@@ -278,9 +272,8 @@ func startLoadEnv(ctx context.Context, opt LoadOptions) (e *loadEnv, err error) 
 // after the snapshot, so that every first sync meets storage in the same
 // state. Otherwise autovacuum's pass over the fresh ops, and the
 // checkpoint after them, overlap the first sync or not depending on when
-// the child's next GC ends the memory settle before it (settledMemory):
-// whole runs measured the first sync of one build 1.22× another's that
-// way, where on one environment the two were equal (firstSyncPairs).
+// the child's next GC ends the memory settle before it (settledMemory),
+// which varies from run to run and build to build.
 func settleStorage(ctx context.Context, uri string) error {
 	conn, err := pgx.Connect(ctx, uri)
 	if err != nil {

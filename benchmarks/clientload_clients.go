@@ -83,6 +83,21 @@ func (lc *loadClients) fail(c *loadClient, err error) {
 	}
 }
 
+// connectAll connects every client at once, each following its stream
+// on wg until ctx ends, and returns the time until every one has read
+// its first checkpoint_complete (at most limit).
+func (lc *loadClients) connectAll(ctx context.Context, url string, wg *sync.WaitGroup, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	for _, c := range lc.list {
+		wg.Go(func() { lc.run(ctx, url, c) })
+	}
+	if err := waitUntil(ctx, limit, func() bool { return lc.synced.Load() >= int64(len(lc.list)) }); err != nil {
+		return 0, fmt.Errorf("first sync: %d of %d clients synced (%d stream errors: %v): %w",
+			lc.synced.Load(), len(lc.list), lc.failed.Load(), lc.errs, err)
+	}
+	return time.Since(start), nil
+}
+
 // run follows c's stream until ctx ends, reconnecting (from scratch, a
 // new client) after an error, which is counted.
 func (lc *loadClients) run(ctx context.Context, url string, c *loadClient) {

@@ -75,14 +75,7 @@ func syncAll(ctx context.Context, url string, users []string) (time.Duration, er
 	cctx, stop := context.WithCancel(ctx)
 	var clients sync.WaitGroup
 	defer func() { stop(); clients.Wait() }()
-	start := time.Now()
-	for _, c := range lc.list {
-		clients.Go(func() { lc.run(cctx, url, c) })
-	}
-	if err := waitUntil(ctx, 2*time.Minute, func() bool { return lc.synced.Load() >= int64(len(users)) }); err != nil {
-		return 0, fmt.Errorf("first sync: %d of %d clients synced (%d stream errors: %v): %w", lc.synced.Load(), len(users), lc.failed.Load(), lc.errs, err)
-	}
-	return time.Since(start), nil
+	return lc.connectAll(cctx, url, &clients, 2*time.Minute)
 }
 
 // firstSyncNote reports the paired first syncs: both builds' medians and

@@ -161,10 +161,7 @@ func (lw *lineWriter) write(p []byte, last bool) error {
 	n, err := lw.out.Write(out)
 	sent := int64(n)
 	if wo, ok := lw.out.(*wsOut); ok {
-		// The socket compresses and frames: count what it wrote.
-		if w, counted := wo.wireSince(); counted {
-			sent = w
-		}
+		sent = wo.wireSince() // the socket frames and may compress: count what it wrote
 	}
 	lw.wire += sent
 	if lw.sent != nil && sent > 0 {

@@ -53,9 +53,9 @@ type wsOut struct {
 	sending sync.Mutex
 	ended   atomic.Bool // COMPLETE or ERROR sent, or CANCEL received: send nothing more
 
-	// wire counts the bytes written to the connection (wswire.go; nil:
-	// not counted), counted reports them (wireSince); deflate: the
-	// connection compresses messages (the stream's content_encoding).
+	// wire counts the bytes written to the connection (wswire.go),
+	// counted those wireSince reported; deflate: the connection
+	// compresses messages (the stream's content_encoding).
 	wire    *atomic.Int64
 	counted int64
 	deflate bool
@@ -65,14 +65,11 @@ type wsOut struct {
 // call (the lineWriter's count of what a line cost on the wire): the
 // line's frame, compressed or not, with its WebSocket header, and any
 // keepalive answer sent meanwhile. Only the stream's goroutine calls it.
-func (o *wsOut) wireSince() (int64, bool) {
-	if o.wire == nil {
-		return 0, false
-	}
+func (o *wsOut) wireSince() int64 {
 	n := o.wire.Load()
 	d := n - o.counted
 	o.counted = n
-	return d, true
+	return d
 }
 
 // errNoCredit wraps the end of a wait for credit (with the reason).

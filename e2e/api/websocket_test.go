@@ -26,15 +26,9 @@ import (
 // stream holds its slot until then), any other is read and returned.
 func holdStream(t testing.TB, ctx context.Context, api, tok string) (status int, body string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/sync/stream", strings.NewReader(`{"raw_data":true}`))
+	resp, err := harness.PostStream(ctx, api, tok, "")
 	if err != nil {
 		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Token "+tok)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST /sync/stream: %v", err)
 	}
 	if resp.StatusCode == http.StatusOK {
 		t.Cleanup(func() { _ = resp.Body.Close() })

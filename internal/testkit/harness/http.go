@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -140,17 +141,32 @@ type RawStream struct {
 	ended time.Time
 }
 
+// PostStream sends POST /sync/stream with token and the request body
+// body (`{"raw_data":true}` when empty) and returns the response whatever
+// its status; the caller closes its body, which a 200 holds open (and its
+// connection slot) until then.
+func PostStream(ctx context.Context, api, token, body string) (*http.Response, error) {
+	if body == "" {
+		body = `{"raw_data":true}`
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/sync/stream", strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Token "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("POST /sync/stream: %w", err)
+	}
+	return resp, nil
+}
+
 // OpenStream opens a /sync/stream with the request body body
 // (`{"raw_data":true}` when empty), failing unless it answers 200.
 func OpenStream(t testing.TB, ctx context.Context, api, token, body string) *RawStream {
 	t.Helper()
-	if body == "" {
-		body = `{"raw_data":true}`
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+api+"/sync/stream", strings.NewReader(body))
-	req.Header.Set("Authorization", "Token "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := PostStream(ctx, api, token, body)
 	if err != nil {
 		t.Fatal(err)
 	}
