@@ -213,6 +213,32 @@ func TestWebSocketMetrics(t *testing.T) {
 	})
 }
 
+// TestWebSocketDeflate: the binary takes per-message deflate from a
+// client that offers it (as @powersync/node's does): the client syncs,
+// and /metrics counts its bytes under content_encoding="deflate".
+func TestWebSocketDeflate(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	addr := harness.FreeAddr(t)
+	e := harness.New(t, harness.Options{
+		Data: &todos.Size{Lists: 2, Todos: 200, Seed: 2},
+		Env:  []string{"SYNCPIPE_TELEMETRY__METRICS_LISTEN=" + addr},
+	})
+	e.Start()
+	e.WaitCaughtUp(ctx)
+	c := dialWSWith(t, ctx, e.API, &websocket.DialOptions{CompressionMode: websocket.CompressionNoContextTakeover})
+	c.openSDK(ctx, e.Token("u1"), 1000)
+	if n := c.untilComplete(ctx); n < 3 {
+		t.Fatalf("%d lines to the first checkpoint_complete, want a checkpoint, data and its end", n)
+	}
+	e.WaitFor(ctx, "deflate bytes on /metrics", func() bool {
+		v, _ := harness.Sample(harness.Scrape(ctx, addr), "syncpipe_sync_sent_bytes_total", "transport", "websocket",
+			"content_type", "application/vnd.powersync.bson-stream", "content_encoding", "deflate")
+		return v > 0
+	})
+}
+
 // TestWebSocketKeepalive: the keepalive interval and lifetime a SETUP
 // gives are honoured by the binary. A client that SETUPs with 1 s and 3 s
 // and then sends nothing gets an ERROR CONNECTION_ERROR on stream 0 and a

@@ -33,9 +33,15 @@ type wsClient struct {
 // dropped when the test ends.
 func dialWS(t testing.TB, ctx context.Context, api string) *wsClient {
 	t.Helper()
+	return dialWSWith(t, ctx, api, nil)
+}
+
+// dialWSWith is dialWS with opts (say, per-message deflate offered).
+func dialWSWith(t testing.TB, ctx context.Context, api string, opts *websocket.DialOptions) *wsClient {
+	t.Helper()
 	dctx, cancel := context.WithTimeout(ctx, frameWait)
 	defer cancel()
-	ws, resp, err := websocket.Dial(dctx, "ws://"+api+"/sync/stream", nil)
+	ws, resp, err := websocket.Dial(dctx, "ws://"+api+"/sync/stream", opts)
 	if err != nil {
 		t.Fatalf("dial the sync WebSocket: %v", err)
 	}
