@@ -44,14 +44,32 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 	start := time.Now()
 	var final []*model.Change
 	var prev *prevState
-	var tables []string
+	var tables any
 	var keys []pgtype.UUID
 	if ahead != nil {
 		final, prev, tables, keys = ahead.p.final, &ahead.p.prev, ahead.p.tables, ahead.p.keys
 	} else {
 		w.final, w.byRow = collapse(w.final, w.byRow, changes)
 		final, prev = w.final, &w.prev
-		tables, keys = probeArgs(final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+		var ids []string
+		ids, keys = probeArgs(final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+		var err error
+		if tables, err = w.s.tableArg(ctx, w.conn, w.lay, w.group, ids); err != nil {
+			return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
+		}
+	}
+	if err := w.prepareNames(ctx, len(final), func(i int) *model.Change { return final[i] }); err != nil {
+		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
+	}
+	var staleTables any
+	var staleKeys []pgtype.UUID
+	if ahead != nil && len(ahead.stale) > 0 {
+		ids, sk := probeSubset(final, ahead.stale)
+		st, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, ids)
+		if err != nil {
+			return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
+		}
+		staleTables, staleKeys = st, sk
 	}
 	var res Result
 	attempts := 0
@@ -60,12 +78,11 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		switch {
 		case ahead == nil || ahead.all || attempts > 0:
 			prev.reset(len(final))
-			b.Queue(loadPreviousSQL, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
 		case len(ahead.stale) > 0:
 			// Rows a write since the read ahead changed: read again.
 			prev.forget(ahead.stale)
-			st, sk := probeSubset(final, ahead.stale)
-			b.Queue(loadPreviousSQL, w.group, st, sk).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, w.group, staleTables, staleKeys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
 		}
 		attempts++
 		w.queueAllocate(b, estimateIDs(final))
@@ -82,6 +99,9 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		}
 		// need over-counts (kept buckets get no REMOVE); unused ids are gaps.
 		if err := w.allocate(ctx, tx, need); err != nil {
+			return err
+		}
+		if err := w.removedNames(ctx, tx, final, prev); err != nil {
 			return err
 		}
 		w.encodeStream(final, prev, &res)
@@ -118,10 +138,17 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 			continue
 		}
 		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
-			if !hasPut(c.Puts, m) {
-				bucket, typ, id := splitMember(m)
+			if !hasPut(c.Puts, m, w.bucketIDs) {
+				var bucket, typ, id string
+				var bucketID int64
+				if w.lay.interned {
+					bucketID, typ, id = splitMemberID(m)
+					bucket = w.idNames[bucketID]
+				} else {
+					bucket, typ, id = splitMember(m)
+				}
 				w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
-				w.encodeRemove(c, bucket, typ, id, checksum.Remove(string(w.subkey)), take(), res)
+				w.encodeRemove(c, bucket, bucketID, typ, id, checksum.Remove(string(w.subkey)), take(), res)
 			}
 			return true
 		})
@@ -159,6 +186,37 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 			w.encodeParam(c, c.Lookups[j].Key, c.Lookups[j].Params, take(), res)
 		}
 	}
+}
+
+// removedNames finds the names of the buckets a v2 stream write's rows
+// leave (their REMOVEs' change records name them), on tx: cached names
+// cost nothing, others one read of bucket_names.
+func (w *Writer) removedNames(ctx context.Context, tx pgx.Tx, final []*model.Change, prev *prevState) error {
+	if !w.lay.interned {
+		return nil
+	}
+	var ids []int64
+	for i, c := range final {
+		if prev.rows[i].unchanged {
+			continue
+		}
+		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
+			if !hasPut(c.Puts, m, w.bucketIDs) {
+				id, _, _ := splitMemberID(m)
+				ids = append(ids, id)
+			}
+			return true
+		})
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	names, err := w.s.bucketNamesOf(ctx, tx, w.group, ids)
+	if err != nil {
+		return err
+	}
+	w.idNames = names
+	return nil
 }
 
 // collapse keeps the last change per row, ordered by (table id, key): the
@@ -209,6 +267,15 @@ func estimateIDs(final []*model.Change) int {
 	return n
 }
 
+// deleteCurrentSQL deletes a group's ($2) stored rows by ctid ($1): the
+// group names the partition of a v2 group, whose ctids are its own.
+const deleteCurrentSQL = `DELETE FROM {cur} WHERE ctid = ANY($1::tid[]) AND group_id = $2`
+
+// truncateKeysSQL lists up to $4 keys of table $2[1] of group $1 after
+// key $3.
+const truncateKeysSQL = `SELECT source_key FROM {cur}
+	WHERE group_id = $1 AND source_table = ($2::{ttype}[])[1] AND source_key > $3 ORDER BY source_key LIMIT $4`
+
 // replaceCurrent deletes the stored state of rows that had one and writes
 // the new state of rows that still exist, leaving rows whose state stays
 // the same untouched.
@@ -218,7 +285,7 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.C
 	upserts := 0
 	for i, c := range final {
 		if p := &prev.rows[i]; p.found {
-			if p.unchanged = prev.same(p, c); p.unchanged {
+			if p.unchanged = prev.same(p, c, w.bucketIDs); p.unchanged {
 				continue
 			}
 			tids = append(tids, p.tid)
@@ -231,13 +298,13 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.C
 	if len(tids) > 0 {
 		// No other writer changes the group's stored rows while this one holds
 		// the stream lock, so the ctids read by loadPrevious still hold.
-		if _, err := tx.Exec(ctx, `DELETE FROM current_data WHERE ctid = ANY($1::tid[])`, tids); err != nil {
+		if _, err := tx.Exec(ctx, w.lay.deleteCurrent, tids, w.group); err != nil {
 			return fmt.Errorf("delete previous row state: %w", err)
 		}
 	}
 	if upserts > 0 {
 		w.cur.finish()
-		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyCurrentSQL); err != nil {
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), w.lay.copyCurrent); err != nil {
 			return fmt.Errorf("copy current rows: %w", err)
 		}
 	}
@@ -253,10 +320,12 @@ func (w *Writer) Truncate(ctx context.Context, table *model.Table, batchSize int
 	}
 	var total Result
 	var after uuid.UUID
+	tables, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, []string{table.ID})
+	if err != nil {
+		return total, fmt.Errorf("truncate %s: %w", table, err)
+	}
 	for {
-		rows, err := w.conn.Query(ctx, `SELECT source_key FROM current_data
-			WHERE group_id = $1 AND source_table = $2 AND source_key > $3 ORDER BY source_key LIMIT $4`,
-			w.group, table.ID, after, batchSize)
+		rows, err := w.conn.Query(ctx, w.lay.truncateKeys, w.group, tables, after, batchSize)
 		if err != nil {
 			return total, fmt.Errorf("truncate %s: list rows: %w", table, err)
 		}

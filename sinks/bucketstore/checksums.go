@@ -428,15 +428,16 @@ func (c *ChecksumCache) companions(group int, checkpoint int64, fetches []fetch)
 
 // checksumRangeSQL sums each requested bucket's ops in (start, $3]: one
 // primary key range scan per bucket, which finds nothing, cheaply, for a
-// bucket without new ops. It reports whether the range holds a CLEAR.
+// bucket without new ops. It reports whether the range holds a CLEAR. It
+// is a template (see newLayout).
 const checksumRangeSQL = `
 SELECT r.i, s.total, s.n, s.has_clear
-FROM unnest($2::text[], $4::int8[]) WITH ORDINALITY AS r(bucket, start, i)
+FROM unnest($2::{btype}[], $4::int8[]) WITH ORDINALITY AS r(bucket, start, i)
 CROSS JOIN LATERAL (
   SELECT coalesce(sum(d.checksum) % 4294967296, 0)::int8 AS total, count(*) AS n,
          coalesce(bool_or(d.op = 4), false) AS has_clear
-  FROM bucket_data d
-  WHERE d.group_id = $1 AND d.bucket_name = r.bucket AND d.op_id > r.start AND d.op_id <= $3) s`
+  FROM {ops} d
+  WHERE d.group_id = $1 AND d.{bucket} = r.bucket AND d.op_id > r.start AND d.op_id <= $3) s`
 
 // fetch runs one query for all of fetches, then completes their flights
 // and caches the results.
@@ -458,7 +459,15 @@ func (c *ChecksumCache) fetch(ctx context.Context, group int, checkpoint int64, 
 		c.beforeFetch()
 	}
 	err := func() error {
-		rows, err := c.s.pool.Query(ctx, checksumRangeSQL, group, names, checkpoint, starts)
+		lay, err := c.s.layout(ctx, group)
+		if err != nil {
+			return err
+		}
+		buckets, err := c.s.bucketArg(ctx, lay, group, names)
+		if err != nil {
+			return err
+		}
+		rows, err := c.s.pool.Query(ctx, lay.checksumRange, group, buckets, checkpoint, starts)
 		if err != nil {
 			return err
 		}

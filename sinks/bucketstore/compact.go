@@ -148,17 +148,29 @@ func (s *Compactor) compact(ctx context.Context, group int, o CompactOptions) (C
 	if _, err := s.pool.Exec(ctx, `UPDATE groups SET compact_floor = GREATEST(compact_floor, $2) WHERE id = $1`, group, st.UpTo); err != nil {
 		return st, fmt.Errorf("compact group %d: set the floor: %w", group, err)
 	}
+	lay, err := s.layout(ctx, group)
+	if err != nil {
+		return st, fmt.Errorf("compact group %d: %w", group, err)
+	}
 	buckets := slices.Clone(o.Buckets)
 	slices.Sort(buckets)
 	after, listed := "", len(buckets) > 0
 	for {
 		if !listed {
-			if buckets, err = s.bucketsAfter(ctx, group, after, 100); err != nil {
+			if buckets, err = s.bucketsAfter(ctx, lay, group, after, 100); err != nil {
 				return st, err
 			}
 		}
-		for _, b := range buckets {
-			bs, err := s.compactBucket(ctx, group, b, st.UpTo, o)
+		keys, err := s.bucketArg(ctx, lay, group, buckets)
+		if err != nil {
+			return st, fmt.Errorf("compact group %d: %w", group, err)
+		}
+		for i, b := range buckets {
+			var key any = b
+			if ids, ok := keys.([]int64); ok {
+				key = ids[i]
+			}
+			bs, err := s.compactBucket(ctx, lay, group, key, st.UpTo, o)
 			st.add(bs)
 			if err != nil {
 				return st, fmt.Errorf("compact bucket %q of group %d: %w", b, group, err)
@@ -174,18 +186,16 @@ func (s *Compactor) compact(ctx context.Context, group int, o CompactOptions) (C
 	}
 }
 
-// bucketsAfter lists up to n bucket names of group after after, by a skip
-// scan of the primary key (one index probe per bucket, however many ops
-// each holds).
-func (s *Compactor) bucketsAfter(ctx context.Context, group int, after string, n int) ([]string, error) {
-	rows, err := s.pool.Query(ctx, `
-WITH RECURSIVE b(name) AS (
-  (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > $2 ORDER BY bucket_name LIMIT 1)
-  UNION ALL
-  SELECT (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > b.name ORDER BY bucket_name LIMIT 1)
-  FROM b WHERE b.name IS NOT NULL
-)
-SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`, group, after, n)
+// bucketsAfter lists up to n bucket names of group after after: of v1,
+// by a skip scan of the primary key (one index probe per bucket, however
+// many ops each holds); of v2, from bucket_names (a name whose write
+// failed has no ops, and compacting it finds nothing).
+func (s *Compactor) bucketsAfter(ctx context.Context, lay *layout, group int, after string, n int) ([]string, error) {
+	q := bucketsAfterSQL
+	if lay.interned {
+		q = `SELECT name FROM bucket_names WHERE group_id = $1 AND name > $2 ORDER BY name LIMIT $3`
+	}
+	rows, err := s.pool.Query(ctx, q, group, after, n)
 	if err != nil {
 		return nil, fmt.Errorf("list buckets of group %d: %w", group, err)
 	}
@@ -196,16 +206,27 @@ SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`, group, after, n)
 	return names, nil
 }
 
-// compactBucket runs both passes on one bucket.
-func (s *Compactor) compactBucket(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (CompactStats, error) {
+// bucketsAfterSQL is bucketsAfter's skip scan of v1.
+const bucketsAfterSQL = `
+WITH RECURSIVE b(name) AS (
+  (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > $2 ORDER BY bucket_name LIMIT 1)
+  UNION ALL
+  SELECT (SELECT bucket_name FROM bucket_data WHERE group_id = $1 AND bucket_name > b.name ORDER BY bucket_name LIMIT 1)
+  FROM b WHERE b.name IS NOT NULL
+)
+SELECT name FROM b WHERE name IS NOT NULL LIMIT $3`
+
+// compactBucket runs both passes on one bucket (bucket: its bucket
+// column, the name of v1 or the id of v2).
+func (s *Compactor) compactBucket(ctx context.Context, lay *layout, group int, bucket any, upTo int64, o CompactOptions) (CompactStats, error) {
 	st := CompactStats{Buckets: 1}
-	moved, err := s.moveSuperseded(ctx, group, bucket, upTo, o)
+	moved, err := s.moveSuperseded(ctx, lay, group, bucket, upTo, o)
 	st.Moved, st.Reclaimed = moved.ops, moved.bytes
 	if err != nil {
 		return st, err
 	}
 	for {
-		merged, more, err := s.clearLeading(ctx, group, bucket, upTo, o.BatchOps)
+		merged, more, err := s.clearLeading(ctx, lay, group, bucket, upTo, o.BatchOps)
 		if err != nil {
 			return st, err
 		}
@@ -226,7 +247,15 @@ func (s *Compactor) compactBucket(ctx context.Context, group int, bucket string,
 // rowKeySQL identifies an op's row within its bucket as a client keys it:
 // object type, object id and the source row (the subkey).
 const rowKeySQL = `coalesce(object_type, '') || chr(31) || coalesce(object_id, '') || chr(31) ||
-  coalesce(source_table, '') || chr(31) || coalesce(source_key::text, '')`
+  coalesce(source_table::text, '') || chr(31) || coalesce(source_key::text, '')`
+
+// compactReadDescSQL reads a bucket's ops below $3, newest first.
+const compactReadDescSQL = `SELECT op_id, op, ` + rowKeySQL + ` FROM {ops}
+	WHERE group_id = $1 AND {bucket} = $2 AND op_id < $3 ORDER BY op_id DESC LIMIT $4`
+
+// readLeadingSQL reads and locks a bucket's first ops up to $3.
+const readLeadingSQL = `SELECT op_id, op, checksum, coalesce(target_op, 0) FROM {ops}
+	WHERE group_id = $1 AND {bucket} = $2 AND op_id <= $3 ORDER BY op_id LIMIT $4 FOR UPDATE`
 
 // rewritten counts the ops one compaction step rewrote or deleted and the
 // row bytes that dropped (CompactStats.Reclaimed).
@@ -244,13 +273,13 @@ const moveSQL = `
 WITH old AS (
   SELECT d.op_id, m.target, pg_column_size(d.*) AS size
   FROM unnest($3::bigint[], $4::bigint[]) AS m(id, target)
-  JOIN bucket_data d ON d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = m.id
+  JOIN {ops} d ON d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = m.id
   WHERE d.op IN (1, 2)
   FOR UPDATE OF d
 ), moved AS (
-  UPDATE bucket_data d SET op = 3, data = NULL, target_op = old.target
+  UPDATE {ops} d SET op = 3, data = NULL, target_op = old.target
   FROM old
-  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = old.op_id
+  WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = old.op_id
   RETURNING greatest(old.size - pg_column_size(d.*), 0) AS freed
 )
 SELECT count(*), coalesce(sum(freed), 0)::bigint FROM moved`
@@ -259,14 +288,12 @@ SELECT count(*), coalesce(sum(freed), 0)::bigint FROM moved`
 // down, remembering each row's latest op, and turns every older PUT or
 // REMOVE of a remembered row into a MOVE whose target is that latest op.
 // It stops at a CLEAR: nothing before one is left to compact.
-func (s *Compactor) moveSuperseded(ctx context.Context, group int, bucket string, upTo int64, o CompactOptions) (rewritten, error) {
+func (s *Compactor) moveSuperseded(ctx context.Context, lay *layout, group int, bucket any, upTo int64, o CompactOptions) (rewritten, error) {
 	latest := map[string]int64{}
 	var moved rewritten
 	before := upTo + 1
 	for {
-		rows, err := s.pool.Query(ctx, `SELECT op_id, op, `+rowKeySQL+` FROM bucket_data
-			WHERE group_id = $1 AND bucket_name = $2 AND op_id < $3 ORDER BY op_id DESC LIMIT $4`,
-			group, bucket, before, o.BatchOps)
+		rows, err := s.pool.Query(ctx, lay.compactReadDesc, group, bucket, before, o.BatchOps)
 		if err != nil {
 			return moved, fmt.Errorf("read ops: %w", err)
 		}
@@ -301,7 +328,7 @@ func (s *Compactor) moveSuperseded(ctx context.Context, group int, bucket string
 		}
 		if len(ids) > 0 {
 			var step rewritten
-			if err := s.pool.QueryRow(ctx, moveSQL, group, bucket, ids, targets).Scan(&step.ops, &step.bytes); err != nil {
+			if err := s.pool.QueryRow(ctx, lay.compactMove, group, bucket, ids, targets).Scan(&step.ops, &step.bytes); err != nil {
 				return moved, fmt.Errorf("move %d superseded ops: %w", len(ids), err)
 			}
 			moved.ops += step.ops
@@ -321,11 +348,9 @@ func (s *Compactor) moveSuperseded(ctx context.Context, group int, bucket string
 // REMOVE, MOVE and CLEAR ops into a CLEAR at the run's last op id. more:
 // the run went on to the end of what was read, so the next step merges
 // this CLEAR with what follows.
-func (s *Compactor) clearLeading(ctx context.Context, group int, bucket string, upTo int64, batch int) (merged rewritten, more bool, err error) {
+func (s *Compactor) clearLeading(ctx context.Context, lay *layout, group int, bucket any, upTo int64, batch int) (merged rewritten, more bool, err error) {
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT op_id, op, checksum, coalesce(target_op, 0) FROM bucket_data
-			WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3 ORDER BY op_id LIMIT $4 FOR UPDATE`,
-			group, bucket, upTo, batch)
+		rows, err := tx.Query(ctx, lay.compactReadLeading, group, bucket, upTo, batch)
 		if err != nil {
 			return fmt.Errorf("read leading ops: %w", err)
 		}
@@ -359,14 +384,14 @@ func (s *Compactor) clearLeading(ctx context.Context, group int, bucket string, 
 		}
 		last := ids[len(ids)-1]
 		var deleted, shrunk int64
-		if err := tx.QueryRow(ctx, deleteMergedSQL, group, bucket, ids[:len(ids)-1]).Scan(&deleted); err != nil {
+		if err := tx.QueryRow(ctx, lay.compactDeleteMerged, group, bucket, ids[:len(ids)-1]).Scan(&deleted); err != nil {
 			return fmt.Errorf("delete %d merged ops: %w", len(ids)-1, err)
 		}
 		var t *int64
 		if target > last {
 			t = &target
 		}
-		if err := tx.QueryRow(ctx, writeClearSQL, group, bucket, last, int64(sum), t).Scan(&shrunk); err != nil {
+		if err := tx.QueryRow(ctx, lay.compactWriteClear, group, bucket, last, int64(sum), t).Scan(&shrunk); err != nil {
 			return fmt.Errorf("write CLEAR: %w", err)
 		}
 		merged = rewritten{ops: int64(len(ids) - 1), bytes: deleted + shrunk}
@@ -382,8 +407,8 @@ func (s *Compactor) clearLeading(ctx context.Context, group int, bucket string, 
 // bytes they took.
 const deleteMergedSQL = `
 WITH gone AS (
-  DELETE FROM bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id = ANY($3)
-  RETURNING pg_column_size(bucket_data.*) AS size
+  DELETE FROM {ops} d WHERE group_id = $1 AND {bucket} = $2 AND op_id = ANY($3)
+  RETURNING pg_column_size(d.*) AS size
 )
 SELECT coalesce(sum(size), 0)::bigint FROM gone`
 
@@ -392,13 +417,13 @@ SELECT coalesce(sum(size), 0)::bigint FROM gone`
 // the CTE reads the version the UPDATE rewrites (see moveSQL).
 const writeClearSQL = `
 WITH old AS (
-  SELECT pg_column_size(d.*) AS size FROM bucket_data d
-  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = $3
+  SELECT pg_column_size(d.*) AS size FROM {ops} d
+  WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = $3
 ), cleared AS (
-  UPDATE bucket_data d SET op = 4, checksum = $4, data = NULL, target_op = $5,
+  UPDATE {ops} d SET op = 4, checksum = $4, data = NULL, target_op = $5,
     object_type = NULL, object_id = NULL, source_table = NULL, source_key = NULL
   FROM old
-  WHERE d.group_id = $1 AND d.bucket_name = $2 AND d.op_id = $3
+  WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = $3
   RETURNING greatest(old.size - pg_column_size(d.*), 0) AS freed
 )
 SELECT coalesce(sum(freed), 0)::bigint FROM cleared`

@@ -128,4 +128,14 @@ func (c *copyBuf) elemMember(bucket, objectType, objectID string) {
 	c.buf = append(c.buf, objectID...)
 }
 
+// elemMemberID writes a v2 membership element: the bucket id (8 bytes,
+// big-endian), then "object_type\x1fobject_id" (see elemMember).
+func (c *copyBuf) elemMemberID(bucket int64, objectType, objectID string) {
+	c.buf = binary.BigEndian.AppendUint32(c.buf, uint32(8+len(objectType)+len(objectID)+1))
+	c.buf = binary.BigEndian.AppendUint64(c.buf, uint64(bucket))
+	c.buf = append(c.buf, objectType...)
+	c.buf = append(c.buf, memberSep)
+	c.buf = append(c.buf, objectID...)
+}
+
 const memberSep = '\x1f'

@@ -3,14 +3,16 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// groupTables are the tables that hold a group's data, each with a
-// group_id column: what GroupBytes apportions.
-var groupTables = []string{"bucket_data", "current_data", "bucket_parameters"}
+// groupTables are the shared tables that hold a group's data, each with a
+// group_id column: what GroupBytes apportions. A v2 group's ops and
+// current rows are partitions of its own, measured exactly.
+var groupTables = []string{"bucket_data", "current_data", "bucket_parameters", "bucket_names"}
 
 // groupBytesPages is how many pages of a table GroupBytes reads at most
 // (2,560 pages of 8 KiB: 20 MiB): a smaller table is read whole, a larger
@@ -27,7 +29,8 @@ const groupBytesPages = 2560
 // pages (TABLESAMPLE SYSTEM), so the figures are an estimate that varies
 // a little from call to call. Groups without rows (or none in a sample)
 // are absent. Space deleted rows leave is apportioned as the live rows
-// are until vacuum reuses it.
+// are until vacuum reuses it. The partitions of a group of storage
+// version 2 are its alone: their sizes are added as they are.
 func (s *Compactor) GroupBytes(ctx context.Context) (map[int]int64, error) {
 	return s.groupBytes(ctx, groupBytesPages)
 }
@@ -43,7 +46,10 @@ func (s *Compactor) groupBytes(ctx context.Context, limit int64) (map[int]int64,
 	if err != nil {
 		return nil, err
 	}
-	out := map[int]int64{}
+	out, err := s.partitionBytes(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for i, byGroup := range shares {
 		var sum int64
 		for _, n := range byGroup {
@@ -56,6 +62,32 @@ func (s *Compactor) groupBytes(ctx context.Context, limit int64) (map[int]int64,
 			// In floating point: total × n overflows int64 on a large table.
 			out[g] += int64(float64(total[i]) * float64(n) / float64(sum))
 		}
+	}
+	return out, nil
+}
+
+// partitionBytes reads the total size of each v2 group's partitions.
+func (s *Compactor) partitionBytes(ctx context.Context) (map[int]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT c.relname::text, pg_total_relation_size(c.oid)
+		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent IN ('bucket_data2'::regclass, 'current_data2'::regclass) AND pg_relation_size(c.oid) > 0`)
+	if err != nil {
+		return nil, fmt.Errorf("read the partition sizes of bucket storage: %w", err)
+	}
+	out := map[int]int64{}
+	var name string
+	var size int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &size}, func() error {
+		_, g, ok := strings.Cut(name, "_g")
+		id, err := strconv.Atoi(g)
+		if !ok || err != nil {
+			return fmt.Errorf("partition %q is not named for a group", name)
+		}
+		out[id] += size
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the partition sizes of bucket storage: %w", err)
 	}
 	return out, nil
 }

@@ -47,6 +47,10 @@ type Group struct {
 	// RulesWarnings are the source's warnings about the group's rules,
 	// one line each with file:line (SetRulesWarnings).
 	RulesWarnings []string
+	// StorageVersion is the layout of the group's ops and current rows
+	// (see doc.go, "Storage versions"): 1 for groups created before
+	// layout 2 existed, 2 for the others.
+	StorageVersion int
 }
 
 // Serving reports whether the group is ACTIVE or PROCESSING: it streams,
@@ -62,21 +66,29 @@ var ErrNoGroup = errors.New("no such replication group")
 var ErrGroupStopped = errors.New("replication group stopped")
 
 // createGroupSQL inserts a PROCESSING group ($1 rules) whose slot name is
-// $2 prefix + id + '_' + $3 random suffix.
+// $2 prefix + id + '_' + $3 random suffix, of storage version $4.
 const createGroupSQL = `
 	WITH n AS (SELECT nextval(pg_get_serial_sequence('groups', 'id'))::int AS id)
-	INSERT INTO groups (id, rules, slot_name)
-	SELECT id, $1, $2 || id || '_' || $3 FROM n
+	INSERT INTO groups (id, rules, slot_name, storage_version)
+	SELECT id, $1, $2 || id || '_' || $3, $4 FROM n
 	RETURNING id`
 
 // CreateGroup stores a new rules version as a PROCESSING group with a fresh
 // replication slot name (prefix + id + 4 random hex digits, so a re-created
-// group never reuses a dropped slot's name).
+// group never reuses a dropped slot's name), in the current storage
+// layout (v2: with its partitions).
 func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
+	return s.createGroup(ctx, rules, slotPrefix, storageV2)
+}
+
+// createGroup is CreateGroup in storage layout version: tests make v1
+// groups with it, which storage written by earlier versions holds.
+func (s *Catalog) createGroup(ctx context.Context, rules, slotPrefix string, version int) (Group, error) {
 	var id int
 	// Durable: the group's slot is created on the source under its name.
-	err := durably(ctx, s.pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2)).Scan(&id)
+	err := durably(ctx, s.pool, func(tx pgx.Tx) (err error) {
+		id, err = insertGroup(ctx, tx, rules, slotPrefix, version)
+		return err
 	})
 	if err != nil {
 		return Group{}, fmt.Errorf("create group: %w", err)
@@ -84,9 +96,24 @@ func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Gr
 	return s.Group(ctx, id)
 }
 
+// insertGroup inserts a group in tx and, for v2, creates its partitions
+// in the same transaction: a group is never without them.
+func insertGroup(ctx context.Context, tx pgx.Tx, rules, slotPrefix string, version int) (int, error) {
+	var id int
+	if err := tx.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2), version).Scan(&id); err != nil {
+		return 0, err
+	}
+	if version == storageV2 {
+		if _, err := tx.Exec(ctx, createPartitionsSQL(id)); err != nil {
+			return 0, fmt.Errorf("create the partitions of group %d: %w", id, err)
+		}
+	}
+	return id, nil
+}
+
 const groupColumns = `id, state, rules, slot_name, snapshot_done, coalesce(last_checkpoint, 0),
 	coalesce(last_checkpoint_lsn, '0/0'), coalesce(no_checkpoint_before, '0/0'), coalesce(last_error, ''), last_error_at, created_at,
-	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes, compaction, rules_warnings`
+	coalesce(stream_lsn, '0/0'), coalesce(stream_txn_lsn, '0/0'), stream_txn_changes, compaction, rules_warnings, storage_version`
 
 func scanGroup(row pgx.Row) (Group, error) {
 	var g Group
@@ -94,7 +121,7 @@ func scanGroup(row pgx.Row) (Group, error) {
 	var errAt *time.Time
 	var compaction []byte
 	err := row.Scan(&g.ID, &g.State, &g.Rules, &g.SlotName, &g.SnapshotDone, &g.LastCheckpoint,
-		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges, &compaction, &g.RulesWarnings)
+		&lcl, &ncb, &g.LastError, &errAt, &g.CreatedAt, &g.Stream.LSN, &g.Stream.TxnLSN, &g.Stream.TxnChanges, &compaction, &g.RulesWarnings, &g.StorageVersion)
 	if err != nil {
 		return g, err
 	}
@@ -308,7 +335,7 @@ func (s *Catalog) ReplaceGroup(ctx context.Context, old Group, slotPrefix string
 		err := tx.QueryRow(ctx, `SELECT id FROM groups WHERE state = 'PROCESSING' AND rules = $1 AND id <> $2
 			ORDER BY id DESC LIMIT 1`, old.Rules, old.ID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			err = tx.QueryRow(ctx, createGroupSQL, old.Rules, slotPrefix, randomHex(2)).Scan(&id)
+			id, err = insertGroup(ctx, tx, old.Rules, slotPrefix, storageV2)
 			created = true
 		}
 		if err != nil {

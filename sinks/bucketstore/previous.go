@@ -79,15 +79,19 @@ func (s *prevState) keep(b []byte) span {
 // keeps it that way: joined plainly, the planner (which guesses the size
 // of unnest) may instead hash every stored row of the group and spill to
 // disk, paying for the whole group per batch.
+// It is a template (see newLayout).
 const currentProbe = `
-	FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
+	FROM unnest($2::{ttype}[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
 	CROSS JOIN LATERAL (
-		SELECT ctid, buckets, lookups, data FROM current_data
+		SELECT ctid, buckets, lookups, data FROM {cur}
 		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
 		OFFSET 0) c`
 
 // loadPreviousSQL reads the stored state of a batch's rows.
 const loadPreviousSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data` + currentProbe
+
+// rowDataSQL reads the row data of the rows that have some.
+const rowDataSQL = `SELECT k.i, c.data` + currentProbe + ` WHERE c.data IS NOT NULL`
 
 // probeArgs are currentProbe's $2 and $3 for the rows ref names.
 func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgtype.UUID) {
@@ -232,14 +236,16 @@ func count(a []byte) int {
 // same reports whether c leaves the stored row p as it is: same bucket
 // memberships, lookups and row data. Most updates only change the data of
 // the ops (a todo completed), so their current row need not be rewritten.
-func (s *prevState) same(p *previous, c *model.Change) bool {
+// ids are the bucket ids of c's PUTs in a v2 group (nil in v1: see
+// hasPut).
+func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) bool {
 	buckets, lookups := s.bytes(p.buckets), s.bytes(p.lookups)
 	if c.Kind != model.Upsert || count(buckets) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
 		!bytes.Equal(s.bytes(p.data), c.RowData) {
 		return false
 	}
 	same := true
-	elems(buckets, func(m []byte) bool { same = hasPut(c.Puts, m); return same })
+	elems(buckets, func(m []byte) bool { same = hasPut(c.Puts, m, ids); return same })
 	if !same {
 		return false
 	}
@@ -247,8 +253,13 @@ func (s *prevState) same(p *previous, c *model.Change) bool {
 	return same
 }
 
-// hasPut reports whether puts contains the membership element m.
-func hasPut(puts []model.Put, m []byte) bool {
+// hasPut reports whether puts contains the membership element m: of v1
+// (copyBuf.elemMember) when ids is nil, else of v2 (elemMemberID), where
+// ids holds the bucket ids of the puts.
+func hasPut(puts []model.Put, m []byte, ids map[string]int64) bool {
+	if ids != nil {
+		return hasPutID(puts, m, ids)
+	}
 	for i := range puts {
 		p := &puts[i]
 		nb, nt := len(p.Bucket), len(p.ObjectType)
@@ -263,6 +274,23 @@ func hasPut(puts []model.Put, m []byte) bool {
 	return false
 }
 
+func hasPutID(puts []model.Put, m []byte, ids map[string]int64) bool {
+	if len(m) < 9 {
+		return false
+	}
+	bucket, rest := int64(binary.BigEndian.Uint64(m)), m[8:]
+	for i := range puts {
+		p := &puts[i]
+		nt := len(p.ObjectType)
+		if len(rest) == nt+len(p.ObjectID)+1 &&
+			string(rest[:nt]) == p.ObjectType && rest[nt] == memberSep &&
+			string(rest[nt+1:]) == p.ObjectID && ids[p.Bucket] == bucket {
+			return true
+		}
+	}
+	return false
+}
+
 func hasLookup(lookups []model.Lookup, key []byte) bool {
 	for i := range lookups {
 		if bytes.Equal(lookups[i].Key, key) {
@@ -270,6 +298,16 @@ func hasLookup(lookups []model.Lookup, key []byte) bool {
 		}
 	}
 	return false
+}
+
+// splitMemberID splits a membership element written by
+// copyBuf.elemMemberID.
+func splitMemberID(m []byte) (bucket int64, objectType, objectID string) {
+	if len(m) < 8 {
+		return noBucket, "", ""
+	}
+	t, id, _ := bytes.Cut(m[8:], []byte{memberSep})
+	return int64(binary.BigEndian.Uint64(m)), string(t), string(id)
 }
 
 // splitMember splits a membership element written by copyBuf.elemMember.

@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/syncpipe/syncpipe/model"
@@ -68,49 +69,67 @@ func FuzzArrayLen(f *testing.F) {
 	})
 }
 
+// TestPrevStateSame checks the stored state's comparison with a change
+// in both storage versions' membership encodings.
 func TestPrevStateSame(t *testing.T) {
 	todos := &model.Table{ID: "t1"}
 	put := model.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "7"}
-	member := []byte(put.Bucket + "\x1f" + put.ObjectType + "\x1f" + put.ObjectID)
-	var s prevState
-	s.reset(1)
-	ctid := []byte{0, 0, 0, 3, 0, 9}
-	ord := binary.BigEndian.AppendUint64(nil, 1)
-	if err := s.add([][]byte{ord, ctid, binaryArray(oidText, member), nil, nil}); err != nil {
-		t.Fatal(err)
-	}
-	p := &s.rows[0]
-	if !p.found || p.tid.BlockNumber != 3 || p.tid.OffsetNumber != 9 {
-		t.Fatalf("stored state %+v", p)
-	}
-	same := model.Change{Table: todos, Kind: model.Upsert, Puts: []model.Put{put}}
-	if !s.same(p, &same) {
-		t.Error("the same membership reads as changed")
-	}
 	moved := put
 	moved.Bucket = `1#by_list["b"]`
-	for name, c := range map[string]model.Change{
-		"other bucket": {Table: todos, Kind: model.Upsert, Puts: []model.Put{moved}},
-		"one more":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put, moved}},
-		"deleted":      {Table: todos, Kind: model.Delete},
-		"lookup added": {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, Lookups: []model.Lookup{{Key: []byte("k")}}},
-		"row data":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, RowData: []byte{1}},
+	for _, tc := range []struct {
+		version int
+		oid     uint32
+		member  []byte
+		ids     map[string]int64
+	}{
+		{storageV1, oidText, []byte(put.Bucket + "\x1f" + put.ObjectType + "\x1f" + put.ObjectID), nil},
+		{storageV2, oidBytea, append(binary.BigEndian.AppendUint64(nil, 5), put.ObjectType+"\x1f"+put.ObjectID...),
+			map[string]int64{put.Bucket: 5, moved.Bucket: 6}},
 	} {
-		if s.same(p, &c) {
-			t.Errorf("%s: reads as the same", name)
-		}
-	}
-	if b, typ, id := splitMember(member); b != put.Bucket || typ != put.ObjectType || id != put.ObjectID {
-		t.Errorf("splitMember = %q %q %q", b, typ, id)
-	}
-	for _, bad := range [][][]byte{
-		{binary.BigEndian.AppendUint64(nil, 2), ctid, binaryArray(oidText), nil, nil}, // ordinal past the batch
-		{ord, ctid[:5], binaryArray(oidText), nil, nil},
-		{ord, ctid, nil, nil, nil},
-	} {
-		if err := s.add(bad); err == nil {
-			t.Errorf("add(%x) accepted it", bad)
-		}
+		t.Run(fmt.Sprintf("v%d", tc.version), func(t *testing.T) {
+			var s prevState
+			s.reset(1)
+			ctid := []byte{0, 0, 0, 3, 0, 9}
+			ord := binary.BigEndian.AppendUint64(nil, 1)
+			if err := s.add([][]byte{ord, ctid, binaryArray(tc.oid, tc.member), nil, nil}); err != nil {
+				t.Fatal(err)
+			}
+			p := &s.rows[0]
+			if !p.found || p.tid.BlockNumber != 3 || p.tid.OffsetNumber != 9 {
+				t.Fatalf("stored state %+v", p)
+			}
+			same := model.Change{Table: todos, Kind: model.Upsert, Puts: []model.Put{put}}
+			if !s.same(p, &same, tc.ids) {
+				t.Error("the same membership reads as changed")
+			}
+			for name, c := range map[string]model.Change{
+				"other bucket": {Table: todos, Kind: model.Upsert, Puts: []model.Put{moved}},
+				"one more":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put, moved}},
+				"deleted":      {Table: todos, Kind: model.Delete},
+				"lookup added": {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, Lookups: []model.Lookup{{Key: []byte("k")}}},
+				"row data":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, RowData: []byte{1}},
+			} {
+				if s.same(p, &c, tc.ids) {
+					t.Errorf("%s: reads as the same", name)
+				}
+			}
+			if tc.ids == nil {
+				if b, typ, id := splitMember(tc.member); b != put.Bucket || typ != put.ObjectType || id != put.ObjectID {
+					t.Errorf("splitMember = %q %q %q", b, typ, id)
+				}
+			} else if b, typ, id := splitMemberID(tc.member); b != 5 || typ != put.ObjectType || id != put.ObjectID {
+				t.Errorf("splitMemberID = %d %q %q", b, typ, id)
+			}
+			for _, bad := range [][][]byte{
+				{binary.BigEndian.AppendUint64(nil, 2), ctid, binaryArray(tc.oid), nil, nil}, // ordinal past the batch
+				{ord, ctid[:5], binaryArray(tc.oid), nil, nil},
+				{ord, ctid, nil, nil, nil},
+			} {
+				if err := s.add(bad); err == nil {
+					t.Errorf("add(%x) accepted it", bad)
+				}
+			}
+		})
 	}
 }
 

@@ -61,14 +61,15 @@ type OpRow struct {
 // before it can cut at the limit: TestReadBucketDataPlan.) Op id order
 // within a bucket comes from the lateral subquery's ORDER BY, which a
 // nested loop preserves but SQL does not promise, so ReadBucketData checks
-// it on every row and fails loudly rather than return a wrong page.
+// it on every row and fails loudly rather than return a wrong page. It is
+// a template (see newLayout).
 const readBucketDataSQL = `
 SELECT r.ord, b.op_id, b.op, b.source_table, b.source_key, b.object_type, b.object_id, b.checksum, b.data, b.target_op
-FROM (SELECT * FROM unnest($2::text[], $3::int8[]) WITH ORDINALITY AS u(bucket, after, ord) ORDER BY ord OFFSET 0) r
+FROM (SELECT * FROM unnest($2::{btype}[], $3::int8[]) WITH ORDINALITY AS u(bucket, after, ord) ORDER BY ord OFFSET 0) r
 CROSS JOIN LATERAL (
   SELECT d.op_id, d.op, d.source_table, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
-  FROM bucket_data d
-  WHERE d.group_id = $1 AND d.bucket_name = r.bucket AND d.op_id > r.after AND d.op_id <= $4
+  FROM {ops} d
+  WHERE d.group_id = $1 AND d.{bucket} = r.bucket AND d.op_id > r.after AND d.op_id <= $4
   ORDER BY d.op_id
   LIMIT $5) b
 ORDER BY r.ord
@@ -94,7 +95,8 @@ const (
 	//
 	//	WHERE (bucket_name = $3 AND op_id > $4) OR (…) ORDER BY bucket_name, op_id LIMIT n
 	//
-	// Benchmark baseline only. PostgreSQL cannot turn the arms into index
+	// Benchmark baseline only, and of storage version 1 only: a read of
+	// a group of version 2 fails. PostgreSQL cannot turn the arms into index
 	// ranges in key order: it walks the primary key from the group's first
 	// op and tests every row against the arms (or collects every requested
 	// bucket's rows and sorts them), so a batch reads the rows of buckets
@@ -156,17 +158,28 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 	if len(reqs) == 0 {
 		return false, nil
 	}
+	lay, err := s.layout(ctx, group)
+	if err != nil {
+		return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+	}
 	var rows pgx.Rows
 	var index map[string]int64 // ReadORChain: bucket name → request number
 	switch shape {
 	case ReadLateral:
-		buckets := make([]string, len(reqs))
+		names := make([]string, len(reqs))
 		afters := make([]int64, len(reqs))
 		for i, r := range reqs {
-			buckets[i], afters[i] = r.Bucket, r.After
+			names[i], afters[i] = r.Bucket, r.After
 		}
-		rows, err = s.pool.Query(ctx, readBucketDataSQL, group, buckets, afters, checkpoint, limit+1)
+		buckets, err := s.bucketArg(ctx, lay, group, names)
+		if err != nil {
+			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		}
+		rows, err = s.pool.Query(ctx, lay.readBucketData, group, buckets, afters, checkpoint, limit+1)
 	case ReadORChain:
+		if lay.interned {
+			return false, fmt.Errorf("read bucket data of group %d: the OR-chain read is of storage version 1 only, the group is of %d", group, lay.version)
+		}
 		args := make([]any, 0, 3+2*len(reqs))
 		args = append(args, group, checkpoint)
 		index = make(map[string]int64, len(reqs))
@@ -190,6 +203,7 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		op                         int16
 		sourceTable, typ, id, data pgtype.DriverBytes
 		sourceKey                  pgtype.UUID
+		sourceNum                  pgtype.Int4 // v2's source_table
 		sum                        int64
 		target                     pgtype.Int8
 		n                          int
@@ -202,6 +216,9 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 	dest := []any{&ord, &row.OpID, &op, &sourceTable, &sourceKey, &typ, &id, &sum, &data, &target}
 	if index != nil {
 		dest[0] = &bucketName
+	}
+	if lay.interned {
+		dest[3] = &sourceNum
 	}
 	intern := func(b []byte) string {
 		if s, ok := names[string(b)]; ok {
@@ -235,7 +252,15 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		row.ObjectType = intern(typ)
 		// One allocation per row holds both the object id and the subkey.
 		buf = append(buf[:0], id...)
-		if sourceTable != nil && sourceKey.Valid {
+		switch {
+		case !sourceKey.Valid:
+		case sourceNum.Valid:
+			table, err := s.tables.id(ctx, s.pool, group, sourceNum.Int32)
+			if err != nil {
+				return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+			}
+			buf = checksum.AppendSubkey(buf, table, uuid.UUID(sourceKey.Bytes))
+		case sourceTable != nil:
 			buf = checksum.AppendSubkey(buf, intern(sourceTable), uuid.UUID(sourceKey.Bytes))
 		}
 		both := string(buf)

@@ -29,7 +29,7 @@ type Prepared struct {
 	final  []*model.Change
 	byRow  []int32
 	prev   prevState
-	tables []string // the probe's arguments
+	tables any // the probe's arguments (see db.tableArg)
 	keys   []pgtype.UUID
 }
 
@@ -73,14 +73,22 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []model.Change) (*P
 	}
 	p.seq = sw.done.Load() // before the read: a later write is judged stale
 	p.final, p.byRow = collapse(p.final, p.byRow, changes)
-	p.tables, p.keys = probeArgs(p.final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	lay, err := sw.s.layout(ctx, sw.group)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	ids, p.keys = probeArgs(p.final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
 	p.prev.reset(len(p.final))
 	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "read stored row state")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	rows, err := conn.Query(ctx, loadPreviousSQL, sw.group, p.tables, p.keys)
+	if p.tables, err = sw.s.tableArg(ctx, conn, lay, sw.group, ids); err != nil {
+		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
+	}
+	rows, err := conn.Query(ctx, lay.loadPrevious, sw.group, p.tables, p.keys)
 	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}

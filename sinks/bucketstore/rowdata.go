@@ -23,19 +23,30 @@ func (s *Writes) RowData(ctx context.Context, group int, rows []RowRef) (map[Row
 	if len(rows) == 0 {
 		return out, nil
 	}
-	tables, keys := probeArgs(rows, func(r RowRef) (string, [16]byte) { return r.Table, r.Key })
-	res, err := s.pool.Query(ctx, `SELECT k.t, k.key, c.data`+currentProbe+` WHERE c.data IS NOT NULL`, group, tables, keys)
+	lay, err := s.layout(ctx, group)
+	if err != nil {
+		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
+	}
+	ids, keys := probeArgs(rows, func(r RowRef) (string, [16]byte) { return r.Table, r.Key })
+	tables, err := s.tableArg(ctx, s.pool, lay, group, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
+	}
+	res, err := s.pool.Query(ctx, lay.rowData, group, tables, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
 	}
 	defer res.Close()
 	for res.Next() {
-		var r RowRef
+		var i int64
 		var data []byte
-		if err := res.Scan(&r.Table, &r.Key, &data); err != nil {
+		if err := res.Scan(&i, &data); err != nil {
 			return nil, fmt.Errorf("read stored row data: %w", err)
 		}
-		out[r] = data
+		if i < 1 || int(i) > len(rows) {
+			return nil, fmt.Errorf("read stored row data: row number %d out of range", i)
+		}
+		out[rows[i-1]] = data
 	}
 	if err := res.Err(); err != nil {
 		return nil, fmt.Errorf("read stored row data: %w", err)

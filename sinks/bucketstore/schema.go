@@ -229,6 +229,55 @@ ALTER TABLE groups ADD COLUMN compaction jsonb, ADD COLUMN compact_floor bigint 
 	`
 ALTER TABLE groups ADD COLUMN rules_warnings text[] NOT NULL DEFAULT '{}';
 `,
+	// 11: storage layout v2 (see doc.go, "Storage versions"). A group's
+	// storage_version names its layout; existing groups keep v1. A v2
+	// group's ops and current rows live in partitions of its own of
+	// bucket_data2 and current_data2 (CreateGroup creates them), name
+	// buckets by ids interned in bucket_names and tables by
+	// source_tables.num. bucket_ops shows every group's ops with names,
+	// for people and test tools: nothing on a hot path reads it.
+	`
+ALTER TABLE groups ADD COLUMN storage_version int NOT NULL DEFAULT 1;
+CREATE SEQUENCE source_table_num_seq AS int;
+ALTER TABLE source_tables ADD COLUMN num int NOT NULL DEFAULT nextval('source_table_num_seq') UNIQUE;
+CREATE SEQUENCE bucket_id_seq AS bigint;
+CREATE TABLE bucket_names (
+  group_id int NOT NULL,
+  id       bigint NOT NULL,
+  name     text NOT NULL,
+  PRIMARY KEY (group_id, name),
+  UNIQUE (group_id, id)
+);
+CREATE TABLE bucket_data2 (
+  bucket       bigint NOT NULL,
+  op_id        bigint NOT NULL,
+  checksum     bigint NOT NULL,
+  target_op    bigint,
+  group_id     int NOT NULL,
+  source_table int,
+  op           smallint NOT NULL,  -- 1 PUT, 2 REMOVE, 3 MOVE, 4 CLEAR
+  source_key   uuid,
+  object_type  text,
+  object_id    text,
+  data         text
+) PARTITION BY LIST (group_id);
+CREATE TABLE current_data2 (
+  group_id     int NOT NULL,
+  source_table int NOT NULL,
+  source_key   uuid NOT NULL,
+  buckets      bytea[] NOT NULL,
+  lookups      bytea[],
+  data         bytea
+) PARTITION BY LIST (group_id);
+CREATE VIEW bucket_ops AS
+  SELECT group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
+  FROM bucket_data
+  UNION ALL
+  SELECT d.group_id, n.name, d.op_id, d.op, t.id, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+  FROM bucket_data2 d
+  JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
+  LEFT JOIN source_tables t ON t.num = d.source_table;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

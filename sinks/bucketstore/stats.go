@@ -54,7 +54,8 @@ func (s *Writes) Stats() Stats {
 
 // Size counts the ops and distinct buckets storage holds (all groups).
 func (s *Compactor) Size(ctx context.Context) (ops, buckets int64, err error) {
-	if err := s.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT bucket_name) FROM bucket_data").Scan(&ops, &buckets); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM bucket_data) + (SELECT count(*) FROM bucket_data2),
+		(SELECT count(DISTINCT bucket_name) FROM bucket_data) + (SELECT count(DISTINCT (group_id, bucket)) FROM bucket_data2)`).Scan(&ops, &buckets); err != nil {
 		return 0, 0, fmt.Errorf("count ops: %w", err)
 	}
 	return ops, buckets, nil

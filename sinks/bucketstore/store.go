@@ -54,6 +54,12 @@ type db struct {
 	counters counters
 	// runs counts the storage server runs seen (Epoch).
 	runs *incarnations
+	// layouts, tables and names are what every role knows of the
+	// groups' storage layouts (layout.go, names.go): each group's
+	// version, its tables' numbers and its buckets' ids.
+	layouts layoutCache
+	tables  tableNums
+	names   *bucketNames
 }
 
 // Store is the bucket storage. It opens the pool and migrates the schema;
@@ -120,7 +126,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	d := &db{pool: pool, schema: cfg.Schema, log: log, runs: runs}
+	d := &db{pool: pool, schema: cfg.Schema, log: log, runs: runs, names: newBucketNames()}
 	catalog := &Catalog{d}
 	writes := &Writes{db: d, changeRetention: defaultChangeRetention, spare: freelist.List[*writeBufs]{Max: maxSpareBufs}}
 	return &Store{db: d, writes: writes, catalog: catalog, reader: &Reader{d}, leases: &Leases{db: d},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,14 @@ type Writer struct {
 	fence  Fence
 	conn   *pgxpool.Conn
 	broken bool
+	lay    *layout
+
+	// v2 (layout.interned): the ids of the batch's bucket names, the
+	// names of the buckets its REMOVEs leave, and the numbers of the
+	// tables the writer has written.
+	bucketIDs map[string]int64
+	idNames   map[int64]string
+	nums      map[string]int32
 
 	writeBufs
 	blocks  []int64 // allocate's nextval results
@@ -62,12 +71,21 @@ type Writer struct {
 	beforeCommit func()
 }
 
+// The templates of the write path's layout statements (see newLayout).
 const (
-	copyCurrentSQL = `COPY current_data (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
-	copyStageSQL   = `COPY stage_current (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
-	copyOpsSQL     = `COPY bucket_data (group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
-	copyParamsSQL  = `COPY bucket_parameters (id, group_id, source_table, source_key, lookup, bucket_parameters) FROM STDIN BINARY`
-	allocateSQL    = `SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('op_id_seq') AS v FROM generate_series(1, $1)) s`
+	copyCurrentSQL = `COPY {cur} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
+	copyStageSQL   = `COPY {stage} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
+	copyOpsSQL     = `COPY {ops} (group_id, {bucket}, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
+	// createStageSQL: the staging table is needed only on the rare
+	// resume path, so it is created there rather than per writer; it
+	// lives for the session and is emptied at every commit.
+	createStageSQL  = `CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {cur}) ON COMMIT DELETE ROWS`
+	insertStagedSQL = `INSERT INTO {cur} SELECT * FROM {stage} ON CONFLICT DO NOTHING RETURNING source_table::text, source_key`
+)
+
+const (
+	copyParamsSQL = `COPY bucket_parameters (id, group_id, source_table, source_key, lookup, bucket_parameters) FROM STDIN BINARY`
+	allocateSQL   = `SELECT array_agg(v ORDER BY v) FROM (SELECT nextval('op_id_seq') AS v FROM generate_series(1, $1)) s`
 )
 
 // opIDBlock is how many op ids one nextval of op_id_seq hands out (its
@@ -108,11 +126,15 @@ func (s *Writes) NewFencedWriter(ctx context.Context, group int, f Fence) (*Writ
 // (the sink's flush workers) keeps its buffers grown instead of growing
 // (and copying) them again for every batch.
 func (s *Writes) newWriter(ctx context.Context, group int, f Fence, home *writeBufs) (*Writer, error) {
+	lay, err := s.layout(ctx, group)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := s.acquire(ctx, f.Epoch, fmt.Sprintf("writer for group %d", group))
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home}
+	w := &Writer{s: s, group: group, fence: f, conn: conn, home: home, lay: lay}
 	if home != nil {
 		w.writeBufs = *home
 	}
@@ -264,6 +286,9 @@ func (w *Writer) queueRelease(tail *pgx.Batch, claim int64) {
 func (w *Writer) WriteSnapshot(ctx context.Context, changes []model.Change) (Result, error) {
 	start := time.Now()
 	var res Result
+	if err := w.prepareNames(ctx, len(changes), func(i int) *model.Change { return &changes[i] }); err != nil {
+		return Result{}, fmt.Errorf("write snapshot batch (%d rows) for group %d: %w", len(changes), w.group, err)
+	}
 	savepoint := func(b *pgx.Batch) { b.Queue("SAVEPOINT snapshot_rows") } // see insertSnapshotRows
 	err := w.write(ctx, savepoint, func(tx pgx.Tx, tail *pgx.Batch) error {
 		res = Result{}
@@ -343,7 +368,7 @@ func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []mo
 		w.encodeCurrent(&changes[i])
 	}
 	w.cur.finish()
-	_, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyCurrentSQL)
+	_, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), w.lay.copyCurrent)
 	if err == nil {
 		return nil, nil
 	}
@@ -353,17 +378,13 @@ func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []mo
 	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT snapshot_rows"); err != nil {
 		return nil, err
 	}
-	// The staging table is needed only on this rare resume path, so it is
-	// created here rather than per writer; it lives for the session and is
-	// emptied at every commit.
-	if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS stage_current (LIKE current_data) ON COMMIT DELETE ROWS`); err != nil {
+	if _, err := tx.Exec(ctx, w.lay.createStage); err != nil {
 		return nil, fmt.Errorf("create staging table: %w", err)
 	}
-	if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), copyStageSQL); err != nil {
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.cur.reader(), w.lay.copyStage); err != nil {
 		return nil, fmt.Errorf("copy current rows to staging: %w", err)
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO current_data SELECT * FROM stage_current
-		ON CONFLICT (group_id, source_table, source_key) DO NOTHING RETURNING source_table, source_key`)
+	rows, err := tx.Query(ctx, w.lay.insertStaged)
 	if err != nil {
 		return nil, fmt.Errorf("insert new current rows: %w", err)
 	}
@@ -381,12 +402,13 @@ func (w *Writer) insertSnapshotRows(ctx context.Context, tx pgx.Tx, changes []mo
 	}
 	w.fresh = append(w.fresh[:0], make([]bool, len(changes))...)
 	for i := range changes {
-		_, w.fresh[i] = inserted[rowKey{changes[i].Table.ID, changes[i].Key}]
+		_, w.fresh[i] = inserted[rowKey{w.tableText(changes[i].Table.ID), changes[i].Key}]
 	}
 	return w.fresh, nil
 }
 
-// rowKey identifies a source row within a group.
+// rowKey identifies a source row within a group: its source_table
+// column as text, and its key.
 type rowKey struct {
 	table string
 	key   [16]byte
@@ -432,18 +454,91 @@ func (w *Writer) takeBlocks(r pgx.Row, blocks int) error {
 	return nil
 }
 
+// prepareNames readies a v2 writer for a batch of n changes (at(i)),
+// before its transaction: it interns the bucket names of their PUTs
+// (bucketIDs) and reads the numbers of tables it has not written yet.
+func (w *Writer) prepareNames(ctx context.Context, n int, at func(i int) *model.Change) error {
+	if !w.lay.interned {
+		return nil
+	}
+	var names, tables []string
+	for i := range n {
+		c := at(i)
+		for j := range c.Puts {
+			names = append(names, c.Puts[j].Bucket)
+		}
+		if _, ok := w.nums[c.Table.ID]; !ok && !slices.Contains(tables, c.Table.ID) {
+			tables = append(tables, c.Table.ID)
+		}
+	}
+	if len(tables) > 0 {
+		nums, err := w.s.tables.nums(ctx, w.conn, w.group, tables)
+		if err != nil {
+			return err
+		}
+		if w.nums == nil {
+			w.nums = map[string]int32{}
+		}
+		for i, t := range tables {
+			w.nums[t] = nums[i]
+		}
+	}
+	ids, err := w.s.bucketIDs(ctx, w.conn, w.group, names, true)
+	if err != nil {
+		return err
+	}
+	w.bucketIDs = ids
+	return nil
+}
+
+// tableText is the source_table column of table id as text: the id (v1)
+// or its number (v2).
+func (w *Writer) tableText(id string) string {
+	if !w.lay.interned {
+		return id
+	}
+	return strconv.Itoa(int(w.nums[id]))
+}
+
+// table writes the source_table column of table id.
+func (w *Writer) table(b *copyBuf, id string) {
+	if w.lay.interned {
+		b.int4(w.nums[id])
+	} else {
+		b.text(id)
+	}
+}
+
+// bucket writes the bucket column of bucket name (v2: its id).
+func (w *Writer) bucket(b *copyBuf, name string, id int64) {
+	if w.lay.interned {
+		b.int8(id)
+	} else {
+		b.text(name)
+	}
+}
+
 func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
 	b.row(6)
 	b.int4(int32(w.group))
-	b.text(c.Table.ID)
+	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
-	start := b.beginArray(oidText, len(c.Puts))
-	for j := range c.Puts {
-		p := &c.Puts[j]
-		b.elemMember(p.Bucket, p.ObjectType, p.ObjectID)
+	if w.lay.interned {
+		start := b.beginArray(oidBytea, len(c.Puts))
+		for j := range c.Puts {
+			p := &c.Puts[j]
+			b.elemMemberID(w.bucketIDs[p.Bucket], p.ObjectType, p.ObjectID)
+		}
+		b.endArray(start)
+	} else {
+		start := b.beginArray(oidText, len(c.Puts))
+		for j := range c.Puts {
+			p := &c.Puts[j]
+			b.elemMember(p.Bucket, p.ObjectType, p.ObjectID)
+		}
+		b.endArray(start)
 	}
-	b.endArray(start)
 	if c.TracksLookups || len(c.Lookups) > 0 {
 		start := b.beginArray(oidBytea, len(c.Lookups))
 		for j := range c.Lookups {
@@ -460,10 +555,10 @@ func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result)
 	b := &w.ops
 	b.row(10)
 	b.int4(int32(w.group))
-	b.text(p.Bucket)
+	w.bucket(b, p.Bucket, w.bucketIDs[p.Bucket])
 	b.int8(id)
 	b.int2(OpPut)
-	b.text(c.Table.ID)
+	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	b.text(p.ObjectType)
 	b.text(p.ObjectID)
@@ -475,14 +570,15 @@ func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result)
 	res.MaxOpID = max(res.MaxOpID, id)
 }
 
-func (w *Writer) encodeRemove(c *model.Change, bucket, objectType, objectID string, sum uint32, id int64, res *Result) {
+// encodeRemove encodes a REMOVE from bucket (v2: of id bucketID).
+func (w *Writer) encodeRemove(c *model.Change, bucket string, bucketID int64, objectType, objectID string, sum uint32, id int64, res *Result) {
 	b := &w.ops
 	b.row(10)
 	b.int4(int32(w.group))
-	b.text(bucket)
+	w.bucket(b, bucket, bucketID)
 	b.int8(id)
 	b.int2(OpRemove)
-	b.text(c.Table.ID)
+	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	b.text(objectType)
 	b.text(objectID)
@@ -512,7 +608,7 @@ func (w *Writer) encodeParam(c *model.Change, lookup, params []byte, id int64, r
 func (w *Writer) flushOps(ctx context.Context, tx pgx.Tx, tail *pgx.Batch, res *Result) error {
 	if res.Ops > 0 {
 		w.ops.finish()
-		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.ops.reader(), copyOpsSQL); err != nil {
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, w.ops.reader(), w.lay.copyOps); err != nil {
 			return fmt.Errorf("copy ops: %w", err)
 		}
 	}

@@ -1,0 +1,247 @@
+package bucketstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Storage versions (groups.storage_version; see doc.go, "Storage
+// versions").
+const (
+	// storageV1 is the first layout: bucket_data and current_data shared
+	// by every group, keyed by bucket name and table id text.
+	storageV1 = 1
+	// storageV2 is the layout of every group created now: a partition
+	// per group of bucket_data2 and current_data2, buckets and tables
+	// named by interned integers.
+	storageV2 = 2
+)
+
+// layout is everything that differs between storage versions: the SQL of
+// every statement that reads or writes a group's ops and current rows, and
+// how the write path encodes the bucket and table columns. The logic that
+// runs these statements is one for both versions; a group's layout is
+// chosen from its storage_version (db.layout).
+type layout struct {
+	version int
+	// interned: bucket and source_table columns hold the ids of
+	// bucket_names and source_tables.num (v2), not the names (v1).
+	interned bool
+	// ops and cur are the tables (v2: the partitioned parents).
+	ops, cur string
+
+	copyCurrent, copyStage, copyOps string
+	// createStage makes the session's staging table for a resumed
+	// snapshot chunk; insertStaged moves its new rows over, returning
+	// each one's table (as text) and key.
+	createStage, insertStaged string
+	// loadPrevious reads the stored state of a batch's rows (see
+	// currentProbe); rowData their row data.
+	loadPrevious, rowData         string
+	deleteCurrent, truncateKeys   string
+	readBucketData, checksumRange string
+	// Compaction's statements (compact.go).
+	compactReadDesc, compactMove, compactReadLeading, compactDeleteMerged, compactWriteClear string
+}
+
+// layouts holds one value per storage version.
+var layouts = map[int]*layout{
+	storageV1: newLayout(storageV1),
+	storageV2: newLayout(storageV2),
+}
+
+// newLayout fills the statements' templates for version: {ops} and {cur}
+// are the tables, {bucket} the bucket column and {btype} its type,
+// {ttype} the source_table column's type.
+func newLayout(version int) *layout {
+	l := &layout{version: version}
+	var r *strings.Replacer
+	switch version {
+	case storageV1:
+		l.ops, l.cur = "bucket_data", "current_data"
+		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
+			"{stage}", "stage_current")
+	case storageV2:
+		l.interned = true
+		l.ops, l.cur = "bucket_data2", "current_data2"
+		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
+			"{stage}", "stage_current2")
+	default:
+		panic(fmt.Sprintf("bucketstore: no storage layout %d", version))
+	}
+	l.copyCurrent = r.Replace(copyCurrentSQL)
+	l.copyStage = r.Replace(copyStageSQL)
+	l.copyOps = r.Replace(copyOpsSQL)
+	l.createStage = r.Replace(createStageSQL)
+	l.insertStaged = r.Replace(insertStagedSQL)
+	l.loadPrevious = r.Replace(loadPreviousSQL)
+	l.rowData = r.Replace(rowDataSQL)
+	l.deleteCurrent = r.Replace(deleteCurrentSQL)
+	l.truncateKeys = r.Replace(truncateKeysSQL)
+	l.readBucketData = r.Replace(readBucketDataSQL)
+	l.checksumRange = r.Replace(checksumRangeSQL)
+	l.compactReadDesc = r.Replace(compactReadDescSQL)
+	l.compactMove = r.Replace(moveSQL)
+	l.compactReadLeading = r.Replace(readLeadingSQL)
+	l.compactDeleteMerged = r.Replace(deleteMergedSQL)
+	l.compactWriteClear = r.Replace(writeClearSQL)
+	return l
+}
+
+// partitions are the names of a v2 group's partitions of bucket_data2
+// and current_data2.
+func partitions(group int) (ops, cur string) {
+	g := strconv.Itoa(group)
+	return "bucket_data2_g" + g, "current_data2_g" + g
+}
+
+// createPartitionsSQL creates a v2 group's partitions, each with its
+// primary key without group_id (one value per partition: 4 bytes and an
+// alignment pad less in every index entry).
+func createPartitionsSQL(group int) string {
+	ops, cur := partitions(group)
+	return fmt.Sprintf(`CREATE TABLE %[1]s PARTITION OF bucket_data2 (PRIMARY KEY (bucket, op_id)) FOR VALUES IN (%[3]d);
+CREATE TABLE %[2]s PARTITION OF current_data2 (PRIMARY KEY (source_table, source_key)) FOR VALUES IN (%[3]d)`,
+		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group)
+}
+
+// layoutCache remembers each group's layout: a group's storage version
+// never changes.
+type layoutCache struct {
+	mu      sync.Mutex
+	byGroup map[int]*layout
+}
+
+// layout returns group's layout, reading its storage version once.
+func (d *db) layout(ctx context.Context, group int) (*layout, error) {
+	d.layouts.mu.Lock()
+	l, ok := d.layouts.byGroup[group]
+	d.layouts.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	var v int
+	err := d.pool.QueryRow(ctx, `SELECT storage_version FROM groups WHERE id = $1`, group).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("group %d: %w", group, ErrNoGroup)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the storage version of group %d: %w", group, err)
+	}
+	l, ok = layouts[v]
+	if !ok {
+		return nil, fmt.Errorf("group %d has storage version %d, which this syncpipe does not know: upgrade syncpipe", group, v)
+	}
+	d.layouts.mu.Lock()
+	if d.layouts.byGroup == nil {
+		d.layouts.byGroup = map[int]*layout{}
+	}
+	d.layouts.byGroup[group] = l
+	d.layouts.mu.Unlock()
+	return l, nil
+}
+
+// tableNums maps a group's table ids to their numbers (source_tables.num)
+// and back, for v2 groups, whose ops and current rows carry the number.
+// Neither ever changes for a table's life in the group; a table
+// registered since the last load is a miss, which loads the group's
+// tables again.
+type tableNums struct {
+	mu      sync.Mutex
+	byGroup map[int]*tableMap
+}
+
+type tableMap struct {
+	num map[string]int32
+	id  map[int32]string
+}
+
+// load reads every table of group.
+func (t *tableNums) load(ctx context.Context, q dbQuerier, group int) (*tableMap, error) {
+	rows, err := q.Query(ctx, `SELECT id, num FROM source_tables WHERE group_id = $1`, group)
+	if err != nil {
+		return nil, fmt.Errorf("read the table numbers of group %d: %w", group, err)
+	}
+	g := &tableMap{num: map[string]int32{}, id: map[int32]string{}}
+	var id string
+	var num int32
+	_, err = pgx.ForEachRow(rows, []any{&id, &num}, func() error {
+		g.num[id], g.id[num] = num, id
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the table numbers of group %d: %w", group, err)
+	}
+	t.mu.Lock()
+	if t.byGroup == nil {
+		t.byGroup = map[int]*tableMap{}
+	}
+	t.byGroup[group] = g
+	t.mu.Unlock()
+	return g, nil
+}
+
+// nums returns the numbers of the tables ids (in order).
+func (t *tableNums) nums(ctx context.Context, q dbQuerier, group int, ids []string) ([]int32, error) {
+	out := make([]int32, len(ids))
+	t.mu.Lock()
+	g := t.byGroup[group]
+	t.mu.Unlock()
+	for reloaded := false; ; reloaded = true {
+		missing := g == nil
+		for i, id := range ids {
+			if missing {
+				break
+			}
+			n, ok := g.num[id]
+			missing = !ok
+			out[i] = n
+		}
+		if !missing {
+			return out, nil
+		}
+		if reloaded {
+			return nil, fmt.Errorf("group %d has no table among %q", group, ids)
+		}
+		var err error
+		if g, err = t.load(ctx, q, group); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// id returns the id of group's table number num.
+func (t *tableNums) id(ctx context.Context, q dbQuerier, group int, num int32) (string, error) {
+	t.mu.Lock()
+	g := t.byGroup[group]
+	t.mu.Unlock()
+	if g != nil {
+		if id, ok := g.id[num]; ok {
+			return id, nil
+		}
+	}
+	g, err := t.load(ctx, q, group)
+	if err != nil {
+		return "", err
+	}
+	id, ok := g.id[num]
+	if !ok {
+		return "", fmt.Errorf("group %d has no table number %d", group, num)
+	}
+	return id, nil
+}
+
+// tableArg is a probe's table column argument for the table ids: the
+// ids (v1) or their numbers (v2).
+func (d *db) tableArg(ctx context.Context, q dbQuerier, l *layout, group int, ids []string) (any, error) {
+	if !l.interned {
+		return ids, nil
+	}
+	return d.tables.nums(ctx, q, group, ids)
+}
