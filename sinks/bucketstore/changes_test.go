@@ -23,7 +23,7 @@ func TestUnchangedCurrentRowIsNotRewritten(t *testing.T) {
 	tuple := func() string {
 		t.Helper()
 		var tid string
-		if err := s.pool.QueryRow(ctx, `SELECT ctid::text || '/' || xmin::text FROM current_data WHERE group_id = $1 AND source_key = $2`,
+		if err := s.pool.QueryRow(ctx, `SELECT ctid::text || '/' || xmin::text FROM `+testLayout(t, s, g.ID).cur+` WHERE group_id = $1 AND source_key = $2`,
 			g.ID, key(1)).Scan(&tid); err != nil {
 			t.Fatal(err)
 		}

@@ -131,6 +131,11 @@ func TestCheckpointNeverAheadOfUncommittedOps(t *testing.T) {
 // sync client's view would be), the group's checkpoint and the ops at or
 // below it, until done is closed.
 func pollCheckpoints(ctx context.Context, s *Store, group int, done <-chan struct{}, obs *[]observation) error {
+	lay, err := s.layout(ctx, group)
+	if err != nil {
+		return err
+	}
+	opsTable := lay.ops
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -147,7 +152,7 @@ func pollCheckpoints(ctx context.Context, s *Store, group int, done <-chan struc
 			if err := tx.QueryRow(ctx, "SELECT coalesce(last_checkpoint, 0) FROM groups WHERE id = $1", group).Scan(&o.checkpoint); err != nil {
 				return err
 			}
-			return tx.QueryRow(ctx, "SELECT count(*) FROM bucket_data WHERE group_id = $1 AND op_id <= $2", group, o.checkpoint).Scan(&o.visible)
+			return tx.QueryRow(ctx, "SELECT count(*) FROM "+opsTable+" WHERE group_id = $1 AND op_id <= $2", group, o.checkpoint).Scan(&o.visible)
 		})
 		if err != nil {
 			return fmt.Errorf("poll checkpoint: %w", err)
@@ -201,7 +206,7 @@ func TestOpIDsUniqueUnderConcurrentWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	var total, distinct int
-	err := s.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT op_id) FROM bucket_data WHERE group_id = $1", g.ID).Scan(&total, &distinct)
+	err := s.pool.QueryRow(ctx, "SELECT count(*), count(DISTINCT op_id) FROM "+testLayout(t, s, g.ID).ops+" WHERE group_id = $1", g.ID).Scan(&total, &distinct)
 	if err != nil {
 		t.Fatal(err)
 	}

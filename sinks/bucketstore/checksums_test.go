@@ -21,7 +21,7 @@ func recompute(t testing.TB, s *Store, group int, checkpoint int64, buckets []st
 	rows, err := s.pool.Query(context.Background(), `
 		SELECT b.name, coalesce(sum(d.checksum) % 4294967296, 0)::int8, count(d.op_id)
 		FROM unnest($2::text[]) WITH ORDINALITY AS b(name, i)
-		LEFT JOIN bucket_data d ON d.group_id = $1 AND d.bucket_name = b.name AND d.op_id <= $3
+		LEFT JOIN bucket_ops d ON d.group_id = $1 AND d.bucket_name = b.name AND d.op_id <= $3
 		GROUP BY b.name, b.i ORDER BY b.i`, group, buckets, checkpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -167,19 +167,24 @@ func TestChecksumsAfterClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	var clearID, sum int64
-	err = tx.QueryRow(ctx, `SELECT max(op_id), sum(checksum) % 4294967296 FROM bucket_data
-		WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3`, g.ID, bucket, cps[12]).Scan(&clearID, &sum)
+	lay := testLayout(t, s, g.ID)
+	col, arg := "bucket_name", any(bucket)
+	if lay.interned {
+		col, arg = "bucket", bucketKeys(t, s, g.ID, []string{bucket}).([]int64)[0]
+	}
+	err = tx.QueryRow(ctx, `SELECT max(op_id), sum(checksum) % 4294967296 FROM `+lay.ops+`
+		WHERE group_id = $1 AND `+col+` = $2 AND op_id <= $3`, g.ID, arg, cps[12]).Scan(&clearID, &sum)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if clearID <= early {
 		t.Fatalf("test data: CLEAR at %d is not after the early checkpoint %d", clearID, early)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3`, g.ID, bucket, cps[12]); err != nil {
+	if _, err := tx.Exec(ctx, `DELETE FROM `+lay.ops+` WHERE group_id = $1 AND `+col+` = $2 AND op_id <= $3`, g.ID, arg, cps[12]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO bucket_data (group_id, bucket_name, op_id, op, checksum, target_op)
-		VALUES ($1, $2, $3, 4, $4, $3)`, g.ID, bucket, clearID, sum); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO `+lay.ops+` (group_id, `+col+`, op_id, op, checksum, target_op)
+		VALUES ($1, $2, $3, 4, $4, $3)`, g.ID, arg, clearID, sum); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -291,12 +296,13 @@ func TestChecksumQueriesPerCheckpoint(t *testing.T) {
 	for i := range starts {
 		starts[i] = cp1
 	}
-	plan, took := explain(t, s, checksumRangeSQL, g.ID, buckets, cp2, starts)
+	opsRel, opsKey, _ := relations(t, s, g.ID)
+	plan, took := explain(t, s, testLayout(t, s, g.ID).checksumRange, g.ID, bucketKeys(t, s, g.ID, buckets), cp2, starts)
 	var loops, filtered float64
 	walkPlan(&plan, func(n *planNode, _ []string) {
-		if n.Relation == "bucket_data" {
-			if n.NodeType != "Index Scan" || n.Index != "bucket_data_pkey" {
-				t.Errorf("checksum range read by %s %s, want Index Scan on bucket_data_pkey", n.NodeType, n.Index)
+		if n.Relation == opsRel {
+			if n.NodeType != "Index Scan" || n.Index != opsKey {
+				t.Errorf("checksum range read by %s %s, want Index Scan on %s", n.NodeType, n.Index, opsKey)
 			}
 			loops, filtered = n.ActualLoops, n.RowsFiltered
 		}

@@ -6,16 +6,18 @@ import (
 	"testing"
 )
 
-// TestClearLargeGroupInBatchesCancelAndResume clears a group of 1M ops in
-// bounded batches, cancels part-way, and resumes to completion.
+// TestClearLargeGroupInBatchesCancelAndResume clears a group of storage
+// version 1 of 1M ops in bounded batches, cancels part-way, and resumes to
+// completion. (A v2 group's partitions are emptied at once:
+// TestLayoutClear.)
 func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 1M rows")
 	}
 	t.Parallel()
 	ctx := context.Background()
-	s, g := openStore(t)
-	other, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	s, g := openStoreV1(t)
+	other, err := s.Catalog().createGroup(ctx, "bucket_definitions: {}", "syncpipe_", storageV1)
 	if err != nil {
 		t.Fatal(err)
 	}

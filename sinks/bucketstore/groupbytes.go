@@ -12,7 +12,7 @@ import (
 // groupTables are the shared tables that hold a group's data, each with a
 // group_id column: what GroupBytes apportions. A v2 group's ops and
 // current rows are partitions of its own, measured exactly.
-var groupTables = []string{"bucket_data", "current_data", "bucket_parameters", "bucket_names"}
+var groupTables = []string{"bucket_data", "current_data", "bucket_parameters"}
 
 // groupBytesPages is how many pages of a table GroupBytes reads at most
 // (2,560 pages of 8 KiB: 20 MiB): a smaller table is read whole, a larger

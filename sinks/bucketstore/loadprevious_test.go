@@ -36,7 +36,9 @@ func TestLoadPreviousPlan(t *testing.T) {
 	if _, err := w.WriteSnapshot(ctx, cs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.pool.Exec(ctx, "ANALYZE current_data"); err != nil {
+	lay := testLayout(t, s, g.ID)
+	_, _, curRel := relations(t, s, g.ID)
+	if _, err := s.pool.Exec(ctx, "ANALYZE "+lay.cur); err != nil {
 		t.Fatal(err)
 	}
 	tables := make([]string, batch)
@@ -56,7 +58,7 @@ func TestLoadPreviousPlan(t *testing.T) {
 			}
 			defer conn.Exec(context.WithoutCancel(ctx), "RESET plan_cache_mode")
 			var raw []byte
-			if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+loadPreviousSQL, g.ID, tables, keys).Scan(&raw); err != nil {
+			if err := conn.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+lay.loadPrevious, g.ID, tableKeys(t, s, g.ID, tables), keys).Scan(&raw); err != nil {
 				t.Fatal(err)
 			}
 			plan := parsePlan(t, raw)
@@ -66,7 +68,7 @@ func TestLoadPreviousPlan(t *testing.T) {
 					strings.HasPrefix(n.NodeType, "Bitmap") {
 					t.Errorf("plan has a %s node (%s): %s", n.NodeType, strings.Join(path, " > "), raw)
 				}
-				if n.Relation == "current_data" {
+				if n.Relation == curRel {
 					read += n.ActualRows * n.ActualLoops
 					if n.NodeType == "Index Scan" && strings.Contains(n.IndexCond, "source_key") {
 						probes += n.ActualLoops
@@ -138,13 +140,14 @@ func TestConcurrentStreamWritersStayConsistent(t *testing.T) {
 		}
 	}
 	for i := range rows {
-		var buckets []string
-		if err := s.pool.QueryRow(ctx, `SELECT buckets FROM current_data WHERE group_id = $1 AND source_key = $2`,
-			g.ID, key(i)).Scan(&buckets); err != nil {
+		var elems [][]byte
+		if err := s.pool.QueryRow(ctx, `SELECT buckets::bytea[] FROM `+testLayout(t, s, g.ID).cur+` WHERE group_id = $1 AND source_key = $2`,
+			g.ID, key(i)).Scan(&elems); err != nil {
 			t.Fatal(err)
 		}
+		buckets := memberBuckets(t, s, g.ID, elems)
 		id := fmt.Sprint(i)
-		if len(live[id]) != 1 || len(buckets) != 1 || !live[id][strings.SplitN(buckets[0], string(memberSep), 2)[0]] {
+		if len(live[id]) != 1 || len(buckets) != 1 || !live[id][buckets[0]] {
 			t.Fatalf("row %s: live in %v, current_data says %q", id, live[id], buckets)
 		}
 	}

@@ -73,7 +73,7 @@ type op struct {
 func ops(t testing.TB, s *Store, group int) []op {
 	t.Helper()
 	rows, err := s.pool.Query(context.Background(), `SELECT bucket_name, op_id, op, coalesce(object_id, ''), checksum, data
-		FROM bucket_data WHERE group_id = $1 ORDER BY op_id`, group)
+		FROM bucket_ops WHERE group_id = $1 ORDER BY op_id`, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +176,8 @@ func TestRowMovesBetweenBuckets(t *testing.T) {
 			t.Fatalf("REMOVE %+v: want nil data and checksum %d", o, checksum.Remove(subkey))
 		}
 	}
-	var n int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM current_data").Scan(&n); err != nil || n != 0 {
-		t.Fatalf("current_data rows after delete = %d (%v)", n, err)
+	if n := countCurrent(t, s, g.ID, ""); n != 0 {
+		t.Fatalf("current rows after delete = %d", n)
 	}
 }
 
@@ -254,9 +253,8 @@ func TestTruncateRemovesEverything(t *testing.T) {
 			}
 		}
 	}
-	var left int
-	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM current_data WHERE source_table = $1", lists.ID).Scan(&left); err != nil || left != 1 {
-		t.Fatalf("lists rows left = %d (%v), want 1", left, err)
+	if left := countCurrent(t, s, g.ID, lists.ID); left != 1 {
+		t.Fatalf("lists rows left = %d, want 1", left)
 	}
 	if removes != 25 {
 		t.Fatalf("%d REMOVEs, want 25", removes)
