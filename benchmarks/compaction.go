@@ -121,13 +121,16 @@ func drainRuns(ctx context.Context, d *drainData, ops int64, opt CompactionOptio
 	return nil
 }
 
-// bucketDataSize is the op count and the size of bucket_data (with its
-// index) after VACUUM FULL.
+// bucketDataSize is the op count and the size of the ops tables (with
+// their indexes; storage version 2's partitions of bucket_data2 too) after
+// VACUUM FULL.
 func bucketDataSize(ctx context.Context, store *bucketstore.Store) (ops, bytes int64, err error) {
-	if _, err := store.Pool().Exec(ctx, "VACUUM (FULL, ANALYZE) bucket_data"); err != nil {
+	if _, err := store.Pool().Exec(ctx, "VACUUM (FULL, ANALYZE) bucket_data, bucket_data2"); err != nil {
 		return 0, 0, fmt.Errorf("vacuum bucket_data: %w", err)
 	}
-	err = store.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM bucket_data), pg_total_relation_size('bucket_data')`).Scan(&ops, &bytes)
+	err = store.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM bucket_data) + (SELECT count(*) FROM bucket_data2),
+		pg_total_relation_size('bucket_data') + coalesce((SELECT sum(pg_total_relation_size(inhrelid))::bigint
+		FROM pg_inherits WHERE inhparent = 'bucket_data2'::regclass), 0)`).Scan(&ops, &bytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("measure bucket_data: %w", err)
 	}

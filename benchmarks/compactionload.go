@@ -275,7 +275,11 @@ func opCounts(ctx context.Context, uri string) (moved, clears, ops int64, err er
 		return 0, 0, 0, fmt.Errorf("connect to storage: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 3), count(*) FILTER (WHERE op = 4), count(*) FROM syncpipe.bucket_data`).Scan(&moved, &clears, &ops)
+	rel, err := opsRelation(ctx, conn)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 3), count(*) FILTER (WHERE op = 4), count(*) FROM `+rel).Scan(&moved, &clears, &ops)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("count ops: %w", err)
 	}

@@ -210,7 +210,11 @@ func storedOps(ctx context.Context, uri string) (ops, bytes int64, err error) {
 		return 0, 0, fmt.Errorf("count stored ops: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	err = conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(data)), 0)::bigint FROM syncpipe.bucket_data`).Scan(&ops, &bytes)
+	rel, err := opsRelation(ctx, conn)
+	if err != nil {
+		return 0, 0, err
+	}
+	err = conn.QueryRow(ctx, `SELECT count(*), coalesce(sum(octet_length(data)), 0)::bigint FROM `+rel).Scan(&ops, &bytes)
 	if err != nil {
 		return 0, 0, fmt.Errorf("count stored ops: %w", err)
 	}
@@ -267,3 +271,24 @@ func indent(s, pre string) string {
 
 // rate is rows per second of a sample.
 func rate(s Sample) float64 { return float64(s.Rows) / max(s.Duration, time.Nanosecond).Seconds() }
+
+// rowQuerier is a storage connection or pool.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// opsRelation is the storage relation that shows every group's ops with
+// their bucket names: the bucket_ops view (storage version 2 keeps a
+// group's ops in partitions of its own, by bucket id), or bucket_data in
+// a storage that a build from before that view made (a comparison run's
+// baseline).
+func opsRelation(ctx context.Context, q rowQuerier) (string, error) {
+	var view bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('syncpipe.bucket_ops') IS NOT NULL`).Scan(&view); err != nil {
+		return "", fmt.Errorf("find the storage's ops: %w", err)
+	}
+	if view {
+		return "syncpipe.bucket_ops", nil
+	}
+	return "syncpipe.bucket_data", nil
+}

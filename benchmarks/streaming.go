@@ -839,7 +839,11 @@ type catchUpRun struct {
 func (sr *streamRun) catchUp(ctx context.Context, t *streamTarget, cost *catchUpCost, changes int64, watch bool) (catchUpRun, error) {
 	var cu catchUpRun
 	var ops0 int64
-	if err := t.storage.QueryRow(ctx, `SELECT count(*) FROM syncpipe.bucket_data`).Scan(&ops0); err != nil {
+	opsRel, err := opsRelation(ctx, t.storage)
+	if err != nil {
+		return cu, err
+	}
+	if err := t.storage.QueryRow(ctx, `SELECT count(*) FROM `+opsRel).Scan(&ops0); err != nil {
 		return cu, fmt.Errorf("count ops: %w", err)
 	}
 	srcData := filepath.Join(sr.cluster.Dir(), "data")
@@ -917,7 +921,7 @@ func (sr *streamRun) catchUp(ctx context.Context, t *streamTarget, cost *catchUp
 	cu.Sample = Sample{Duration: cu.end.Sub(cu.begin), Rows: changes, PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
 		OwnCPU: clusterCPU(srcData) + clusterCPU(stoData) - pg0 + st.User + st.System}
 	if err := t.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
-		FROM syncpipe.bucket_data`, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
+		FROM `+opsRel, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
 		return cu, fmt.Errorf("count ops: %w", err)
 	}
 	return cu, nil

@@ -37,6 +37,10 @@ func (sr *streamRun) steady(ctx context.Context, t *streamTarget) (lags []time.D
 		return nil, 0, st, fmt.Errorf("connect to storage: %w", err)
 	}
 	defer obs.Close(context.WithoutCancel(ctx))
+	opsRel, err := opsRelation(ctx, obs)
+	if err != nil {
+		return nil, 0, st, err
+	}
 	if _, err := obs.Exec(ctx, "LISTEN syncpipe_checkpoints"); err != nil {
 		return nil, 0, st, err
 	}
@@ -118,7 +122,7 @@ func (sr *streamRun) steady(ctx context.Context, t *streamTarget) (lags []time.D
 			return nil, 0, st, fmt.Errorf("checkpoint notification %q: %w", n.Payload, err)
 		}
 		var data string
-		err = obs.QueryRow(ctx, `SELECT data FROM syncpipe.bucket_data WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3
+		err = obs.QueryRow(ctx, `SELECT data FROM `+opsRel+` WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3
 			ORDER BY op_id DESC LIMIT 1`, note.Group, fmt.Sprintf("%d#marks[]", note.Group), note.Checkpoint).Scan(&data)
 		if err != nil {
 			return nil, 0, st, fmt.Errorf("read the marker at checkpoint %d: %w", note.Checkpoint, err)

@@ -299,7 +299,7 @@ func printDemoUsage(stdout io.Writer, d demoRun, endpoint, token string) {
     curl -sN -H 'Authorization: Token %s' -d '{"raw_data":true,"streams":{"subscriptions":[{"stream":"list_todos","parameters":{"list_id":"%s"}}]}}' %s/sync/stream | head -c 600
   Replication status: %s status --config %s
   Change the source:  psql '%s' -c "UPDATE todos SET completed = true WHERE list_id = '%s'"
-  See the new ops:    psql '%s' -c "SELECT op_id, op, bucket_name, object_id FROM syncpipe.bucket_data ORDER BY op_id DESC LIMIT 5"
+  See the new ops:    psql '%s' -c "SELECT op_id, op, bucket_name, object_id FROM syncpipe.bucket_ops ORDER BY op_id DESC LIMIT 5"
 `, endpoint, demoUser, filepath.Join(c.Dir(), "rules.yaml"), d.list, endpoint, token, token, d.list, endpoint,
 		selfCommand(), shellQuote(d.cfgPath),
 		c.URI("app"), d.list, c.URI("syncpipe"))

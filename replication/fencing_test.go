@@ -198,7 +198,7 @@ replication:
 		t.Fatal(err)
 	}
 	defer lock.Close(context.Background())
-	if _, err := lock.Exec(ctx, "BEGIN; SELECT 1 FROM syncpipe.current_data WHERE group_id = 1 FOR UPDATE"); err != nil {
+	if _, err := lock.Exec(ctx, "BEGIN; SELECT 1 FROM syncpipe.current_data2 WHERE group_id = 1 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := src.Begin(ctx)
@@ -246,7 +246,7 @@ replication:
 	var pieces int64
 	waitFor("the paused write committed or rolled back", func() bool {
 		var open int
-		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data'::regclass
+		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data2'::regclass
 				AND mode = 'RowExclusiveLock'),
 			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`).Scan(&open, &pieces)
 		return err == nil && (open == 0 || pieces > 0)
@@ -257,7 +257,7 @@ replication:
 
 	converge()
 	var dup int
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data WHERE op = 1 AND object_type = 'todos'
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_ops WHERE op = 1 AND object_type = 'todos'
 		GROUP BY object_id, data HAVING count(*) > 1) d`).Scan(&dup); err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func (e *env) listenCheckpoints(t *testing.T, ctx context.Context) (published fu
 func (e *env) markedAt(t *testing.T, ctx context.Context, cp int64, marker string) int {
 	t.Helper()
 	var n int
-	err := e.store.Pool().QueryRow(ctx, `SELECT count(*) FROM bucket_data
+	err := e.store.Pool().QueryRow(ctx, `SELECT count(*) FROM bucket_ops
 		WHERE op = 1 AND object_type = 'todos' AND op_id <= $1 AND strpos(data, $2) > 0`, cp, marker).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +131,7 @@ func (e *env) onePutPerRow(t *testing.T, ctx context.Context, before int64, rows
 	var puts, distinct, other int
 	err := e.store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 1),
 			count(DISTINCT (bucket_name, object_id)) FILTER (WHERE op = 1), count(*) FILTER (WHERE op <> 1)
-		FROM bucket_data WHERE op_id > $1 AND object_type = 'todos'`, before).Scan(&puts, &distinct, &other)
+		FROM bucket_ops WHERE op_id > $1 AND object_type = 'todos'`, before).Scan(&puts, &distinct, &other)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func (e *env) onePutPerRow(t *testing.T, ctx context.Context, before int64, rows
 func (e *env) maxOpID(t *testing.T, ctx context.Context) int64 {
 	t.Helper()
 	var n int64
-	if err := e.store.Pool().QueryRow(ctx, "SELECT coalesce(max(op_id), 0) FROM bucket_data").Scan(&n); err != nil {
+	if err := e.store.Pool().QueryRow(ctx, "SELECT coalesce(max(op_id), 0) FROM bucket_ops").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -120,7 +120,7 @@ func testUnchangedToast(t *testing.T, streamCfg string, want map[string][]string
 	stop()
 
 	// Every PUT of a doc, in op order: the body each version had.
-	rows, err := store.Pool().Query(ctx, `SELECT object_id, data FROM syncpipe.bucket_data WHERE op = 1 ORDER BY op_id`)
+	rows, err := store.Pool().Query(ctx, `SELECT object_id, data FROM syncpipe.bucket_ops WHERE op = 1 ORDER BY op_id`)
 	if err != nil {
 		t.Fatal(err)
 	}

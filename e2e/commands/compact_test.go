@@ -81,7 +81,7 @@ func TestCompactWhileSyncing(t *testing.T) {
 	// Every bucket holds one PUT per live row and at most one CLEAR.
 	current := want()
 	rows, err := e.Storage.Query(ctx, `SELECT bucket_name, count(*) FILTER (WHERE op = 1), count(*) FILTER (WHERE op <> 1),
-		count(*) FILTER (WHERE op = 4) FROM syncpipe.bucket_data WHERE group_id = 1 GROUP BY bucket_name`)
+		count(*) FILTER (WHERE op = 4) FROM syncpipe.bucket_ops WHERE group_id = 1 GROUP BY bucket_name`)
 	if err != nil {
 		t.Fatal(err)
 	}

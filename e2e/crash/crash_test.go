@@ -114,7 +114,7 @@ func (e *crashEnv) check(ctx context.Context) {
 	}
 	// No row version was written twice: every (bucket, row, data) has one PUT.
 	var dups int
-	err = e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data WHERE op = 1
+	err = e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_ops WHERE op = 1
 		GROUP BY bucket_name, object_type, object_id, md5(data) HAVING count(*) > 1) d`).Scan(&dups)
 	if err != nil || dups != 0 {
 		e.T.Fatalf("%d row versions have more than one PUT (%v)", dups, err)

@@ -10,7 +10,7 @@ import (
 func maxOpID(ctx context.Context, e *harness.Env) int64 {
 	e.T.Helper()
 	var n int64
-	if err := e.Storage.QueryRow(ctx, "SELECT coalesce(max(op_id), 0) FROM syncpipe.bucket_data").Scan(&n); err != nil {
+	if err := e.Storage.QueryRow(ctx, "SELECT coalesce(max(op_id), 0) FROM syncpipe.bucket_ops").Scan(&n); err != nil {
 		e.T.Fatal(err)
 	}
 	return n
@@ -23,7 +23,7 @@ func onePutPerRow(ctx context.Context, e *harness.Env, before int64, rows int) {
 	var puts, distinct, other int
 	err := e.Storage.QueryRow(ctx, `SELECT count(*) FILTER (WHERE op = 1),
 			count(DISTINCT (bucket_name, object_id)) FILTER (WHERE op = 1), count(*) FILTER (WHERE op <> 1)
-		FROM syncpipe.bucket_data WHERE op_id > $1 AND object_type = 'todos'`, before).Scan(&puts, &distinct, &other)
+		FROM syncpipe.bucket_ops WHERE op_id > $1 AND object_type = 'todos'`, before).Scan(&puts, &distinct, &other)
 	if err != nil {
 		e.T.Fatal(err)
 	}

@@ -106,7 +106,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 	active := e.ActiveGroup(ctx)
 	e.WaitFor(ctx, "the replaced groups to be retired", func() bool {
 		var others int
-		err := e.Storage.QueryRow(ctx, "SELECT count(*) FROM syncpipe.bucket_data WHERE group_id <> $1", active).Scan(&others)
+		err := e.Storage.QueryRow(ctx, "SELECT count(*) FROM syncpipe.bucket_ops WHERE group_id <> $1", active).Scan(&others)
 		return err == nil && others == 0
 	})
 	e.Converge(ctx, time.Minute, e.Todos(ctx, active))

@@ -227,10 +227,10 @@ func connectUntilExpiry(ctx context.Context, e *harness.Env, cl *harness.SyncCli
 func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string) string {
 	var left []string
 	for _, q := range []struct{ table, where string }{
-		{"bucket_data", "group_id = $1"},
+		{"bucket_ops", "group_id = $1"},
 		{"bucket_parameters", "group_id = $1"},
 		{"bucket_changes", "group_id = $1"},
-		{"current_data", "group_id = $1"},
+		{"current_data2", "group_id = $1"},
 		{"snapshot_ranges", "source_table_id IN (SELECT id FROM syncpipe.source_tables WHERE group_id = $1)"},
 		{"source_tables", "group_id = $1"},
 		{"op_reservations", "group_id = $1"},

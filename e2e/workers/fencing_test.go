@@ -92,7 +92,7 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 
 	// Hold the stored rows: the holder's write of the transaction's first
 	// piece waits where it replaces them, with its ops to write after.
-	rows := lockRow(ctx, e, `SELECT 1 FROM syncpipe.current_data WHERE group_id = 1 FOR UPDATE`)
+	rows := lockRow(ctx, e, `SELECT 1 FROM syncpipe.current_data2 WHERE group_id = 1 FOR UPDATE`)
 	tx, err := e.Src.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	// nothing), or, unfenced, committed.
 	e.WaitFor(ctx, "the woken process's write committed or rolled back", func() bool {
 		var open int
-		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data'::regclass
+		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data2'::regclass
 				AND mode = 'RowExclusiveLock'),
 			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`).Scan(&open, &pieces)
 		return err == nil && (open == 0 || pieces > 0)
@@ -153,7 +153,7 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	// its fence (either is fine), so the waits watch the new holder.
 	converge(ctx, e, other, time.Minute)
 	var dup int
-	if err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data WHERE op = 1 AND object_type = 'todos'
+	if err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_ops WHERE op = 1 AND object_type = 'todos'
 		GROUP BY object_id, data HAVING count(*) > 1) d`).Scan(&dup); err != nil {
 		t.Fatal(err)
 	}

@@ -261,7 +261,7 @@ func TestProcessesShareTheSnapshot(t *testing.T) {
 	e.Converge(ctx, 2*time.Minute, func() bucketcheck.State { return expectedTables(ctx, e, tables, 1) })
 	alive("after the snapshot")
 	var dup int
-	if err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_data
+	if err := e.Storage.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM syncpipe.bucket_ops
 		GROUP BY bucket_name, object_type, object_id HAVING count(*) > 1) d`).Scan(&dup); err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,10 @@
 //     where a later UPDATE may omit unchanged TOAST values.
 //   - bucket_data: the ops, PRIMARY KEY (group_id, bucket_name, op_id) so a
 //     bucket is read as one index range.
+//   - current_data2, bucket_data2, bucket_names: the same, in storage
+//     version 2 (see "Storage versions"); bucket_ops shows every group's
+//     ops with bucket names and table ids, in either version, for people
+//     and test tools.
 //   - bucket_parameters: lookup entries versioned by op id.
 //   - bucket_changes: per write transaction, the buckets and parameter
 //     lookups it touched and its op id range (changerecords.go), so readers
@@ -136,10 +140,68 @@
 // fail with ErrStorageRestarted on a later run, so it resumes from what
 // storage holds after recovery.
 //
+// # Storage versions
+//
+// groups.storage_version names the layout of a group's ops and current
+// rows. Everything that differs between versions is one layout value per
+// version (layout.go): the SQL of every statement that touches those
+// tables, and whether the bucket and table columns hold names or
+// interned ids. The logic — snapshot and stream writes, reads,
+// checksums, compaction, Clear — is one for both and runs its group's
+// layout's statements; a group's version never changes, so it is read
+// once per process (db.layout).
+//
+// Version 1 (groups created before version 2 existed) keeps the shared
+// bucket_data and current_data, keyed by bucket name and table id text.
+// Such groups keep working in full; they move to version 2 through a new
+// group that snapshots afresh in the background, as for a rules change
+// (not done here yet).
+//
+// Version 2 (every group CreateGroup makes) is built for bytes per row,
+// the primary keys' page fill and a cheap group lifecycle (measured at
+// 1M todos, version 1 took 918 bytes per source row):
+//
+//   - A partition per group of bucket_data2 and current_data2 (LIST on
+//     group_id), created in the transaction that creates the group. Their
+//     primary keys leave out group_id, one value per partition: (bucket,
+//     op_id), 16 bytes of key, and (source_table, source_key). Clear
+//     empties them with TRUNCATE, at once, instead of deleting rows in
+//     batches that vacuum must then reclaim, and retiring a group can drop
+//     them. Statements address the parents with group_id = $1, which the
+//     planner prunes to the one partition.
+//   - Bucket names are interned per group in bucket_names (name → id from
+//     bucket_id_seq). Ops, the primary key and current rows carry the
+//     8-byte id instead of a name of about 50 bytes. A writer interns its
+//     batch's new names before its transaction, in one statement of their
+//     own (names sorted: concurrent writers wait for each other instead of
+//     deadlocking; a name whose write then fails is harmless, no op
+//     carries it). Readers look names up and never intern: a name without
+//     an id is an empty bucket (noBucket: no rows, checksum 0). Every role
+//     shares one bounded LRU per store both ways (names.go); an id never
+//     changes in its group, so nothing is ever stale. bucket_names is one
+//     plain table, not partitioned: a group has a name per bucket, not per
+//     op, and the names outlive Clear (every process's cache holds the
+//     ids, so a cleared group written again must get the same ones).
+//   - Tables are numbered (source_tables.num, an int from a sequence): ops
+//     and current rows carry 4 bytes instead of the 24-character id. The id
+//     stays the table's public identity (REMOVE subkeys); readers map the
+//     number back through a per-group cache.
+//   - bucket_data2's columns are in alignment order (int8s, int4s, the
+//     int2, then uuid and text), so a row has no padding.
+//   - current_data2.buckets is a bytea[] of membership elements: the
+//     bucket id (8 bytes) then "object_type\x1fobject_id". The object
+//     type and id must stay: a REMOVE names the object the row left, and
+//     they differ from bucket to bucket (the rules' output table name and
+//     id column). A bare int8[] of bucket ids cannot write those REMOVEs.
+//   - bucket_parameters, bucket_changes (named by bucket names, as readers
+//     ask by name), op_reservations and the rest stay shared, as in
+//     version 1.
+//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan
 // over at most BatchSize ctids per statement, each its own transaction), so
 // clearing millions of ops never holds one giant transaction; they can be
-// interrupted and resumed.
+// interrupted and resumed. A group of version 2 has its ops and current
+// rows TRUNCATEd instead (its partitions), and keeps its bucket names.
 package bucketstore

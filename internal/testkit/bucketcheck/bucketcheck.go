@@ -29,7 +29,7 @@ func Stored(ctx context.Context, pool *pgxpool.Pool, schema string) (State, erro
 // StoredGroup is Stored for the ops of one group (0: all groups).
 func StoredGroup(ctx context.Context, pool *pgxpool.Pool, schema string, group int) (State, error) {
 	rows, err := pool.Query(ctx, `SELECT bucket_name, op, coalesce(object_type, ''), coalesce(object_id, ''), checksum, coalesce(data, '')
-		FROM `+pgx.Identifier{schema, "bucket_data"}.Sanitize()+` WHERE $1 = 0 OR group_id = $1 ORDER BY op_id`, group)
+		FROM `+pgx.Identifier{schema, "bucket_ops"}.Sanitize()+` WHERE $1 = 0 OR group_id = $1 ORDER BY op_id`, group)
 	if err != nil {
 		return nil, err
 	}

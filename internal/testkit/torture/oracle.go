@@ -128,7 +128,7 @@ func (r *Replay) Advance(ctx context.Context, pool *pgxpool.Pool, checkpoint int
 		return 0, nil, nil, nil
 	}
 	rows, err := pool.Query(ctx, `SELECT bucket_name, object_type, object_id, op_id, op, coalesce(data, ''), checksum
-		FROM syncpipe.bucket_data WHERE group_id = $1 AND op_id > $2 AND op_id <= $3 ORDER BY op_id`, r.Group, r.Checkpoint, checkpoint)
+		FROM syncpipe.bucket_ops WHERE group_id = $1 AND op_id > $2 AND op_id <= $3 ORDER BY op_id`, r.Group, r.Checkpoint, checkpoint)
 	if err != nil {
 		return 0, nil, nil, err
 	}

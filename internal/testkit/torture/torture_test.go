@@ -641,7 +641,7 @@ func (h *harness) verify(ctx context.Context, v *verifier, tr *trial) error {
 			stored := st.Sums[b]
 			if cs.Checkpoint != cp {
 				var s int64
-				if err := h.storage.QueryRow(ctx, `SELECT coalesce(sum(checksum), 0) FROM syncpipe.bucket_data
+				if err := h.storage.QueryRow(ctx, `SELECT coalesce(sum(checksum), 0) FROM syncpipe.bucket_ops
 					WHERE group_id = $1 AND bucket_name = $2 AND op_id <= $3`, group, b, cs.Checkpoint).Scan(&s); err != nil {
 					return err
 				}
