@@ -219,11 +219,11 @@ func dumpStored(ctx context.Context, pool *pgxpool.Pool, chunk int) ([]rawBatch,
 		}
 		return splitTuples(buf.Bytes())
 	}
-	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data ORDER BY ctid) TO STDOUT (FORMAT binary)")
+	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data2 ORDER BY ctid) TO STDOUT (FORMAT binary)")
 	if err != nil {
 		return nil, err
 	}
-	ops, err := dump("COPY (SELECT " + rawOpsCols + " FROM bucket_data ORDER BY ctid) TO STDOUT (FORMAT binary)")
+	ops, err := dump("COPY (SELECT " + rawOpsCols + " FROM bucket_data2 ORDER BY ctid) TO STDOUT (FORMAT binary)")
 	if err != nil {
 		return nil, err
 	}
@@ -256,8 +256,7 @@ func rawCopyCopy(ctx context.Context, cluster *pgcluster.Cluster, db string, bat
 	if err := bucketstore.Migrate(ctx, pool, "syncpipe"); err != nil {
 		return Sample{}, err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE raw_current (LIKE syncpipe.current_data INCLUDING ALL);
-		CREATE TABLE raw_ops (LIKE syncpipe.bucket_data INCLUDING ALL)`); err != nil {
+	if _, err := pool.Exec(ctx, createRawSQL); err != nil {
 		return Sample{}, err
 	}
 	srcConn, err := pgx.Connect(ctx, cluster.URI("app"))

@@ -35,11 +35,11 @@ const ceilingBatchRows = 7500
 // cluster of its own: a consumer of a slot of its own that decodes pgoutput
 // as decodeOnly does, then runs per change only the storage statements
 // syncpipe's stream writes cost storage for these updates — the primary
-// key probe of the row's stored state (current_data of syncpipe's group,
+// key probe of the row's stored state (current_data2 of syncpipe's group,
 // the statement the stream write runs) and the insert of one op row (binary
-// COPY into raw_ops, shaped and indexed like bucket_data) — in
+// COPY into raw_ops, shaped and indexed like a group's partition of bucket_data2) — in
 // transactions of whole source transactions. Nothing else: no sync rules
-// (a row's bucket name and JSON are pasted together from its columns), no
+// (a row's bucket id and JSON are pasted together from its columns), no
 // pipeline, no op id reservation, no change record. Decode, probe and write
 // run on three goroutines, probe and write on connections of their own, as
 // in syncpipe. Its rate bounds what a pipeline that writes these ops
@@ -51,9 +51,12 @@ type storageCeiling struct {
 	probe, write *pgx.Conn
 	probing      bool // false: the op inserts alone (no probe connection)
 	group        int32
-	table        string // source_tables.id of todos in group
-	nextOp       *int64 // the last op id written to raw_ops
-	data         []byte // scratch space for an op's JSON
+	table        int32 // source_tables.num of todos in group
+	// buckets numbers the by_list buckets as storage interns them (the
+	// writer's cache hit: no query).
+	buckets map[string]int64
+	nextOp  *int64 // the last op id written to raw_ops
+	data    []byte // scratch space for an op's JSON
 }
 
 // newStorageCeiling creates a ceiling's temporary slot on the source at
@@ -93,7 +96,8 @@ func newStorageCeiling(ctx context.Context, sourceURI, storageURI, slot string, 
 			return nil, err
 		}
 	}
-	// raw_ops starts as a copy of bucket_data, so that its inserts go into
+	// raw_ops starts as a copy of the ops (storage version 2's, shaped
+	// and indexed like a group's partition), so that its inserts go into
 	// an index of the same size.
 	var exists bool
 	if err := c.write.QueryRow(ctx, `SELECT to_regclass('raw_ops') IS NOT NULL`).Scan(&exists); err != nil {
@@ -102,14 +106,15 @@ func newStorageCeiling(ctx context.Context, sourceURI, storageURI, slot string, 
 	if !exists {
 		// No autovacuum, and the copy on disk at once: neither may run
 		// beside the measurements after it.
-		for _, q := range []string{`CREATE TABLE raw_ops (LIKE bucket_data INCLUDING ALL) WITH (autovacuum_enabled = off)`,
-			`INSERT INTO raw_ops SELECT * FROM bucket_data`, `VACUUM ANALYZE raw_ops`, `CHECKPOINT`} {
+		for _, q := range []string{`CREATE TABLE raw_ops (LIKE bucket_data2 INCLUDING ALL, PRIMARY KEY (bucket, op_id)) WITH (autovacuum_enabled = off)`,
+			`INSERT INTO raw_ops SELECT * FROM bucket_data2`, `VACUUM ANALYZE raw_ops`, `CHECKPOINT`} {
 			if _, err := c.write.Exec(ctx, q); err != nil {
 				return nil, fmt.Errorf("storage ceiling: create raw_ops: %w", err)
 			}
 		}
 	}
-	err = c.write.QueryRow(ctx, `SELECT st.group_id, st.id FROM source_tables st
+	c.buckets = map[string]int64{}
+	err = c.write.QueryRow(ctx, `SELECT st.group_id, st.num FROM source_tables st
 		WHERE st.table_name = 'todos' ORDER BY st.group_id DESC LIMIT 1`).Scan(&c.group, &c.table)
 	if err == nil && *nextOp == 0 {
 		err = c.write.QueryRow(ctx, `SELECT coalesce(max(op_id), 0) FROM raw_ops`).Scan(nextOp)
@@ -141,7 +146,7 @@ func (c *storageCeiling) Close(ctx context.Context) {
 
 // ceilingBatch is one storage write of the ceiling.
 type ceilingBatch struct {
-	tables []string
+	tables []int32
 	keys   []pgtype.UUID
 	ops    []byte // binary COPY of its op rows
 }
@@ -149,13 +154,13 @@ type ceilingBatch struct {
 // ceilingProbeSQL is the stream write's probe (bucketstore's
 // loadPreviousSQL).
 const ceilingProbeSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data
-	FROM unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
+	FROM unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
 	CROSS JOIN LATERAL (
-		SELECT ctid, buckets, lookups, data FROM current_data
+		SELECT ctid, buckets, lookups, data FROM current_data2
 		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
 		OFFSET 0) c`
 
-const ceilingCopySQL = `COPY raw_ops (group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
+const ceilingCopySQL = `COPY raw_ops (group_id, bucket, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
 
 // consume streams from the slot until updates UPDATEs are decoded and
 // their ops committed to storage, and returns how long that took from
@@ -279,11 +284,15 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 
 	o := binary.BigEndian.AppendUint16(b.ops, 10)
 	o = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(o, 4), uint32(c.group))
-	o = binary.BigEndian.AppendUint32(o, uint32(len(`by_list[""]`)+len(list)))
-	o = append(append(append(o, `by_list["`...), list...), `"]`...)
+	bucket, ok := c.buckets[string(list)]
+	if !ok {
+		bucket = int64(len(c.buckets) + 1)
+		c.buckets[string(list)] = bucket
+	}
+	o = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(o, 8), uint64(bucket))
 	o = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(o, 8), uint64(*c.nextOp))
 	o = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint32(o, 2), 1) // PUT
-	o = appendField(o, []byte(c.table))
+	o = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(o, 4), uint32(c.table))
 	o = appendField(o, key[:])
 	o = appendField(o, []byte("todos"))
 	o = appendField(o, id)

@@ -55,8 +55,7 @@ func RunWrite(ctx context.Context, opt WriteOptions) (Result, error) {
 	}
 	defer store.Close()
 	pool := store.Pool()
-	if _, err := pool.Exec(ctx, `CREATE TABLE raw_current (LIKE current_data INCLUDING ALL);
-		CREATE TABLE raw_ops (LIKE bucket_data INCLUDING ALL)`); err != nil {
+	if _, err := pool.Exec(ctx, createRawSQL); err != nil {
 		return res, fmt.Errorf("create raw tables: %w", err)
 	}
 	group, err := store.Catalog().CreateGroup(ctx, todos.Rules, "bench_")
@@ -115,7 +114,7 @@ func logf(w io.Writer, format string, args ...any) {
 // reset empties the written tables and checkpoints, so every run starts
 // from the same state without paying for the previous run's dirty pages.
 func reset(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `TRUNCATE current_data, bucket_data, bucket_parameters, raw_current, raw_ops`)
+	_, err := pool.Exec(ctx, `TRUNCATE current_data, bucket_data, current_data2, bucket_data2, bucket_parameters, raw_current, raw_ops`)
 	if err == nil {
 		_, err = pool.Exec(ctx, `CHECKPOINT`)
 	}
@@ -227,9 +226,14 @@ type rawBatch struct {
 	bytes        int64
 }
 
+// The raw ceiling's tables are shaped and indexed like a group's
+// partitions of storage version 2, which every group the benchmarks
+// create has.
 const (
 	rawCurrentCols = "group_id, source_table, source_key, buckets, lookups, data"
-	rawOpsCols     = "group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data"
+	rawOpsCols     = "group_id, bucket, op_id, op, source_table, source_key, object_type, object_id, checksum, data"
+	createRawSQL   = `CREATE TABLE raw_current (LIKE syncpipe.current_data2 INCLUDING ALL, PRIMARY KEY (source_table, source_key));
+		CREATE TABLE raw_ops (LIKE syncpipe.bucket_data2 INCLUDING ALL, PRIMARY KEY (bucket, op_id))`
 )
 
 // dumpRaw cuts the rows a bucketstore run stored into per-transaction
