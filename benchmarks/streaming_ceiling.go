@@ -436,7 +436,7 @@ func ceilingNote(res Result, primary *streamTarget, costs ceilingCosts) string {
 		return ""
 	}
 	return fmt.Sprintf("Ceilings, %s, in the same runs (streaming_ceiling.go): a consumer of a slot of its own that decodes as the baseline does, then runs only storage's statements for these updates — "+
-		"the stream write's primary-key probe of current_data and one op row COPYed into raw_ops (shaped and indexed like bucket_data, started as a copy of it), whole source transactions per write of ≥ %d changes, decode, probe and write on goroutines of their own — "+
+		"the stream write's primary-key probe of current_data2 and one op row COPYed into raw_ops (shaped and indexed like a group's partition of bucket_data2, started as a copy of the ops), whole source transactions per write of ≥ %d changes, decode, probe and write on goroutines of their own — "+
 		"with no sync rules, no checksums of their output, no pipeline: %s. syncpipe, evaluating the rules and writing the same ops, reached %.0f changes/s = %.0f%% of the probe ceiling.",
 		topologyLabel(primary.topology), ceilingBatchRows, strings.Join(parts, "; "), sp, 100*sp/max(baseRate(res, streamCeiling), 1))
 }
