@@ -103,11 +103,16 @@ func partitions(group int) (ops, cur string) {
 
 // createPartitionsSQL creates a v2 group's partitions, each with its
 // primary key without group_id (one value per partition: 4 bytes and an
-// alignment pad less in every index entry).
+// alignment pad less in every index entry). Each is created on its own and
+// then attached: ATTACH PARTITION takes a lock on the parent that lets
+// every other group's reads and writes go on, where CREATE TABLE …
+// PARTITION OF would wait for them and stop them until it commits.
 func createPartitionsSQL(group int) string {
 	ops, cur := partitions(group)
-	return fmt.Sprintf(`CREATE TABLE %[1]s PARTITION OF bucket_data2 (PRIMARY KEY (bucket, op_id)) FOR VALUES IN (%[3]d);
-CREATE TABLE %[2]s PARTITION OF current_data2 (PRIMARY KEY (source_table, source_key)) FOR VALUES IN (%[3]d)`,
+	return fmt.Sprintf(`CREATE TABLE %[1]s (LIKE bucket_data2 INCLUDING ALL, PRIMARY KEY (bucket, op_id));
+ALTER TABLE bucket_data2 ATTACH PARTITION %[1]s FOR VALUES IN (%[3]d);
+CREATE TABLE %[2]s (LIKE current_data2 INCLUDING ALL, PRIMARY KEY (source_table, source_key));
+ALTER TABLE current_data2 ATTACH PARTITION %[2]s FOR VALUES IN (%[3]d)`,
 		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group)
 }
 
