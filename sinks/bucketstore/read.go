@@ -204,6 +204,8 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		sourceTable, typ, id, data pgtype.DriverBytes
 		sourceKey                  pgtype.UUID
 		sourceNum                  pgtype.Int4 // v2's source_table
+		lastNum                    int32       // and the last one's id
+		lastTable                  string
 		sum                        int64
 		target                     pgtype.Int8
 		n                          int
@@ -255,11 +257,15 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		switch {
 		case !sourceKey.Valid:
 		case sourceNum.Valid:
-			table, err := s.tables.id(ctx, s.pool, group, sourceNum.Int32)
-			if err != nil {
-				return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+			if sourceNum.Int32 != lastNum || lastTable == "" {
+				// Rows mostly come from one table after another: the
+				// last one saves the shared cache's lock per row.
+				if lastTable, err = s.tables.id(ctx, s.pool, group, sourceNum.Int32); err != nil {
+					return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+				}
+				lastNum = sourceNum.Int32
 			}
-			buf = checksum.AppendSubkey(buf, table, uuid.UUID(sourceKey.Bytes))
+			buf = checksum.AppendSubkey(buf, lastTable, uuid.UUID(sourceKey.Bytes))
 		case sourceTable != nil:
 			buf = checksum.AppendSubkey(buf, intern(sourceTable), uuid.UUID(sourceKey.Bytes))
 		}
