@@ -268,14 +268,18 @@ type rewritten struct {
 // dropped, in one statement. RETURNING has no OLD before PostgreSQL 18: the
 // CTE locks each row and reads its size before the UPDATE rewrites it
 // (under that lock, so the size is of the version rewritten), and
-// RETURNING reads the size after.
+// RETURNING reads the size after. The size is read in the scan of the row
+// (a lateral subquery, not flattened): read above a join, whose hash table
+// stores the whole row as a value, a row under 127 bytes comes with a
+// 1-byte length header and reads 3 bytes short.
 const moveSQL = `
 WITH old AS (
-  SELECT d.op_id, m.target, pg_column_size(d.*) AS size
+  SELECT o.op_id, m.target, o.size
   FROM unnest($3::bigint[], $4::bigint[]) AS m(id, target)
-  JOIN {ops} d ON d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = m.id
-  WHERE d.op IN (1, 2)
-  FOR UPDATE OF d
+  CROSS JOIN LATERAL (
+    SELECT d.op_id, pg_column_size(d.*) AS size FROM {ops} d
+    WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = m.id AND d.op IN (1, 2)
+    OFFSET 0 FOR UPDATE OF d) o
 ), moved AS (
   UPDATE {ops} d SET op = 3, data = NULL, target_op = old.target
   FROM old

@@ -211,7 +211,8 @@ func TestCompactKeepsChecksums(t *testing.T) {
 // instead of 4, so sum(pg_column_size(d.*)) can come out 3 bytes short.
 func rowBytes(t *testing.T, s *Store, group int) int64 {
 	t.Helper()
-	rows, err := s.pool.Query(context.Background(), `SELECT pg_column_size(d.*) FROM `+testLayout(t, s, group).ops+` d WHERE group_id = $1`, group)
+	opsRel, _, _ := relations(t, s, group)
+	rows, err := s.pool.Query(context.Background(), `SELECT pg_column_size(d.*) FROM `+opsRel+` d WHERE group_id = $1`, group)
 	if err != nil {
 		t.Fatal(err)
 	}
