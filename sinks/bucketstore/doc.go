@@ -197,6 +197,14 @@
 //     ask by name), op_reservations and the rest stay shared, as in
 //     version 1.
 //
+// Measured right after the demo's snapshot of 1M todos (1,001,000 source
+// rows, bytes per source row, version 1 → version 2): bucket_data heap
+// 455 → 372 and primary key 169 → 36 (16-byte keys, and a partition whose
+// key inserts no longer land mid-index among other groups' entries);
+// current_data heap 205 → 134 and primary key 89 → 53; all of storage
+// 918 → 597 (−35 %). What is left is mostly the ops' row data (the JSON
+// of every op) and the membership elements' object type and id.
+//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan
