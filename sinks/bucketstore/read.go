@@ -95,8 +95,9 @@ const (
 	//
 	//	WHERE (bucket_name = $3 AND op_id > $4) OR (…) ORDER BY bucket_name, op_id LIMIT n
 	//
-	// Benchmark baseline only, and of storage version 1 only: a read of
-	// a group of version 2 fails. PostgreSQL cannot turn the arms into index
+	// Benchmark baseline only. (In storage version 2 the arms name bucket
+	// ids and the rows are joined to bucket_names, to sort by name as
+	// before.) PostgreSQL cannot turn the arms into index
 	// ranges in key order: it walks the primary key from the group's first
 	// op and tests every row against the arms (or collects every requested
 	// bucket's rows and sorts them), so a batch reads the rows of buckets
@@ -108,20 +109,33 @@ const (
 	ReadORChain
 )
 
-// orChainSQL builds the ReadORChain statement for n requests: $1 group,
-// $2 checkpoint, then bucket and after per request, and the limit last.
-func orChainSQL(n int) string {
+// orChainSQL builds the ReadORChain statement for n requests in layout
+// l: $1 group, $2 checkpoint, then bucket (v2: its id) and after per
+// request, and the limit last.
+func orChainSQL(l *layout, n int) string {
 	var b strings.Builder
-	b.WriteString(`SELECT bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
+	bucket := "bucket_name"
+	if l.interned {
+		bucket = "d.bucket"
+		b.WriteString(`SELECT n.name, d.op_id, d.op, d.source_table, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+FROM bucket_data2 d JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
+WHERE d.group_id = $1 AND d.op_id <= $2 AND (`)
+	} else {
+		b.WriteString(`SELECT bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
 FROM bucket_data
 WHERE group_id = $1 AND op_id <= $2 AND (`)
+	}
 	for i := range n {
 		if i > 0 {
 			b.WriteString(" OR ")
 		}
-		fmt.Fprintf(&b, "(bucket_name = $%d AND op_id > $%d)", 3+2*i, 4+2*i)
+		fmt.Fprintf(&b, "(%s = $%d AND op_id > $%d)", bucket, 3+2*i, 4+2*i)
 	}
-	fmt.Fprintf(&b, ")\nORDER BY bucket_name, op_id\nLIMIT $%d", 3+2*n)
+	order := "bucket_name, op_id"
+	if l.interned {
+		order = "n.name, d.op_id"
+	}
+	fmt.Fprintf(&b, ")\nORDER BY %s\nLIMIT $%d", order, 3+2*n)
 	return b.String()
 }
 
@@ -177,18 +191,28 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		}
 		rows, err = s.pool.Query(ctx, lay.readBucketData, group, buckets, afters, checkpoint, limit+1)
 	case ReadORChain:
-		if lay.interned {
-			return false, fmt.Errorf("read bucket data of group %d: the OR-chain read is of storage version 1 only, the group is of %d", group, lay.version)
+		names := make([]string, len(reqs))
+		for i, r := range reqs {
+			names[i] = r.Bucket
 		}
+		buckets, err := s.bucketArg(ctx, lay, group, names)
+		if err != nil {
+			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		}
+		ids, _ := buckets.([]int64)
 		args := make([]any, 0, 3+2*len(reqs))
 		args = append(args, group, checkpoint)
 		index = make(map[string]int64, len(reqs))
 		for i, r := range reqs {
-			args = append(args, r.Bucket, r.After)
+			if ids != nil {
+				args = append(args, ids[i], r.After)
+			} else {
+				args = append(args, r.Bucket, r.After)
+			}
 			index[r.Bucket] = int64(i + 1)
 		}
 		args = append(args, limit+1)
-		rows, err = s.pool.Query(ctx, orChainSQL(len(reqs)), args...)
+		rows, err = s.pool.Query(ctx, orChainSQL(lay, len(reqs)), args...)
 	default:
 		return false, fmt.Errorf("bucketstore: unknown read shape %d", shape)
 	}

@@ -39,12 +39,23 @@ func drainAll(t *testing.T, s *Store, shape ReadShape, group int, cp int64, reqs
 // very rows of the production read for requests in bucket name order, and
 // fails loudly, instead of returning a wrong page, for requests in another
 // order.
-//
-// The OR chain reads storage version 1 only: a group of version 2 refuses
-// it.
+// In both storage versions.
 func TestReadShapesAgree(t *testing.T) {
 	t.Parallel()
-	s, g := openStoreV1(t)
+	for _, version := range []int{storageV1, storageV2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			t.Parallel()
+			open := openStore
+			if version == storageV1 {
+				open = openStoreV1
+			}
+			readShapesAgree(t, open)
+		})
+	}
+}
+
+func readShapesAgree(t *testing.T, open func(testing.TB) (*Store, Group)) {
+	s, g := open(t)
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)

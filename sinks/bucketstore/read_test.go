@@ -479,7 +479,7 @@ func BenchmarkReadBucketData(b *testing.B) {
 			}
 		})
 		b.Run("or-chain/"+pos.name, func(b *testing.B) {
-			q := orChainSQL(len(rb.reqs))
+			q := orChainSQL(testLayout(b, rb.s, rb.g), len(rb.reqs))
 			args := rb.orChainArgs(1000)
 			for b.Loop() {
 				rows, err := rb.s.pool.Query(ctx, q, args...)
