@@ -81,19 +81,25 @@ func scaleTable(runs []*scaleRun) string {
 		"Buffer misses: blocks storage's relations read from outside shared buffers (pg_statio_user_tables: heap + index + TOAST + TOAST index), over P1 per source row and over P3's catch-up per change; "+
 		"in brackets the storage database's statements' shared_blks_read (pg_stat_statements). Storage: every relation of the storage schema after P1, per source row.")
 	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, "| configuration | P1 rows/s | snapshot rows/s | start → snapshot done | snapshot done → first checkpoint | P1 CPU µs per row: Postgres / storage | P1 misses per row | storage bytes per row | P3 changes/s | storage CPU µs per change | P3 misses per change | lag p50 / p99 (changes/s) | P4 ops/s |")
+	fmt.Fprintln(&b, "| configuration | P1 rows/s | snapshot rows/s | start → snapshot done | snapshot done → first checkpoint | P1 CPU µs per row: Postgres / storage backends / syncpipe | P1 misses per row | storage bytes per row | P3 changes/s | storage CPU µs per change | P3 misses per change | lag p50 / p99 (changes/s) | P4 ops/s |")
 	fmt.Fprintln(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, c := range scaleConfigs(runs) {
-		shared := "—"
-		if c.runs[0].p3SharedRead >= 0 {
-			shared = fmt.Sprintf("%.2f", c.med(func(r *scaleRun) float64 { return r.perChange(float64(r.p3SharedRead)) }))
+		// shared_blks_read per row or change, where counted.
+		shared := func(f func(r *scaleRun) float64) string {
+			if c.runs[0].p3SharedRead < 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.2f", c.med(f))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f s | %.1f s | %.1f / %.1f | %.2f | %.0f | %.0f | %.1f | %.2f (%s) | %.1f / %.1f ms (%.0f) | %.0f |\n",
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f s | %.1f s | %.1f / %.1f / %.1f | %.2f (%s) | %.0f | %.0f | %.1f | %.2f (%s) | %.1f / %.1f ms (%.0f) | %.0f |\n",
 			c.name, c.med((*scaleRun).p1Rate), c.med((*scaleRun).snapshotRate), c.med((*scaleRun).startToDone), c.med((*scaleRun).doneToCheckpoint),
 			c.med(func(r *scaleRun) float64 { return r.perRow(r.p1PostgresCPU) }), c.med(func(r *scaleRun) float64 { return r.perRow(r.p1StorageCPU) }),
+			c.med(func(r *scaleRun) float64 { return r.perRow(r.p1.SyncpipeCPU) }),
 			c.med(func(r *scaleRun) float64 { return float64(r.p1Misses) / float64(max(r.rows, 1)) }),
+			shared(func(r *scaleRun) float64 { return float64(r.p1SharedRead) / float64(max(r.rows, 1)) }),
 			c.med((*scaleRun).bytesPerRow), c.med(func(r *scaleRun) float64 { return rate(r.p3) }), c.med((*scaleRun).p3StorageUs),
-			c.med(func(r *scaleRun) float64 { return r.perChange(float64(r.p3Misses)) }), shared,
+			c.med(func(r *scaleRun) float64 { return r.perChange(float64(r.p3Misses)) }),
+			shared(func(r *scaleRun) float64 { return r.perChange(float64(r.p3SharedRead)) }),
 			1000*c.med(func(r *scaleRun) float64 { return r.lag(0.5) }), 1000*c.med(func(r *scaleRun) float64 { return r.lag(0.99) }),
 			c.med(func(r *scaleRun) float64 { return r.achieved }), c.med((*scaleRun).p4Rate))
 	}
