@@ -95,19 +95,19 @@ type scaleRun struct {
 	p1            Sample
 	p1StorageCPU  time.Duration // storage backends (live processes)
 	p1PostgresCPU time.Duration // both clusters' processes, exited ones too
-	p1Misses      int64         // storage's pg_statio blocks read
-	p1SharedRead  int64         // pg_stat_statements shared_blks_read (-1: not counted)
+	// Storage's buffer misses, the pages it grew by and its statements'
+	// shared_blks_read (-1: not counted): see storageIO.since.
+	p1Misses, p1Grown, p1SharedRead int64
 
 	storageBytes int64
 	relations    []relationSize
 
 	// P3: the 1k-row-transaction catch-up and the steady lag.
-	p3           Sample
-	p3StorageCPU time.Duration
-	p3Misses     int64
-	p3SharedRead int64
-	lags         []time.Duration
-	achieved     float64
+	p3                              Sample
+	p3StorageCPU                    time.Duration
+	p3Misses, p3Grown, p3SharedRead int64
+	lags                            []time.Duration
+	achieved                        float64
 
 	// P4: the timed drains.
 	drains []Sample
@@ -262,7 +262,7 @@ func (sc *scaleSet) measureSize(ctx context.Context, n int) error {
 		for range opt.Runs {
 			sc.k++
 			for _, v := range interleaved(opt.Harness.variants(), sc.k-1) {
-				run := &scaleRun{size: n, topology: topo, suffix: v.suffix, rows: int64(n + opt.Lists + 1), p1SharedRead: -1, p3SharedRead: -1}
+				run := &scaleRun{size: n, topology: topo, suffix: v.suffix, rows: int64(n + opt.Lists + 1)}
 				if err := sc.measure(ctx, sr, v, run); err != nil {
 					return fmt.Errorf("%s%s: %w", run.label(), v.suffix, err)
 				}
@@ -400,8 +400,13 @@ func (sc *scaleSet) p1(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	run.p1 = Sample{Duration: run.firstCheckpoint.Sub(run.launched), Rows: run.rows, PeakRSS: st.PeakRSS,
 		CPUBusy: busySince(cpu0, cpu1), OwnCPU: run.p1PostgresCPU + st.User + st.System,
 		SyncpipeCPU: st.User + st.System, PostgresCPU: run.p1PostgresCPU}
-	run.p1Misses, run.p1SharedRead, err = storageReads(ctx, t, stmts)
-	return err
+	io, err := storageReads(ctx, t, stmts)
+	if err != nil {
+		return err
+	}
+	// From a fresh database: the counters started at zero with it.
+	run.p1Misses, run.p1Grown, run.p1SharedRead = io.since(storageIO{shared: 0})
+	return nil
 }
 
 // p3 commits the updates with syncpipe stopped and times a child's
@@ -411,7 +416,7 @@ func (sc *scaleSet) p3(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	if err := sr.update(ctx, 0); err != nil {
 		return err
 	}
-	misses0, shared0, err := storageReads(ctx, t, stmts)
+	io0, err := storageReads(ctx, t, stmts)
 	if err != nil {
 		return err
 	}
@@ -420,15 +425,12 @@ func (sc *scaleSet) p3(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 		return err
 	}
 	sc.peakRSS = max(sc.peakRSS, cu.Child.PeakRSS)
-	misses1, shared1, err := storageReads(ctx, t, stmts)
+	io1, err := storageReads(ctx, t, stmts)
 	if err != nil {
 		return err
 	}
 	run.p3, run.p3StorageCPU = cu.Sample, t.smallCost.cpu["storage backends"]
-	run.p3Misses = misses1 - misses0
-	if shared0 >= 0 {
-		run.p3SharedRead = shared1 - shared0
-	}
+	run.p3Misses, run.p3Grown, run.p3SharedRead = io1.since(io0)
 	logf(sc.opt.Log, "%s%s: P3 %.0f changes/s, storage backends %s per change, %.2f buffer misses per change", run.label(), run.suffix,
 		rate(run.p3), (run.p3StorageCPU / time.Duration(max(run.p3.Rows, 1))).Round(100*time.Nanosecond), float64(run.p3Misses)/float64(max(run.p3.Rows, 1)))
 	return nil

@@ -78,28 +78,32 @@ func scaleTable(runs []*scaleRun) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "Every figure per configuration (median of its runs). P1 rows/s: source rows (todos, lists, the marker row) from process start to the first published checkpoint; "+
 		"the snapshot itself from the slot's creation to \"snapshot done\". CPU: Postgres = both clusters' processes over P1; storage = the storage database's backends. "+
-		"Buffer misses: blocks storage's relations read from outside shared buffers (pg_statio_user_tables: heap + index + TOAST + TOAST index), over P1 per source row and over P3's catch-up per change; "+
-		"in brackets the storage database's statements' shared_blks_read (pg_stat_statements). Storage: every relation of the storage schema after P1, per source row.")
+		"Buffer misses, over P1 per source row and over P3's catch-up per change: blocks storage's relations read from outside shared buffers (pg_statio_user_tables: heap + index + TOAST + TOAST index, every fork) "+
+		"less the pages they grew by (shown as \"+ new\": PostgreSQL 15 counts a page a relation is extended by as read); "+
+		"after the semicolon the storage database's statements' shared_blks_read (pg_stat_statements, which counts an extension as written). Storage: every relation of the storage schema after P1, per source row.")
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, "| configuration | P1 rows/s | snapshot rows/s | start → snapshot done | snapshot done → first checkpoint | P1 CPU µs per row: Postgres / storage backends / syncpipe | P1 misses per row | storage bytes per row | P3 changes/s | storage CPU µs per change | P3 misses per change | lag p50 / p99 (changes/s) | P4 ops/s |")
 	fmt.Fprintln(&b, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, c := range scaleConfigs(runs) {
-		// shared_blks_read per row or change, where counted.
-		shared := func(f func(r *scaleRun) float64) string {
-			if c.runs[0].p3SharedRead < 0 {
-				return "—"
+		// Misses, pages grown and shared_blks_read (where counted) per
+		// row or change.
+		misses := func(n float64, f func(r *scaleRun) (misses, grown, shared int64)) string {
+			m := c.med(func(r *scaleRun) float64 { v, _, _ := f(r); return float64(v) / n })
+			g := c.med(func(r *scaleRun) float64 { _, v, _ := f(r); return float64(v) / n })
+			if _, _, sh := f(c.runs[0]); sh < 0 {
+				return fmt.Sprintf("%.2f (+%.2f new)", m, g)
 			}
-			return fmt.Sprintf("%.2f", c.med(f))
+			return fmt.Sprintf("%.2f (+%.2f new; %.2f)", m, g, c.med(func(r *scaleRun) float64 { _, _, v := f(r); return float64(v) / n }))
 		}
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f s | %.1f s | %.1f / %.1f / %.1f | %.2f (%s) | %.0f | %.0f | %.1f | %.2f (%s) | %.1f / %.1f ms (%.0f) | %.0f |\n",
+		p1io := func(r *scaleRun) (int64, int64, int64) { return r.p1Misses, r.p1Grown, r.p1SharedRead }
+		p3io := func(r *scaleRun) (int64, int64, int64) { return r.p3Misses, r.p3Grown, r.p3SharedRead }
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.1f s | %.1f s | %.1f / %.1f / %.1f | %s | %.0f | %.0f | %.1f | %s | %.1f / %.1f ms (%.0f) | %.0f |\n",
 			c.name, c.med((*scaleRun).p1Rate), c.med((*scaleRun).snapshotRate), c.med((*scaleRun).startToDone), c.med((*scaleRun).doneToCheckpoint),
 			c.med(func(r *scaleRun) float64 { return r.perRow(r.p1PostgresCPU) }), c.med(func(r *scaleRun) float64 { return r.perRow(r.p1StorageCPU) }),
 			c.med(func(r *scaleRun) float64 { return r.perRow(r.p1.SyncpipeCPU) }),
-			c.med(func(r *scaleRun) float64 { return float64(r.p1Misses) / float64(max(r.rows, 1)) }),
-			shared(func(r *scaleRun) float64 { return float64(r.p1SharedRead) / float64(max(r.rows, 1)) }),
+			misses(float64(c.runs[0].rows), p1io),
 			c.med((*scaleRun).bytesPerRow), c.med(func(r *scaleRun) float64 { return rate(r.p3) }), c.med((*scaleRun).p3StorageUs),
-			c.med(func(r *scaleRun) float64 { return r.perChange(float64(r.p3Misses)) }),
-			shared(func(r *scaleRun) float64 { return r.perChange(float64(r.p3SharedRead)) }),
+			misses(float64(max(c.runs[0].p3.Rows, 1)), p3io),
 			1000*c.med(func(r *scaleRun) float64 { return r.lag(0.5) }), 1000*c.med(func(r *scaleRun) float64 { return r.lag(0.99) }),
 			c.med(func(r *scaleRun) float64 { return r.achieved }), c.med((*scaleRun).p4Rate))
 	}

@@ -52,29 +52,58 @@ func storageSize(ctx context.Context, conn *pgx.Conn) (int64, []relationSize, er
 	return total, top, nil
 }
 
+// storageIO is a sample of storage's block counters.
+type storageIO struct {
+	// fetched are the blocks storage's relations read from outside
+	// shared buffers (pg_statio_user_tables: heap, index, TOAST and TOAST
+	// index, every fork) — and the pages they grew by: PostgreSQL 15
+	// counts a page a relation is extended by as read.
+	fetched int64
+	// blocks is the storage schema's size in blocks.
+	blocks int64
+	// shared is the storage database's statements' shared_blks_read
+	// (-1: not counted), where an extension counts as written instead.
+	shared int64
+}
+
+// since is what happened between before and io: the buffer misses (blocks
+// fetched less the pages the relations grew by, the misses that cost a
+// read), the pages they grew by and the statements' shared_blks_read.
+func (io storageIO) since(before storageIO) (misses, grown, shared int64) {
+	grown = max(io.blocks-before.blocks, 0)
+	shared = -1
+	if io.shared >= 0 && before.shared >= 0 {
+		shared = io.shared - before.shared
+	}
+	return max(io.fetched-before.fetched-grown, 0), grown, shared
+}
+
 // storageReads waits until no session of syncpipe's is left in t's storage
 // database — a backend reports its statistics when it exits, after the
-// child that used it — and returns the storage database's buffer misses so
-// far and its statements' shared_blks_read (-1 without stmts).
-func storageReads(ctx context.Context, t *streamTarget, stmts *pgx.Conn) (misses, sharedRead int64, err error) {
+// child that used it — and samples storage's block counters, the
+// statements' with stmts (nil: not counted).
+func storageReads(ctx context.Context, t *streamTarget, stmts *pgx.Conn) (storageIO, error) {
+	io := storageIO{shared: -1}
 	if err := backendsGone(ctx, t.storage); err != nil {
-		return 0, 0, err
+		return io, err
 	}
-	err = t.storage.QueryRow(ctx, `SELECT coalesce(sum(coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0)
-			+ coalesce(toast_blks_read, 0) + coalesce(tidx_blks_read, 0)), 0)::bigint
-		FROM pg_statio_user_tables`).Scan(&misses)
+	err := t.storage.QueryRow(ctx, `SELECT
+			(SELECT coalesce(sum(coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0) + coalesce(toast_blks_read, 0) + coalesce(tidx_blks_read, 0)), 0)
+			 FROM pg_statio_user_tables)::bigint,
+			(SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) / current_setting('block_size')::bigint
+			 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			 WHERE n.nspname = 'syncpipe' AND c.relkind IN ('r', 'm'))::bigint`).Scan(&io.fetched, &io.blocks)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read pg_statio_user_tables: %w", err)
+		return io, fmt.Errorf("read storage's block counters: %w", err)
 	}
-	sharedRead = -1
 	if stmts != nil {
 		err = stmts.QueryRow(ctx, `SELECT coalesce(sum(s.shared_blks_read), 0)::bigint
-			FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1`, t.storageDB).Scan(&sharedRead)
+			FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1`, t.storageDB).Scan(&io.shared)
 		if err != nil {
-			return 0, 0, fmt.Errorf("read pg_stat_statements: %w", err)
+			return io, fmt.Errorf("read pg_stat_statements: %w", err)
 		}
 	}
-	return misses, sharedRead, nil
+	return io, nil
 }
 
 // backendsGone polls until conn's database has no client session but
