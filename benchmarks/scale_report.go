@@ -157,7 +157,11 @@ func scaleCompareNote(runs []*scaleRun) string {
 		}
 		for _, f := range figures {
 			n, o := c.med(f.f), configs[i].med(f.f)
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | **%.3f** |\n", c.name, f.name, n, o, n/max(o, 1e-9))
+			ratio := "—" // of nothing (no misses in either)
+			if o > 0 {
+				ratio = fmt.Sprintf("**%.3f**", n/o)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.2f | %.2f | %s |\n", c.name, f.name, n, o, ratio)
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
