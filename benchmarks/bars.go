@@ -36,6 +36,7 @@ var specBars = []struct{ id, scenario, measure, bar string }{
 	{"P5-streams", "checksums-streams", "checksums on Sync Streams, 100 clients × 10 subscriptions, small updates", "≤ 1 checksum query per changed bucket per checkpoint; p99 < 50 ms"},
 	{"Load", "load", "1,000 sync connections + 5k changes/s", "commit → checkpoint_complete p99 < 100 ms; RSS < 500 MB; < 50 KB per idle connection"},
 	{"Load (WebSocket)", "load-ws", "1,000 sync connections over WebSocket (RSocket) + 5k changes/s (issue 43)", "commit → checkpoint_complete p99 < 100 ms; RSS < 500 MB; < 50 KB per idle connection"},
+	{"Scale", "scale", "issue 47: P1, P3 and P4 at the largest data set size against the smallest, both topologies", "P1 ≥ 80% and P3 1k-row-txn throughput ≥ 80%, P4 ≥ 90% of the smallest size's; one cluster: snapshot done → first checkpoint ≤ 10 s; lag p99 < 250 ms at 5k changes/s; ≤ 504 storage bytes per source row"},
 	{"P6", "", "memory (syncpipe process)", "RSS < 500 MB through P1–P5 and one 1M-row source transaction"},
 }
 

@@ -22,6 +22,9 @@ type Params struct {
 	ChunkRows int
 	// Rows and Lists size the todo data set of scenarios that use it.
 	Rows, Lists int
+	// Sizes are the todo counts the scale scenario compares (empty: the
+	// scale's preset).
+	Sizes []int
 	// Topologies are the storage topologies P3 measures (ParseTopologies;
 	// empty: both).
 	Topologies []string
@@ -57,6 +60,7 @@ var registry = []Scenario{
 	{Name: "load-ws", Spec: "Load", Describe: "the load scenario with its clients over WebSocket (RSocket), as the SDKs with connectionMethod 'web-socket'", Run: runLoadWSScenario},
 	{Name: "compaction", Spec: "P8", Describe: "a bucket of rows updated many times: storage size and a new client's drain before and after compaction", Run: runCompactionScenario},
 	{Name: "compaction-load", Spec: "P8", Describe: "compaction running while 2,000 changes/s stream in and 20 clients sync: replication lag with and without it, checksum failures", Run: runCompactionLoadScenario},
+	{Name: "scale", Spec: "Scale", Describe: "issue 47: P1 (process start → first checkpoint), P3 (1k-row-txn catch-up, lag at 5k changes/s) and P4 at two data set sizes in both topologies, shared_buffers " + scaleSharedBuffers + ": rows/s, changes/s, lag, ops/s, storage bytes per row, storage CPU and buffer misses per change", Run: runScaleScenario},
 	{Name: "write", Describe: "bucket storage write path vs raw COPY of the same rows", Run: runWriteScenario},
 }
 

@@ -102,6 +102,15 @@ const streamingRules = todos.Rules + `  marks:
       - SELECT id, seq FROM bench_marks
 `
 
+// createMarks creates the marker table of streamingRules, with its one row.
+func createMarks(ctx context.Context, src *pgx.Conn) error {
+	if _, err := src.Exec(ctx, `CREATE TABLE bench_marks (id int PRIMARY KEY, seq bigint NOT NULL);
+		INSERT INTO bench_marks VALUES (1, 0)`); err != nil {
+		return fmt.Errorf("create marker table: %w", err)
+	}
+	return nil
+}
+
 // Row names of the streaming result: the baseline, and the syncpipe rows'
 // prefix (see streamTarget).
 const (
@@ -219,9 +228,8 @@ func runStreaming(ctx context.Context, opt StreamingOptions) (res Result, target
 	}
 	defer cluster.Stop()
 	defer src.Close(context.WithoutCancel(ctx))
-	if _, err := src.Exec(ctx, `CREATE TABLE bench_marks (id int PRIMARY KEY, seq bigint NOT NULL);
-		INSERT INTO bench_marks VALUES (1, 0)`); err != nil {
-		return res, nil, fmt.Errorf("create marker table: %w", err)
+	if err := createMarks(ctx, src); err != nil {
+		return res, nil, err
 	}
 	ids, err := pgx.CollectRows(mustQuery(ctx, src, `SELECT id::text FROM todos ORDER BY id`), pgx.RowTo[string])
 	if err != nil {
@@ -837,15 +845,31 @@ type catchUpRun struct {
 // for the pieces of a transaction too large for one write. The slot is not
 // moved on afterwards: see settle.
 func (sr *streamRun) catchUp(ctx context.Context, t *streamTarget, cost *catchUpCost, changes int64, watch bool) (catchUpRun, error) {
-	var cu catchUpRun
 	var ops0 int64
 	opsRel, err := opsRelation(ctx, t.storage)
 	if err != nil {
-		return cu, err
+		return catchUpRun{}, err
 	}
 	if err := t.storage.QueryRow(ctx, `SELECT count(*) FROM `+opsRel).Scan(&ops0); err != nil {
+		return catchUpRun{}, fmt.Errorf("count ops: %w", err)
+	}
+	cu, err := sr.catchUpTimed(ctx, t, cost, changes, watch)
+	if err != nil {
+		return cu, err
+	}
+	if err := t.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
+		FROM `+opsRel, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
 		return cu, fmt.Errorf("count ops: %w", err)
 	}
+	return cu, nil
+}
+
+// catchUpTimed is catchUp without counting the ops it stored: two scans
+// of bucket_data, which at tens of millions of ops take long and fill
+// storage's buffers with what the catch-up itself never read (the scale
+// scenario counts buffer misses around it).
+func (sr *streamRun) catchUpTimed(ctx context.Context, t *streamTarget, cost *catchUpCost, changes int64, watch bool) (catchUpRun, error) {
+	var cu catchUpRun
 	srcData := filepath.Join(sr.cluster.Dir(), "data")
 	stoData := ""
 	if t.twoClusters() {
@@ -920,10 +944,6 @@ func (sr *streamRun) catchUp(ctx context.Context, t *streamTarget, cost *catchUp
 	cost.own += st.User + st.System
 	cu.Sample = Sample{Duration: cu.end.Sub(cu.begin), Rows: changes, PeakRSS: st.PeakRSS, CPUBusy: busySince(cpu0, cpu1),
 		OwnCPU: clusterCPU(srcData) + clusterCPU(stoData) - pg0 + st.User + st.System}
-	if err := t.storage.QueryRow(ctx, `SELECT count(*) - $1, coalesce(sum(octet_length(data)) FILTER (WHERE op_id > 0), 0)::bigint
-		FROM `+opsRel, ops0).Scan(&cu.Ops, &cu.Bytes); err != nil {
-		return cu, fmt.Errorf("count ops: %w", err)
-	}
 	return cu, nil
 }
 
@@ -934,6 +954,13 @@ func (sr *streamRun) waitCaughtUp(ctx context.Context, t *streamTarget, child *C
 	if err := sr.src.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&target); err != nil {
 		return time.Time{}, err
 	}
+	return t.waitCheckpointPast(ctx, target, child)
+}
+
+// waitCheckpointPast waits until t's storage publishes a checkpoint at or
+// past the source position target ("0/1": the group's first checkpoint)
+// and returns when it saw it.
+func (t *streamTarget) waitCheckpointPast(ctx context.Context, target string, child *Child) (time.Time, error) {
 	if _, err := t.storage.Exec(ctx, "LISTEN syncpipe_checkpoints"); err != nil {
 		return time.Time{}, err
 	}

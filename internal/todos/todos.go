@@ -15,19 +15,29 @@ import (
 )
 
 // Schema creates the two tables and the publication used for streaming.
-const Schema = `
+const Schema = schemaTables + schemaTodoKeys
+
+// schemaTables are the tables with the todos' keys left out, so that
+// LoadParallel can build them once, after the rows are in.
+const schemaTables = `
 CREATE TABLE lists (
   id       uuid PRIMARY KEY,
   name     text NOT NULL,
   owner_id text NOT NULL
 );
 CREATE TABLE todos (
-  id          uuid PRIMARY KEY,
-  list_id     uuid NOT NULL REFERENCES lists (id) ON DELETE CASCADE,
+  id          uuid NOT NULL,
+  list_id     uuid NOT NULL,
   description text NOT NULL,
   completed   boolean NOT NULL DEFAULT false,
   created_at  timestamptz NOT NULL DEFAULT now()
 );
+`
+
+// schemaTodoKeys are the todos' primary key, foreign key and list index.
+const schemaTodoKeys = `
+ALTER TABLE todos ADD PRIMARY KEY (id),
+  ADD FOREIGN KEY (list_id) REFERENCES lists (id) ON DELETE CASCADE;
 CREATE INDEX todos_list_id ON todos (list_id);
 `
 
@@ -133,6 +143,21 @@ func Load(ctx context.Context, conn *pgx.Conn, size Size) ([]uuid.UUID, error) {
 		return nil, fmt.Errorf("create todo schema: %w", err)
 	}
 	g := NewGenerator(size)
+	lists, err := copyLists(ctx, conn, g)
+	if err != nil {
+		return nil, err
+	}
+	if err := copyTodos(ctx, conn, g, lists, 0, size.Todos); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE lists; ANALYZE todos"); err != nil {
+		return nil, fmt.Errorf("analyze: %w", err)
+	}
+	return lists, nil
+}
+
+// copyLists generates the lists with g and COPYs them in.
+func copyLists(ctx context.Context, conn *pgx.Conn, g *Generator) ([]uuid.UUID, error) {
 	lists := g.ListIDs()
 	_, err := conn.CopyFrom(ctx, pgx.Identifier{"lists"}, []string{"id", "name", "owner_id"},
 		pgx.CopyFromSlice(len(lists), func(i int) ([]any, error) {
@@ -141,22 +166,26 @@ func Load(ctx context.Context, conn *pgx.Conn, size Size) ([]uuid.UUID, error) {
 	if err != nil {
 		return nil, fmt.Errorf("copy lists: %w", err)
 	}
-	_, err = conn.CopyFrom(ctx, pgx.Identifier{"todos"}, []string{"id", "list_id", "description", "completed", "created_at"},
-		pgx.CopyFromFunc(todoRows(g, lists)))
-	if err != nil {
-		return nil, fmt.Errorf("copy todos: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "ANALYZE lists; ANALYZE todos"); err != nil {
-		return nil, fmt.Errorf("analyze: %w", err)
-	}
 	return lists, nil
 }
 
-func todoRows(g *Generator, lists []uuid.UUID) func() ([]any, error) {
-	i := 0
+// copyTodos generates todos lo … hi-1 with g and COPYs them in.
+func copyTodos(ctx context.Context, conn *pgx.Conn, g *Generator, lists []uuid.UUID, lo, hi int) error {
+	_, err := conn.CopyFrom(ctx, pgx.Identifier{"todos"}, []string{"id", "list_id", "description", "completed", "created_at"},
+		pgx.CopyFromFunc(todoRows(g, lists, lo, hi)))
+	if err != nil {
+		return fmt.Errorf("copy todos: %w", err)
+	}
+	return nil
+}
+
+// todoRows yields todos lo … hi-1: the index numbers a todo's text and its
+// created_at, so every part of a parallel load has the shape of Load's.
+func todoRows(g *Generator, lists []uuid.UUID, lo, hi int) func() ([]any, error) {
+	i := lo
 	row := make([]any, 5)
 	return func() ([]any, error) {
-		if i >= g.size.Todos {
+		if i >= hi {
 			return nil, nil
 		}
 		row[0] = g.uuid()

@@ -20,7 +20,7 @@ import (
 )
 
 func main() {
-	scenario := flag.String("scenario", "all", "scenario to run: all, idle (P0: a caught-up syncpipe with no source change), snapshot (P1), scaling (P2), streaming (P3), drain (P4), checksums (P5), load (1,000 sync connections + 5k changes/s), load-ws (the same over WebSocket), compaction (P8: storage and a new client's drain before and after compaction), compaction-load (P8: replication lag and checksums while compaction runs) or write (storage write path), or a comma-separated list of them (snapshot,streaming); summary re-renders the saved results in -out (markdown, charts) and their summary.md")
+	scenario := flag.String("scenario", "all", "scenario to run: all, idle (P0: a caught-up syncpipe with no source change), snapshot (P1), scaling (P2), streaming (P3), drain (P4), checksums (P5), load (1,000 sync connections + 5k changes/s), load-ws (the same over WebSocket), compaction (P8: storage and a new client's drain before and after compaction), compaction-load (P8: replication lag and checksums while compaction runs), scale (issue 47: P1, P3 and P4 at two data set sizes, -sizes) or write (storage write path), or a comma-separated list of them (snapshot,streaming); summary re-renders the saved results in -out (markdown, charts) and their summary.md")
 	// Given on the command line, these override the scenario's -scale
 	// preset (registered.go reads them by name).
 	flag.Int("rows", 0, "source rows: todos (snapshot, write, drain), rows per table (scaling), global bucket rows (checksums); default: scale preset")

@@ -21,11 +21,12 @@ var (
 	trace    = flag.String("trace", "none", "export the syncpipe process's OTel spans: none, stdout or otlp (endpoint from OTEL_EXPORTER_OTLP_ENDPOINT)")
 	syncpipe = flag.String("syncpipe", "", "syncpipe binary to run; empty builds ./cmd/syncpipe into a temp dir")
 	cpuProf  = flag.String("cpuprofile", "", "directory for a Go CPU profile of every syncpipe child (`go tool pprof -top DIR/FILE`)")
-	topology = flag.String("topology", "both", "streaming (P3) and idle (P0): where storage is — both (two clusters and one, same runs), two (storage on a cluster of its own) or one (source and storage: two databases of one cluster)")
-	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): idle (P0), snapshot (P1), streaming (P3), drain (P4: its LATERAL drains) and load run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
+	topology = flag.String("topology", "both", "streaming (P3), idle (P0) and scale: where storage is — both (two clusters and one, same runs), two (storage on a cluster of its own) or one (source and storage: two databases of one cluster)")
+	compare  = flag.String("compare-bin", "", "a second syncpipe binary (e.g. a build of the previous commit): idle (P0), snapshot (P1), streaming (P3), drain (P4: its LATERAL drains), load and scale run every syncpipe configuration with both, interleaved, and print medians and new/old ratios")
 	compRev  = flag.String("compare-rev", "", "like -compare-bin, with the binary built from this git revision (git archive into a temp dir; the working tree is not touched)")
-	loadFor  = flag.Duration("for", 0, "load: how long the changes arrive (small 20s, full 2m); compaction-load and idle: each phase (compaction-load small 15s, full 1m; idle small 10s, full 1m); default: scale preset")
+	loadFor  = flag.Duration("for", 0, "load: how long the changes arrive (small 20s, full 2m); compaction-load and idle: each phase (compaction-load small 15s, full 1m; idle small 10s, full 1m); scale: the lag measurement (small 10s, full 30s); default: scale preset")
 	procs    = flag.String("processes", "2,3", "scaling (P2): comma-separated counts of syncpipe processes, 1 worker each, measured next to the single-process -writers configurations")
+	sizes    = flag.String("sizes", "", "scale: comma-separated todo counts to compare, e.g. 100000,1000000 (default: small 100k and 1M, full 1M and 10M)")
 )
 
 // flagged are the scenarios whose options this command builds from flags
@@ -118,13 +119,15 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 		p.Workers = workers
 	}
 	if isSet("processes") {
-		for _, f := range strings.Split(*procs, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 {
-				fmt.Fprintf(os.Stderr, "bench: bad -processes %q\n", *procs)
-				return 2
-			}
-			p.Processes = append(p.Processes, n)
+		if p.Processes, err = positiveInts(*procs); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: bad -processes %q\n", *procs)
+			return 2
+		}
+	}
+	if isSet("sizes") {
+		if p.Sizes, err = positiveInts(*sizes); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: bad -sizes %q\n", *sizes)
+			return 2
 		}
 	}
 	report := io.Writer(os.Stdout)
@@ -187,4 +190,17 @@ func setInt(name string) int {
 func intFlag(name string) int {
 	n, _ := strconv.Atoi(flag.Lookup(name).Value.String())
 	return n
+}
+
+// positiveInts reads a comma-separated list of positive integers.
+func positiveInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("not a positive integer: %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
