@@ -95,7 +95,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		need := 0
 		for i, c := range final {
 			p := &prev.rows[i]
-			need += len(c.Puts) + len(c.Lookups) + count(prev.bytes(p.buckets)) + count(prev.bytes(p.lookups))
+			need += len(c.Puts) + len(c.Lookups) + prev.memberCount(p) + count(prev.bytes(p.lookups))
 		}
 		// need over-counts (kept buckets get no REMOVE); unused ids are gaps.
 		if err := w.allocate(ctx, tx, need); err != nil {
@@ -137,18 +137,23 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 		if prev.rows[i].unchanged {
 			continue
 		}
-		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
-			if !hasPut(c.Puts, m, w.bucketIDs) {
-				var bucket, typ, id string
-				var bucketID int64
-				if w.lay.interned {
-					bucketID, typ, id = splitMemberID(m)
-					bucket = w.idNames[bucketID]
-				} else {
-					bucket, typ, id = splitMember(m)
+		remove := func(bucket string, bucketID int64, typ, id string) {
+			w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
+			w.encodeRemove(c, bucket, bucketID, typ, id, checksum.Remove(string(w.subkey)), take(), res)
+		}
+		if w.lay.interned {
+			forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
+				if !hasPutMember(c.Puts, m, w.bucketIDs) {
+					remove(w.idNames[m.bucket], m.bucket, string(m.typ), m.objectID())
 				}
-				w.subkey = checksum.AppendSubkey(w.subkey[:0], c.Table.ID, uuid.UUID(c.Key))
-				w.encodeRemove(c, bucket, bucketID, typ, id, checksum.Remove(string(w.subkey)), take(), res)
+				return true
+			})
+			continue
+		}
+		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
+			if !hasPut(c.Puts, m) {
+				bucket, typ, id := splitMember(m)
+				remove(bucket, 0, typ, id)
 			}
 			return true
 		})
@@ -200,10 +205,9 @@ func (w *Writer) removedNames(ctx context.Context, tx pgx.Tx, final []*model.Cha
 		if prev.rows[i].unchanged {
 			continue
 		}
-		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
-			if !hasPut(c.Puts, m, w.bucketIDs) {
-				id, _, _ := splitMemberID(m)
-				ids = append(ids, id)
+		forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
+			if !hasPutMember(c.Puts, m, w.bucketIDs) {
+				ids = append(ids, m.bucket)
 			}
 			return true
 		})

@@ -246,7 +246,7 @@ func (s *Compactor) compactBucket(ctx context.Context, lay *layout, group int, b
 
 // rowKeySQL identifies an op's row within its bucket as a client keys it:
 // object type, object id and the source row (the subkey).
-const rowKeySQL = `coalesce(object_type, '') || chr(31) || coalesce(object_id, '') || chr(31) ||
+const rowKeySQL = `coalesce(object_type, '') || chr(31) || coalesce({objid}, '') || chr(31) ||
   coalesce(source_table::text, '') || chr(31) || coalesce(source_key::text, '')`
 
 // compactReadDescSQL reads a bucket's ops below $3, newest first.
@@ -425,7 +425,7 @@ WITH old AS (
   WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = $3
 ), cleared AS (
   UPDATE {ops} d SET op = 4, checksum = $4, data = NULL, target_op = $5,
-    object_type = NULL, object_id = NULL, source_table = NULL, source_key = NULL
+    object_type = NULL, {objnull}, source_table = NULL, source_key = NULL
   FROM old
   WHERE d.group_id = $1 AND d.{bucket} = $2 AND d.op_id = $3
   RETURNING greatest(old.size - pg_column_size(d.*), 0) AS freed

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+
+	"github.com/syncpipe/syncpipe/model"
 )
 
 // copyBuf builds a PostgreSQL binary COPY stream in one reusable buffer.
@@ -128,14 +130,12 @@ func (c *copyBuf) elemMember(bucket, objectType, objectID string) {
 	c.buf = append(c.buf, objectID...)
 }
 
-// elemMemberID writes a v2 membership element: the bucket id (8 bytes,
-// big-endian), then "object_type\x1fobject_id" (see elemMember).
-func (c *copyBuf) elemMemberID(bucket int64, objectType, objectID string) {
-	c.buf = binary.BigEndian.AppendUint32(c.buf, uint32(8+len(objectType)+len(objectID)+1))
-	c.buf = binary.BigEndian.AppendUint64(c.buf, uint64(bucket))
-	c.buf = append(c.buf, objectType...)
-	c.buf = append(c.buf, memberSep)
-	c.buf = append(c.buf, objectID...)
+// members writes a v2 row's memberships as one bytea (appendMembers).
+func (c *copyBuf) members(puts []model.Put, ids map[string]int64) {
+	start := len(c.buf)
+	c.buf = append(c.buf, 0, 0, 0, 0)
+	c.buf = appendMembers(c.buf, puts, ids)
+	binary.BigEndian.PutUint32(c.buf[start:], uint32(len(c.buf)-start-4))
 }
 
 const memberSep = '\x1f'

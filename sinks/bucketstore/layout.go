@@ -58,7 +58,10 @@ var layouts = map[int]*layout{
 
 // newLayout fills the statements' templates for version: {ops} and {cur}
 // are the tables, {bucket} the bucket column and {btype} its type,
-// {ttype} the source_table column's type.
+// {ttype} the source_table column's type; {objcols} are the object id's
+// columns as written, {objid} and {d.objid} (of alias d) read it as
+// text, {objnull} sets it to NULL (v2 keeps a canonical UUID id in
+// object_uuid and any other in object_id).
 func newLayout(version int) *layout {
 	l := &layout{version: version}
 	var r *strings.Replacer
@@ -66,12 +69,15 @@ func newLayout(version int) *layout {
 	case storageV1:
 		l.ops, l.cur = "bucket_data", "current_data"
 		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
-			"{stage}", "stage_current")
+			"{stage}", "stage_current", "{objcols}", "object_id", "{objid}", "object_id", "{d.objid}", "d.object_id",
+			"{objnull}", "object_id = NULL")
 	case storageV2:
 		l.interned = true
 		l.ops, l.cur = "bucket_data2", "current_data2"
 		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
-			"{stage}", "stage_current2")
+			"{stage}", "stage_current2", "{objcols}", "object_uuid, object_id",
+			"{objid}", "coalesce(object_id, object_uuid::text)", "{d.objid}", "coalesce(d.object_id, d.object_uuid::text) AS object_id",
+			"{objnull}", "object_id = NULL, object_uuid = NULL")
 	default:
 		panic(fmt.Sprintf("bucketstore: no storage layout %d", version))
 	}

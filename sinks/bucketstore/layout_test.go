@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
@@ -86,22 +85,16 @@ func countCurrent(t testing.TB, s *Store, group int, table string) int64 {
 	return n
 }
 
-// memberBuckets returns the bucket names of a stored row's membership
-// elements (current_data.buckets) in group's layout.
-func memberBuckets(t testing.TB, s *Store, group int, elems [][]byte) []string {
+// memberBuckets returns the bucket names of a v2 stored row's packed
+// memberships (current_data2.buckets).
+func memberBuckets(t testing.TB, s *Store, group int, stored []byte) []string {
 	t.Helper()
 	var out []string
-	if !testLayout(t, s, group).interned {
-		for _, m := range elems {
-			out = append(out, strings.SplitN(string(m), string(memberSep), 2)[0])
-		}
-		return out
+	if err := checkMembers(stored); err != nil {
+		t.Fatal(err)
 	}
 	var ids []int64
-	for _, m := range elems {
-		id, _, _ := splitMemberID(m)
-		ids = append(ids, id)
-	}
+	forMembers(stored, func(m *member) bool { ids = append(ids, m.bucket); return true })
 	names, err := s.bucketNamesOf(context.Background(), s.pool, group, ids)
 	if err != nil {
 		t.Fatal(err)

@@ -140,12 +140,12 @@ func TestConcurrentStreamWritersStayConsistent(t *testing.T) {
 		}
 	}
 	for i := range rows {
-		var elems [][]byte
-		if err := s.pool.QueryRow(ctx, `SELECT buckets::bytea[] FROM `+testLayout(t, s, g.ID).cur+` WHERE group_id = $1 AND source_key = $2`,
-			g.ID, key(i)).Scan(&elems); err != nil {
+		var stored []byte
+		if err := s.pool.QueryRow(ctx, `SELECT buckets::bytea FROM `+testLayout(t, s, g.ID).cur+` WHERE group_id = $1 AND source_key = $2`,
+			g.ID, key(i)).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
-		buckets := memberBuckets(t, s, g.ID, elems)
+		buckets := memberBuckets(t, s, g.ID, stored)
 		id := fmt.Sprint(i)
 		if len(live[id]) != 1 || len(buckets) != 1 || !live[id][buckets[0]] {
 			t.Fatalf("row %s: live in %v, current_data says %q", id, live[id], buckets)

@@ -20,7 +20,7 @@ import (
 type previous struct {
 	found   bool
 	tid     pgtype.TID // where the row is, to delete it without an index probe
-	buckets span       // text[] of membership elements (copyBuf.elemMember)
+	buckets span       // v1: text[] of membership elements (copyBuf.elemMember); v2: packed (appendMembers)
 	lookups span       // bytea[] of lookup keys; empty span: NULL
 	data    span       // bytea; NULL and empty alike (as Change.RowData)
 	// unchanged is set by the write once it found the row's new state
@@ -39,6 +39,9 @@ type prevState struct {
 	// at, when set, maps a probe's ordinals to rows: the probe read the
 	// rows at these positions only (forget).
 	at []int32
+	// packed: the buckets are v2's packed memberships (a bytea column),
+	// not v1's array of elements.
+	packed bool
 }
 
 // trim drops an arena grown beyond limit bytes (see keptBufBytes).
@@ -118,11 +121,15 @@ var errPreviousFormat = errors.New("unexpected format of stored row state")
 // which would allocate a string per bucket and a slice per value of every
 // row of the batch.
 func scanPrevious(rows pgx.Rows, s *prevState) error {
-	for _, fd := range rows.FieldDescriptions() {
+	fds := rows.FieldDescriptions()
+	for _, fd := range fds {
 		if fd.Format != pgx.BinaryFormatCode {
 			rows.Close()
 			return fmt.Errorf("load previous row state: %w: column %s in text", errPreviousFormat, fd.Name)
 		}
+	}
+	if len(fds) > 2 {
+		s.packed = fds[2].DataTypeOID == oidBytea
 	}
 	for rows.Next() {
 		if err := s.add(rows.RawValues()); err != nil {
@@ -152,7 +159,11 @@ func (s *prevState) add(v [][]byte) error {
 	if i < 0 || i >= int64(len(s.rows)) {
 		return fmt.Errorf("%w: ordinal %d of %d", errPreviousFormat, i+1, len(s.rows))
 	}
-	if _, err := arrayLen(v[2]); err != nil {
+	if s.packed {
+		if err := checkMembers(v[2]); err != nil {
+			return err
+		}
+	} else if _, err := arrayLen(v[2]); err != nil {
 		return err
 	}
 	p := &s.rows[i]
@@ -239,13 +250,17 @@ func count(a []byte) int {
 // ids are the bucket ids of c's PUTs in a v2 group (nil in v1: see
 // hasPut).
 func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) bool {
-	buckets, lookups := s.bytes(p.buckets), s.bytes(p.lookups)
-	if c.Kind != model.Upsert || count(buckets) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
+	lookups := s.bytes(p.lookups)
+	if c.Kind != model.Upsert || s.memberCount(p) != len(c.Puts) || count(lookups) != len(c.Lookups) ||
 		!bytes.Equal(s.bytes(p.data), c.RowData) {
 		return false
 	}
 	same := true
-	elems(buckets, func(m []byte) bool { same = hasPut(c.Puts, m, ids); return same })
+	if s.packed {
+		forMembers(s.bytes(p.buckets), func(m *member) bool { same = hasPutMember(c.Puts, m, ids); return same })
+	} else {
+		elems(s.bytes(p.buckets), func(m []byte) bool { same = hasPut(c.Puts, m); return same })
+	}
 	if !same {
 		return false
 	}
@@ -253,13 +268,17 @@ func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) boo
 	return same
 }
 
-// hasPut reports whether puts contains the membership element m: of v1
-// (copyBuf.elemMember) when ids is nil, else of v2 (elemMemberID), where
-// ids holds the bucket ids of the puts.
-func hasPut(puts []model.Put, m []byte, ids map[string]int64) bool {
-	if ids != nil {
-		return hasPutID(puts, m, ids)
+// memberCount is the number of buckets the stored row p is in.
+func (s *prevState) memberCount(p *previous) int {
+	if s.packed {
+		return countMembers(s.bytes(p.buckets))
 	}
+	return count(s.bytes(p.buckets))
+}
+
+// hasPut reports whether puts contains the v1 membership element m
+// (copyBuf.elemMember).
+func hasPut(puts []model.Put, m []byte) bool {
 	for i := range puts {
 		p := &puts[i]
 		nb, nt := len(p.Bucket), len(p.ObjectType)
@@ -274,17 +293,12 @@ func hasPut(puts []model.Put, m []byte, ids map[string]int64) bool {
 	return false
 }
 
-func hasPutID(puts []model.Put, m []byte, ids map[string]int64) bool {
-	if len(m) < 9 {
-		return false
-	}
-	bucket, rest := int64(binary.BigEndian.Uint64(m)), m[8:]
+// hasPutMember reports whether puts, whose bucket ids ids holds, contain
+// the v2 membership m.
+func hasPutMember(puts []model.Put, m *member, ids map[string]int64) bool {
 	for i := range puts {
 		p := &puts[i]
-		nt := len(p.ObjectType)
-		if len(rest) == nt+len(p.ObjectID)+1 &&
-			string(rest[:nt]) == p.ObjectType && rest[nt] == memberSep &&
-			string(rest[nt+1:]) == p.ObjectID && ids[p.Bucket] == bucket {
+		if ids[p.Bucket] == m.bucket && m.sameObject(p.ObjectType, p.ObjectID) {
 			return true
 		}
 	}
@@ -298,16 +312,6 @@ func hasLookup(lookups []model.Lookup, key []byte) bool {
 		}
 	}
 	return false
-}
-
-// splitMemberID splits a membership element written by
-// copyBuf.elemMemberID.
-func splitMemberID(m []byte) (bucket int64, objectType, objectID string) {
-	if len(m) < 8 {
-		return noBucket, "", ""
-	}
-	t, id, _ := bytes.Cut(m[8:], []byte{memberSep})
-	return int64(binary.BigEndian.Uint64(m)), string(t), string(id)
 }
 
 // splitMember splits a membership element written by copyBuf.elemMember.

@@ -67,7 +67,7 @@ const readBucketDataSQL = `
 SELECT r.ord, b.op_id, b.op, b.source_table, b.source_key, b.object_type, b.object_id, b.checksum, b.data, b.target_op
 FROM (SELECT * FROM unnest($2::{btype}[], $3::int8[]) WITH ORDINALITY AS u(bucket, after, ord) ORDER BY ord OFFSET 0) r
 CROSS JOIN LATERAL (
-  SELECT d.op_id, d.op, d.source_table, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+  SELECT d.op_id, d.op, d.source_table, d.source_key, d.object_type, {d.objid}, d.checksum, d.data, d.target_op
   FROM {ops} d
   WHERE d.group_id = $1 AND d.{bucket} = r.bucket AND d.op_id > r.after AND d.op_id <= $4
   ORDER BY d.op_id
@@ -117,7 +117,7 @@ func orChainSQL(l *layout, n int) string {
 	bucket := "bucket_name"
 	if l.interned {
 		bucket = "d.bucket"
-		b.WriteString(`SELECT n.name, d.op_id, d.op, d.source_table, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+		b.WriteString(`SELECT n.name, d.op_id, d.op, d.source_table, d.source_key, d.object_type, coalesce(d.object_id, d.object_uuid::text), d.checksum, d.data, d.target_op
 FROM bucket_data2 d JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
 WHERE d.group_id = $1 AND d.op_id <= $2 AND (`)
 	} else {

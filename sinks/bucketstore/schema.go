@@ -257,15 +257,16 @@ CREATE TABLE bucket_data2 (
   source_table int,
   op           smallint NOT NULL,  -- 1 PUT, 2 REMOVE, 3 MOVE, 4 CLEAR
   source_key   uuid,
+  object_uuid  uuid,  -- the object id when it is a canonical UUID (lowercase, hyphenated), else NULL
   object_type  text,
-  object_id    text,
+  object_id    text,  -- any other object id
   data         text
 ) PARTITION BY LIST (group_id);
 CREATE TABLE current_data2 (
   group_id     int NOT NULL,
   source_table int NOT NULL,
   source_key   uuid NOT NULL,
-  buckets      bytea[] NOT NULL,
+  buckets      bytea NOT NULL,
   lookups      bytea[],
   data         bytea
 ) PARTITION BY LIST (group_id);
@@ -273,7 +274,7 @@ CREATE VIEW bucket_ops AS
   SELECT group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
   FROM bucket_data
   UNION ALL
-  SELECT d.group_id, n.name, d.op_id, d.op, t.id, d.source_key, d.object_type, d.object_id, d.checksum, d.data, d.target_op
+  SELECT d.group_id, n.name, d.op_id, d.op, t.id, d.source_key, d.object_type, coalesce(d.object_id, d.object_uuid::text), d.checksum, d.data, d.target_op
   FROM bucket_data2 d
   JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
   LEFT JOIN source_tables t ON t.num = d.source_table;

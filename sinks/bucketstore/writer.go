@@ -75,7 +75,7 @@ type Writer struct {
 const (
 	copyCurrentSQL = `COPY {cur} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
 	copyStageSQL   = `COPY {stage} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
-	copyOpsSQL     = `COPY {ops} (group_id, {bucket}, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
+	copyOpsSQL     = `COPY {ops} (group_id, {bucket}, op_id, op, source_table, source_key, object_type, {objcols}, checksum, data) FROM STDIN BINARY`
 	// createStageSQL: the staging table is needed only on the rare
 	// resume path, so it is created there rather than per writer; it
 	// lives for the session and is emptied at every commit.
@@ -518,6 +518,32 @@ func (w *Writer) bucket(b *copyBuf, name string, id int64) {
 	}
 }
 
+// opColumns is the number of columns of copyOpsSQL in w's layout.
+func (w *Writer) opColumns() int {
+	if w.lay.interned {
+		return 11
+	}
+	return 10
+}
+
+// objectID writes the object id column(s) of an op: v2 stores a
+// canonical UUID id as its 16 bytes in object_uuid (21 bytes less than
+// its text), any other id in object_id; readers format the UUID back to
+// the same text.
+func (w *Writer) objectID(b *copyBuf, id string) {
+	if !w.lay.interned {
+		b.text(id)
+		return
+	}
+	if u, ok := parseUUID(id); ok {
+		b.uuid(u)
+		b.null()
+		return
+	}
+	b.null()
+	b.text(id)
+}
+
 func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
 	b.row(6)
@@ -525,12 +551,7 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	if w.lay.interned {
-		start := b.beginArray(oidBytea, len(c.Puts))
-		for j := range c.Puts {
-			p := &c.Puts[j]
-			b.elemMemberID(w.bucketIDs[p.Bucket], p.ObjectType, p.ObjectID)
-		}
-		b.endArray(start)
+		b.members(c.Puts, w.bucketIDs)
 	} else {
 		start := b.beginArray(oidText, len(c.Puts))
 		for j := range c.Puts {
@@ -553,7 +574,7 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 
 func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result) {
 	b := &w.ops
-	b.row(10)
+	b.row(w.opColumns())
 	b.int4(int32(w.group))
 	w.bucket(b, p.Bucket, w.bucketIDs[p.Bucket])
 	b.int8(id)
@@ -561,7 +582,7 @@ func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result)
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	b.text(p.ObjectType)
-	b.text(p.ObjectID)
+	w.objectID(b, p.ObjectID)
 	b.int8(int64(p.Checksum))
 	b.bytes(p.Data)
 	w.changed.bucket(p.Bucket)
@@ -573,7 +594,7 @@ func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result)
 // encodeRemove encodes a REMOVE from bucket (v2: of id bucketID).
 func (w *Writer) encodeRemove(c *model.Change, bucket string, bucketID int64, objectType, objectID string, sum uint32, id int64, res *Result) {
 	b := &w.ops
-	b.row(10)
+	b.row(w.opColumns())
 	b.int4(int32(w.group))
 	w.bucket(b, bucket, bucketID)
 	b.int8(id)
@@ -581,7 +602,7 @@ func (w *Writer) encodeRemove(c *model.Change, bucket string, bucketID int64, ob
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	b.text(objectType)
-	b.text(objectID)
+	w.objectID(b, objectID)
 	b.int8(int64(sum))
 	b.null()
 	w.changed.bucket(bucket)

@@ -1,0 +1,251 @@
+package bucketstore
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/syncpipe/syncpipe/model"
+)
+
+// A v2 current row's memberships (current_data2.buckets) are one bytea,
+// packed by appendMembers:
+//
+//	uvarint n; n × uvarint bucket id;
+//	then, when n > 0, one byte: membersShared, and one object reference
+//	that every membership has, or membersEach, and n object references;
+//	object reference: uvarint len, object type; then objUUID and the
+//	object id's 16 bytes, or objText, uvarint len, the object id.
+//
+// A row's memberships nearly always share their object (one output table
+// of the rules, its id column), so the type and id are stored once; a
+// row's object id is most often a UUID, stored as its 16 bytes. A
+// bytea[] of (id, "type\x1fid") elements took 24 bytes of array header, 4
+// per element and 8 per id besides the repeated text.
+const (
+	membersShared = 0
+	membersEach   = 1
+
+	objText = 0
+	objUUID = 1
+)
+
+// appendMembers appends the packed memberships of puts, their bucket ids
+// taken from ids.
+func appendMembers(b []byte, puts []model.Put, ids map[string]int64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(puts)))
+	if len(puts) == 0 {
+		return b
+	}
+	shared := true
+	for i := range puts {
+		b = binary.AppendUvarint(b, uint64(ids[puts[i].Bucket]))
+		if puts[i].ObjectType != puts[0].ObjectType || puts[i].ObjectID != puts[0].ObjectID {
+			shared = false
+		}
+	}
+	if shared {
+		b = append(b, membersShared)
+		return appendObject(b, puts[0].ObjectType, puts[0].ObjectID)
+	}
+	b = append(b, membersEach)
+	for i := range puts {
+		b = appendObject(b, puts[i].ObjectType, puts[i].ObjectID)
+	}
+	return b
+}
+
+func appendObject(b []byte, objectType, objectID string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(objectType)))
+	b = append(b, objectType...)
+	if u, ok := parseUUID(objectID); ok {
+		b = append(b, objUUID)
+		return append(b, u[:]...)
+	}
+	b = append(b, objText)
+	b = binary.AppendUvarint(b, uint64(len(objectID)))
+	return append(b, objectID...)
+}
+
+// member is one membership of packed memberships: bucket id, object type
+// and object id, spans of the packed bytes (id is the 16 bytes of a UUID
+// when uuid is set, else the text).
+type member struct {
+	bucket  int64
+	typ, id []byte
+	uuid    bool
+}
+
+// sameObject reports whether m's object is (objectType, objectID),
+// without allocating.
+func (m *member) sameObject(objectType, objectID string) bool {
+	if string(m.typ) != objectType {
+		return false
+	}
+	if !m.uuid {
+		return string(m.id) == objectID
+	}
+	var buf [36]byte
+	return len(objectID) == 36 && string(formatUUID(buf[:0], m.id)) == objectID
+}
+
+// objectID returns m's object id as text.
+func (m *member) objectID() string {
+	if m.uuid {
+		var buf [36]byte
+		return string(formatUUID(buf[:0], m.id))
+	}
+	return string(m.id)
+}
+
+// countMembers is the membership count of packed memberships that
+// checkMembers accepted.
+func countMembers(b []byte) int {
+	n, _ := binary.Uvarint(b)
+	return int(n)
+}
+
+// checkMembers checks that b is well-formed packed memberships, so that
+// eachMember never reads past its end.
+func checkMembers(b []byte) error {
+	ok := true
+	eachMember(b, func(*member) bool { return true }, &ok)
+	if !ok {
+		return fmt.Errorf("%w: memberships of %d bytes cut short", errPreviousFormat, len(b))
+	}
+	return nil
+}
+
+// forMembers calls f with each membership of b, which checkMembers
+// accepted, until f returns false. m is reused between calls.
+func forMembers(b []byte, f func(m *member) bool) {
+	ok := true
+	eachMember(b, f, &ok)
+}
+
+// eachMember walks b, clearing *ok if it is malformed.
+func eachMember(b []byte, f func(m *member) bool, ok *bool) {
+	n, p := binary.Uvarint(b)
+	if p <= 0 || n > uint64(len(b)) {
+		*ok = false
+		return
+	}
+	if n == 0 {
+		*ok = p == len(b)
+		return
+	}
+	ids := b[p:]
+	// Skip the ids to find the objects.
+	q := 0
+	for range n {
+		_, l := binary.Uvarint(ids[q:])
+		if l <= 0 {
+			*ok = false
+			return
+		}
+		q += l
+	}
+	objs := ids[q:]
+	if len(objs) == 0 {
+		*ok = false
+		return
+	}
+	mode, objs := objs[0], objs[1:]
+	if mode != membersShared && mode != membersEach {
+		*ok = false
+		return
+	}
+	var m member
+	q, o := 0, 0
+	for i := range int(n) {
+		id, l := binary.Uvarint(ids[q:])
+		q += l
+		if i == 0 || mode == membersEach {
+			next, good := readObject(objs[o:], &m)
+			if !good {
+				*ok = false
+				return
+			}
+			o += next
+		}
+		m.bucket = int64(id)
+		if !f(&m) {
+			return
+		}
+	}
+	*ok = o == len(objs)
+}
+
+// readObject reads an object reference into m, returning its length.
+func readObject(b []byte, m *member) (int, bool) {
+	tl, p := binary.Uvarint(b)
+	if p <= 0 || uint64(len(b)-p) < tl+1 {
+		return 0, false
+	}
+	m.typ = b[p : p+int(tl)]
+	p += int(tl)
+	tag := b[p]
+	p++
+	switch tag {
+	case objUUID:
+		if len(b)-p < 16 {
+			return 0, false
+		}
+		m.id, m.uuid = b[p:p+16], true
+		return p + 16, true
+	case objText:
+		il, l := binary.Uvarint(b[p:])
+		if l <= 0 || uint64(len(b)-p-l) < il {
+			return 0, false
+		}
+		p += l
+		m.id, m.uuid = b[p:p+int(il)], false
+		return p + int(il), true
+	}
+	return 0, false
+}
+
+// parseUUID reads s when it is a UUID in canonical text, lowercase and
+// hyphenated, the form formatUUID writes back: only such ids are stored
+// as 16 bytes, so every stored id reads back byte for byte.
+func parseUUID(s string) (u [16]byte, ok bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return u, false
+	}
+	j := 0
+	for i := 0; i < 36; i += 2 {
+		if i == 8 || i == 13 || i == 18 || i == 23 {
+			i--
+			continue
+		}
+		hi, lo := unhex(s[i]), unhex(s[i+1])
+		if hi > 15 || lo > 15 {
+			return u, false
+		}
+		u[j] = hi<<4 | lo
+		j++
+	}
+	return u, true
+}
+
+func unhex(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	}
+	return 255
+}
+
+const hexDigits = "0123456789abcdef"
+
+// formatUUID appends the canonical text of the 16 bytes u.
+func formatUUID(b, u []byte) []byte {
+	for i, c := range u[:16] {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, hexDigits[c>>4], hexDigits[c&15])
+	}
+	return b
+}
