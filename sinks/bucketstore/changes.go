@@ -143,8 +143,8 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 		}
 		if w.lay.interned {
 			forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
-				if !hasPutMember(c.Puts, m, w.bucketIDs) {
-					remove(w.idNames[m.bucket], m.bucket, string(m.typ), m.objectID())
+				if !hasPutMember(c.Puts, c.Table.Name, m, w.bucketIDs) {
+					remove(w.idNames[m.bucket], m.bucket, m.objectType(c.Table.Name), m.objectID())
 				}
 				return true
 			})
@@ -206,7 +206,7 @@ func (w *Writer) removedNames(ctx context.Context, tx pgx.Tx, final []*model.Cha
 			continue
 		}
 		forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
-			if !hasPutMember(c.Puts, m, w.bucketIDs) {
+			if !hasPutMember(c.Puts, c.Table.Name, m, w.bucketIDs) {
 				ids = append(ids, m.bucket)
 			}
 			return true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/model"
+	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
 // recompute is the reference: every bucket's checksum and count at
@@ -172,7 +173,7 @@ func TestChecksumsAfterClear(t *testing.T) {
 	if lay.interned {
 		col, arg = "bucket", bucketKeys(t, s, g.ID, []string{bucket}).([]int64)[0]
 	}
-	err = tx.QueryRow(ctx, `SELECT max(op_id), sum(checksum) % 4294967296 FROM `+lay.ops+`
+	err = tx.QueryRow(ctx, `SELECT max(op_id), sum(checksum::int8) % 4294967296 FROM `+lay.ops+`
 		WHERE group_id = $1 AND `+col+` = $2 AND op_id <= $3`, g.ID, arg, cps[12]).Scan(&clearID, &sum)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestChecksumsAfterClear(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+lay.ops+` (group_id, `+col+`, op_id, op, checksum, target_op)
-		VALUES ($1, $2, $3, 4, $4, $3)`, g.ID, arg, clearID, sum); err != nil {
+		VALUES ($1, $2, $3, 4, $4, $3)`, g.ID, arg, clearID, lay.checksumArg(checksum.FromInt64(sum))); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

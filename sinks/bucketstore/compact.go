@@ -395,7 +395,7 @@ func (s *Compactor) clearLeading(ctx context.Context, lay *layout, group int, bu
 		if target > last {
 			t = &target
 		}
-		if err := tx.QueryRow(ctx, lay.compactWriteClear, group, bucket, last, int64(sum), t).Scan(&shrunk); err != nil {
+		if err := tx.QueryRow(ctx, lay.compactWriteClear, group, bucket, last, lay.checksumArg(sum), t).Scan(&shrunk); err != nil {
 			return fmt.Errorf("write CLEAR: %w", err)
 		}
 		merged = rewritten{ops: int64(len(ids) - 1), bytes: deleted + shrunk}

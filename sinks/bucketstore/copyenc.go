@@ -131,10 +131,10 @@ func (c *copyBuf) elemMember(bucket, objectType, objectID string) {
 }
 
 // members writes a v2 row's memberships as one bytea (appendMembers).
-func (c *copyBuf) members(puts []model.Put, ids map[string]int64) {
+func (c *copyBuf) members(puts []model.Put, table string, ids map[string]int64) {
 	start := len(c.buf)
 	c.buf = append(c.buf, 0, 0, 0, 0)
-	c.buf = appendMembers(c.buf, puts, ids)
+	c.buf = appendMembers(c.buf, puts, table, ids)
 	binary.BigEndian.PutUint32(c.buf[start:], uint32(len(c.buf)-start-4))
 }
 

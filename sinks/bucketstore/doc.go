@@ -186,13 +186,26 @@
 //     and current rows carry 4 bytes instead of the 24-character id. The id
 //     stays the table's public identity (REMOVE subkeys); readers map the
 //     number back through a per-group cache.
-//   - bucket_data2's columns are in alignment order (int8s, int4s, the
-//     int2, then uuid and text), so a row has no padding.
-//   - current_data2.buckets is a bytea[] of membership elements: the
-//     bucket id (8 bytes) then "object_type\x1fobject_id". The object
-//     type and id must stay: a REMOVE names the object the row left, and
-//     they differ from bucket to bucket (the rules' output table name and
-//     id column). A bare int8[] of bucket ids cannot write those REMOVEs.
+//   - bucket_data2's fixed-width columns come first, int8s then int4s, so
+//     they need no padding; op, the one int2, comes last, after data: before
+//     it, it would leave 2 bytes of padding in front of data's 4-byte
+//     aligned length word (a todos op is then 320 bytes instead of 321,
+//     25 rows a page instead of 24). The checksum is an int4 holding the
+//     32-bit value's bits (readers take the low 32 bits of it, or of a
+//     sum, which PostgreSQL computes in int8).
+//   - An op's object id, when it is a canonical UUID (lowercase,
+//     hyphenated: the only form that formats back to the same text), is
+//     its 16 bytes in object_uuid, else text in object_id; its object
+//     type is NULL when it is the name of the op's table (the rules'
+//     output table most often is). Readers put both back: the id with
+//     uuid's text output, the type from the table's number.
+//   - current_data2.buckets is one bytea (members.go): the count, the
+//     bucket ids as varints, then the object type and id once when every
+//     membership shares them (the common case), else per membership, the
+//     type left out when it is the table's name and a UUID id as 16
+//     bytes. The object type and id must stay: a REMOVE names the object
+//     the row left, and they can differ from bucket to bucket (the rules'
+//     output table name and id column).
 //   - bucket_parameters, bucket_changes (named by bucket names, as readers
 //     ask by name), op_reservations and the rest stay shared, as in
 //     version 1.
@@ -203,8 +216,19 @@
 // 70: 28 bytes an entry, so about 78 % leaf fill where version 1 had
 // about 50 %);
 // current_data heap 205 → 134 and primary key 89 → 53; all of storage
-// 918 → 597 (−35 %). What is left is mostly the ops' row data (the JSON
-// of every op) and the membership elements' object type and id.
+// 918 → 597 (−35 %). Then, with the SPEC's todos rules (scale benchmark,
+// 596 at the start): packed memberships took current_data's heap
+// 135 → 85; UUID object ids as 16 bytes the ops' heap 373 → 342 (516
+// in all); leaving out an object type that is the table's name, 85 → 77
+// (507). The int4 checksum and the ops' NULL object type took a todos op
+// from 329 to 321 bytes, which changed nothing alone (still 24 rows a
+// page); op after data took it to 320, 25 rows a page: 342 → 328, 493
+// in all (−17 % from 596, −41 % from version 1's 840 of issue 47). Inline lz4 compression of data (toast_tuple_target = 128) saved
+// nothing: PostgreSQL only compresses a tuple inline once it is over
+// TOAST_TUPLE_THRESHOLD (about 2 kB), which ops of rows like these never
+// are. What is left is mostly the ops' row data (the JSON of every op)
+// and current_data's primary key, whose random inserts (keys are UUIDv5)
+// leave its leaves about 70 % full.
 //
 // # Clearing
 //

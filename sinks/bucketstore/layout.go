@@ -100,6 +100,17 @@ func newLayout(version int) *layout {
 	return l
 }
 
+// checksumArg is sum as a statement argument for the checksum column:
+// v1's is an int8 holding the unsigned value, v2's an int4 holding its
+// bits (4 bytes less per op; readers take the low 32 bits either way,
+// checksum.FromInt64).
+func (l *layout) checksumArg(sum uint32) any {
+	if l.interned {
+		return int32(sum)
+	}
+	return int64(sum)
+}
+
 // partitions are the names of a v2 group's partitions of bucket_data2
 // and current_data2.
 func partitions(group int) (ops, cur string) {
@@ -170,20 +181,25 @@ type tableNums struct {
 
 type tableMap struct {
 	num map[string]int32
-	id  map[int32]string
+	ref map[int32]tableRef
 }
+
+// tableRef is what readers need of a numbered table: its id (the
+// subkeys' table part) and its name (the object type of its ops that
+// leave theirs out: see Writer.objectType).
+type tableRef struct{ id, name string }
 
 // load reads every table of group.
 func (t *tableNums) load(ctx context.Context, q dbQuerier, group int) (*tableMap, error) {
-	rows, err := q.Query(ctx, `SELECT id, num FROM source_tables WHERE group_id = $1`, group)
+	rows, err := q.Query(ctx, `SELECT id, table_name, num FROM source_tables WHERE group_id = $1`, group)
 	if err != nil {
 		return nil, fmt.Errorf("read the table numbers of group %d: %w", group, err)
 	}
-	g := &tableMap{num: map[string]int32{}, id: map[int32]string{}}
-	var id string
+	g := &tableMap{num: map[string]int32{}, ref: map[int32]tableRef{}}
+	var id, name string
 	var num int32
-	_, err = pgx.ForEachRow(rows, []any{&id, &num}, func() error {
-		g.num[id], g.id[num] = num, id
+	_, err = pgx.ForEachRow(rows, []any{&id, &name, &num}, func() error {
+		g.num[id], g.ref[num] = num, tableRef{id, name}
 		return nil
 	})
 	if err != nil {
@@ -227,25 +243,25 @@ func (t *tableNums) nums(ctx context.Context, q dbQuerier, group int, ids []stri
 	}
 }
 
-// id returns the id of group's table number num.
-func (t *tableNums) id(ctx context.Context, q dbQuerier, group int, num int32) (string, error) {
+// table returns the id and name of group's table number num.
+func (t *tableNums) table(ctx context.Context, q dbQuerier, group int, num int32) (tableRef, error) {
 	t.mu.Lock()
 	g := t.byGroup[group]
 	t.mu.Unlock()
 	if g != nil {
-		if id, ok := g.id[num]; ok {
-			return id, nil
+		if ref, ok := g.ref[num]; ok {
+			return ref, nil
 		}
 	}
 	g, err := t.load(ctx, q, group)
 	if err != nil {
-		return "", err
+		return tableRef{}, err
 	}
-	id, ok := g.id[num]
+	ref, ok := g.ref[num]
 	if !ok {
-		return "", fmt.Errorf("group %d has no table number %d", group, num)
+		return tableRef{}, fmt.Errorf("group %d has no table number %d", group, num)
 	}
-	return id, nil
+	return ref, nil
 }
 
 // tableArg is a probe's table column argument for the table ids: the

@@ -13,7 +13,9 @@ import (
 // UUIDs (stored as 16 bytes in v2) and ids that only resemble one (kept
 // as text), moves them to another bucket (the REMOVE's id comes from the
 // packed memberships), and checks that every read path gives each id
-// back byte for byte, in both storage versions.
+// back byte for byte, in both storage versions, and so does the object
+// type, which v2 leaves out when it is the table's name ("todos") and
+// keeps otherwise (here "", in the global bucket).
 func TestObjectIDsReadBackExactly(t *testing.T) {
 	t.Parallel()
 	ids := []string{
@@ -42,9 +44,9 @@ func TestObjectIDsReadBackExactly(t *testing.T) {
 			for i, id := range ids {
 				data := `{"id":"` + id + `"}`
 				first = append(first, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
-					Puts: []model.Put{put(`1#by_list["a"]`, "todos", id, data), put(`1#global[]`, "todos", id, data)}})
+					Puts: []model.Put{put(`1#by_list["a"]`, "todos", id, data), put(`1#global[]`, "", id, data)}})
 				moved = append(moved, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
-					Puts: []model.Put{put(`1#by_list["b"]`, "todos", id, data), put(`1#global[]`, "todos", id, data)}})
+					Puts: []model.Put{put(`1#by_list["b"]`, "todos", id, data), put(`1#global[]`, "", id, data)}})
 			}
 			if _, err := w.WriteSnapshot(ctx, first); err != nil {
 				t.Fatal(err)
@@ -56,15 +58,15 @@ func TestObjectIDsReadBackExactly(t *testing.T) {
 			cp := publishAt(t, s, g.ID, 10, res.MaxOpID)
 			want := map[string][]string{}
 			for _, id := range ids {
-				want[`1#by_list["a"]`] = append(want[`1#by_list["a"]`], "PUT "+id, "REMOVE "+id)
-				want[`1#by_list["b"]`] = append(want[`1#by_list["b"]`], "PUT "+id)
-				want[`1#global[]`] = append(want[`1#global[]`], "PUT "+id, "PUT "+id)
+				want[`1#by_list["a"]`] = append(want[`1#by_list["a"]`], "PUT todos/"+id, "REMOVE todos/"+id)
+				want[`1#by_list["b"]`] = append(want[`1#by_list["b"]`], "PUT todos/"+id)
+				want[`1#global[]`] = append(want[`1#global[]`], "PUT /"+id, "PUT /"+id)
 			}
 			for _, shape := range []ReadShape{ReadLateral, ReadORChain} {
 				got := map[string][]string{}
 				reqs := []BucketRequest{{Bucket: `1#by_list["a"]`}, {Bucket: `1#by_list["b"]`}, {Bucket: `1#global[]`}}
 				if _, err := s.Reader().ReadBucketDataShape(ctx, shape, g.ID, cp.OpID, reqs, 1000, func(r *OpRow) error {
-					got[r.Bucket] = append(got[r.Bucket], map[int16]string{OpPut: "PUT", OpRemove: "REMOVE"}[r.Op]+" "+r.ObjectID)
+					got[r.Bucket] = append(got[r.Bucket], map[int16]string{OpPut: "PUT", OpRemove: "REMOVE"}[r.Op]+" "+r.ObjectType+"/"+r.ObjectID)
 					return nil
 				}); err != nil {
 					t.Fatal(err)

@@ -257,7 +257,7 @@ func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) boo
 	}
 	same := true
 	if s.packed {
-		forMembers(s.bytes(p.buckets), func(m *member) bool { same = hasPutMember(c.Puts, m, ids); return same })
+		forMembers(s.bytes(p.buckets), func(m *member) bool { same = hasPutMember(c.Puts, c.Table.Name, m, ids); return same })
 	} else {
 		elems(s.bytes(p.buckets), func(m []byte) bool { same = hasPut(c.Puts, m); return same })
 	}
@@ -293,12 +293,12 @@ func hasPut(puts []model.Put, m []byte) bool {
 	return false
 }
 
-// hasPutMember reports whether puts, whose bucket ids ids holds, contain
-// the v2 membership m.
-func hasPutMember(puts []model.Put, m *member, ids map[string]int64) bool {
+// hasPutMember reports whether puts of a row of table (its name), whose
+// bucket ids ids holds, contain the v2 membership m.
+func hasPutMember(puts []model.Put, table string, m *member, ids map[string]int64) bool {
 	for i := range puts {
 		p := &puts[i]
-		if ids[p.Bucket] == m.bucket && m.sameObject(p.ObjectType, p.ObjectID) {
+		if ids[p.Bucket] == m.bucket && m.sameObject(table, p.ObjectType, p.ObjectID) {
 			return true
 		}
 	}

@@ -83,7 +83,7 @@ func TestPrevStateSame(t *testing.T) {
 		ids     map[string]int64
 	}{
 		{storageV1, binaryArray(oidText, []byte(put.Bucket+"\x1f"+put.ObjectType+"\x1f"+put.ObjectID)), nil},
-		{storageV2, appendMembers(nil, []model.Put{put}, ids), ids},
+		{storageV2, appendMembers(nil, []model.Put{put}, todos.Name, ids), ids},
 	} {
 		t.Run(fmt.Sprintf("v%d", tc.version), func(t *testing.T) {
 			s := prevState{packed: tc.version == storageV2}

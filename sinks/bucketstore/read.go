@@ -229,7 +229,7 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		sourceKey                  pgtype.UUID
 		sourceNum                  pgtype.Int4 // v2's source_table
 		lastNum                    int32       // and the last one's id
-		lastTable                  string
+		last                       tableRef
 		sum                        int64
 		target                     pgtype.Int8
 		n                          int
@@ -281,15 +281,18 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		switch {
 		case !sourceKey.Valid:
 		case sourceNum.Valid:
-			if sourceNum.Int32 != lastNum || lastTable == "" {
+			if sourceNum.Int32 != lastNum || last.id == "" {
 				// Rows mostly come from one table after another: the
 				// last one saves the shared cache's lock per row.
-				if lastTable, err = s.tables.id(ctx, s.pool, group, sourceNum.Int32); err != nil {
+				if last, err = s.tables.table(ctx, s.pool, group, sourceNum.Int32); err != nil {
 					return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
 				}
 				lastNum = sourceNum.Int32
 			}
-			buf = checksum.AppendSubkey(buf, lastTable, uuid.UUID(sourceKey.Bytes))
+			buf = checksum.AppendSubkey(buf, last.id, uuid.UUID(sourceKey.Bytes))
+			if typ == nil {
+				row.ObjectType = last.name // v2 leaves out a type that is the table's name
+			}
 		case sourceTable != nil:
 			buf = checksum.AppendSubkey(buf, intern(sourceTable), uuid.UUID(sourceKey.Bytes))
 		}

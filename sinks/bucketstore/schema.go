@@ -251,16 +251,18 @@ CREATE TABLE bucket_names (
 CREATE TABLE bucket_data2 (
   bucket       bigint NOT NULL,
   op_id        bigint NOT NULL,
-  checksum     bigint NOT NULL,
   target_op    bigint,
   group_id     int NOT NULL,
   source_table int,
-  op           smallint NOT NULL,  -- 1 PUT, 2 REMOVE, 3 MOVE, 4 CLEAR
+  checksum     int NOT NULL,       -- the 32-bit checksum's bits (sum(int) is an int8; readers take the low 32 bits)
   source_key   uuid,
   object_uuid  uuid,  -- the object id when it is a canonical UUID (lowercase, hyphenated), else NULL
-  object_type  text,
+  object_type  text,  -- NULL in a row's op when it is the source table's name
   object_id    text,  -- any other object id
-  data         text
+  data         text,
+  -- last: a smallint before data would leave 2 bytes of padding before
+  -- its (4-byte aligned) length word
+  op           smallint NOT NULL   -- 1 PUT, 2 REMOVE, 3 MOVE, 4 CLEAR
 ) PARTITION BY LIST (group_id);
 CREATE TABLE current_data2 (
   group_id     int NOT NULL,
@@ -274,7 +276,7 @@ CREATE VIEW bucket_ops AS
   SELECT group_id, bucket_name, op_id, op, source_table, source_key, object_type, object_id, checksum, data, target_op
   FROM bucket_data
   UNION ALL
-  SELECT d.group_id, n.name, d.op_id, d.op, t.id, d.source_key, d.object_type, coalesce(d.object_id, d.object_uuid::text), d.checksum, d.data, d.target_op
+  SELECT d.group_id, n.name, d.op_id, d.op, t.id, d.source_key, coalesce(d.object_type, t.table_name), coalesce(d.object_id, d.object_uuid::text), d.checksum::int8 & 4294967295, d.data, d.target_op
   FROM bucket_data2 d
   JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
   LEFT JOIN source_tables t ON t.num = d.source_table;

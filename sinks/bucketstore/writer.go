@@ -526,6 +526,18 @@ func (w *Writer) opColumns() int {
 	return 10
 }
 
+// objectType writes the object type column of an op of c: v2 leaves it
+// NULL when it is the name of c's table (as is the rules' output table
+// most often), which readers put back from the table's number; with the
+// int4 checksum that takes 8 bytes off a todos op after alignment.
+func (w *Writer) objectType(b *copyBuf, c *model.Change, typ string) {
+	if w.lay.interned && typ == c.Table.Name && typ != "" {
+		b.null()
+		return
+	}
+	b.text(typ)
+}
+
 // objectID writes the object id column(s) of an op: v2 stores a
 // canonical UUID id as its 16 bytes in object_uuid (21 bytes less than
 // its text), any other id in object_id; readers format the UUID back to
@@ -544,6 +556,15 @@ func (w *Writer) objectID(b *copyBuf, id string) {
 	b.text(id)
 }
 
+// checksum writes an op's checksum column (see layout.checksumArg).
+func (w *Writer) checksum(b *copyBuf, sum uint32) {
+	if w.lay.interned {
+		b.int4(int32(sum))
+	} else {
+		b.int8(int64(sum))
+	}
+}
+
 func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
 	b.row(6)
@@ -551,7 +572,7 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	if w.lay.interned {
-		b.members(c.Puts, w.bucketIDs)
+		b.members(c.Puts, c.Table.Name, w.bucketIDs)
 	} else {
 		start := b.beginArray(oidText, len(c.Puts))
 		for j := range c.Puts {
@@ -581,9 +602,9 @@ func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result)
 	b.int2(OpPut)
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
-	b.text(p.ObjectType)
+	w.objectType(b, c, p.ObjectType)
 	w.objectID(b, p.ObjectID)
-	b.int8(int64(p.Checksum))
+	w.checksum(b, p.Checksum)
 	b.bytes(p.Data)
 	w.changed.bucket(p.Bucket)
 	res.Ops++
@@ -601,9 +622,9 @@ func (w *Writer) encodeRemove(c *model.Change, bucket string, bucketID int64, ob
 	b.int2(OpRemove)
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
-	b.text(objectType)
+	w.objectType(b, c, objectType)
 	w.objectID(b, objectID)
-	b.int8(int64(sum))
+	w.checksum(b, sum)
 	b.null()
 	w.changed.bucket(bucket)
 	res.Ops++
