@@ -86,7 +86,11 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	grown := grow(gctx, t, e.SourceURI)
 	served := e.WatchServing(gctx)
 
-	e.WaitFor(ctx, "a group of storage version 2 to take over", func() bool { return e.ActiveGroup(ctx) > v1 })
+	// 20k rows re-snapshot in seconds; a minute bounds a move that never
+	// starts.
+	mctx, mcancel := context.WithTimeout(ctx, time.Minute)
+	defer mcancel()
+	e.WaitFor(mctx, "a group of storage version 2 to take over", func() bool { return e.ActiveGroup(mctx) > v1 })
 	v2 := e.ActiveGroup(ctx)
 	var version int
 	if err := e.Storage.QueryRow(ctx, "SELECT storage_version FROM syncpipe.groups WHERE id = $1", v2).Scan(&version); err != nil || version != 2 {
@@ -163,10 +167,15 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 }
 
 // grow inserts todos until ctx ends, so changes stream during the move. A
-// failed insert fails the test at once.
+// failed insert fails the test at once. ctx must end before the test's
+// cleanups run.
 func grow(ctx context.Context, t *testing.T, uri string) <-chan struct{} {
 	conn := pgtest.Connect(t, uri)
 	done := make(chan struct{})
+	// Before the connection's cleanup closes it (cleanups run last first):
+	// a test that fails ends ctx with its deferred cancel, and the load
+	// stops.
+	t.Cleanup(func() { <-done })
 	go func() {
 		defer close(done)
 		for n := 0; ctx.Err() == nil; n++ {
