@@ -53,9 +53,10 @@ func (c *clientState) observe(cp string, rows map[string]map[string]string) {
 // TestStorageVersion1MovesInTheBackground: storage that the previous
 // version (storage version 1 only) snapshotted and streamed is moved by
 // the current binary to storage version 2 through a new group that
-// re-snapshots in the background, while a sync client is served from the
-// version 1 group — its checkpoints keep arriving, validated by checksum,
-// and never lose rows, as changes stream — until the new group takes over;
+// re-snapshots in the background, while a sync client that synced from
+// the previous version is served from the version 1 group — its
+// checkpoints keep arriving, validated by checksum, and never lose rows,
+// as changes stream — until the new group takes over;
 // the version 1 group is then retired and its rows are gone, what the
 // client holds equals the source, and `syncpipe status` shows version 2.
 func TestStorageVersion1MovesInTheBackground(t *testing.T) {
@@ -69,6 +70,12 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	e.WaitCaughtUp(ctx)
 	e.Exec(ctx, `UPDATE todos SET description = 'streamed by the previous version ' || id WHERE id IN (SELECT id FROM todos LIMIT 100)`)
 	e.WaitCaughtUp(ctx)
+	// A client of the previous version, as in a real upgrade: it holds the
+	// version 1 group's data and reconnects to the current binary, which
+	// listens on the same address.
+	var seen clientState
+	client := e.Sync("alice", seen.observe)
+	e.WaitFor(ctx, "the client's first checkpoint from the previous version", func() bool { return client.Complete() > 0 })
 	if err := p.Stop(); err != nil {
 		t.Fatalf("the previous version's syncpipe run: %v", err)
 	}
@@ -78,10 +85,9 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 		t.Fatalf("the previous version's group %d holds %d ops in bucket_data (%v), want its snapshot", v1, v1Rows, err)
 	}
 
+	at := client.Complete()
 	e.Start()
-	var seen clientState
-	client := e.Sync("alice", seen.observe)
-	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
+	e.WaitFor(ctx, "the client's first checkpoint from the current binary", func() bool { return client.Complete() > at })
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grown := grow(gctx, t, e.SourceURI)
 	served := e.WatchServing(gctx)
@@ -100,7 +106,7 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	if !e.Logged(want) {
 		t.Errorf("the log does not say %q", want)
 	}
-	at := client.Complete()
+	at = client.Complete()
 	e.WaitFor(ctx, "the client to sync from the new group", func() bool { return client.Complete() > at+1 })
 	stopGrowing()
 	<-grown
