@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/syncpipe/syncpipe/internal/testkit/gitbuild"
 )
 
 // The syncpipe side of a scenario runs as a child process (`syncpipe run`),
@@ -35,22 +37,11 @@ func BuildSyncpipe(ctx context.Context, dir string, race bool) (string, error) {
 	// The import path works from any directory inside the module (go run
 	// from the root, go test from benchmarks/).
 	args = append(args, "github.com/syncpipe/syncpipe/cmd/syncpipe")
-	cmd := exec.CommandContext(ctx, goTool(), args...)
+	cmd := exec.CommandContext(ctx, gitbuild.GoTool(), args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build syncpipe: %w\n%s", err, out)
 	}
 	return bin, nil
-}
-
-// goTool finds the go command: PATH, else the toolchain that built us.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	if p := filepath.Join(os.Getenv("GOROOT"), "bin", "go"); os.Getenv("GOROOT") != "" {
-		return p
-	}
-	return "go"
 }
 
 // ChildOptions configures one `syncpipe run` child process.

@@ -1,11 +1,7 @@
 package benchmarks
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 )
 
@@ -14,49 +10,6 @@ import (
 // for each configuration both medians and their ratio: a change is judged
 // against a build of the commit before it on the same machine at the same
 // time, not against figures measured on another day.
-
-// BuildSyncpipeAt builds ./cmd/syncpipe as of the git revision rev of the
-// repository the working directory is in, without touching that
-// repository's working tree or index: `git archive rev` is unpacked into a
-// directory under dir and built there. It returns the binary's path
-// (dir/syncpipe-<short hash>).
-func BuildSyncpipeAt(ctx context.Context, dir, rev string) (string, error) {
-	out, err := exec.CommandContext(ctx, "git", "rev-parse", "--short=12", rev+"^{commit}").Output()
-	if err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: git rev-parse: %w", rev, err)
-	}
-	hash := strings.TrimSpace(string(out))
-	src := filepath.Join(dir, "src-"+hash)
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: %w", rev, err)
-	}
-	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", hash)
-	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: %w", rev, err)
-	}
-	untar.Stdin = pipe
-	var aerr, terr strings.Builder
-	archive.Stderr, untar.Stderr = &aerr, &terr
-	if err := untar.Start(); err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: tar: %w", rev, err)
-	}
-	if err := archive.Run(); err != nil {
-		_ = untar.Wait()
-		return "", fmt.Errorf("build syncpipe at %s: git archive: %w\n%s", rev, err, aerr.String())
-	}
-	if err := untar.Wait(); err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: tar: %w\n%s", rev, err, terr.String())
-	}
-	bin := filepath.Join(dir, "syncpipe-"+hash)
-	build := exec.CommandContext(ctx, goTool(), "build", "-o", bin, "./cmd/syncpipe")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build syncpipe at %s: %w\n%s", rev, err, out)
-	}
-	return bin, nil
-}
 
 // compareParams describes a comparison run for a result's parameters.
 func (h *Harness) compareParams() string {

@@ -117,7 +117,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := registerSlotGauges(tel.MeterProvider, store.Catalog(), cfg, log); err != nil {
 			return err
 		}
-		if err := registerStorageGauge(tel.MeterProvider, store.Compactor(), log); err != nil {
+		if err := registerStorageGauge(tel.MeterProvider, store.Compactor(), store.Catalog(), log); err != nil {
 			return err
 		}
 		log.Info("syncpipe starting", "role", *role, "storage_schema", cfg.Storage.Schema, "metrics", tel.MetricsAddr())

@@ -120,7 +120,7 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tSTATE\tSLOT\tSNAPSHOT\tCHECKPOINT\tLSN\tLAG\tSLOT HEALTH\tLAST ERROR")
+	fmt.Fprintln(tw, "GROUP\tSTATE\tSTORAGE\tSLOT\tSNAPSHOT\tCHECKPOINT\tLSN\tLAG\tSLOT HEALTH\tLAST ERROR")
 	for _, g := range groups {
 		snap := "running"
 		if g.SnapshotDone {
@@ -130,7 +130,7 @@ func writeStatus(ctx context.Context, stdout io.Writer, cfg *config.Config, stor
 		if src != nil {
 			lag, health = sourceLag(ctx, src, g)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.ID, g.State, g.SlotName, snap, g.LastCheckpoint,
+		fmt.Fprintf(tw, "%d\t%s\tv%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", g.ID, g.State, g.StorageVersion, g.SlotName, snap, g.LastCheckpoint,
 			g.LastCheckpointLSN, lag, health, errorCell(g, now))
 	}
 	_ = tw.Flush()

@@ -63,7 +63,7 @@ pipelines:
 	}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	st := &fakeStatusStorage{now: now,
-		groups: []bucketstore.Group{{ID: 3, State: bucketstore.StateActive, SlotName: "syncpipe_3_ab12", SnapshotDone: true,
+		groups: []bucketstore.Group{{ID: 3, State: bucketstore.StateActive, StorageVersion: 2, SlotName: "syncpipe_3_ab12", SnapshotDone: true,
 			LastCheckpoint: 7, LastCheckpointLSN: 0x16B3748, Stream: bucketstore.StreamProgress{LSN: 0x16B3748},
 			LastError: "publication \"syncpipe\" does not exist\nremedy: CREATE PUBLICATION syncpipe FOR ALL TABLES", LastErrorAt: now.Add(-12 * time.Second),
 			RulesWarnings: []string{`rules.yaml:4:26: bucket "global" data[0]: warning: column "ownr_id" does not exist in table public.lists`}}},
@@ -82,7 +82,7 @@ pipelines:
 	for _, want := range []string{
 		"main bucketstore all rule tables group 3 done 0/16B3748 ? 12s ago: publication \"syncpipe\" does not exist…",
 		"audit jsonl todos 2 done 0/2000000 ? —",
-		"3 ACTIVE syncpipe_3_ab12 done 7 0/16B3748 ? ? 12s ago: publication \"syncpipe\" does not exist…",
+		"3 ACTIVE v2 syncpipe_3_ab12 done 7 0/16B3748 ? ? 12s ago: publication \"syncpipe\" does not exist…",
 		"3 public.todos 1/4 250 1000 25.0%",
 		"work units (all processes): streams 0 of 1 held; snapshot units 3 pending, 0 active",
 		"snapshot units wait and no process works on them: start a `syncpipe run --role replication` (or replication:snapshot) process",

@@ -154,8 +154,22 @@
 // Version 1 (groups created before version 2 existed) keeps the shared
 // bucket_data and current_data, keyed by bucket name and table id text.
 // Such groups keep working in full; they move to version 2 through a new
-// group that snapshots afresh in the background, as for a rules change
-// (not done here yet).
+// group that snapshots afresh in the background, as for a rules change:
+// EnsureGroup, finding the ACTIVE group of the configured rules older
+// than CurrentStorageVersion, creates a PROCESSING group of the same rules
+// in the current version (under its advisory lock, so processes starting
+// at once agree on one), and the process that creates it logs the move
+// once. The old group streams and serves until the new one's first
+// checkpoint takes over (Commit stops it), and is then retired like any
+// replaced group: its slot dropped and its rows deleted in batches by its
+// own (v1) statements. A PROCESSING group of an older version (a rules
+// change the previous version had begun) serves nobody and is stopped: a
+// new group of the current version replaces it, rather than one that
+// would have to move again. Why a re-snapshot and not a copy: the source
+// is the truth, a snapshot is the path every group already takes and is
+// tested at every size, and a copy would have to translate every op's
+// bucket and table in SQL while the old group's stream writes; the
+// source's cost is one snapshot, the same as a rules change.
 //
 // Version 2 (every group CreateGroup makes) is built for bytes per row,
 // the primary keys' page fill and a cheap group lifecycle (measured at

@@ -78,7 +78,7 @@ const createGroupSQL = `
 // group never reuses a dropped slot's name), in the current storage
 // layout (v2: with its partitions).
 func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
-	return s.createGroup(ctx, rules, slotPrefix, storageV2)
+	return s.createGroup(ctx, rules, slotPrefix, CurrentStorageVersion)
 }
 
 // createGroup is CreateGroup in storage layout version: tests make v1
@@ -234,11 +234,14 @@ func (s *Catalog) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LS
 	return nil
 }
 
-// EnsureGroup makes sure a group replicates the given rules and returns the
-// groups to replicate, oldest first: the ACTIVE group (serving clients)
-// and, when the rules changed, a PROCESSING group that replicates the new
-// rules in the background until it is caught up and takes over. A
-// PROCESSING group for rules that are no longer configured is stopped.
+// EnsureGroup makes sure a group replicates the given rules in the
+// current storage layout and returns the groups to replicate, oldest
+// first: the ACTIVE group (serving clients) and, when the rules changed or
+// the active group's storage version is older than CurrentStorageVersion,
+// a PROCESSING group that replicates the rules in the current layout in
+// the background until it is caught up and takes over. A PROCESSING group
+// for rules that are no longer configured, or of an older layout, is
+// stopped.
 //
 // Processes starting at once are serialised by an advisory lock, so that
 // they agree on one group per rules version instead of each creating its
@@ -267,48 +270,52 @@ func (s *Catalog) EnsureGroup(ctx context.Context, rules, slotPrefix string) ([]
 // holds.
 const ensureGroupLockClass = 0x5347 // "SG"
 
+// CurrentStorageVersion is the storage layout of every group created now
+// (see doc.go, "Storage versions"). An ACTIVE group of an older version
+// moves to it through a new group (EnsureGroup).
+const CurrentStorageVersion = storageV2
+
 func (s *Catalog) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	groups, err := s.Groups(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var active *Group
+	// current: a group of the rules in the current layout exists, ACTIVE,
+	// or PROCESSING (a rules change or ReplaceGroup's replacement, which
+	// goes on).
 	var current bool
 	for i := range groups {
 		g := &groups[i]
+		upToDate := g.Rules == rules && g.StorageVersion == CurrentStorageVersion
 		switch {
 		case g.State == StateActive:
 			active = g
-			current = current || g.Rules == rules
-		case g.State == StateProcessing && g.Rules == rules:
+			current = current || upToDate
+		case g.State == StateProcessing && upToDate:
 			current = true
 		case g.State == StateProcessing:
+			// It serves nobody: other rules, or a layout a new group
+			// would move from again once it took over.
 			if err := s.SetState(ctx, g.ID, StateStop); err != nil {
 				return nil, err
 			}
 			g.State = StateStop
 		}
 	}
-	if active != nil && active.Rules == rules {
-		// Rules unchanged. A PROCESSING group of the same rules is a
-		// replacement for an active group whose slot was lost
-		// (ReplaceGroup): it goes on.
-		var out []Group
-		for _, g := range groups {
-			if g.State == StateActive || g.State == StateProcessing && g.Rules == rules {
-				out = append(out, g)
-			}
-		}
-		return out, nil
-	}
 	if !current {
-		if _, err := s.CreateGroup(ctx, rules, slotPrefix); err != nil {
+		ng, err := s.CreateGroup(ctx, rules, slotPrefix)
+		if err != nil {
 			return nil, err
 		}
-	}
-	groups, err = s.Groups(ctx)
-	if err != nil {
-		return nil, err
+		if active != nil && active.Rules == rules {
+			// Only the process that creates the group says so: the others
+			// find it current.
+			s.log.Info(fmt.Sprintf("storage version %d → %d: re-snapshot in the background; clients are served from group %d meanwhile",
+				active.StorageVersion, ng.StorageVersion, active.ID),
+				"group", ng.ID, "storage_version", ng.StorageVersion, "serving_group", active.ID, "serving_storage_version", active.StorageVersion)
+		}
+		groups = append(groups, ng)
 	}
 	var out []Group
 	for _, g := range groups {
@@ -335,7 +342,7 @@ func (s *Catalog) ReplaceGroup(ctx context.Context, old Group, slotPrefix string
 		err := tx.QueryRow(ctx, `SELECT id FROM groups WHERE state = 'PROCESSING' AND rules = $1 AND id <> $2
 			ORDER BY id DESC LIMIT 1`, old.Rules, old.ID).Scan(&id)
 		if errors.Is(err, pgx.ErrNoRows) {
-			id, err = insertGroup(ctx, tx, old.Rules, slotPrefix, storageV2)
+			id, err = insertGroup(ctx, tx, old.Rules, slotPrefix, CurrentStorageVersion)
 			created = true
 		}
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/benchmarks"
+	"github.com/syncpipe/syncpipe/internal/testkit/gitbuild"
 )
 
 // Flags of the registered scenarios (see benchmarks.Scenarios); the knobs
@@ -105,7 +106,7 @@ func runRegistered(ctx context.Context, name string, workers []int, out string) 
 	}
 	if *compRev != "" {
 		fmt.Fprintf(os.Stderr, "building syncpipe at %s…\n", *compRev)
-		if h.Compare, err = benchmarks.BuildSyncpipeAt(ctx, dir, *compRev); err != nil {
+		if h.Compare, err = gitbuild.Syncpipe(ctx, "", dir, *compRev); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			return 1
 		}

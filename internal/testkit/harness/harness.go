@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/gitbuild"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
 
@@ -78,6 +79,55 @@ func BinaryOf(t testing.TB, pkg string) string {
 	return binaryOf(t, pkg, raceEnabled)
 }
 
+// BinaryAt returns the path of the syncpipe binary as of the git
+// revision rev (a previous version, for an upgrade test), built without
+// -race from `git archive rev` on first use (internal/testkit/gitbuild),
+// once per test binary. The repository's full history must be there, as
+// in CI's clone.
+func BinaryAt(t testing.TB, rev string) string {
+	t.Helper()
+	key := "rev " + rev
+	buildsMu.Lock()
+	b, ok := builds[key]
+	if !ok {
+		b = &build{}
+		builds[key] = b
+	}
+	buildsMu.Unlock()
+	b.once.Do(func() { b.path, b.err = gitBuild(rev) })
+	if b.err != nil {
+		t.Fatalf("harness: %v", b.err)
+	}
+	return b.path
+}
+
+// gitBuild builds syncpipe at rev into the package's binary directory.
+func gitBuild(rev string) (string, error) {
+	buildsMu.Lock()
+	defer buildsMu.Unlock()
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	if err := makeBinDir(); err != nil {
+		return "", fmt.Errorf("build syncpipe at %s: %w", rev, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return gitbuild.Syncpipe(ctx, root, filepath.Join(binDir, "rev"), rev)
+}
+
+// makeBinDir creates the package's binary directory, which Main removes;
+// buildsMu is held.
+func makeBinDir() error {
+	if binDir != "" {
+		return nil
+	}
+	var err error
+	binDir, err = os.MkdirTemp("", "syncpipe-e2e-")
+	return err
+}
+
 // binaryOf builds pkg, with -race if race, once per test binary.
 func binaryOf(t testing.TB, pkg string, race bool) string {
 	t.Helper()
@@ -108,10 +158,8 @@ func goBuild(pkg string, race bool) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if binDir == "" {
-		if binDir, err = os.MkdirTemp("", "syncpipe-e2e-"); err != nil {
-			return "", fmt.Errorf("build %s: %w", pkg, err)
-		}
+	if err := makeBinDir(); err != nil {
+		return "", fmt.Errorf("build %s: %w", pkg, err)
 	}
 	// Both builds keep the package's name (a program may print it): the
 	// race one in a directory of its own.
