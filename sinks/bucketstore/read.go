@@ -185,9 +185,9 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		for i, r := range reqs {
 			names[i], afters[i] = r.Bucket, r.After
 		}
-		buckets, err := s.bucketArg(ctx, lay, group, names)
-		if err != nil {
-			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		buckets, aerr := s.bucketArg(ctx, lay, group, names)
+		if aerr != nil {
+			return false, fmt.Errorf("read bucket data of group %d: %w", group, aerr)
 		}
 		rows, err = s.pool.Query(ctx, lay.readBucketData, group, buckets, afters, checkpoint, limit+1)
 	case ReadORChain:
@@ -195,9 +195,9 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 		for i, r := range reqs {
 			names[i] = r.Bucket
 		}
-		buckets, err := s.bucketArg(ctx, lay, group, names)
-		if err != nil {
-			return false, fmt.Errorf("read bucket data of group %d: %w", group, err)
+		buckets, aerr := s.bucketArg(ctx, lay, group, names)
+		if aerr != nil {
+			return false, fmt.Errorf("read bucket data of group %d: %w", group, aerr)
 		}
 		ids, _ := buckets.([]int64)
 		args := make([]any, 0, 3+2*len(reqs))
