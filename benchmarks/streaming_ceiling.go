@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -160,7 +161,7 @@ const ceilingProbeSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data
 		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
 		OFFSET 0) c`
 
-const ceilingCopySQL = `COPY raw_ops (group_id, bucket, op_id, op, source_table, source_key, object_type, object_id, checksum, data) FROM STDIN BINARY`
+const ceilingCopySQL = `COPY raw_ops (group_id, bucket, op_id, op, source_table, source_key, object_type, object_uuid, object_id, checksum, data) FROM STDIN BINARY`
 
 // consume streams from the slot until updates UPDATEs are decoded and
 // their ops committed to storage, and returns how long that took from
@@ -282,7 +283,7 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 	c.data = d
 	*c.nextOp++
 
-	o := binary.BigEndian.AppendUint16(b.ops, 10)
+	o := binary.BigEndian.AppendUint16(b.ops, 11)
 	o = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(o, 4), uint32(c.group))
 	bucket, ok := c.buckets[string(list)]
 	if !ok {
@@ -294,9 +295,16 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 	o = binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint32(o, 2), 1) // PUT
 	o = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(o, 4), uint32(c.table))
 	o = appendField(o, key[:])
-	o = appendField(o, []byte("todos"))
-	o = appendField(o, id)
-	o = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(o, 8), uint64(crc32.ChecksumIEEE(d)))
+	// As storage version 2 stores a todo's op: no object type (it is the
+	// table's name), the UUID id as its 16 bytes, no text id.
+	o = binary.BigEndian.AppendUint32(o, 0xFFFFFFFF) // NULL
+	if uid, err := uuid.Parse(string(id)); err == nil {
+		o = appendField(o, uid[:])
+		o = binary.BigEndian.AppendUint32(o, 0xFFFFFFFF)
+	} else {
+		o = appendField(binary.BigEndian.AppendUint32(o, 0xFFFFFFFF), id)
+	}
+	o = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(o, 4), crc32.ChecksumIEEE(d))
 	b.ops = appendField(o, d)
 }
 
