@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/harness"
-	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
@@ -39,29 +38,6 @@ func (w *growthWatch) failures() []string {
 	return append([]string(nil), w.shrunk...)
 }
 
-// grow inserts todos until ctx ends: a source that only grows. A failed
-// insert fails the test at once.
-func grow(ctx context.Context, t *testing.T, uri string) <-chan struct{} {
-	conn := pgtest.Connect(t, uri)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for n := 0; ctx.Err() == nil; n++ {
-			_, err := conn.Exec(ctx, `INSERT INTO todos (id, list_id, description)
-				SELECT gen_random_uuid(), id, 'grown ' || $1::text FROM lists ORDER BY random() LIMIT 2`, fmt.Sprint(n))
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("grow the source: %v", err)
-				return
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(30 * time.Millisecond): // the pace of the load, not synchronisation
-			}
-		}
-	}()
-	return done
-}
-
 // TestSlotLostThreeTimes drops the serving group's replication slot three
 // times in a row under one `syncpipe run` process while the source grows
 // and a sync client polls the API. Each loss must start a replacement
@@ -80,7 +56,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 	client := e.Sync("alice", w.observe)
 	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
 	gctx, stopGrowing := context.WithCancel(ctx)
-	grown := grow(gctx, t, e.SourceURI)
+	grown := e.GrowTodos(gctx, t)
 	served := e.WatchServing(gctx)
 
 	for loss := 1; loss <= 3; loss++ {

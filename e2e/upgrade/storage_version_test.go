@@ -11,7 +11,6 @@ import (
 	"github.com/syncpipe/syncpipe/cli"
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/testkit/harness"
-	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
 
@@ -89,7 +88,7 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	e.Start()
 	e.WaitFor(ctx, "the client's first checkpoint from the current binary", func() bool { return client.Complete() > at })
 	gctx, stopGrowing := context.WithCancel(ctx)
-	grown := grow(gctx, t, e.SourceURI)
+	grown := e.GrowTodos(gctx, t)
 	served := e.WatchServing(gctx)
 
 	// 20k rows re-snapshot in seconds; a minute bounds a move that never
@@ -170,32 +169,4 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 		t.Errorf("status does not show group %d ACTIVE with storage version 2:\n%s", v2, out)
 	}
 	e.Alive()
-}
-
-// grow inserts todos until ctx ends, so changes stream during the move. A
-// failed insert fails the test at once. ctx must end before the test's
-// cleanups run.
-func grow(ctx context.Context, t *testing.T, uri string) <-chan struct{} {
-	conn := pgtest.Connect(t, uri)
-	done := make(chan struct{})
-	// Before the connection's cleanup closes it (cleanups run last first):
-	// a test that fails ends ctx with its deferred cancel, and the load
-	// stops.
-	t.Cleanup(func() { <-done })
-	go func() {
-		defer close(done)
-		for n := 0; ctx.Err() == nil; n++ {
-			_, err := conn.Exec(ctx, `INSERT INTO todos (id, list_id, description)
-				SELECT gen_random_uuid(), id, 'during the move ' || $1::text FROM lists ORDER BY random() LIMIT 2`, fmt.Sprint(n))
-			if err != nil && ctx.Err() == nil {
-				t.Errorf("grow the source: %v", err)
-				return
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(30 * time.Millisecond): // the pace of the load, not synchronisation
-			}
-		}
-	}()
-	return done
 }
