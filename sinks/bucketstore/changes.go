@@ -101,7 +101,7 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		if err := w.allocate(ctx, tx, need); err != nil {
 			return err
 		}
-		if err := w.removedNames(ctx, tx, final, prev); err != nil {
+		if err := w.findLeaving(ctx, tx, final, prev); err != nil {
 			return err
 		}
 		w.encodeStream(final, prev, &res)
@@ -128,6 +128,7 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 	w.changed.reset(true)
 	next := 0
 	take := func() int64 { id := w.ids[next]; next++; return id }
+	left := 0 // v2: the next of w.leaving
 	// Every REMOVE of the batch precedes every PUT: a row whose replica
 	// id changed (a key update, or any update under REPLICA IDENTITY
 	// FULL) leaves its object under the old id and enters it under the
@@ -142,12 +143,10 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 			w.encodeRemove(c, bucket, bucketID, typ, id, checksum.Remove(string(w.subkey)), take(), res)
 		}
 		if w.lay.interned {
-			forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
-				if !hasPutMember(c.Puts, c.Table.Name, m, w.bucketIDs) {
-					remove(w.idNames[m.bucket], m.bucket, m.objectType(c.Table.Name), m.objectID())
-				}
-				return true
-			})
+			for ; left < len(w.leaving) && w.leaving[left].row == int32(i); left++ {
+				m := &w.leaving[left].m
+				remove(w.idNames[m.bucket], m.bucket, m.objectType(c.Table.Name), m.objectID())
+			}
 			continue
 		}
 		elems(prev.bytes(prev.rows[i].buckets), func(m []byte) bool {
@@ -193,27 +192,39 @@ func (w *Writer) encodeStream(final []*model.Change, prev *prevState, res *Resul
 	}
 }
 
-// removedNames finds the names of the buckets a v2 stream write's rows
-// leave (their REMOVEs' change records name them), on tx: cached names
-// cost nothing, others one read of bucket_names.
-func (w *Writer) removedNames(ctx context.Context, tx pgx.Tx, final []*model.Change, prev *prevState) error {
+// leaving is a membership a v2 stream write's row final[row] leaves: a
+// REMOVE to write.
+type leaving struct {
+	row int32
+	m   member
+}
+
+// findLeaving finds the memberships a v2 stream write's rows leave
+// (w.leaving, in row order, which encodeStream writes REMOVEs for) and
+// the names of their buckets (their REMOVEs' change records name them),
+// on tx: cached names cost nothing, others one read of bucket_names.
+func (w *Writer) findLeaving(ctx context.Context, tx pgx.Tx, final []*model.Change, prev *prevState) error {
+	w.leaving = w.leaving[:0]
 	if !w.lay.interned {
 		return nil
 	}
-	var ids []int64
 	for i, c := range final {
 		if prev.rows[i].unchanged {
 			continue
 		}
 		forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
 			if !hasPutMember(c.Puts, c.Table.Name, m, w.bucketIDs) {
-				ids = append(ids, m.bucket)
+				w.leaving = append(w.leaving, leaving{int32(i), *m})
 			}
 			return true
 		})
 	}
-	if len(ids) == 0 {
+	if len(w.leaving) == 0 {
 		return nil
+	}
+	ids := make([]int64, len(w.leaving))
+	for i := range w.leaving {
+		ids[i] = w.leaving[i].m.bucket
 	}
 	names, err := w.s.bucketNamesOf(ctx, tx, w.group, ids)
 	if err != nil {

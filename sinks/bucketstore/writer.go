@@ -57,6 +57,7 @@ type Writer struct {
 	// tables the writer has written.
 	bucketIDs map[string]int64
 	idNames   map[int64]string
+	leaving   []leaving // the memberships a stream write's rows leave
 	nums      map[string]int32
 
 	writeBufs
