@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
@@ -34,25 +34,6 @@ func (l *failingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	l.accepted = err == nil
 	return c, err
-}
-
-// lockedBuffer is a bytes.Buffer written by a running Main and read by
-// the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // TestAPIFailureStopsRoleAll: under --role all, a sync API whose Serve
@@ -102,7 +83,7 @@ log: {level: info, format: json}
 			t.Fatal(err)
 		}
 	}
-	var stderr lockedBuffer
+	var stderr logbuf.Buffer
 	exited := make(chan int, 1)
 	runCtx, stop := context.WithCancel(ctx)
 	go func() {

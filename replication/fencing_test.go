@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
@@ -103,7 +104,7 @@ replication:
 	}
 	type replicator struct {
 		r    *Replicator
-		logs *lockedBuffer
+		logs *logbuf.Buffer
 		errc chan error
 	}
 	var stops []func()
@@ -117,7 +118,7 @@ replication:
 		if err != nil {
 			t.Fatal(err)
 		}
-		rp := &replicator{logs: &lockedBuffer{}, errc: make(chan error, 1)}
+		rp := &replicator{logs: &logbuf.Buffer{}, errc: make(chan error, 1)}
 		rp.r = New(Options{Config: cfg, Store: store, Logger: slog.New(slog.NewJSONHandler(rp.logs, nil))})
 		rp.r.hooks = h
 		rctx, stop := context.WithCancel(ctx)

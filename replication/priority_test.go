@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncpipe/syncpipe/config"
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
@@ -74,7 +75,7 @@ replication:
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	reload := make(chan struct{}, 1)
 	r := New(Options{Config: cfg, Store: store, Reload: reload,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/config"
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 	"github.com/syncpipe/syncpipe/internal/todos"
 	"github.com/syncpipe/syncpipe/model"
@@ -312,7 +312,7 @@ replication:
 		}
 	}
 	done := make(chan struct{})
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	r := New(Options{Config: e.cfg, Store: e.store, OnSnapshotDone: func(int) { close(done) },
 		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		WrapSink: func(s sinks.Sink) sinks.Sink { return slowSink{Sink: s, delay: 1200 * time.Millisecond} }})
@@ -333,22 +333,4 @@ replication:
 	if strings.Contains(logs.String(), "retrying") {
 		t.Fatalf("the snapshot needed retries:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

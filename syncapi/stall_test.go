@@ -1,7 +1,6 @@
 package syncapi
 
 import (
-	"bytes"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -9,11 +8,11 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/model"
 )
 
@@ -41,7 +40,7 @@ func TestStalledReaderDropped(t *testing.T) {
 }
 
 func testStalledReader(t *testing.T, deadline time.Duration, gz bool) {
-	var logs logBuffer
+	var logs logbuf.Buffer
 	e := newFakeEnv(t, memRules, memTables, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		c.WriteTimeout = deadline
@@ -95,22 +94,4 @@ func stalledRequest(t *testing.T, addr, tok string, gz bool) net.Conn {
 	}
 	postRawData(t, c, tok, gz)
 	return c
-}
-
-// logBuffer collects a Server's log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

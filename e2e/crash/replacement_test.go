@@ -4,39 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 	"github.com/syncpipe/syncpipe/internal/todos"
 )
-
-// growthWatch checks, for a source that only grows, that the rows a client
-// holds at complete checkpoints never shrink: a client must never be told
-// that data it had is gone (an empty or partial checkpoint while a group
-// is replaced).
-type growthWatch struct {
-	mu     sync.Mutex
-	last   int
-	shrunk []string
-}
-
-func (w *growthWatch) observe(cp string, rows map[string]map[string]string) {
-	n := harness.CountRows(rows, "global[") + harness.CountRows(rows, "by_list[")
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n < w.last {
-		w.shrunk = append(w.shrunk, fmt.Sprintf("checkpoint %s: %d rows after %d", cp, n, w.last))
-	}
-	w.last = n
-}
-
-func (w *growthWatch) failures() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string(nil), w.shrunk...)
-}
 
 // TestSlotLostThreeTimes drops the serving group's replication slot three
 // times in a row under one `syncpipe run` process while the source grows
@@ -52,8 +25,8 @@ func TestSlotLostThreeTimes(t *testing.T) {
 	e := harness.New(t, harness.Options{Data: &todos.Size{Lists: 20, Todos: 20000, Seed: 5}})
 	e.Start()
 	e.WaitCaughtUp(ctx)
-	var w growthWatch
-	client := e.Sync("alice", w.observe)
+	var w harness.GrowthWatch
+	client := e.Sync("alice", w.Observe)
 	e.WaitFor(ctx, "the client's first checkpoint", func() bool { return client.Complete() > 0 })
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grown := e.GrowTodos(gctx, t)
@@ -86,7 +59,7 @@ func TestSlotLostThreeTimes(t *testing.T) {
 		return err == nil && others == 0
 	})
 	e.Converge(ctx, time.Minute, e.Todos(ctx, active))
-	if f := w.failures(); len(f) > 0 {
+	if f := w.Failures(); len(f) > 0 {
 		t.Fatalf("the client saw data disappear while groups were replaced: %v", f)
 	}
 	if f := client.Failures(); len(f) > 0 {

@@ -20,23 +20,19 @@ const lastStorageV1 = "a5b6b7b"
 
 // clientState keeps what the sync client held at its latest complete
 // checkpoint, once asked to (a copy per checkpoint costs a few
-// milliseconds for 20k rows, so only at the end).
+// milliseconds for 20k rows, so only at the end), and watches that it
+// never shrinks.
 type clientState struct {
-	mu      sync.Mutex
-	keep    bool
-	rows    bucketcheck.State
-	shrunk  []string
-	lastLen int
+	harness.GrowthWatch
+	mu   sync.Mutex
+	keep bool
+	rows bucketcheck.State
 }
 
 func (c *clientState) observe(cp string, rows map[string]map[string]string) {
-	n := harness.CountRows(rows, "global[") + harness.CountRows(rows, "by_list[")
+	c.Observe(cp, rows)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n < c.lastLen {
-		c.shrunk = append(c.shrunk, fmt.Sprintf("checkpoint %s: %d rows after %d", cp, n, c.lastLen))
-	}
-	c.lastLen = n
 	if !c.keep {
 		return
 	}
@@ -144,10 +140,7 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 		return seen.rows != nil && diff == nil
 	})
 	e.Converge(ctx, time.Minute, e.Todos(ctx, v2))
-	seen.mu.Lock()
-	shrunk := seen.shrunk
-	seen.mu.Unlock()
-	if len(shrunk) > 0 {
+	if shrunk := seen.Failures(); len(shrunk) > 0 {
 		t.Fatalf("the client saw rows disappear during the move: %v", shrunk)
 	}
 	if f := client.Failures(); len(f) > 0 {

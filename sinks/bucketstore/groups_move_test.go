@@ -1,33 +1,15 @@
 package bucketstore
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/pgtest"
 )
-
-// lockedBuffer is a log sink several stores write to at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestEnsureGroupMovesOldStorageVersion: processes starting at once on
 // storage whose ACTIVE group is of storage version 1, with its rules,
@@ -40,7 +22,7 @@ func TestEnsureGroupMovesOldStorageVersion(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	uri := pgtest.NewDB(t)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	const procs = 4
 	stores := make([]*Store, procs)

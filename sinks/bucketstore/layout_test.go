@@ -27,6 +27,25 @@ func openStoreV1(t testing.TB) (*Store, Group) {
 	return s, g
 }
 
+// onVersions runs f in a parallel subtest per storage version, on a
+// store with a group of that version.
+func onVersions(t *testing.T, f func(t *testing.T, s *Store, g Group)) {
+	for _, version := range []int{storageV1, storageV2} {
+		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
+			t.Parallel()
+			open := openStore
+			if version == storageV1 {
+				open = openStoreV1
+			}
+			s, g := open(t)
+			if g.StorageVersion != version {
+				t.Fatalf("group of storage version %d, want %d", g.StorageVersion, version)
+			}
+			f(t, s, g)
+		})
+	}
+}
+
 // testLayout returns group's layout.
 func testLayout(t testing.TB, s *Store, group int) *layout {
 	t.Helper()
@@ -112,94 +131,83 @@ func memberBuckets(t testing.TB, s *Store, group int, stored []byte) []string {
 // v1 coverage a storage written by an earlier syncpipe relies on.
 func TestLayoutVersions(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{storageV1, storageV2} {
-		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			open := openStore
-			if version == storageV1 {
-				open = openStoreV1
+	onVersions(t, func(t *testing.T, s *Store, g Group) {
+		ctx := context.Background()
+		todos := registerTable(t, s, g.ID, "todos")
+		readyGroup(t, s, g.ID, todos)
+		w := newWriter(t, s, g.ID)
+		loadSpread(t, s, w, todos, 300, 12)
+		// A resumed chunk: the same rows again get no ops.
+		res := writeSnapshotRows(t, w, todos, 0, 150)
+		if res.Rows != 0 || res.Skipped != 150 {
+			t.Fatalf("resumed chunk: %+v, want 150 skipped", res)
+		}
+		cps := randomHistory(t, s, g.ID, w, todos, rand.New(rand.NewPCG(7, uint64(g.StorageVersion))), 20)
+		last := cps[len(cps)-1]
+		buckets := make([]string, 13)
+		for b := range buckets {
+			buckets[b] = bucketName(b) // bucket 12 has no op
+		}
+		checkAll := func(when string) {
+			t.Helper()
+			want := recompute(t, s, g.ID, last, buckets)
+			got, err := s.Reader().NewChecksumCache(0).Checksums(ctx, g.ID, last, buckets)
+			if err != nil {
+				t.Fatal(err)
 			}
-			s, g := open(t)
-			if g.StorageVersion != version {
-				t.Fatalf("group of storage version %d, want %d", g.StorageVersion, version)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: checksums %v, want %v", when, got, want)
 			}
-			todos := registerTable(t, s, g.ID, "todos")
-			readyGroup(t, s, g.ID, todos)
-			w := newWriter(t, s, g.ID)
-			loadSpread(t, s, w, todos, 300, 12)
-			// A resumed chunk: the same rows again get no ops.
-			res := writeSnapshotRows(t, w, todos, 0, 150)
-			if res.Rows != 0 || res.Skipped != 150 {
-				t.Fatalf("resumed chunk: %+v, want 150 skipped", res)
-			}
-			cps := randomHistory(t, s, g.ID, w, todos, rand.New(rand.NewPCG(7, uint64(version))), 20)
-			last := cps[len(cps)-1]
-			buckets := make([]string, 13)
-			for b := range buckets {
-				buckets[b] = bucketName(b) // bucket 12 has no op
-			}
-			checkAll := func(when string) {
-				t.Helper()
-				want := recompute(t, s, g.ID, last, buckets)
-				got, err := s.Reader().NewChecksumCache(0).Checksums(ctx, g.ID, last, buckets)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(got, want) {
-					t.Fatalf("%s: checksums %v, want %v", when, got, want)
-				}
-				var read []BucketChecksum
-				for _, b := range buckets {
-					sum := BucketChecksum{Bucket: b}
-					reqs := []BucketRequest{{Bucket: b}}
-					for more := true; more; {
-						var err error
-						more, err = s.Reader().ReadBucketData(ctx, g.ID, last, reqs, 7, func(r *OpRow) error {
-							if r.Op == OpPut && r.Subkey != checksum.Subkey(todos.ID, uuid.UUID(key(mustAtoi(t, r.ObjectID)))) {
-								return fmt.Errorf("op %d: subkey %q", r.OpID, r.Subkey)
-							}
-							sum.Checksum = checksum.Add(sum.Checksum, r.Checksum)
-							sum.Count++
-							reqs[0].After = r.OpID
-							return nil
-						})
-						if err != nil {
-							t.Fatal(err)
+			var read []BucketChecksum
+			for _, b := range buckets {
+				sum := BucketChecksum{Bucket: b}
+				reqs := []BucketRequest{{Bucket: b}}
+				for more := true; more; {
+					var err error
+					more, err = s.Reader().ReadBucketData(ctx, g.ID, last, reqs, 7, func(r *OpRow) error {
+						if r.Op == OpPut && r.Subkey != checksum.Subkey(todos.ID, uuid.UUID(key(mustAtoi(t, r.ObjectID)))) {
+							return fmt.Errorf("op %d: subkey %q", r.OpID, r.Subkey)
 						}
+						sum.Checksum = checksum.Add(sum.Checksum, r.Checksum)
+						sum.Count++
+						reqs[0].After = r.OpID
+						return nil
+					})
+					if err != nil {
+						t.Fatal(err)
 					}
-					read = append(read, sum)
 				}
-				if !slices.Equal(read, want) {
-					t.Fatalf("%s: ops read sum to %v, want %v", when, read, want)
-				}
+				read = append(read, sum)
 			}
-			checkAll("written")
-			st, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{BatchOps: 5})
-			if err != nil || st.Moved == 0 || st.Buckets < 12 {
-				t.Fatalf("compaction %+v (%v), want ops moved in 12 buckets", st, err)
+			if !slices.Equal(read, want) {
+				t.Fatalf("%s: ops read sum to %v, want %v", when, read, want)
 			}
-			checkAll("compacted")
+		}
+		checkAll("written")
+		st, err := s.Compactor().Compact(ctx, g.ID, CompactOptions{BatchOps: 5})
+		if err != nil || st.Moved == 0 || st.Buckets < 12 {
+			t.Fatalf("compaction %+v (%v), want ops moved in 12 buckets", st, err)
+		}
+		checkAll("compacted")
 
-			rows, err := s.Writes().RowData(ctx, g.ID, []RowRef{{Table: todos.ID, Key: key(1)}})
-			if err != nil || len(rows) != 0 {
-				t.Fatalf("row data %v (%v), want none stored", rows, err)
-			}
-			if _, err := w.Truncate(ctx, todos, 7); err != nil {
-				t.Fatal(err)
-			}
-			if n := countCurrent(t, s, g.ID, todos.ID); n != 0 {
-				t.Fatalf("%d current rows after truncate", n)
-			}
-			if _, err := s.Compactor().Clear(ctx, g.ID, ClearOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			var ops int
-			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM bucket_ops WHERE group_id = $1`, g.ID).Scan(&ops); err != nil || ops != 0 {
-				t.Fatalf("%d ops after Clear (%v)", ops, err)
-			}
-		})
-	}
+		rows, err := s.Writes().RowData(ctx, g.ID, []RowRef{{Table: todos.ID, Key: key(1)}})
+		if err != nil || len(rows) != 0 {
+			t.Fatalf("row data %v (%v), want none stored", rows, err)
+		}
+		if _, err := w.Truncate(ctx, todos, 7); err != nil {
+			t.Fatal(err)
+		}
+		if n := countCurrent(t, s, g.ID, todos.ID); n != 0 {
+			t.Fatalf("%d current rows after truncate", n)
+		}
+		if _, err := s.Compactor().Clear(ctx, g.ID, ClearOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var ops int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM bucket_ops WHERE group_id = $1`, g.ID).Scan(&ops); err != nil || ops != 0 {
+			t.Fatalf("%d ops after Clear (%v)", ops, err)
+		}
+	})
 }
 
 // writeSnapshotRows writes rows lo…hi-1 as loadSpread does, in one batch.

@@ -42,20 +42,10 @@ func drainAll(t *testing.T, s *Store, shape ReadShape, group int, cp int64, reqs
 // In both storage versions.
 func TestReadShapesAgree(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{storageV1, storageV2} {
-		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
-			t.Parallel()
-			open := openStore
-			if version == storageV1 {
-				open = openStoreV1
-			}
-			readShapesAgree(t, open)
-		})
-	}
+	onVersions(t, readShapesAgree)
 }
 
-func readShapesAgree(t *testing.T, open func(testing.TB) (*Store, Group)) {
-	s, g := open(t)
+func readShapesAgree(t *testing.T, s *Store, g Group) {
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)

@@ -2,7 +2,6 @@ package clienttest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncpipe/syncpipe/internal/testkit/logbuf"
 	"github.com/syncpipe/syncpipe/internal/testkit/nodedeps"
 )
 
@@ -81,31 +81,13 @@ type event struct {
 	raw       string
 }
 
-// lockedBuffer collects the driver's stderr (the SDK log).
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // client is a running sync.mjs process.
 type client struct {
 	t       *testing.T
 	cmd     *exec.Cmd
 	stdin   interface{ Write([]byte) (int, error) }
 	events  chan event
-	stderr  *lockedBuffer
+	stderr  *logbuf.Buffer
 	exited  chan struct{} // closed once the process ended; waitErr is then set
 	waitErr error
 }
@@ -126,7 +108,7 @@ func startClient(t *testing.T, endpoint, token string, extra ...string) *client 
 		}
 	}
 	cmd.WaitDelay = 5 * time.Second
-	c := &client{t: t, cmd: cmd, events: make(chan event, 64), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	c := &client{t: t, cmd: cmd, events: make(chan event, 64), stderr: &logbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = c.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
