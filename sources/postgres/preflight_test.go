@@ -218,7 +218,12 @@ func TestSlotHealth(t *testing.T) {
 	if err != nil || st.Exists {
 		t.Fatalf("missing slot: %+v, %v", st, err)
 	}
-	mustExec(t, conn, `SELECT pg_create_logical_replication_slot('`+slot+`', 'pgoutput')`,
+	// The lag is measured to the server's WAL write position
+	// (pg_current_wal_lsn), which an asynchronous commit need not have
+	// reached yet: the commits are synchronous, so the INSERT's WAL is
+	// written when SlotHealth looks.
+	mustExec(t, conn, `SET synchronous_commit = on`,
+		`SELECT pg_create_logical_replication_slot('`+slot+`', 'pgoutput')`,
 		`CREATE TABLE t (id int PRIMARY KEY)`, `INSERT INTO t SELECT generate_series(1, 1000)`)
 	st, err = SlotHealth(testCtx(t), conn, slot)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,17 +157,6 @@ func Indent(s string) string {
 		return ""
 	}
 	return "  " + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n  ")
-}
-
-// FreeAddr returns a free 127.0.0.1 address.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // Start runs `syncpipe run --config F flags…` (role all unless a flag says
