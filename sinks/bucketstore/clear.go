@@ -3,17 +3,22 @@ package bucketstore
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// ClearOptions tunes Clear.
+// ClearOptions tunes Clear and Terminate.
 type ClearOptions struct {
 	// BatchSize is the number of rows deleted per statement (default 10000).
 	BatchSize int
 	// OnBatch, if set, is called after every committed delete statement
 	// with the table and the rows it deleted.
 	OnBatch func(table string, rows int64)
+	// LockTimeout bounds each lock wait of Terminate's partition detach
+	// (default detachLockTimeout; see dropPartition).
+	LockTimeout time.Duration
 }
 
 // ClearStats reports what Clear deleted.
@@ -22,11 +27,15 @@ type ClearStats struct {
 	Rows    int64
 }
 
+// clearTable is a table Clear empties of a group's rows: those where
+// holds, with $1 the group.
+type clearTable struct{ name, where string }
+
 // clearTables are emptied in this order; source_tables goes last because
 // snapshot_ranges refer to it. A terminated group publishes no checkpoint
 // any more, so its op id claims — one a writer cut off mid-write may have
 // left behind — hold nothing back and go too.
-var clearTables = []struct{ name, where string }{
+var clearTables = []clearTable{
 	{"op_reservations", "group_id = $1"},
 	{"bucket_data", "group_id = $1"},
 	{"bucket_parameters", "group_id = $1"},
@@ -36,17 +45,43 @@ var clearTables = []struct{ name, where string }{
 	{"source_tables", "group_id = $1"},
 }
 
+// retireTables are what Terminate empties: clearTables, then the group's
+// bucket names, which only Terminate deletes (see Terminate).
+var retireTables = append(slices.Clip(clearTables), clearTable{"bucket_names", "group_id = $1"})
+
 // Clear deletes everything stored for a group in bounded batches, each its
 // own short transaction, so that clearing millions of ops never holds one
 // giant transaction or lock. A group of storage version 2 has its ops and
 // current rows in partitions of its own, which are emptied at once
 // (TRUNCATE) instead; its bucket names stay, as every process's cache
-// holds their ids (see doc.go, "Storage versions"). It can be cancelled
-// through ctx at any point and resumed by calling it again. The group row
-// itself is kept, reset to "nothing replicated"; its change records start
-// again after the current op id, so no reader trusts records of the ops
-// being deleted.
+// holds their ids and the group is written again (see doc.go, "Storage
+// versions"). It can be cancelled through ctx at any point and resumed by
+// calling it again. The group row itself is kept, reset to "nothing
+// replicated"; its change records start again after the current op id, so
+// no reader trusts records of the ops being deleted.
 func (s *Compactor) Clear(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
+	return s.clear(ctx, group, opts, false)
+}
+
+// Terminate marks a group TERMINATED (so nothing serves or replicates it
+// again) and removes its data for good. It clears the group as Clear
+// does, except for a group of storage version 2: its partitions are
+// detached and dropped rather than emptied (dropPartition: without a
+// lock that stops other groups' reads and writes), and its bucket names
+// are deleted in batches, as nothing resolves them any more; group ids
+// come from a sequence, so no later group has its id or finds its names
+// in a cache. Like Clear it can be interrupted — a lock it waits for
+// longer than opts.LockTimeout fails it — and is finished by calling it
+// again; on a group it finished, it does nothing.
+func (s *Compactor) Terminate(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
+	if err := s.catalog.SetState(ctx, group, StateTerminated); err != nil {
+		return ClearStats{}, err
+	}
+	return s.clear(ctx, group, opts, true)
+}
+
+// clear is Clear, and with retire Terminate's clearing.
+func (s *Compactor) clear(ctx context.Context, group int, opts ClearOptions, retire bool) (ClearStats, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 10000
 	}
@@ -61,50 +96,58 @@ func (s *Compactor) Clear(ctx context.Context, group int, opts ClearOptions) (Cl
 	if err != nil {
 		return st, fmt.Errorf("clear group %d: reset: %w", group, err)
 	}
-	for _, t := range clearTables {
+	tables := clearTables
+	if retire {
+		tables = retireTables
+	}
+	for _, t := range tables {
 		if lay.interned && (t.name == "bucket_data" || t.name == "current_data") {
 			ops, cur := partitions(group)
-			part := ops
+			parent, part := lay.ops, ops
 			if t.name == "current_data" {
-				part = cur
+				parent, part = lay.cur, cur
 			}
-			if _, err := s.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{part}.Sanitize()); err != nil {
-				return st, fmt.Errorf("clear group %d: truncate %s: %w", group, part, err)
+			if retire {
+				err = s.dropPartition(ctx, parent, part, opts.LockTimeout)
+			} else {
+				_, err = s.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{part}.Sanitize())
+			}
+			if err != nil {
+				return st, fmt.Errorf("clear group %d: %w", group, err)
 			}
 			st.Batches++
 			continue
 		}
-		// A TID scan over a bounded ctid list: each statement touches at
-		// most BatchSize rows.
-		q := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s WHERE %[2]s LIMIT $2))`,
-			pgx.Identifier{t.name}.Sanitize(), t.where)
-		for {
-			tag, err := s.pool.Exec(ctx, q, group, opts.BatchSize)
-			if err != nil {
-				return st, fmt.Errorf("clear group %d: delete from %s: %w", group, t.name, err)
-			}
-			n := tag.RowsAffected()
-			if n == 0 {
-				break
-			}
-			st.Batches++
-			st.Rows += n
-			if opts.OnBatch != nil {
-				opts.OnBatch(t.name, n)
-			}
-			if err := ctx.Err(); err != nil {
-				return st, fmt.Errorf("clear group %d: %w", group, err)
-			}
+		if err := s.deleteBatches(ctx, group, t, opts, &st); err != nil {
+			return st, fmt.Errorf("clear group %d: %w", group, err)
 		}
 	}
 	return st, nil
 }
 
-// Terminate marks a group TERMINATED (so nothing serves or replicates it)
-// and clears its data.
-func (s *Compactor) Terminate(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
-	if err := s.catalog.SetState(ctx, group, StateTerminated); err != nil {
-		return ClearStats{}, err
+// deleteBatches deletes group's rows of t, at most opts.BatchSize per
+// statement, each statement its own transaction, counting them in st.
+func (s *Compactor) deleteBatches(ctx context.Context, group int, t clearTable, opts ClearOptions, st *ClearStats) error {
+	// A TID scan over a bounded ctid list: each statement touches at
+	// most BatchSize rows.
+	q := fmt.Sprintf(`DELETE FROM %[1]s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %[1]s WHERE %[2]s LIMIT $2))`,
+		pgx.Identifier{t.name}.Sanitize(), t.where)
+	for {
+		tag, err := s.pool.Exec(ctx, q, group, opts.BatchSize)
+		if err != nil {
+			return fmt.Errorf("delete from %s: %w", t.name, err)
+		}
+		n := tag.RowsAffected()
+		if n == 0 {
+			return nil
+		}
+		st.Batches++
+		st.Rows += n
+		if opts.OnBatch != nil {
+			opts.OnBatch(t.name, n)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
-	return s.Clear(ctx, group, opts)
 }

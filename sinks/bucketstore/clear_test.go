@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -78,5 +79,82 @@ func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 	var otherOps int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM bucket_data WHERE group_id = $1", other.ID).Scan(&otherOps); err != nil || otherOps != 1 {
 		t.Fatalf("other group lost its ops: %d (%v)", otherOps, err)
+	}
+}
+
+// partitionState describes group's partitions as the catalog has them:
+// "" when neither exists, else each one's name and whether it is
+// attached (and detach pending) or a table of its own.
+func partitionState(t testing.TB, s *Store, group int) string {
+	t.Helper()
+	ops, cur := partitions(group)
+	var state string
+	err := s.pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(c.relname || CASE
+			WHEN i.inhrelid IS NULL THEN ' (a table)' WHEN i.inhdetachpending THEN ' (detach pending)' ELSE ' (attached)' END, ', '
+			ORDER BY c.relname), '')
+		FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+		WHERE c.relname = ANY($1) AND c.relnamespace = current_schema()::regnamespace`, []string{ops, cur}).Scan(&state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+// groupRows counts group's ops, current rows and bucket names.
+func groupRows(t testing.TB, s *Store, group int) (ops, cur, names int) {
+	t.Helper()
+	err := s.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM bucket_data2 WHERE group_id = $1),
+		(SELECT count(*) FROM current_data2 WHERE group_id = $1), (SELECT count(*) FROM bucket_names WHERE group_id = $1)`,
+		group).Scan(&ops, &cur, &names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ops, cur, names
+}
+
+// TestTerminateDropsPartitions: Terminate drops a v2 group's partitions
+// (not only empties them) and deletes its bucket names and its other
+// rows, leaves another group's alone, and run again finds nothing to do.
+func TestTerminateDropsPartitions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, g := openStore(t)
+	other, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, grp := range []int{g.ID, other.ID} {
+		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, 100)
+	}
+	if ops, cur, names := groupRows(t, s, g.ID); ops != 100 || cur != 100 || names != 12 {
+		t.Fatalf("group holds %d ops, %d rows and %d bucket names, want 100, 100 and 12", ops, cur, names)
+	}
+	for run := 1; run <= 2; run++ {
+		st, err := s.Compactor().Terminate(ctx, g.ID, ClearOptions{BatchSize: 5})
+		if err != nil {
+			t.Fatalf("Terminate (run %d): %v", run, err)
+		}
+		t.Logf("terminate (run %d): %+v", run, st)
+		if run == 2 && st.Rows != 0 {
+			t.Fatalf("Terminate run again deleted %d rows, want none", st.Rows)
+		}
+		if p := partitionState(t, s, g.ID); p != "" {
+			t.Fatalf("after Terminate (run %d) the group still has partitions: %s", run, p)
+		}
+		var left int
+		if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM bucket_names WHERE group_id = $1)
+			+ (SELECT count(*) FROM source_tables WHERE group_id = $1)`, g.ID).Scan(&left); err != nil || left != 0 {
+			t.Fatalf("after Terminate (run %d) %d bucket names and tables are left (%v)", run, left, err)
+		}
+	}
+	if p := partitionState(t, s, other.ID); !strings.Contains(p, "bucket_data2_g") || strings.Count(p, "(attached)") != 2 {
+		t.Fatalf("the other group's partitions: %s, want both attached", p)
+	}
+	if ops, cur, names := groupRows(t, s, other.ID); ops != 100 || cur != 100 || names != 12 {
+		t.Fatalf("the other group holds %d ops, %d rows and %d bucket names, want 100, 100 and 12", ops, cur, names)
+	}
+	var state State
+	if err := s.pool.QueryRow(ctx, `SELECT state FROM groups WHERE id = $1`, g.ID).Scan(&state); err != nil || state != StateTerminated {
+		t.Fatalf("group state %q (%v), want %s", state, err, StateTerminated)
 	}
 }
