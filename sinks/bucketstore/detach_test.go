@@ -23,12 +23,14 @@ func genericRead(ctx context.Context, tx pgx.Tx, group int) (int, error) {
 }
 
 // TestTerminateNeverBlocksOtherGroups: while a long transaction that read
-// group A's ops is open, retiring group B never stops A's other readers
-// (its detach takes no lock on the parent that they wait for): a retire
-// with a short lock timeout fails, leaving B's ops partition detach
-// pending, and a group can still be created; the next retire waits for
-// the reader, with fresh reads of A served meanwhile, and finishes once
-// the reader ends. Run again, it finds nothing left.
+// group A's ops is open, retiring other groups never stops A's other
+// readers (a detach takes no lock on the parent that they wait for). A
+// retire of B with a short lock timeout fails, leaving B's ops partition
+// detach pending, and a group can still be created. A retire of D then
+// finishes B's detach first (a parent has one pending at a time), waits
+// for the reader, with fresh reads of A served meanwhile, and finishes
+// once the reader ends. B's next retire drops what is left of B, and run
+// again finds nothing.
 func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -38,7 +40,11 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, grp := range []int{a.ID, b.ID} {
+	d, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, grp := range []int{a.ID, b.ID, d.ID} {
 		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, 100)
 	}
 	long, err := s.pool.Begin(ctx)
@@ -80,14 +86,19 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 		t.Fatalf("create a group while a detach is pending: %v", err)
 	}
 
-	// Waiting: the next Terminate finishes the detach once the reader
-	// is gone; until then A's readers go on.
+	// Waiting: D's retire finishes B's detach and detaches D's partitions
+	// once the reader is gone; until then A's readers go on.
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Compactor().Terminate(ctx, b.ID, ClearOptions{LockTimeout: time.Minute})
+		_, err := s.Compactor().Terminate(ctx, d.ID, ClearOptions{LockTimeout: time.Minute})
 		done <- err
 	}()
 	waitUntil(t, "the retire to wait for a lock", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("Terminate returned before it waited for the reader: %v", err)
+		default:
+		}
 		var n int
 		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND query LIKE 'ALTER TABLE % DETACH PARTITION %' AND wait_event_type = 'Lock'`).Scan(&n)
@@ -105,15 +116,21 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Terminate after the reader ended: %v", err)
 	}
+	ops, _ := partitions(b.ID)
+	if p := partitionState(t, s, b.ID); !strings.Contains(p, ops+" (a table)") {
+		t.Fatalf("after another group's retire group %d's partitions are %s, want %s detached", b.ID, p, ops)
+	}
 	for run := 1; run <= 2; run++ {
-		if p := partitionState(t, s, b.ID); p != "" {
-			t.Fatalf("after Terminate (run %d) group %d still has partitions: %s", run, b.ID, p)
-		}
-		if ops, cur, names := groupRows(t, s, b.ID); ops+cur+names != 0 {
-			t.Fatalf("after Terminate (run %d) group %d holds %d ops, %d rows, %d names", run, b.ID, ops, cur, names)
-		}
 		if _, err := s.Compactor().Terminate(ctx, b.ID, ClearOptions{}); err != nil {
-			t.Fatalf("Terminate again: %v", err)
+			t.Fatalf("Terminate (run %d): %v", run, err)
+		}
+		for _, g := range []int{b.ID, d.ID} {
+			if p := partitionState(t, s, g); p != "" {
+				t.Fatalf("after Terminate (run %d) group %d still has partitions: %s", run, g, p)
+			}
+			if ops, cur, names := groupRows(t, s, g); ops+cur+names != 0 {
+				t.Fatalf("after Terminate (run %d) group %d holds %d ops, %d rows, %d names", run, g, ops, cur, names)
+			}
 		}
 	}
 	if ops, cur, names := groupRows(t, s, a.ID); ops != 100 || cur != 100 || names != 12 {
