@@ -20,7 +20,7 @@ import (
 // changing. Without a restart, a reprocessing group snapshots and streams
 // the new rules in the background while the old group keeps serving,
 // takes over once caught up (ACTIVE), and the old group is retired: its
-// slot dropped and all its storage cleared.
+// slot dropped and all its storage cleared, its partitions dropped.
 //
 // Clients must not notice more than new bucket names: one client streams
 // throughout, from group 1's buckets to group 2's, every checkpoint
@@ -99,8 +99,9 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatal("no source change was committed while group 2 was being processed")
 	}
 
-	// Everything group 1 stored is cleared (bucketstore clearTables, and
-	// its op id claims), its checkpoint reset and its slot dropped.
+	// Everything group 1 stored is cleared (bucketstore retireTables, and
+	// its op id claims), its partitions dropped, its checkpoint reset and
+	// its slot dropped.
 	var left string
 	wctx, stopWaiting := context.WithTimeout(ctx, time.Minute)
 	defer stopWaiting()
@@ -222,8 +223,10 @@ func connectUntilExpiry(ctx context.Context, e *harness.Env, cl *harness.SyncCli
 }
 
 // groupLeftovers describes what storage and the source still hold for a
-// retired group ("" when nothing): rows of every per-group table, a
-// checkpoint, or its slot.
+// retired group ("" when nothing): rows of every per-group table, its
+// bucket names, its partitions (a storage version 2 group's are dropped,
+// not only emptied: attached, detach pending or detached, any table left
+// is named), a checkpoint, or its slot.
 func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string) string {
 	var left []string
 	for _, q := range []struct{ table, where string }{
@@ -234,6 +237,7 @@ func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string)
 		{"snapshot_ranges", "source_table_id IN (SELECT id FROM syncpipe.source_tables WHERE group_id = $1)"},
 		{"source_tables", "group_id = $1"},
 		{"op_reservations", "group_id = $1"},
+		{"bucket_names", "group_id = $1"},
 		{"groups", "id = $1 AND (last_checkpoint IS NOT NULL OR state <> 'TERMINATED')"},
 	} {
 		var n int
@@ -242,6 +246,16 @@ func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string)
 		} else if n > 0 {
 			left = append(left, fmt.Sprintf("%d rows in %s", n, q.table))
 		}
+	}
+	var parts string
+	err := e.Storage.QueryRow(ctx, `SELECT coalesce(string_agg(c.relname || CASE WHEN i.inhrelid IS NULL THEN ' (detached)'
+			WHEN i.inhdetachpending THEN ' (detach pending)' ELSE ' (attached)' END, ', ' ORDER BY c.relname), '')
+		FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
+		WHERE c.relnamespace = 'syncpipe'::regnamespace AND c.relname IN ('bucket_data2_g' || $1::int, 'current_data2_g' || $1::int)`, group).Scan(&parts)
+	if err != nil {
+		left = append(left, fmt.Sprintf("partitions: %v", err))
+	} else if parts != "" {
+		left = append(left, "partitions "+parts)
 	}
 	// A claim names its backend: say whether that connection still lives.
 	var claims string
