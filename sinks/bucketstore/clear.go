@@ -16,9 +16,10 @@ type ClearOptions struct {
 	// OnBatch, if set, is called after every committed delete statement
 	// with the table and the rows it deleted.
 	OnBatch func(table string, rows int64)
-	// LockTimeout bounds each lock wait of Terminate's partition detach
-	// (default detachLockTimeout; see dropPartition).
-	LockTimeout time.Duration
+	// DropTimeout bounds each statement of Terminate's partition drop,
+	// which waits for locks and for the transactions that may still use
+	// the partition (default dropTimeout; see dropPartition).
+	DropTimeout time.Duration
 }
 
 // ClearStats reports what Clear deleted.
@@ -70,8 +71,8 @@ func (s *Compactor) Clear(ctx context.Context, group int, opts ClearOptions) (Cl
 // lock that stops other groups' reads and writes), and its bucket names
 // are deleted in batches, as nothing resolves them any more; group ids
 // come from a sequence, so no later group has its id or finds its names
-// in a cache. Like Clear it can be interrupted — a lock it waits for
-// longer than opts.LockTimeout fails it — and is finished by calling it
+// in a cache. Like Clear it can be interrupted — a drop that waits
+// longer than opts.DropTimeout fails it — and is finished by calling it
 // again; on a group it finished, it does nothing.
 func (s *Compactor) Terminate(ctx context.Context, group int, opts ClearOptions) (ClearStats, error) {
 	if err := s.catalog.SetState(ctx, group, StateTerminated); err != nil {
@@ -108,7 +109,7 @@ func (s *Compactor) clear(ctx context.Context, group int, opts ClearOptions, ret
 				parent, part = lay.cur, cur
 			}
 			if retire {
-				err = s.dropPartition(ctx, parent, part, opts.LockTimeout)
+				err = s.dropPartition(ctx, parent, part, opts.DropTimeout)
 			} else {
 				_, err = s.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{part}.Sanitize())
 			}

@@ -8,13 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// detachLockTimeout bounds each lock wait of a partition's detach and
-// drop: past it Terminate fails, and the retire that called it retries
-// later, rather than waiting on a long reader for good. While it waits
-// the detach holds only SHARE UPDATE EXCLUSIVE on the parent, which
-// stops no read or write of another group, only another group's
+// dropTimeout bounds each statement of a partition's detach and drop
+// (statement_timeout: the whole of a wait, however many transactions it
+// waits for): past it Terminate fails, and the retire that called it
+// retries later, rather than waiting on a long reader for good. While
+// it waits the detach holds only SHARE UPDATE EXCLUSIVE on the parent,
+// which stops no read or write of another group, only another group's
 // creation (ATTACH PARTITION) for that long.
-const detachLockTimeout = 10 * time.Second
+const dropTimeout = 10 * time.Second
 
 // pendingDetachSQL lists the partitions of parent ($1) whose detach was
 // interrupted, and partition $2 if it is attached, with whether its
@@ -37,16 +38,16 @@ const pendingDetachSQL = `SELECT c.relname::text, i.inhdetachpending FROM pg_inh
 // with every other partition, so it would queue behind a long reader of
 // any group the same way and stop the others' statements behind it.
 //
-// Each step can be interrupted (a lock wait past lockTimeout, ctx): a
+// Each step can be interrupted (a statement past timeout, ctx): a
 // cancelled DETACH … CONCURRENTLY leaves the partition detach pending,
 // which the next call finishes with DETACH … FINALIZE; a partition
 // already detached is only dropped, one already dropped is done. A
 // parent can have one partition detach pending at a time, so one another
 // group's interrupted retire left is finished first, here (its drop is
 // left to its own retire).
-func (s *Compactor) dropPartition(ctx context.Context, parent, part string, lockTimeout time.Duration) error {
-	if lockTimeout <= 0 {
-		lockTimeout = detachLockTimeout
+func (s *Compactor) dropPartition(ctx context.Context, parent, part string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = dropTimeout
 	}
 	parentID, partID := pgx.Identifier{parent}.Sanitize(), pgx.Identifier{part}.Sanitize()
 	c, err := s.pool.Acquire(ctx)
@@ -54,15 +55,15 @@ func (s *Compactor) dropPartition(ctx context.Context, parent, part string, lock
 		return fmt.Errorf("drop partition %s: %w", part, err)
 	}
 	defer c.Release()
-	if _, err := c.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", max(lockTimeout.Milliseconds(), 1))); err != nil {
+	if _, err := c.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d", max(timeout.Milliseconds(), 1))); err != nil {
 		return fmt.Errorf("drop partition %s: %w", part, err)
 	}
 	defer func() {
 		// The connection goes back to the pool with the session's own
-		// lock_timeout, or not at all.
+		// statement_timeout, or not at all.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		if _, rerr := c.Exec(rctx, "RESET lock_timeout"); rerr != nil {
+		if _, rerr := c.Exec(rctx, "RESET statement_timeout"); rerr != nil {
 			_ = c.Conn().Close(rctx) // Release then discards it
 		}
 	}()

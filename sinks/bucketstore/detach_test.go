@@ -25,7 +25,7 @@ func genericRead(ctx context.Context, tx pgx.Tx, group int) (int, error) {
 // TestTerminateNeverBlocksOtherGroups: while a long transaction that read
 // group A's ops is open, retiring other groups never stops A's other
 // readers (a detach takes no lock on the parent that they wait for). A
-// retire of B with a short lock timeout fails, leaving B's ops partition
+// retire of B with a short timeout fails, leaving B's ops partition
 // detach pending, and a group can still be created. A retire of D then
 // finishes B's detach first (a parent has one pending at a time), waits
 // for the reader, with fresh reads of A served meanwhile, and finishes
@@ -73,9 +73,9 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 
 	// Interrupted: the detach waits for the long reader past its lock
 	// timeout.
-	if _, err := s.Compactor().Terminate(ctx, b.ID, ClearOptions{LockTimeout: 300 * time.Millisecond}); err == nil ||
-		!strings.Contains(err.Error(), "lock timeout") {
-		t.Fatalf("Terminate with a reader open: %v, want a lock timeout", err)
+	if _, err := s.Compactor().Terminate(ctx, b.ID, ClearOptions{DropTimeout: 300 * time.Millisecond}); err == nil ||
+		!strings.Contains(err.Error(), "statement timeout") {
+		t.Fatalf("Terminate with a reader open: %v, want a statement timeout", err)
 	}
 	if p := partitionState(t, s, b.ID); !strings.Contains(p, "(detach pending)") {
 		t.Fatalf("after an interrupted Terminate the partitions are %s, want one detach pending", p)
@@ -90,7 +90,7 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 	// once the reader is gone; until then A's readers go on.
 	done := make(chan error, 1)
 	go func() {
-		_, err := s.Compactor().Terminate(ctx, d.ID, ClearOptions{LockTimeout: time.Minute})
+		_, err := s.Compactor().Terminate(ctx, d.ID, ClearOptions{DropTimeout: time.Minute})
 		done <- err
 	}()
 	waitUntil(t, "the retire to wait for a lock", func() bool {

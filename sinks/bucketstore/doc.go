@@ -180,9 +180,10 @@
 //     primary keys leave out group_id, one value per partition: (bucket,
 //     op_id), 16 bytes of key, and (source_table, source_key). Clear
 //     empties them with TRUNCATE, at once, instead of deleting rows in
-//     batches that vacuum must then reclaim, and retiring a group can drop
-//     them. Statements address the parents with group_id = $1, which the
-//     planner prunes to the one partition.
+//     batches that vacuum must then reclaim, and retiring a group
+//     (Terminate) drops them (see "Clearing"). Statements address the
+//     parents with group_id = $1, which the planner prunes to the one
+//     partition.
 //   - Bucket names are interned per group in bucket_names (name → id from
 //     bucket_id_seq). Ops, the primary key and current rows carry the
 //     8-byte id instead of a name of about 50 bytes. A writer interns its
@@ -196,6 +197,10 @@
 //     plain table, not partitioned: a group has a name per bucket, not per
 //     op, and the names outlive Clear (every process's cache holds the
 //     ids, so a cleared group written again must get the same ones).
+//     Terminate deletes them: a terminated group is never read or written
+//     again, and the caches are keyed by group, whose ids come from a
+//     sequence (groups.id is serial), so no later group is handed a
+//     retired group's ids; its entries leave the LRU as it evicts them.
 //   - Tables are numbered (source_tables.num, an int from a sequence): ops
 //     and current rows carry 4 bytes instead of the 24-character id. The id
 //     stays the table's public identity (REMOVE subkeys); readers map the
@@ -250,5 +255,32 @@
 // over at most BatchSize ctids per statement, each its own transaction), so
 // clearing millions of ops never holds one giant transaction; they can be
 // interrupted and resumed. A group of version 2 has its ops and current
-// rows TRUNCATEd instead (its partitions), and keeps its bucket names.
+// rows in partitions of its own. Clear, which resets a group that is
+// written again, TRUNCATEs them and keeps its bucket names. Terminate,
+// which retires a group for good, drops them and deletes its bucket
+// names, so that every group ever retired does not leave two empty tables
+// with their indexes behind, which would slow planning of every statement
+// on the parents (PostgreSQL's generic plans lock every partition).
+//
+// Dropping a partition must not stop other groups: a plain DETACH
+// PARTITION, or DROP of an attached partition, takes ACCESS EXCLUSIVE on
+// the parent, which queues behind any open transaction that read the
+// parent (an API stream of any group) and stops every later statement of
+// every group behind it. Terminate detaches with DETACH PARTITION …
+// CONCURRENTLY, which takes SHARE UPDATE EXCLUSIVE on the parent (no read
+// or write waits for it; only another group's ATTACH, at its creation),
+// marks the partition detach pending, so that new queries leave it out,
+// and waits for the transactions that may still use it; the detached
+// table is then dropped, which waits for nobody. It does not TRUNCATE
+// first: TRUNCATE takes ACCESS EXCLUSIVE on the partition, which a generic
+// plan of any group's statement on the parent locks too, so it would
+// queue behind a long reader of another group and stop that group's
+// statements (TestTerminateNeverBlocksOtherGroups fails with it); the
+// space is given back when the drop follows the detach. Each statement's
+// wait is bounded (statement_timeout: ClearOptions.DropTimeout, 10 s by
+// default): a retire that times out fails and is retried (replication's
+// retire unit backs off), and the next one finishes a detach left
+// pending with DETACH … FINALIZE. A parent can have one partition detach
+// pending at a time, so a retire finishes another group's pending detach
+// before its own.
 package bucketstore
