@@ -110,8 +110,8 @@ func (s *Compactor) clear(ctx context.Context, group int, opts ClearOptions, ret
 			}
 			if retire {
 				err = s.dropPartition(ctx, parent, part, opts.DropTimeout)
-			} else {
-				_, err = s.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{part}.Sanitize())
+			} else if _, err = s.pool.Exec(ctx, "TRUNCATE "+pgx.Identifier{part}.Sanitize()); err != nil {
+				err = fmt.Errorf("truncate %s: %w", part, err)
 			}
 			if err != nil {
 				return st, fmt.Errorf("clear group %d: %w", group, err)
