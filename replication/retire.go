@@ -104,18 +104,17 @@ func (r *Replicator) awaitPublication(ctx context.Context, g *group, cause error
 // publicationPoll is how often a group waiting for its publication checks.
 const publicationPoll = 5 * time.Second
 
-// submitRetirements queues the clean-up of every stopped or terminated
-// group: after a restart, or when a new group took over.
+// submitRetirements queues the clean-up of every stopped group, and of
+// every terminated one whose clean-up was cut off (bucketstore's
+// Retiring): after a restart, or when a new group took over.
 func (r *Replicator) submitRetirements(ctx context.Context) error {
-	groups, err := r.catalog.Groups(ctx)
+	groups, err := r.catalog.Retiring(ctx)
 	if err != nil {
 		return err
 	}
 	for _, g := range groups {
-		if g.State == bucketstore.StateStop || g.State == bucketstore.StateTerminated {
-			if err := r.submitRetire(g); err != nil {
-				return err
-			}
+		if err := r.submitRetire(g); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -51,6 +51,7 @@ type groupCatalog interface {
 	SetRulesWarnings(ctx context.Context, rules string, warnings []string) error
 	Group(ctx context.Context, id int) (bucketstore.Group, error)
 	Groups(ctx context.Context) ([]bucketstore.Group, error)
+	Retiring(ctx context.Context) ([]bucketstore.Group, error)
 	ReplaceGroup(ctx context.Context, old bucketstore.Group, slotPrefix string) (g bucketstore.Group, created bool, err error)
 	SetState(ctx context.Context, id int, state bucketstore.State) error
 	SnapshotStarted(ctx context.Context, group int) (bool, error)

@@ -3,6 +3,7 @@ package bucketstore
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -157,4 +158,65 @@ func TestTerminateDropsPartitions(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, `SELECT state FROM groups WHERE id = $1`, g.ID).Scan(&state); err != nil || state != StateTerminated {
 		t.Fatalf("group state %q (%v), want %s", state, err, StateTerminated)
 	}
+}
+
+// TestRetiringListsUnfinishedRetirements: Retiring lists a stopped group,
+// and a terminated one until Terminate has cleared it (Terminate marks it
+// TERMINATED first, so a retire cut off by a restart is found again), and
+// never a serving group.
+func TestRetiringListsUnfinishedRetirements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, serving := openStore(t)
+	g, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, grp := range []int{serving.ID, g.ID} {
+		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, 10)
+	}
+	retiring := func() []int {
+		t.Helper()
+		gs, err := s.Catalog().Retiring(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int
+		for _, g := range gs {
+			ids = append(ids, g.ID)
+		}
+		return ids
+	}
+	check := func(when string, want ...int) {
+		t.Helper()
+		if got := retiring(); !slices.Equal(got, want) {
+			t.Fatalf("%s: Retiring lists groups %v, want %v", when, got, want)
+		}
+	}
+	check("nothing stopped")
+	for _, st := range []State{StateStop, StateTerminated} {
+		if err := s.Catalog().SetState(ctx, g.ID, st); err != nil {
+			t.Fatal(err)
+		}
+		check(string(st)+", not cleared", g.ID)
+	}
+	// Cut off after the partitions went: its tables and names are left.
+	for _, part := range []string{"bucket_data2", "current_data2"} {
+		ops, cur := partitions(g.ID)
+		if part == "current_data2" {
+			ops = cur
+		}
+		if err := s.Compactor().dropPartition(ctx, part, ops, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("partitions dropped", g.ID)
+	if _, err := s.Compactor().Terminate(ctx, g.ID, ClearOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	check("cleared")
+	if _, err := s.pool.Exec(ctx, `INSERT INTO bucket_names (group_id, id, name) VALUES ($1, nextval('bucket_id_seq'), 'x')`, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	check("a bucket name left", g.ID)
 }

@@ -153,6 +153,33 @@ func (s *Catalog) SetRulesWarnings(ctx context.Context, rules string, warnings [
 	return nil
 }
 
+// retiringSQL selects the groups whose retirement is due (STOP) or
+// unfinished: TERMINATED ones that still hold source tables (deleted after
+// everything else of theirs but bucket names), bucket names (deleted
+// last) or a partition (named as partitions names them).
+const retiringSQL = `SELECT ` + groupColumns + ` FROM groups g WHERE state = 'STOP' OR (state = 'TERMINATED' AND (
+	EXISTS (SELECT 1 FROM source_tables t WHERE t.group_id = g.id) OR EXISTS (SELECT 1 FROM bucket_names n WHERE n.group_id = g.id)
+	OR to_regclass('bucket_data2_g' || g.id) IS NOT NULL OR to_regclass('current_data2_g' || g.id) IS NOT NULL))
+	ORDER BY id`
+
+// Retiring lists the groups to retire, oldest first: the stopped ones,
+// and the terminated ones whose storage is not cleared yet — Terminate
+// marks a group TERMINATED before it clears it, so a retire cut off by a
+// restart (or a partition detach still waiting for readers) is finished
+// by the next process that looks, while Groups leaves terminated groups
+// out.
+func (s *Catalog) Retiring(ctx context.Context) ([]Group, error) {
+	rows, err := s.pool.Query(ctx, retiringSQL)
+	if err != nil {
+		return nil, fmt.Errorf("list groups to retire: %w", err)
+	}
+	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Group, error) { return scanGroup(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list groups to retire: %w", err)
+	}
+	return gs, nil
+}
+
 // Group reads one group.
 func (s *Catalog) Group(ctx context.Context, id int) (Group, error) {
 	g, err := scanGroup(s.pool.QueryRow(ctx, "SELECT "+groupColumns+" FROM groups WHERE id = $1", id))
