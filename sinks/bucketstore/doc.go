@@ -282,5 +282,9 @@
 // retire unit backs off), and the next one finishes a detach left
 // pending with DETACH … FINALIZE. A parent can have one partition detach
 // pending at a time, so a retire finishes another group's pending detach
-// before its own.
+// before its own. Terminate marks the group TERMINATED before it clears
+// it; Catalog.Retiring lists terminated groups that still hold anything
+// (tables, bucket names, a partition) with the stopped ones, so a retire
+// cut off by a restart is finished by the next process that starts or
+// sees a takeover.
 package bucketstore
