@@ -66,8 +66,10 @@ type conn struct {
 	expiry    *time.Timer
 
 	// readStorage: the checkpoint being sent read ops from storage (not
-	// only from the shared op segments), which compaction may rewrite.
-	readStorage bool
+	// only from the shared op segments), which compaction may rewrite and
+	// a takeover's clearing may empty; readParams: it read parameter rows
+	// (checkValidity). prepare resets both.
+	readStorage, readParams bool
 
 	// The group served and this request's evaluation of its rules.
 	group int
@@ -200,8 +202,18 @@ func (c *conn) loop(ctx context.Context) error {
 			}
 			next = cp
 		}
+		cp := next
 		var err error
-		if next, have, err = c.serve(ctx, next); err != nil {
+		if next, have, err = c.serve(ctx, cp); errors.Is(err, bucketstore.ErrGroupStopped) {
+			// cp's group was taken over and is being cleared: nothing of
+			// it can be served any more, and cp is not completed. The new
+			// group's checkpoint follows (the watcher delivers the ACTIVE
+			// group's) and is announced whatever it holds.
+			c.log.Debug("checkpoint of a stopped group skipped", "group", cp.GroupID, "err", err)
+			c.forceAnnounce, have = true, false
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -345,6 +357,7 @@ func (c *conn) poll(ctx context.Context, block bool) (cp bucketstore.Checkpoint,
 // shared cache), then announces it with a checkpoint or checkpoint_diff
 // line if anything changed for the client.
 func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err error) {
+	c.readStorage, c.readParams = false, false
 	// Every stream prepares every checkpoint: without tracing, building
 	// spans that go nowhere was a twentieth of the API's CPU.
 	span := trace.SpanFromContext(ctx)
