@@ -204,6 +204,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	}
 	slices.Sort(prios)
 	c.batch.invalidated = false
+	c.readStorage = false
 	for i, prio := range prios {
 		var reqs []bucketstore.BucketRequest
 		for _, st := range c.sent {
@@ -264,13 +265,6 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 			}
 		}
 	}
-	if len(prios) == 0 {
-		// Nothing to send, but the buckets may come from parameter rows
-		// read at cp.
-		if err := c.checkValidity(ctx, cp); err != nil {
-			return next, false, err
-		}
-	}
 	if c.batch.invalidated {
 		// Compaction moved ops beyond this checkpoint, or its group was
 		// taken over and is being cleared: complete a later one (a newer
@@ -285,33 +279,34 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	return newer, haveNewer, nil
 }
 
-// checkValidity tells whether the reads of checkpoint cp that this
-// stream made from storage were complete, and invalidates cp if not:
+// checkValidity tells whether the ops of checkpoint cp that this stream
+// read from storage were complete, and invalidates cp if not:
 //
-//   - Compaction may have rewritten ops of cp it read: the group's floor
-//     (the last checkpoint it started from) is above cp. A CLEAR can then
-//     have taken ops the client had not read yet, and it sits beyond cp,
-//     so the reads cannot show it; a later checkpoint is completed. Only
-//     op reads ask this.
-//   - The group was taken over and its storage is being cleared: reads
-//     of ops or parameter rows may have found part of it only. The new
-//     group's checkpoint is completed instead.
+//   - Compaction may have rewritten some: the group's floor (the last
+//     checkpoint it started from) is above cp. A CLEAR can then have
+//     taken ops the client had not read yet, and it sits beyond cp, so
+//     the reads cannot show it; a later checkpoint is completed.
+//   - The group was taken over and its storage is being cleared: the
+//     reads may have found part of it only. The new group's checkpoint
+//     is completed instead (prepare follows the group change).
 //
 // Both are read after the data (a later statement): compaction sets the
 // floor before it rewrites anything, and clearing starts only once the
 // group's stop has committed, so a read that saw a rewrite or a deletion
 // is followed by one that sees the floor or the stop. Streams served from
-// the shared op segments only (delta.go), whose loads checked the group
-// themselves, read nothing per stream and ask nothing.
+// the shared op segments only (delta.go), whose reads checked the group
+// themselves, read nothing compaction touched and ask nothing. (What
+// prepare read — parameter rows, checksums, change records — checked the
+// group in or after its own statement: ErrGroupStopped.)
 func (c *conn) checkValidity(ctx context.Context, cp bucketstore.Checkpoint) error {
-	if !c.readStorage && !c.readParams || c.batch.invalidated {
+	if !c.readStorage || c.batch.invalidated {
 		return nil
 	}
 	v, err := c.s.store.ReadValidity(ctx, cp.GroupID)
 	if err != nil {
 		return err
 	}
-	if c.readStorage && v.CompactFloor > cp.OpID || !v.Serving {
+	if v.CompactFloor > cp.OpID || !v.Serving {
 		c.batch.invalidated = true
 	}
 	return nil

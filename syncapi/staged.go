@@ -13,7 +13,6 @@ import (
 // parameterRows reads the stored parameter rows of keys at cp, the limit
 // failing the connection as PowerSync does.
 func (c *conn) parameterRows(ctx context.Context, cp bucketstore.Checkpoint, keys [][]byte, limit int) ([][][]byte, error) {
-	c.readParams = true
 	rows, err := c.s.store.ParameterRows(ctx, cp.GroupID, cp.OpID, keys, limit)
 	if errors.Is(err, bucketstore.ErrTooManyParameterResults) {
 		// The store stops counting past the limit, so unlike

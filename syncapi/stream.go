@@ -67,9 +67,8 @@ type conn struct {
 
 	// readStorage: the checkpoint being sent read ops from storage (not
 	// only from the shared op segments), which compaction may rewrite and
-	// a takeover's clearing may empty; readParams: it read parameter rows
-	// (checkValidity). prepare resets both.
-	readStorage, readParams bool
+	// a takeover's clearing may empty (checkValidity).
+	readStorage bool
 
 	// The group served and this request's evaluation of its rules.
 	group int
@@ -357,7 +356,6 @@ func (c *conn) poll(ctx context.Context, block bool) (cp bucketstore.Checkpoint,
 // shared cache), then announces it with a checkpoint or checkpoint_diff
 // line if anything changed for the client.
 func (c *conn) prepare(ctx context.Context, cp bucketstore.Checkpoint) (err error) {
-	c.readStorage, c.readParams = false, false
 	// Every stream prepares every checkpoint: without tracing, building
 	// spans that go nowhere was a twentieth of the API's CPU.
 	span := trace.SpanFromContext(ctx)
