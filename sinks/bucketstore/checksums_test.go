@@ -540,3 +540,42 @@ func TestChecksumsOfStoppedGroup(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkChecksumsNewCheckpoint measures the checksum path of a new
+// checkpoint, what every stream's evaluation waits for: one caller asks
+// for 100 cached buckets at a checkpoint that changed one of them (a
+// change record load, one checksum query and the group's check after it).
+// The write and the publication are not timed.
+func BenchmarkChecksumsNewCheckpoint(b *testing.B) {
+	ctx := context.Background()
+	s, g := openStore(b)
+	w := newWriter(b, s, g.ID)
+	todos := registerTable(b, s, g.ID, "todos")
+	readyGroup(b, s, g.ID, todos)
+	buckets := make([]string, 100)
+	for i := range buckets {
+		buckets[i] = bucketName(i)
+	}
+	lsn := uint64(10)
+	cp := publishAt(b, s, g.ID, lsn, loadSpread(b, s, w, todos, 5000, 100)).OpID
+	cache := s.Reader().NewChecksumCache(10000)
+	if _, err := cache.Checksums(ctx, g.ID, cp, buckets); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		row := 10000 + i
+		res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(row),
+			Puts: []model.Put{put(bucketName(i%100), "todos", fmt.Sprint(row), `{}`)}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lsn += 10
+		cp = publishAt(b, s, g.ID, lsn, res.MaxOpID).OpID
+		b.StartTimer()
+		if _, err := cache.Checksums(ctx, g.ID, cp, buckets); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
