@@ -349,9 +349,9 @@ func (s *Reader) ReadValidity(ctx context.Context, group int) (Validity, error) 
 }
 
 // stillServing returns an error wrapping ErrGroupStopped unless the group
-// still serves: a shared load (a checksum fetch, change records) calls it
-// after its query, so that nothing read from a group whose clearing may
-// have begun is cached or returned (see Validity.Serving).
+// still serves: a checksum fetch calls it after its query, so that
+// nothing read from a group whose clearing may have begun is cached or
+// returned (see Validity.Serving).
 func (s *Reader) stillServing(ctx context.Context, group int) error {
 	v, err := s.ReadValidity(ctx, group)
 	if err != nil {
