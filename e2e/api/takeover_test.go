@@ -12,10 +12,10 @@ import (
 
 // TestFirstDownloadSpansTakeover: a client's first download of many ops
 // is under way, the client reading slowly (paused after its first data
-// line, with a small receive buffer: the server's writes wait for it),
-// when a rules change (SIGHUP) makes a new group re-snapshot and take
-// over, and the old group's storage is cleared, while the source keeps
-// changing. The client must never get checkpoint_complete for data it
+// line until the new group has snapshotted, with a small receive buffer:
+// the server's writes wait for it), when a rules change (SIGHUP) makes a
+// new group re-snapshot and take over, and the old group's storage is
+// cleared, while the source keeps changing. The client must never get checkpoint_complete for data it
 // could not have whole — every checksum validates — and ends holding
 // exactly the source, in the new group's buckets. (The old group's reads
 // after its clearing began happen or not by timing: the test makes the
@@ -57,11 +57,18 @@ func TestFirstDownloadSpansTakeover(t *testing.T) {
 	grown := e.GrowTodos(gctx, t)
 	e.WriteFile("rules.yaml", "# version 2\n"+todos.Rules)
 	p.Signal(syscall.SIGHUP)
+	// The client reads on from when the new group has snapshotted: the
+	// rest of its download, superseded by the old group's checkpoints
+	// every second or so, races the new group's first checkpoint and the
+	// old group's retirement (its slot dropped, its storage cleared).
+	e.WaitFor(ctx, "the new group's snapshot", func() bool {
+		var n int
+		err := e.Storage.QueryRow(ctx, "SELECT count(*) FROM syncpipe.groups WHERE id > $1 AND snapshot_done", old).Scan(&n)
+		return err == nil && n > 0
+	})
+	resume()
 	e.WaitFor(ctx, "a new group to take over", func() bool { return e.ActiveGroup(ctx) > old })
 	next := e.ActiveGroup(ctx)
-	// The client reads on while the old group is retired: its slot
-	// dropped, its storage cleared.
-	resume()
 	e.WaitFor(ctx, "the old group to be retired and its rows gone", func() bool {
 		var state string
 		var rows int
