@@ -24,10 +24,13 @@ func TestFirstDownloadSpansTakeover(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	began := time.Now()
+	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
 	e := harness.New(t, harness.Options{Data: &todos.Size{Lists: 20, Todos: 20000, Seed: 47}})
 	p := e.Start()
 	e.WaitCaughtUp(ctx)
 	old := e.ActiveGroup(ctx)
+	phase("caught up")
 
 	w := &harness.CheckpointWatch{}
 	client := harness.NewSyncClient(e.API, e.Token("alice"), w.Observe)
@@ -48,6 +51,7 @@ func TestFirstDownloadSpansTakeover(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the client read no data line")
 	}
+	phase("the client paused after its first data line")
 	if client.Complete() != 0 {
 		t.Fatalf("the client completed %d checkpoints before its first data line", client.Complete())
 	}
@@ -67,8 +71,10 @@ func TestFirstDownloadSpansTakeover(t *testing.T) {
 		return err == nil && n > 0
 	})
 	resume()
+	phase("the new group snapshotted; the client resumed")
 	e.WaitFor(ctx, "a new group to take over", func() bool { return e.ActiveGroup(ctx) > old })
 	next := e.ActiveGroup(ctx)
+	phase("the new group took over")
 	e.WaitFor(ctx, "the old group to be retired and its rows gone", func() bool {
 		var state string
 		var rows int
@@ -78,11 +84,13 @@ func TestFirstDownloadSpansTakeover(t *testing.T) {
 			FROM syncpipe.groups g WHERE g.id = $1`, old).Scan(&state, &rows)
 		return err == nil && state == "TERMINATED" && rows == 0
 	})
+	phase("the old group retired")
 	stopGrowing()
 	<-grown
 
 	e.Exec(ctx, `UPDATE lists SET name = 'after the takeover' WHERE id = (SELECT id FROM lists ORDER BY id LIMIT 1)`)
 	e.WaitFor(ctx, "the client to hold the source in the new group's buckets", w.Holds(e.Todos(ctx, next)()))
+	phase("the client holds the source")
 	if f := client.Failures(); len(f) > 0 {
 		t.Fatalf("the client saw protocol errors (checksum mismatches): %v", f)
 	}
