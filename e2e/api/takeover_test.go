@@ -22,7 +22,7 @@ import (
 // download span the takeover; the syncapi package's tests force them.)
 func TestFirstDownloadSpansTakeover(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	began := time.Now()
 	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
