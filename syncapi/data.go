@@ -256,7 +256,7 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 				return next, false, err
 			}
 		}
-		if err := c.checkCompaction(ctx, cp); err != nil {
+		if err := c.checkValidity(ctx, cp); err != nil {
 			return next, false, err
 		}
 		if i < len(prios)-1 && !c.batch.invalidated {
@@ -266,7 +266,9 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 		}
 	}
 	if c.batch.invalidated {
-		// Compaction moved ops beyond this checkpoint: complete a later one.
+		// Compaction moved ops beyond this checkpoint, or its group was
+		// taken over and is being cleared: complete a later one (a newer
+		// group's, when the group changed: prepare follows it).
 		c.forceAnnounce = true
 		return newer, haveNewer, nil
 	}
@@ -277,26 +279,34 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 	return newer, haveNewer, nil
 }
 
-// checkpointCompacted tells whether compaction may have rewritten ops of
-// checkpoint cp that this stream read from storage: its floor (the last
-// checkpoint it started from) is above cp. A CLEAR can then have taken
-// ops the client had not read yet, and it sits beyond cp, so the reads
-// cannot show it; cp is not completed, and a later checkpoint is.
+// checkValidity tells whether the ops of checkpoint cp that this stream
+// read from storage were complete, and invalidates cp if not:
 //
-// The floor is read after the data (a later statement): compaction sets
-// it before it rewrites anything, so a read that saw a rewrite is
-// followed by a floor read that sees the floor. Streams served from the
-// shared op segments only (delta.go) read nothing compaction touched and
-// ask nothing.
-func (c *conn) checkCompaction(ctx context.Context, cp bucketstore.Checkpoint) error {
+//   - Compaction may have rewritten some: the group's floor (the last
+//     checkpoint it started from) is above cp. A CLEAR can then have
+//     taken ops the client had not read yet, and it sits beyond cp, so
+//     the reads cannot show it; a later checkpoint is completed.
+//   - The group was taken over and its storage is being cleared: the
+//     reads may have found part of it only. The new group's checkpoint
+//     is completed instead (prepare follows the group change).
+//
+// Both are read after the data (a later statement): compaction sets the
+// floor before it rewrites anything, and clearing starts only once the
+// group's stop has committed, so a read that saw a rewrite or a deletion
+// is followed by one that sees the floor or the stop. Streams served from
+// the shared op segments only (delta.go), whose reads checked the group
+// themselves, read nothing compaction touched and ask nothing. (What
+// prepare read — parameter rows, checksums, change records — checked the
+// group in or after its own statement: ErrGroupStopped.)
+func (c *conn) checkValidity(ctx context.Context, cp bucketstore.Checkpoint) error {
 	if !c.readStorage || c.batch.invalidated {
 		return nil
 	}
-	floor, err := c.s.store.CompactFloor(ctx, cp.GroupID)
+	v, err := c.s.store.ReadValidity(ctx, cp.GroupID)
 	if err != nil {
 		return err
 	}
-	if floor > cp.OpID {
+	if v.CompactFloor > cp.OpID || !v.Serving {
 		c.batch.invalidated = true
 	}
 	return nil

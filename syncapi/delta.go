@@ -228,6 +228,15 @@ func (s *Server) readSegment(ctx context.Context, seg *opSegment, buckets []stri
 		ops[row.Bucket] = append(ops[row.Bucket], kept)
 		return nil
 	})
+	if err == nil && !more {
+		// A group taken over is cleared: a segment read once that began
+		// may lack ops, and its sums would advance the checksum cache
+		// short of them. Streams that read for themselves check too.
+		var v bucketstore.Validity
+		if v, err = s.store.ReadValidity(ctx, seg.group); err == nil && !v.Serving {
+			err = fmt.Errorf("op segment of group %d: %w", seg.group, bucketstore.ErrGroupStopped)
+		}
+	}
 	if ctx.Err() != nil {
 		s.deltas.forget(seg)
 		return

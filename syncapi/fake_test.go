@@ -49,10 +49,13 @@ type fakeStore struct {
 	rows map[fakeRow]map[string]fakeObject
 	// live: per source row, the lookup keys it has entries under now.
 	live map[fakeRow]map[string]bool
-	// floor is the compaction floor (CompactFloor).
+	// floor is the compaction floor (ReadValidity).
 	floor int64
 	// failing: storage methods that fail, by name, with their error.
 	failing map[string]error
+	// checksumsAsked, when set, is called by each Checksums call once it
+	// has its failure, if any, with f.mu held.
+	checksumsAsked func()
 }
 
 // fakeRecord is what one write changed in a group: the op ids it drew
@@ -366,13 +369,19 @@ func (f *fakeStore) ParameterRows(_ context.Context, group int, checkpoint int64
 	return out, nil
 }
 
-func (f *fakeStore) CompactFloor(context.Context, int) (int64, error) {
+func (f *fakeStore) ReadValidity(_ context.Context, group int) (bucketstore.Validity, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.failure("CompactFloor"); err != nil {
-		return 0, err
+	if err := f.failure("ReadValidity"); err != nil {
+		return bucketstore.Validity{}, err
 	}
-	return f.floor, nil
+	v := bucketstore.Validity{CompactFloor: f.floor}
+	for _, g := range f.groups {
+		if g.ID == group {
+			v.Serving = g.Serving()
+		}
+	}
+	return v, nil
 }
 
 func (f *fakeStore) ReadBucketDataShape(_ context.Context, _ bucketstore.ReadShape, _ int, checkpoint int64,
@@ -405,7 +414,11 @@ func (f *fakeStore) Checksums(_ context.Context, _ int, checkpoint int64, bucket
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queries++
-	if err := f.failure("Checksums"); err != nil {
+	err := f.failure("Checksums")
+	if f.checksumsAsked != nil {
+		f.checksumsAsked()
+	}
+	if err != nil {
 		return nil, err
 	}
 	out := make([]bucketstore.BucketChecksum, len(buckets))

@@ -49,9 +49,10 @@ type BucketReader interface {
 	// shape matters only to the benchmarks (Config.Baseline).
 	ReadBucketDataShape(ctx context.Context, shape bucketstore.ReadShape, group int, checkpoint int64,
 		reqs []bucketstore.BucketRequest, limit int, fn func(*bucketstore.OpRow) error) (more bool, err error)
-	// CompactFloor is the checkpoint op id compaction may have rewritten
-	// the group's ops up to (bucketstore.Reader.CompactFloor).
-	CompactFloor(ctx context.Context, group int) (int64, error)
+	// ReadValidity tells whether the reads of a group that ended before
+	// it were complete: how far compaction may have rewritten its ops,
+	// and whether it still serves (bucketstore.Reader.ReadValidity).
+	ReadValidity(ctx context.Context, group int) (bucketstore.Validity, error)
 }
 
 // WriteCheckpointStore keeps write checkpoints: GET /write-checkpoint2.json

@@ -21,7 +21,7 @@ import (
 func TestStorageFailureEndsStream(t *testing.T) {
 	t.Parallel()
 	for method, code := range map[string]string{"Group": codeNoRules, "ParameterRows": codeInternal,
-		"Checksums": codeInternal, "ReadBucketDataShape": codeInternal, "CompactFloor": codeInternal} {
+		"Checksums": codeInternal, "ReadBucketDataShape": codeInternal, "ReadValidity": codeInternal} {
 		t.Run(method, func(t *testing.T) {
 			t.Parallel()
 			e := newFakeEnv(t, todoRules, todoTables, nil)
@@ -48,10 +48,10 @@ func TestStorageFailureEndsStream(t *testing.T) {
 // client list c, which it did not have, so the stream needs every read:
 // its lookups changed (ParameterRows), and the bucket's checksum and its
 // older ops are in no checkpoint delta (Checksums, ReadBucketDataShape,
-// then CompactFloor).
+// then ReadValidity).
 func TestStorageFailureLater(t *testing.T) {
 	t.Parallel()
-	for _, method := range []string{"ParameterRows", "Checksums", "ReadBucketDataShape", "CompactFloor"} {
+	for _, method := range []string{"ParameterRows", "Checksums", "ReadBucketDataShape", "ReadValidity"} {
 		t.Run(method, func(t *testing.T) {
 			t.Parallel()
 			e := newFakeEnv(t, todoRules, todoTables, nil)

@@ -66,7 +66,8 @@ type conn struct {
 	expiry    *time.Timer
 
 	// readStorage: the checkpoint being sent read ops from storage (not
-	// only from the shared op segments), which compaction may rewrite.
+	// only from the shared op segments), which compaction may rewrite and
+	// a takeover's clearing may empty (checkValidity).
 	readStorage bool
 
 	// The group served and this request's evaluation of its rules.
@@ -200,8 +201,18 @@ func (c *conn) loop(ctx context.Context) error {
 			}
 			next = cp
 		}
+		cp := next
 		var err error
-		if next, have, err = c.serve(ctx, next); err != nil {
+		if next, have, err = c.serve(ctx, cp); errors.Is(err, bucketstore.ErrGroupStopped) {
+			// cp's group was taken over and is being cleared: nothing of
+			// it can be served any more, and cp is not completed. The new
+			// group's checkpoint follows (the watcher delivers the ACTIVE
+			// group's) and is announced whatever it holds.
+			c.log.Debug("checkpoint of a stopped group skipped", "group", cp.GroupID, "err", err)
+			c.forceAnnounce, have = true, false
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,8 @@
 // lifecycle (health, graceful shutdown), token checks at start-up and per
 // request, the timeouts that bound its database connections, /metrics,
 // `-trace stdout`, and the sync API's WebSocket transport (its connection
-// limit, keepalives, metrics and memory per slow client).
+// limit, keepalives, metrics and memory per slow client), and a slow
+// client's first download spanning a takeover.
 package api
 
 import (

@@ -54,6 +54,9 @@ func (c *clientState) observe(cp string, rows map[string]map[string]string) {
 // as changes stream — until the new group takes over;
 // the version 1 group is then retired and its rows are gone, what the
 // client holds equals the source, and `syncpipe status` shows version 2.
+// A second client, new to the current binary, starts its first download
+// as the move starts, so that it may span the takeover: its checksums
+// validate too, and it ends holding the source.
 func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -82,6 +85,8 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 
 	at := client.Complete()
 	e.Start()
+	fw := &harness.CheckpointWatch{}
+	fresh := e.Sync("bob", fw.Observe)
 	e.WaitFor(ctx, "the client's first checkpoint from the current binary", func() bool { return client.Complete() > at })
 	gctx, stopGrowing := context.WithCancel(ctx)
 	grown := e.GrowTodos(gctx, t)
@@ -139,12 +144,16 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 		diff = bucketcheck.Diff(seen.rows, expected)
 		return seen.rows != nil && diff == nil
 	})
+	e.WaitFor(ctx, "the new client to hold the source's data", fw.Holds(expected))
 	e.Converge(ctx, time.Minute, e.Todos(ctx, v2))
 	if shrunk := seen.Failures(); len(shrunk) > 0 {
 		t.Fatalf("the client saw rows disappear during the move: %v", shrunk)
 	}
 	if f := client.Failures(); len(f) > 0 {
 		t.Fatalf("the sync client saw protocol errors: %v", f)
+	}
+	if f := fresh.Failures(); len(f) > 0 {
+		t.Fatalf("the client new to the current binary saw protocol errors: %v", f)
 	}
 
 	code, out, stderr := harness.Run(t, ctx, "status", "--config", e.Config)

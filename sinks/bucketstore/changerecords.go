@@ -157,11 +157,15 @@ func (s *Writes) queuePrune(tail *pgx.Batch, group int, cp int64) {
 	s.pruneNext.Store(group, horizon+max(s.changeRetention/8, 1))
 }
 
-// loadChangesSQL reads the group's completeness horizon and every record
-// whose op id range overlaps ($2, $3]. The LEFT JOIN yields one row even
-// without records; a missing group yields none.
+// loadChangesSQL reads the group's state, its completeness horizon and
+// every record whose op id range overlaps ($2, $3]. The LEFT JOIN yields
+// one row even without records; a missing group yields none. The state
+// is read in the same statement, not after it (as Validity is): a
+// takeover's clearing deletes records row by row (MVCC, never TRUNCATE),
+// after the stop commits, so a snapshot that sees the group serving sees
+// none of those deletions.
 const loadChangesSQL = `
-SELECT g.changes_from, c.op_low IS NOT NULL, c.buckets IS NULL, c.buckets, c.lookups IS NULL, c.lookups
+SELECT g.state, g.changes_from, c.op_low IS NOT NULL, c.buckets IS NULL, c.buckets, c.lookups IS NULL, c.lookups
 FROM groups g
 LEFT JOIN bucket_changes c ON c.group_id = g.id AND c.op_high > $2 AND c.op_low <= $3
 WHERE g.id = $1`
@@ -207,12 +211,18 @@ func (s *Reader) loadChanges(ctx context.Context, group int, from, to int64) (*c
 	defer rows.Close()
 	found := false
 	for rows.Next() {
+		var state State
 		var changesFrom int64
 		var some, nullBuckets, nullLookups bool
 		var buckets []string
 		var lookups [][]byte
-		if err := rows.Scan(&changesFrom, &some, &nullBuckets, &buckets, &nullLookups, &lookups); err != nil {
+		if err := rows.Scan(&state, &changesFrom, &some, &nullBuckets, &buckets, &nullLookups, &lookups); err != nil {
 			return nil, fmt.Errorf("change records of group %d: %w", group, err)
+		}
+		if !(Group{State: state}).Serving() {
+			// Taken over and cleared, or about to be: records read from
+			// now on may miss changes (see Validity.Serving).
+			return nil, fmt.Errorf("change records of group %d: %w", group, ErrGroupStopped)
 		}
 		found = true
 		if from < changesFrom {

@@ -483,7 +483,12 @@ func (c *ChecksumCache) fetch(ctx context.Context, group int, checkpoint int64, 
 			}
 			parts[i-1] = partial{checksum.FromInt64(total), n, clear, true}
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// A group taken over is cleared: sums read once that began would
+		// be cached, and announced, short of the ops they stand for.
+		return c.s.stillServing(ctx, group)
 	}()
 	if err == nil {
 		for i := range parts {

@@ -476,3 +476,106 @@ func checkLists(t *testing.T, c *ChecksumCache, want []cacheKey) {
 		t.Fatalf("%d entries chained, %d in the LRU", chained, len(lru))
 	}
 }
+
+// TestChecksumsOfStoppedGroup: a group taken over is stopped and then
+// cleared, while the checksum cache may be loading from it. A fetch whose
+// query ran after the clearing began (here: the whole clearing, between
+// the change records and the sums) fails with ErrGroupStopped and caches
+// nothing, and so does every later load of the group's checksums or
+// change records; what was cached while it served is left as it was.
+func TestChecksumsOfStoppedGroup(t *testing.T) {
+	t.Parallel()
+	onVersions(t, func(t *testing.T, s *Store, g Group) {
+		ctx := context.Background()
+		w := newWriter(t, s, g.ID)
+		todos := registerTable(t, s, g.ID, "todos")
+		readyGroup(t, s, g.ID, todos)
+		buckets := []string{bucketName(0), bucketName(1)}
+		cp1 := publishAt(t, s, g.ID, 10, loadSpread(t, s, w, todos, 200, 2)).OpID
+		cache := s.Reader().NewChecksumCache(100)
+		before, err := cache.Checksums(ctx, g.ID, cp1, buckets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(0),
+			Puts: []model.Put{put(bucketName(0), "todos", "0", `{"id":"0","description":"changed"}`)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cp2 := publishAt(t, s, g.ID, 20, res.MaxOpID).OpID
+		w.Close()
+		cleared := false
+		cache.beforeFetch = func() {
+			if cleared {
+				return
+			}
+			cleared = true
+			if err := s.Catalog().SetState(ctx, g.ID, StateStop); err != nil {
+				t.Error(err)
+			}
+			if _, err := s.Compactor().Terminate(ctx, g.ID, ClearOptions{}); err != nil {
+				t.Error(err)
+			}
+		}
+		entries := cache.Stats().Entries
+		for i := range 2 {
+			got, err := cache.Checksums(ctx, g.ID, cp2, buckets)
+			if !errors.Is(err, ErrGroupStopped) {
+				t.Fatalf("checksums at %d, asked %d after the group was stopped and cleared: %+v, %v; want ErrGroupStopped", cp2, i+1, got, err)
+			}
+		}
+		if !cleared {
+			t.Fatal("no checksum query ran")
+		}
+		if n := cache.Stats().Entries; n != entries {
+			t.Fatalf("the cache holds %d entries, %d before the stopped group's loads", n, entries)
+		}
+		// The change records of (cp1, cp2] were loaded while it served; a
+		// cache that has not loaded them does not now.
+		if _, err := s.Reader().NewChecksumCache(100).Changes(ctx, g.ID, cp1, cp2); !errors.Is(err, ErrGroupStopped) {
+			t.Fatalf("change records of the stopped group: %v, want ErrGroupStopped", err)
+		}
+		if got, err := cache.Checksums(ctx, g.ID, cp1, buckets); err != nil || !slices.Equal(got, before) {
+			t.Fatalf("checksums at %d, cached while the group served: %+v, %v; want %+v", cp1, got, err, before)
+		}
+	})
+}
+
+// BenchmarkChecksumsNewCheckpoint measures the checksum path of a new
+// checkpoint, what every stream's evaluation waits for: one caller asks
+// for 100 cached buckets at a checkpoint that changed one of them (a
+// change record load, one checksum query and the group's check after it).
+// The write and the publication are not timed.
+func BenchmarkChecksumsNewCheckpoint(b *testing.B) {
+	ctx := context.Background()
+	s, g := openStore(b)
+	w := newWriter(b, s, g.ID)
+	todos := registerTable(b, s, g.ID, "todos")
+	readyGroup(b, s, g.ID, todos)
+	buckets := make([]string, 100)
+	for i := range buckets {
+		buckets[i] = bucketName(i)
+	}
+	lsn := uint64(10)
+	cp := publishAt(b, s, g.ID, lsn, loadSpread(b, s, w, todos, 5000, 100)).OpID
+	cache := s.Reader().NewChecksumCache(10000)
+	if _, err := cache.Checksums(ctx, g.ID, cp, buckets); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		row := 10000 + i
+		res, err := w.WriteChanges(ctx, []model.Change{{Table: todos, Kind: model.Upsert, Key: key(row),
+			Puts: []model.Put{put(bucketName(i%100), "todos", fmt.Sprint(row), `{}`)}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lsn += 10
+		cp = publishAt(b, s, g.ID, lsn, res.MaxOpID).OpID
+		b.StartTimer()
+		if _, err := cache.Checksums(ctx, g.ID, cp, buckets); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -28,7 +28,7 @@ import (
 //
 // A client downloading an older checkpoint while ops are rewritten cannot
 // complete it consistently (a CLEAR may have taken ops it had not read
-// yet); the group's compaction floor (CompactFloor) tells the sync API,
+// yet); the group's compaction floor (Validity.CompactFloor) tells the sync API,
 // which then completes a later checkpoint instead. Only ops at or below the group's last published
 // checkpoint are touched:
 // replication writes above it meanwhile, and each transaction here is
@@ -140,7 +140,7 @@ func (s *Compactor) compact(ctx context.Context, group int, o CompactOptions) (C
 		return st, nil // nothing published yet
 	}
 	// The floor commits before any op is rewritten, so that a reader that
-	// read a rewrite and then reads the floor sees it (CompactFloor): a
+	// read a rewrite and then reads the floor sees it (ReadValidity): a
 	// client downloading a checkpoint below it does not complete that
 	// checkpoint but a later one. (A CLEAR deletes ops a client at an
 	// older checkpoint may not have read yet and sits beyond that

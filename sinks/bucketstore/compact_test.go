@@ -159,8 +159,8 @@ func TestCompactKeepsChecksums(t *testing.T) {
 	// and the rest after cannot complete it: CLEARs took ops it had not
 	// read, beyond its checkpoint. The floor, read after its reads, says so.
 	stale.download(t, s, g.ID, bk, cpMid, 50, 0)
-	if floor, err := s.Reader().CompactFloor(ctx, g.ID); err != nil || floor <= cpMid || floor != st.UpTo {
-		t.Fatalf("compaction floor %d (%v), want %d, above the stale client's checkpoint %d", floor, err, st.UpTo, cpMid)
+	if v, err := s.Reader().ReadValidity(ctx, g.ID); err != nil || v.CompactFloor <= cpMid || v.CompactFloor != st.UpTo || !v.Serving {
+		t.Fatalf("validity %+v (%v), want compaction floor %d, above the stale client's checkpoint %d, and serving", v, err, st.UpTo, cpMid)
 	}
 	if stale.sum == sums[0].Checksum && maps.Equal(stale.rows, early.rows) {
 		t.Log("the stale client happened to read nothing compaction took")

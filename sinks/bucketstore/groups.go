@@ -62,7 +62,10 @@ var ErrNoGroup = errors.New("no such replication group")
 
 // ErrGroupStopped is returned (wrapped) by Commit for a group that was
 // stopped — replaced by a newer group that took over — or terminated: its
-// replication should end and its data be cleared.
+// replication should end and its data be cleared. The sync API's loads
+// (ParameterRows, the ChecksumCache) return it too for such a group, whose
+// storage may be cleared under their reads: nothing of it is served any
+// more.
 var ErrGroupStopped = errors.New("replication group stopped")
 
 // createGroupSQL inserts a PROCESSING group ($1 rules) whose slot name is

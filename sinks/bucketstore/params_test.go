@@ -103,7 +103,8 @@ func TestParameterRowsEndToEnd(t *testing.T) {
 
 // TestParameterRowsVersionsAndLimit checks the newest entry per source row
 // wins at each checkpoint, retractions are dropped, repeated and unknown
-// lookups are answered in place, and the limit is enforced.
+// lookups are answered in place, the limit is enforced, and a stopped
+// group's lookups fail with ErrGroupStopped.
 func TestParameterRowsVersionsAndLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -162,5 +163,15 @@ func TestParameterRowsVersionsAndLimit(t *testing.T) {
 	res, err := s.Reader().ParameterRows(ctx, g.ID+1, c3, lookups, 0)
 	if err != nil || len(res) != len(lookups) || res[0] != nil {
 		t.Fatalf("other group: %q %v, want no entries", res, err)
+	}
+	// A group taken over is cleared once stopped: its entries are not
+	// answered any more, whether some are left or none.
+	if err := s.Catalog().SetState(ctx, g.ID, StateStop); err != nil {
+		t.Fatal(err)
+	}
+	for _, lks := range [][][]byte{lookups, {lk("nobody")}} {
+		if res, err := s.Reader().ParameterRows(ctx, g.ID, c3, lks, 10); !errors.Is(err, ErrGroupStopped) {
+			t.Fatalf("stopped group, lookups %q: %q %v, want ErrGroupStopped", lks, res, err)
+		}
 	}
 }

@@ -317,16 +317,48 @@ func (s *Reader) ReadBucketDataShape(ctx context.Context, shape ReadShape, group
 	return false, nil
 }
 
-// CompactFloor returns the checkpoint op id up to which compaction may
-// have rewritten group's ops (0: never compacted). It is set before any
-// op is rewritten: a client that read ops of a checkpoint below it, in a
-// statement before this one, may have read a rewrite (see compact.go's
-// doc comment). It is the Reader's, not the Compactor's: the sync API
-// reads it after each data read to tell a re-download from a rewrite.
-func (s *Reader) CompactFloor(ctx context.Context, group int) (int64, error) {
-	var floor int64
-	if err := s.pool.QueryRow(ctx, `SELECT compact_floor FROM groups WHERE id = $1`, group).Scan(&floor); err != nil {
-		return 0, fmt.Errorf("read the compaction floor of group %d: %w", group, err)
+// Validity is what tells whether ops and checksums read from a group's
+// storage, in statements that ended before it was read, were complete at
+// the checkpoint they were read at (ReadValidity).
+type Validity struct {
+	// CompactFloor is the checkpoint op id up to which compaction may
+	// have rewritten the group's ops (0: never compacted). It is set
+	// before any op is rewritten: a client that read ops of a checkpoint
+	// below it may have read a rewrite (see compact.go's doc comment).
+	CompactFloor int64
+	// Serving: the group was ACTIVE or PROCESSING (Group.Serving). A
+	// group that stopped — taken over — is cleared once the stop has
+	// committed and never before, so reads that ended before a read that
+	// still sees it serving saw none of the clearing; otherwise they may
+	// have read part of its storage only.
+	Serving bool
+}
+
+// ReadValidity reads the group's Validity in one statement. It is the
+// Reader's, not the Compactor's: the sync API reads it after a
+// checkpoint's data reads, to tell a complete download from one that
+// compaction rewrote or a takeover's clearing emptied under it.
+func (s *Reader) ReadValidity(ctx context.Context, group int) (Validity, error) {
+	var v Validity
+	var state State
+	if err := s.pool.QueryRow(ctx, `SELECT compact_floor, state FROM groups WHERE id = $1`, group).Scan(&v.CompactFloor, &state); err != nil {
+		return Validity{}, fmt.Errorf("read the validity of group %d's reads: %w", group, err)
 	}
-	return floor, nil
+	v.Serving = Group{State: state}.Serving()
+	return v, nil
+}
+
+// stillServing returns an error wrapping ErrGroupStopped unless the group
+// still serves: a checksum fetch calls it after its query, so that
+// nothing read from a group whose clearing may have begun is cached or
+// returned (see Validity.Serving).
+func (s *Reader) stillServing(ctx context.Context, group int) error {
+	v, err := s.ReadValidity(ctx, group)
+	if err != nil {
+		return err
+	}
+	if !v.Serving {
+		return fmt.Errorf("group %d: %w", group, ErrGroupStopped)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -30,6 +31,11 @@ type SyncClient struct {
 	// observe gets every complete checkpoint: its op id and the rows of
 	// every bucket ("type/id" → data).
 	observe func(checkpoint string, rows map[string]map[string]string)
+
+	// http makes the client's requests (nil: http.DefaultClient); pause
+	// stops its reads (PauseAtFirstData). Both are set before Run.
+	http  *http.Client
+	pause *pauseGate
 
 	mu      sync.Mutex
 	buckets map[string]*clientBucket
@@ -99,7 +105,11 @@ func (c *SyncClient) once(ctx context.Context) error {
 		req.Header.Set("Accept", "application/vnd.powersync.bson-stream;q=0.9,application/x-ndjson;q=0.8")
 		req.Header.Set("Accept-Encoding", "zstd, gzip")
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := c.http
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -125,9 +135,13 @@ func (c *SyncClient) once(ctx context.Context) error {
 			}
 			return err // the connection went: retried
 		}
-		if err := c.line(b); err != nil {
+		data, err := c.line(b)
+		if err != nil {
 			c.fail(err)
 			return err
+		}
+		if data && c.pause != nil {
+			c.pause.hold(ctx)
 		}
 	}
 }
@@ -223,11 +237,18 @@ type wireLine struct {
 	} `json:"checkpoint_complete"`
 }
 
-func (c *SyncClient) line(b []byte) error {
+// line handles one line and reports whether it was a data line.
+func (c *SyncClient) line(b []byte) (data bool, err error) {
 	var l wireLine
 	if err := json.Unmarshal(b, &l); err != nil {
-		return fmt.Errorf("line %q: %w", b, err)
+		return false, fmt.Errorf("line %q: %w", b, err)
 	}
+	return l.Data != nil, c.apply(&l)
+}
+
+// apply applies a line to the client's buckets, verifying the checksums
+// at checkpoint_complete.
+func (c *SyncClient) apply(l *wireLine) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -291,6 +312,57 @@ func (c *SyncClient) line(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// pauseGate stops a client's reads once (PauseAtFirstData).
+type pauseGate struct {
+	once   sync.Once
+	paused chan struct{}
+	resume chan struct{}
+}
+
+// hold stops the caller the first time, until resume closes or ctx ends.
+func (g *pauseGate) hold(ctx context.Context) {
+	g.once.Do(func() {
+		close(g.paused)
+		select {
+		case <-g.resume:
+		case <-ctx.Done():
+		}
+	})
+}
+
+// smallReceiveBuffer is the socket receive buffer of a client that
+// PauseAtFirstData slows down.
+const smallReceiveBuffer = 4 << 10
+
+// PauseAtFirstData makes the client stop reading once it has read its
+// first data line, until resume is called: a slow client, whose first
+// download a test makes span something (a takeover, say). Its connections
+// read through a small socket receive buffer, so that while it is paused
+// the server's writes wait for it instead of filling buffers of
+// megabytes. paused closes when it has stopped. Call it before Run.
+func (c *SyncClient) PauseAtFirstData() (paused <-chan struct{}, resume func()) {
+	g := &pauseGate{paused: make(chan struct{}), resume: make(chan struct{})}
+	c.pause = g
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		if tc, ok := conn.(*net.TCPConn); ok {
+			if err := tc.SetReadBuffer(smallReceiveBuffer); err != nil {
+				conn.Close()
+				return nil, err
+			}
+		}
+		return conn, nil
+	}
+	c.http = &http.Client{Transport: tr}
+	var once sync.Once
+	return g.paused, func() { once.Do(func() { close(g.resume) }) }
 }
 
 // CountRows counts the rows of every bucket whose name has prefix … (any
