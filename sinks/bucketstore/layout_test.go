@@ -19,8 +19,17 @@ import (
 // of groups an earlier syncpipe created.
 func openStoreV1(t testing.TB) (*Store, Group) {
 	t.Helper()
-	s, _ := openStore(t)
-	g, err := s.Catalog().createGroup(context.Background(), "bucket_definitions: {}", "syncpipe_", storageV1)
+	return openStoreVersion(t, storageV1)
+}
+
+// openStoreVersion is openStore with a group of storage version.
+func openStoreVersion(t testing.TB, version int) (*Store, Group) {
+	t.Helper()
+	s, g := openStore(t)
+	if version == g.StorageVersion {
+		return s, g
+	}
+	g, err := s.Catalog().createGroup(context.Background(), "bucket_definitions: {}", "syncpipe_", version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +39,10 @@ func openStoreV1(t testing.TB) (*Store, Group) {
 // onVersions runs f in a parallel subtest per storage version, on a
 // store with a group of that version.
 func onVersions(t *testing.T, f func(t *testing.T, s *Store, g Group)) {
-	for _, version := range []int{storageV1, storageV2} {
+	for _, version := range []int{storageV1, storageV2, storageV3} {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			t.Parallel()
-			open := openStore
-			if version == storageV1 {
-				open = openStoreV1
-			}
-			s, g := open(t)
+			s, g := openStoreVersion(t, version)
 			if g.StorageVersion != version {
 				t.Fatalf("group of storage version %d, want %d", g.StorageVersion, version)
 			}

@@ -331,12 +331,9 @@ type readBench struct {
 }
 
 // newReadBench loads the read's test data into a group of storage
-// version (see openStoreV1).
+// version (see openStoreVersion).
 func newReadBench(t testing.TB, version int) *readBench {
-	s, g := openStore(t)
-	if version == storageV1 {
-		s, g = openStoreV1(t)
-	}
+	s, g := openStoreVersion(t, version)
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)

@@ -25,12 +25,11 @@ import (
 // own: a group's stream has one writer, see streamLockClass), so its write
 // reads those rows again, inside its transaction.
 type Prepared struct {
-	seq    uint64 // the writer's completed writes when the read began
-	final  []*model.Change
-	byRow  []int32
-	prev   prevState
-	tables any // the probe's arguments (see db.tableArg)
-	keys   []pgtype.UUID
+	seq   uint64 // the writer's completed writes when the read began
+	final []*model.Change
+	byRow []int32
+	prev  prevState
+	probe []any // loadPrevious's arguments (layout.probeArgs)
 }
 
 // readAhead is how a write uses a Prepared: the state it read, and which
@@ -77,18 +76,19 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []model.Change) (*P
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	ids, p.keys = probeArgs(p.final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	ids, keys, orders := probeRows(p.final, probedRow)
 	p.prev.reset(len(p.final))
 	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "read stored row state")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	if p.tables, err = sw.s.tableArg(ctx, conn, lay, sw.group, ids); err != nil {
+	tables, err := sw.s.tableArg(ctx, conn, lay, sw.group, ids)
+	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}
-	rows, err := conn.Query(ctx, lay.loadPrevious, sw.group, p.tables, p.keys)
+	p.probe = lay.probeArgs(sw.group, tables, keys, orders)
+	rows, err := conn.Query(ctx, lay.loadPrevious, p.probe...)
 	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}
@@ -159,12 +159,11 @@ func (sw *StreamWriter) remember(final []*model.Change, every bool) {
 func (sw *StreamWriter) release(p *Prepared) {
 	p.prev.trim(keptBufBytes(len(p.final)))
 	clear(p.final)
-	p.final, p.tables, p.keys = p.final[:0], nil, nil
+	p.final, p.probe = p.final[:0], nil
 	sw.prepared.Put(p)
 }
 
-// probeSubset returns loadPreviousSQL's $2 and $3 for the rows of final at
-// pos.
-func probeSubset(final []*model.Change, pos []int32) ([]string, []pgtype.UUID) {
-	return probeArgs(pos, func(i int32) (string, [16]byte) { return final[i].Table.ID, final[i].Key })
+// probeSubset returns probeRows of the rows of final at pos.
+func probeSubset(final []*model.Change, pos []int32) ([]string, []pgtype.UUID, []int32) {
+	return probeRows(pos, func(i int32) (string, [16]byte, int32) { return probedRow(final[i]) })
 }
