@@ -76,7 +76,7 @@ const createGroupSQL = `
 // CreateGroup stores a new rules version as a PROCESSING group with a fresh
 // replication slot name (prefix + id + 4 random hex digits, so a re-created
 // group never reuses a dropped slot's name), in the current storage
-// layout (v2: with its partitions).
+// layout (from v2: with its partitions).
 func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
 	return s.createGroup(ctx, rules, slotPrefix, CurrentStorageVersion)
 }
