@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
+
+	"github.com/google/uuid"
 
 	"github.com/syncpipe/syncpipe/model"
 )
@@ -75,16 +79,43 @@ func TestKeyOrderOf(t *testing.T) {
 		{model.Int(math.MaxInt64), math.MaxInt32},
 		{model.Int(math.MinInt64), math.MinInt32},
 		{model.Text(""), math.MinInt32},
-		{model.Text("\xff\xff\xff\xff\xff"), math.MaxInt32},
-		{model.Text("3f2a-…"), int32(0x33663261 ^ -1<<31)},
 		{model.Blob([]byte{0x80}), 0},
 		{model.Real(math.Inf(-1)), int32(0x000fffff ^ -1<<31)},
+		{model.Text("\xff\xff\xff\xff\xff"), math.MaxInt32},
+		{model.Text("3f2a-…"), int32(0x33663261 ^ -1<<31)},
 		{model.Null(), 0},
 		{model.JSON(`{"a":1}`), 0},
 	} {
 		if got := KeyOrderOf(tc.v); got != tc.want {
 			t.Errorf("KeyOrderOf(%v) = %#x, want %#x", tc.v, got, tc.want)
 		}
+	}
+}
+
+// TestKeyOrderUUIDText: UUID keys, which arrive as text, get storage keys
+// in their order from their first 4 hex digits (16 bits: at 10M rows about
+// 150 rows share one, inserted among themselves at random but all into
+// the same leaf or two of the primary key).
+func TestKeyOrderUUIDText(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 7))
+	ids := make([]string, 100000)
+	for i := range ids {
+		var b [16]byte
+		for j := range b {
+			b[j] = byte(rng.Uint32())
+		}
+		ids[i] = uuid.UUID(b).String()
+	}
+	slices.Sort(ids)
+	for i := 1; i < len(ids); i++ {
+		a, b := KeyOrderOf(model.Text(ids[i-1])), KeyOrderOf(model.Text(ids[i]))
+		if a > b || a == b && ids[i-1][:4] != ids[i][:4] {
+			t.Fatalf("%s → %d, %s → %d: want ascending storage keys, equal only within 4 hex digits", ids[i-1], a, ids[i], b)
+		}
+	}
+	// Other text keeps its first 4 bytes' order.
+	if a, b := KeyOrderOf(model.Text("mome")), KeyOrderOf(model.Text("momf")); a >= b {
+		t.Fatalf("mome → %d, momf → %d: want the 4th byte to count", a, b)
 	}
 }
 
