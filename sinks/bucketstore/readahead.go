@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -45,8 +46,8 @@ type readAhead struct {
 // state read ahead of later writes.
 type written struct {
 	seq   uint64
-	rows  []rowKey // in collapse order
-	every bool     // it may have changed any row (a TRUNCATE)
+	rows  []writtenRow // in collapse order
+	every bool         // it may have changed any row (a TRUNCATE)
 }
 
 // writtenKept is how many completed writes a StreamWriter remembers; a
@@ -122,12 +123,13 @@ func (sw *StreamWriter) stale(p *Prepared) (pos []int32, all bool) {
 
 // appendCommon appends the positions of the rows of final that rows also
 // holds: both are in collapse order, so one merge walk finds them.
-func appendCommon(pos []int32, final []*model.Change, rows []rowKey) []int32 {
+func appendCommon(pos []int32, final []*model.Change, rows []writtenRow) []int32 {
 	i, j := 0, 0
 	for i < len(final) && j < len(rows) {
-		c := strings.Compare(final[i].Table.ID, rows[j].table)
+		r := &rows[j]
+		c := cmp.Or(strings.Compare(final[i].Table.ID, r.table), cmp.Compare(final[i].KeyOrder, r.order))
 		if c == 0 {
-			c = bytes.Compare(final[i].Key[:], rows[j].key[:])
+			c = bytes.Compare(final[i].Key[:], r.key[:])
 		}
 		switch {
 		case c < 0:
@@ -143,6 +145,14 @@ func appendCommon(pos []int32, final []*model.Change, rows []rowKey) []int32 {
 	return pos
 }
 
+// writtenRow is a row a completed write changed, ordered as collapse
+// orders changes (compareRow): by table id, key order and key.
+type writtenRow struct {
+	table string
+	order int32
+	key   [16]byte
+}
+
 // remember records a completed write of final (every: it may have
 // changed any row) as the writer's next.
 func (sw *StreamWriter) remember(final []*model.Change, every bool) {
@@ -150,7 +160,7 @@ func (sw *StreamWriter) remember(final []*model.Change, every bool) {
 	h := &sw.history[seq%writtenKept]
 	h.seq, h.every, h.rows = seq, every, h.rows[:0]
 	for _, c := range final {
-		h.rows = append(h.rows, rowKey{c.Table.ID, c.Key})
+		h.rows = append(h.rows, writtenRow{c.Table.ID, c.KeyOrder, c.Key})
 	}
 	sw.done.Store(seq)
 }
