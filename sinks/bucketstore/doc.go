@@ -272,13 +272,14 @@
 // version 2's. Migration 12 adds the column to current_data2, NULL in
 // version 2's partitions, which keep their key and statements; their
 // groups move to version 3 as version 1's do, through a re-snapshot.
-// Measured (scale benchmark, 2M todos, one run, against the previous
-// commit's build in the same run; other tests ran on the machine
-// meanwhile): P1 on one cluster 186.6k rows/s against 153.7k (the
-// snapshot itself 225k against 180k), Postgres CPU per source row 6.4 µs
-// against 8.6; on two clusters P1 202.5k against 187.0k, 6.2 µs against
-// 7.4. At 2M the key (105 MB) still fits in shared_buffers, so what shows
-// is less work per row, not yet the random reads it saves at 10M. Its
+// Measured (scale benchmark, 2M todos, three runs against the previous
+// commit's build in the same run, on a machine other tests shared): P1 on
+// one cluster 1.21×, 1.03× and 1.17× the previous rate (quietest run:
+// 186.6k rows/s against 153.7k, the snapshot itself 225k against 180k),
+// Postgres CPU per source row 26, 29 and 24 % less (6.4 µs against 8.6);
+// on two clusters P1 within the noise (1.08×, 0.67×, 0.89×). At 2M the key
+// (105 MB) still fits in shared_buffers, so what shows is less work per
+// row, not yet the random reads it saves at 10M. Its
 // cost: 4 more bytes per current row, 8 after alignment (the column comes
 // after the row's varlena columns): storage 503 bytes per source row
 // against 492, current_data2's heap 169 MB against 153 and its key 113 MB
