@@ -64,6 +64,12 @@ type Change struct {
 	Kind  ChangeKind
 	// Key is the row's replica id (UUIDv5 of its replica identity columns).
 	Key [16]byte
+	// KeyOrder orders the row's stored state before Key, which is a hash:
+	// an order-preserving 32-bit prefix of its first replica identity
+	// column (stages.KeyOrderOf), so that rows written in the source's key
+	// order, as a snapshot reads them, get ascending storage keys. It only
+	// orders; Key alone identifies the row.
+	KeyOrder int32
 	// Puts are the buckets the row is in now (empty for a Delete).
 	Puts []Put
 	// Lookups are the parameter entries the row produces now. TracksLookups

@@ -125,18 +125,21 @@ func build(rk *checksum.ReplicaKey, in []Evaluated, bytes int) []model.Change {
 		if !e.Derived {
 			key = ReplicaID(rk, spec, e.Row)
 		}
+		// A derived key is Row's replica id too: its order key comes from
+		// the same values.
+		order := KeyOrder(spec, e.Row)
 		if e.Kind == model.Delete {
-			out = append(out, model.Change{Table: t, Kind: model.Delete, Key: key,
+			out = append(out, model.Change{Table: t, Kind: model.Delete, Key: key, KeyOrder: order,
 				TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			continue
 		}
 		if e.Old != nil {
 			if old := ReplicaID(rk, spec, e.Old); old != key {
-				out = append(out, model.Change{Table: t, Kind: model.Delete, Key: old,
+				out = append(out, model.Change{Table: t, Kind: model.Delete, Key: old, KeyOrder: KeyOrder(spec, e.Old),
 					TracksLookups: spec.Bound.HasParameters(), TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex})
 			}
 		}
-		c := model.Change{Table: t, Kind: model.Upsert, Key: key, TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex}
+		c := model.Change{Table: t, Kind: model.Upsert, Key: key, KeyOrder: order, TxnLSN: e.TxnLSN, TxnIndex: e.TxnIndex}
 		switch {
 		case e.Derived:
 			c.RowData = e.RowData

@@ -10,6 +10,7 @@ import (
 
 	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
 // TestCompactWhileSyncing runs `syncpipe compact` against a running
@@ -154,7 +155,7 @@ func TestBackgroundCompaction(t *testing.T) {
 	// Read from storage on scrape and cached for storageGaugeCache: the
 	// group's data has been there since the snapshot.
 	e.WaitFor(ctx, "the group's storage bytes on /metrics", func() bool {
-		n, _ := harness.Sample(harness.Scrape(ctx, addr), "syncpipe_storage_bytes", "group", "1", "storage_version", "2")
+		n, _ := harness.Sample(harness.Scrape(ctx, addr), "syncpipe_storage_bytes", "group", "1", "storage_version", fmt.Sprint(bucketstore.CurrentStorageVersion))
 		return n > 0
 	})
 	e.Converge(ctx, time.Minute, want)

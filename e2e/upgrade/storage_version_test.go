@@ -12,6 +12,7 @@ import (
 	"github.com/syncpipe/syncpipe/internal/testkit/bucketcheck"
 	"github.com/syncpipe/syncpipe/internal/testkit/harness"
 	"github.com/syncpipe/syncpipe/internal/todos"
+	"github.com/syncpipe/syncpipe/sinks/bucketstore"
 )
 
 // lastStorageV1 is the last commit whose syncpipe writes only storage
@@ -47,13 +48,14 @@ func (c *clientState) observe(cp string, rows map[string]map[string]string) {
 
 // TestStorageVersion1MovesInTheBackground: storage that the previous
 // version (storage version 1 only) snapshotted and streamed is moved by
-// the current binary to storage version 2 through a new group that
+// the current binary to the current storage version through a new group that
 // re-snapshots in the background, while a sync client that synced from
 // the previous version is served from the version 1 group — its
 // checkpoints keep arriving, validated by checksum, and never lose rows,
 // as changes stream — until the new group takes over;
 // the version 1 group is then retired and its rows are gone, what the
-// client holds equals the source, and `syncpipe status` shows version 2.
+// client holds equals the source, and `syncpipe status` shows the current
+// version.
 // A second client, new to the current binary, starts its first download
 // as the move starts, so that it may span the takeover: its checksums
 // validate too, and it ends holding the source.
@@ -96,13 +98,14 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 	// starts.
 	mctx, mcancel := context.WithTimeout(ctx, time.Minute)
 	defer mcancel()
-	e.WaitFor(mctx, "a group of storage version 2 to take over", func() bool { return e.ActiveGroup(mctx) > v1 })
+	latest := bucketstore.CurrentStorageVersion
+	e.WaitFor(mctx, fmt.Sprintf("a group of storage version %d to take over", latest), func() bool { return e.ActiveGroup(mctx) > v1 })
 	v2 := e.ActiveGroup(ctx)
 	var version int
-	if err := e.Storage.QueryRow(ctx, "SELECT storage_version FROM syncpipe.groups WHERE id = $1", v2).Scan(&version); err != nil || version != 2 {
-		t.Fatalf("group %d took over with storage version %d (%v), want 2", v2, version, err)
+	if err := e.Storage.QueryRow(ctx, "SELECT storage_version FROM syncpipe.groups WHERE id = $1", v2).Scan(&version); err != nil || version != latest {
+		t.Fatalf("group %d took over with storage version %d (%v), want %d", v2, version, err, latest)
 	}
-	want := fmt.Sprintf("storage version 1 → 2: re-snapshot in the background; clients are served from group %d meanwhile", v1)
+	want := fmt.Sprintf("storage version 1 → %d: re-snapshot in the background; clients are served from group %d meanwhile", latest, v1)
 	if !e.Logged(want) {
 		t.Errorf("the log does not say %q", want)
 	}
@@ -167,8 +170,8 @@ func TestStorageVersion1MovesInTheBackground(t *testing.T) {
 			break // the groups' table comes before the snapshot progress
 		}
 	}
-	if !strings.HasPrefix(line, fmt.Sprintf("%d ACTIVE v2 ", v2)) {
-		t.Errorf("status does not show group %d ACTIVE with storage version 2:\n%s", v2, out)
+	if !strings.HasPrefix(line, fmt.Sprintf("%d ACTIVE v%d ", v2, latest)) {
+		t.Errorf("status does not show group %d ACTIVE with storage version %d:\n%s", v2, latest, out)
 	}
 	e.Alive()
 }

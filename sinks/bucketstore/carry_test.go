@@ -17,7 +17,7 @@ func touch(t testing.TB, s *Store, w *Writer, tb *model.Table, group int, lsn ui
 	var cs []model.Change
 	for j, b := range buckets {
 		i := first + j
-		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
 			Puts: []model.Put{put(b, "todos", fmt.Sprint(i), fmt.Sprintf(`{"n":%d}`, i))}})
 	}
 	res, err := w.WriteChanges(context.Background(), cs)

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -44,32 +45,30 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 	start := time.Now()
 	var final []*model.Change
 	var prev *prevState
-	var tables any
-	var keys []pgtype.UUID
+	var probe []any // loadPrevious's arguments
 	if ahead != nil {
-		final, prev, tables, keys = ahead.p.final, &ahead.p.prev, ahead.p.tables, ahead.p.keys
+		final, prev, probe = ahead.p.final, &ahead.p.prev, ahead.p.probe
 	} else {
 		w.final, w.byRow = collapse(w.final, w.byRow, changes)
 		final, prev = w.final, &w.prev
-		var ids []string
-		ids, keys = probeArgs(final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
-		var err error
-		if tables, err = w.s.tableArg(ctx, w.conn, w.lay, w.group, ids); err != nil {
+		ids, keys, orders := probeRows(final, probedRow)
+		tables, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, ids)
+		if err != nil {
 			return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
 		}
+		probe = w.lay.probeArgs(w.group, tables, keys, orders)
 	}
 	if err := w.prepareNames(ctx, len(final), func(i int) *model.Change { return final[i] }); err != nil {
 		return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
 	}
-	var staleTables any
-	var staleKeys []pgtype.UUID
+	var staleProbe []any
 	if ahead != nil && len(ahead.stale) > 0 {
-		ids, sk := probeSubset(final, ahead.stale)
-		st, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, ids)
+		ids, keys, orders := probeSubset(final, ahead.stale)
+		tables, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, ids)
 		if err != nil {
 			return Result{}, fmt.Errorf("write %d changes for group %d: %w", len(changes), w.group, err)
 		}
-		staleTables, staleKeys = st, sk
+		staleProbe = w.lay.probeArgs(w.group, tables, keys, orders)
 	}
 	var res Result
 	attempts := 0
@@ -78,11 +77,11 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		switch {
 		case ahead == nil || ahead.all || attempts > 0:
 			prev.reset(len(final))
-			b.Queue(w.lay.loadPrevious, w.group, tables, keys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, probe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
 		case len(ahead.stale) > 0:
 			// Rows a write since the read ahead changed: read again.
 			prev.forget(ahead.stale)
-			b.Queue(w.lay.loadPrevious, w.group, staleTables, staleKeys).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, staleProbe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
 		}
 		attempts++
 		w.queueAllocate(b, estimateIDs(final))
@@ -234,9 +233,11 @@ func (w *Writer) findLeaving(ctx context.Context, tx pgx.Tx, final []*model.Chan
 	return nil
 }
 
-// collapse keeps the last change per row, ordered by (table id, key): the
-// previous-state probes and current row writes then walk the primary key
-// in order. It reuses the memory of dst and of byRow (scratch space).
+// collapse keeps the last change per row, ordered by (table id, key
+// order, key): the previous-state probes and current row writes then walk
+// v3's primary key in order. (v1 and v2 key by (table, key): this order
+// walks theirs table by table only. Their groups are on their way out,
+// and a stream batch's rows are few against a table's pages.) It reuses the memory of dst and of byRow (scratch space).
 func collapse(dst []*model.Change, byRow []int32, changes []model.Change) ([]*model.Change, []int32) {
 	byRow = byRow[:0]
 	for i := range changes {
@@ -260,15 +261,21 @@ func collapse(dst []*model.Change, byRow []int32, changes []model.Change) ([]*mo
 	return dst, byRow
 }
 
-// compareRow orders changes by (table id, key).
+// compareRow orders changes by (table id, key order, key).
 func compareRow(a, b *model.Change) int {
 	if a.Table != b.Table {
 		if c := strings.Compare(a.Table.ID, b.Table.ID); c != 0 {
 			return c
 		}
 	}
+	if c := cmp.Compare(a.KeyOrder, b.KeyOrder); c != 0 {
+		return c
+	}
 	return bytes.Compare(a.Key[:], b.Key[:])
 }
+
+// probedRow names a change's row for probeRows.
+func probedRow(c *model.Change) (string, [16]byte, int32) { return c.Table.ID, c.Key, c.KeyOrder }
 
 // estimateIDs guesses, before the rows' stored state is read, how many op
 // ids a stream write needs: a row's PUTs and lookups, and as many REMOVEs
@@ -286,10 +293,11 @@ func estimateIDs(final []*model.Change) int {
 // group names the partition of a v2 group, whose ctids are its own.
 const deleteCurrentSQL = `DELETE FROM {cur} WHERE ctid = ANY($1::tid[]) AND group_id = $2`
 
-// truncateKeysSQL lists up to $4 keys of table $2[1] of group $1 after
-// key $3.
-const truncateKeysSQL = `SELECT source_key FROM {cur}
-	WHERE group_id = $1 AND source_table = ($2::{ttype}[])[1] AND source_key > $3 ORDER BY source_key LIMIT $4`
+// truncateKeysSQL lists up to $4 keys and key orders of table $2[1] of
+// group $1 after key $3 (v3: after key order $5 and key $3, the primary
+// key's order).
+const truncateKeysSQL = `SELECT source_key, {order} FROM {cur}
+	WHERE group_id = $1 AND source_table = ($2::{ttype}[])[1] AND {after} LIMIT $4`
 
 // replaceCurrent deletes the stored state of rows that had one and writes
 // the new state of rows that still exist, leaving rows whose state stays
@@ -335,31 +343,35 @@ func (w *Writer) Truncate(ctx context.Context, table *model.Table, batchSize int
 	}
 	var total Result
 	var after uuid.UUID
+	var afterOrder int32 = math.MinInt32
 	tables, err := w.s.tableArg(ctx, w.conn, w.lay, w.group, []string{table.ID})
 	if err != nil {
 		return total, fmt.Errorf("truncate %s: %w", table, err)
 	}
 	for {
-		rows, err := w.conn.Query(ctx, w.lay.truncateKeys, w.group, tables, after, batchSize)
+		rows, err := w.conn.Query(ctx, w.lay.truncateKeys, w.lay.truncateArgs(w.group, tables, after, afterOrder, batchSize)...)
 		if err != nil {
 			return total, fmt.Errorf("truncate %s: list rows: %w", table, err)
 		}
-		keys, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		var changes []model.Change
+		var key uuid.UUID
+		var order int32
+		_, err = pgx.ForEachRow(rows, []any{&key, &order}, func() error {
+			changes = append(changes, model.Change{Table: table, Kind: model.Delete, Key: key, KeyOrder: order})
+			return nil
+		})
 		if err != nil {
 			return total, fmt.Errorf("truncate %s: list rows: %w", table, err)
 		}
-		if len(keys) == 0 {
+		if len(changes) == 0 {
 			return total, nil
 		}
-		changes := make([]model.Change, len(keys))
-		for i, k := range keys {
-			changes[i] = model.Change{Table: table, Kind: model.Delete, Key: k}
-		}
+		last := &changes[len(changes)-1]
+		after, afterOrder = last.Key, last.KeyOrder
 		res, err := w.WriteChanges(ctx, changes)
 		if err != nil {
 			return total, fmt.Errorf("truncate %s: %w", table, err)
 		}
 		total.add(res)
-		after = keys[len(keys)-1]
 	}
 }

@@ -55,11 +55,11 @@ func randomHistory(t testing.TB, s *Store, group int, w *Writer, tb *model.Table
 		for range 1 + rng.IntN(10) {
 			i := rng.IntN(60)
 			if rng.IntN(5) == 0 {
-				cs = append(cs, model.Change{Table: tb, Kind: model.Delete, Key: key(i)})
+				cs = append(cs, model.Change{Table: tb, Kind: model.Delete, Key: key(i), KeyOrder: keyOrder(i)})
 				continue
 			}
 			id := fmt.Sprint(i)
-			ch := model.Change{Table: tb, Kind: model.Upsert, Key: key(i)}
+			ch := model.Change{Table: tb, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i)}
 			for _, b := range rng.Perm(12)[:1+rng.IntN(3)] {
 				ch.Puts = append(ch.Puts, put(bucketName(b), "todos", id, fmt.Sprintf(`{"id":"%s","v":%d}`, id, rng.IntN(1000))))
 			}
@@ -274,7 +274,7 @@ func TestChecksumQueriesPerCheckpoint(t *testing.T) {
 	for _, b := range []int{17, 42} {
 		for j := range 3 {
 			i := 10000 + b*10 + j
-			cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+			cs = append(cs, model.Change{Table: todos, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
 				Puts: []model.Put{put(bucketName(b), "todos", fmt.Sprint(i), `{}`)}})
 		}
 	}

@@ -52,7 +52,7 @@ var retireTables = append(slices.Clip(clearTables), clearTable{"bucket_names", "
 
 // Clear deletes everything stored for a group in bounded batches, each its
 // own short transaction, so that clearing millions of ops never holds one
-// giant transaction or lock. A group of storage version 2 has its ops and
+// giant transaction or lock. A group of storage version 2 or 3 has its ops and
 // current rows in partitions of its own, which are emptied at once
 // (TRUNCATE) instead; its bucket names stay, as every process's cache
 // holds their ids and the group is written again (see doc.go, "Storage
@@ -66,7 +66,7 @@ func (s *Compactor) Clear(ctx context.Context, group int, opts ClearOptions) (Cl
 
 // Terminate marks a group TERMINATED (so nothing serves or replicates it
 // again) and removes its data for good. It clears the group as Clear
-// does, except for a group of storage version 2: its partitions are
+// does, except for a group of storage version 2 or 3: its partitions are
 // detached and dropped rather than emptied (dropPartition: without a
 // lock that stops other groups' reads and writes), and its bucket names
 // are deleted in batches, as nothing resolves them any more; group ids

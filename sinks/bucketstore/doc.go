@@ -145,15 +145,16 @@
 // groups.storage_version names the layout of a group's ops and current
 // rows. Everything that differs between versions is one layout value per
 // version (layout.go): the SQL of every statement that touches those
-// tables, and whether the bucket and table columns hold names or
-// interned ids. The logic — snapshot and stream writes, reads,
-// checksums, compaction, Clear — is one for both and runs its group's
-// layout's statements; a group's version never changes, so it is read
-// once per process (db.layout).
+// tables, whether the bucket and table columns hold names or interned
+// ids, and whether current rows carry a key order. The logic — snapshot
+// and stream writes, reads, checksums, compaction, Clear — is one for all
+// and runs its group's layout's statements; a group's version never
+// changes, so it is read once per process (db.layout).
 //
 // Version 1 (groups created before version 2 existed) keeps the shared
 // bucket_data and current_data, keyed by bucket name and table id text.
-// Such groups keep working in full; they move to version 2 through a new
+// Such groups keep working in full; they move to the current version (as
+// version 2's groups do) through a new
 // group that snapshots afresh in the background, as for a rules change:
 // EnsureGroup, finding the ACTIVE group of the configured rules older
 // than CurrentStorageVersion, creates a PROCESSING group of the same rules
@@ -171,7 +172,7 @@
 // bucket and table in SQL while the old group's stream writes; the
 // source's cost is one snapshot, the same as a rules change.
 //
-// Version 2 (every group CreateGroup makes) is built for bytes per row,
+// Version 2 is built for bytes per row,
 // the primary keys' page fill and a cheap group lifecycle (measured at
 // 1M todos, version 1 took 918 bytes per source row):
 //
@@ -249,12 +250,53 @@
 // and current_data's primary key, whose random inserts (keys are UUIDv5)
 // leave its leaves about 70 % full.
 //
+// Version 3 (every group CreateGroup makes now) is version 2 with
+// current_data2's partitions keyed by (source_table, key_order,
+// source_key). Why: source_key is the replica id, a UUIDv5, so a
+// snapshot, which reads each table in primary key chunks, inserted its
+// rows into random leaves of that key. At 10M todos the key (527 MB,
+// about 68 % leaf fill) outgrew shared_buffers: every insert a random
+// read and a dirty random page, and after every checkpoint a full-page
+// image in WAL for each leaf touched again — WAL that, on one cluster, the
+// stream then decodes before its first checkpoint. key_order is an int4,
+// an order-preserving prefix of the row's first replica identity column
+// (stages.KeyOrderOf: an integer key exact below 2^26 and in order over
+// all of int64, a text or bytea key its first 4 bytes, a float its top
+// 32 bits, anything else 0), computed in op build with the replica id
+// (model.Change.KeyOrder) and by the stream decoder for its row data
+// reads (RowRef.KeyOrder). Rows read in the source's key order get
+// ascending storage keys, so the snapshot appends to the key, and a
+// stream batch's probes (collapse sorts by table, key order, key) walk
+// it in order. The replica id stays the identity (subkeys, checksums and
+// REMOVEs are PowerSync's): key_order only orders, so a key whose type
+// gives little or no locality (a uuid key is text: 16 bits, about 150
+// rows to a value at 10M, which share a leaf or two; another collation
+// than C; 0 for other types) costs locality, never correctness. Every
+// current row statement of v3 names key_order (the COPY's columns, the
+// probes' index condition, truncate's paging); the other statements are
+// version 2's. Migration 12 adds the column to current_data2, NULL in
+// version 2's partitions, which keep their key and statements; their
+// groups move to version 3 as version 1's do, through a re-snapshot.
+// Measured (scale benchmark, 2M todos, three runs against the previous
+// commit's build in the same run, on a machine other tests shared): P1 on
+// one cluster 1.21×, 1.03× and 1.17× the previous rate (quietest run:
+// 186.6k rows/s against 153.7k, the snapshot itself 225k against 180k),
+// Postgres CPU per source row 26, 29 and 24 % less (6.4 µs against 8.6);
+// on two clusters P1 within the noise (1.08×, 0.67×, 0.89×). At 2M the key
+// (105 MB) still fits in shared_buffers, so what shows is less work per
+// row, not yet the random reads it saves at 10M. Its
+// cost: 4 more bytes per current row, 8 after alignment (the column comes
+// after the row's varlena columns): storage 503 bytes per source row
+// against 492, current_data2's heap 169 MB against 153 and its key 113 MB
+// against 105 (the same 32-byte entries; leaves about 62 % full against
+// 66 %).
+//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan
 // over at most BatchSize ctids per statement, each its own transaction), so
 // clearing millions of ops never holds one giant transaction; they can be
-// interrupted and resumed. A group of version 2 has its ops and current
+// interrupted and resumed. A group of version 2 or 3 has its ops and current
 // rows in partitions of its own. Clear, which resets a group that is
 // written again, TRUNCATEs them and keeps its bucket names. Terminate,
 // which retires a group for good, drops them and deletes its bucket

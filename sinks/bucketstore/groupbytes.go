@@ -30,7 +30,7 @@ const groupBytesPages = 2560
 // a little from call to call. Groups without rows (or none in a sample)
 // are absent. Space deleted rows leave is apportioned as the live rows
 // are until vacuum reuses it. The partitions of a group of storage
-// version 2 are its alone: their sizes are added as they are.
+// version 2 or later are its alone: their sizes are added as they are.
 func (s *Compactor) GroupBytes(ctx context.Context) (map[int]int64, error) {
 	return s.groupBytes(ctx, groupBytesPages)
 }
@@ -66,7 +66,7 @@ func (s *Compactor) groupBytes(ctx context.Context, limit int64) (map[int]int64,
 	return out, nil
 }
 
-// partitionBytes reads the total size of each v2 group's partitions.
+// partitionBytes reads the total size of each v2 or v3 group's partitions.
 func (s *Compactor) partitionBytes(ctx context.Context) (map[int]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname::text, pg_total_relation_size(c.oid)
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

@@ -79,7 +79,7 @@ const createGroupSQL = `
 // CreateGroup stores a new rules version as a PROCESSING group with a fresh
 // replication slot name (prefix + id + 4 random hex digits, so a re-created
 // group never reuses a dropped slot's name), in the current storage
-// layout (v2: with its partitions).
+// layout (from v2: with its partitions).
 func (s *Catalog) CreateGroup(ctx context.Context, rules, slotPrefix string) (Group, error) {
 	return s.createGroup(ctx, rules, slotPrefix, CurrentStorageVersion)
 }
@@ -99,15 +99,15 @@ func (s *Catalog) createGroup(ctx context.Context, rules, slotPrefix string, ver
 	return s.Group(ctx, id)
 }
 
-// insertGroup inserts a group in tx and, for v2, creates its partitions
+// insertGroup inserts a group in tx and, from v2, creates its partitions
 // in the same transaction: a group is never without them.
 func insertGroup(ctx context.Context, tx pgx.Tx, rules, slotPrefix string, version int) (int, error) {
 	var id int
 	if err := tx.QueryRow(ctx, createGroupSQL, rules, slotPrefix, randomHex(2), version).Scan(&id); err != nil {
 		return 0, err
 	}
-	if version == storageV2 {
-		if _, err := tx.Exec(ctx, createPartitionsSQL(id)); err != nil {
+	if version >= storageV2 {
+		if _, err := tx.Exec(ctx, createPartitionsSQL(id, version)); err != nil {
 			return 0, fmt.Errorf("create the partitions of group %d: %w", id, err)
 		}
 	}
@@ -303,7 +303,7 @@ const ensureGroupLockClass = 0x5347 // "SG"
 // CurrentStorageVersion is the storage layout of every group created now
 // (see doc.go, "Storage versions"). An ACTIVE group of an older version
 // moves to it through a new group (EnsureGroup).
-const CurrentStorageVersion = storageV2
+const CurrentStorageVersion = storageV3
 
 func (s *Catalog) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	groups, err := s.Groups(ctx)

@@ -8,7 +8,9 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Storage versions (groups.storage_version; see doc.go, "Storage
@@ -17,10 +19,14 @@ const (
 	// storageV1 is the first layout: bucket_data and current_data shared
 	// by every group, keyed by bucket name and table id text.
 	storageV1 = 1
-	// storageV2 is the layout of every group created now: a partition
-	// per group of bucket_data2 and current_data2, buckets and tables
-	// named by interned integers.
+	// storageV2: a partition per group of bucket_data2 and
+	// current_data2, buckets and tables named by interned integers.
 	storageV2 = 2
+	// storageV3 is the layout of every group created now: v2 with
+	// current_data2 keyed by (source_table, key_order, source_key), so
+	// that a snapshot appends to its primary key instead of writing to
+	// random leaves of it (key_order: model.Change.KeyOrder).
+	storageV3 = 3
 )
 
 // layout is everything that differs between storage versions: the SQL of
@@ -33,6 +39,8 @@ type layout struct {
 	// interned: bucket and source_table columns hold the ids of
 	// bucket_names and source_tables.num (v2), not the names (v1).
 	interned bool
+	// ordered: current rows carry key_order and are found by it (v3).
+	ordered bool
 	// ops and cur are the tables (v2: the partitioned parents).
 	ops, cur string
 
@@ -54,6 +62,7 @@ type layout struct {
 var layouts = map[int]*layout{
 	storageV1: newLayout(storageV1),
 	storageV2: newLayout(storageV2),
+	storageV3: newLayout(storageV3),
 }
 
 // newLayout fills the statements' templates for version: {ops} and {cur}
@@ -61,23 +70,41 @@ var layouts = map[int]*layout{
 // {ttype} the source_table column's type; {objcols} are the object id's
 // columns as written, {objid} and {d.objid} (of alias d) read it as
 // text, {objnull} sets it to NULL (v2 keeps a canonical UUID id in
-// object_uuid and any other in object_id).
+// object_uuid and any other in object_id). {curcols} are current rows'
+// columns as written; {probe} unnests a probe's arguments (see
+// layout.probeArgs) as k and {probed} matches a current row to k;
+// {order} is the key order column as read (v1, v2: 0) and {after} the
+// truncateKeys condition and order.
 func newLayout(version int) *layout {
 	l := &layout{version: version}
 	var r *strings.Replacer
+	unordered := []string{"{curcols}", "group_id, source_table, source_key, buckets, lookups, data",
+		"{probed}", "source_table = k.t AND source_key = k.key", "{order}", "0::int4",
+		"{after}", "source_key > $3 ORDER BY source_key"}
 	switch version {
 	case storageV1:
 		l.ops, l.cur = "bucket_data", "current_data"
-		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
+		r = strings.NewReplacer(append(unordered, "{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
 			"{stage}", "stage_current", "{objcols}", "object_id", "{objid}", "object_id", "{d.objid}", "d.object_id",
-			"{objnull}", "object_id = NULL")
-	case storageV2:
+			"{objnull}", "object_id = NULL", "{probe}", "unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)
+	case storageV2, storageV3:
 		l.interned = true
 		l.ops, l.cur = "bucket_data2", "current_data2"
-		r = strings.NewReplacer("{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
+		v2 := []string{"{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
 			"{stage}", "stage_current2", "{objcols}", "object_uuid, object_id",
 			"{objid}", "coalesce(object_id, object_uuid::text)", "{d.objid}", "coalesce(d.object_id, d.object_uuid::text) AS object_id",
-			"{objnull}", "object_id = NULL, object_uuid = NULL")
+			"{objnull}", "object_id = NULL, object_uuid = NULL"}
+		if version == storageV2 {
+			r = strings.NewReplacer(append(v2, append(unordered,
+				"{probe}", "unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)...)
+			break
+		}
+		l.ordered = true
+		r = strings.NewReplacer(append(v2,
+			"{curcols}", "group_id, source_table, source_key, buckets, lookups, data, key_order",
+			"{probe}", "unnest($2::int4[], $3::uuid[], $4::int4[]) WITH ORDINALITY AS k (t, key, o, i)",
+			"{probed}", "source_table = k.t AND key_order = k.o AND source_key = k.key", "{order}", "key_order",
+			"{after}", "(key_order, source_key) > ($5, $3) ORDER BY key_order, source_key")...)
 	default:
 		panic(fmt.Sprintf("bucketstore: no storage layout %d", version))
 	}
@@ -111,6 +138,24 @@ func (l *layout) checksumArg(sum uint32) any {
 	return int64(sum)
 }
 
+// probeArgs are the arguments of a current row probe (currentProbe) of
+// group for the rows at tables (see db.tableArg), keys and, v3, orders.
+func (l *layout) probeArgs(group int, tables any, keys []pgtype.UUID, orders []int32) []any {
+	if l.ordered {
+		return []any{group, tables, keys, orders}
+	}
+	return []any{group, tables, keys}
+}
+
+// truncateArgs are truncateKeys' arguments: up to limit rows of group's
+// table (tables, of one) after the row (afterOrder, after).
+func (l *layout) truncateArgs(group int, tables any, after uuid.UUID, afterOrder int32, limit int) []any {
+	if l.ordered {
+		return []any{group, tables, after, limit, afterOrder}
+	}
+	return []any{group, tables, after, limit}
+}
+
 // partitions are the names of a v2 group's partitions of bucket_data2
 // and current_data2.
 func partitions(group int) (ops, cur string) {
@@ -118,19 +163,24 @@ func partitions(group int) (ops, cur string) {
 	return "bucket_data2_g" + g, "current_data2_g" + g
 }
 
-// createPartitionsSQL creates a v2 group's partitions, each with its
-// primary key without group_id (one value per partition: 4 bytes and an
-// alignment pad less in every index entry). Each is created on its own and
+// createPartitionsSQL creates a v2 or v3 group's partitions, each with
+// its primary key without group_id (one value per partition: 4 bytes and
+// an alignment pad less in every index entry); v3's current rows are
+// keyed by key_order before the replica id. Each is created on its own and
 // then attached: ATTACH PARTITION takes a lock on the parent that lets
 // every other group's reads and writes go on, where CREATE TABLE …
 // PARTITION OF would wait for them and stop them until it commits.
-func createPartitionsSQL(group int) string {
+func createPartitionsSQL(group, version int) string {
 	ops, cur := partitions(group)
+	curKey := "source_table, source_key"
+	if layouts[version].ordered {
+		curKey = "source_table, key_order, source_key"
+	}
 	return fmt.Sprintf(`CREATE TABLE %[1]s (LIKE bucket_data2 INCLUDING ALL, PRIMARY KEY (bucket, op_id));
 ALTER TABLE bucket_data2 ATTACH PARTITION %[1]s FOR VALUES IN (%[3]d);
-CREATE TABLE %[2]s (LIKE current_data2 INCLUDING ALL, PRIMARY KEY (source_table, source_key));
+CREATE TABLE %[2]s (LIKE current_data2 INCLUDING ALL, PRIMARY KEY (%[4]s));
 ALTER TABLE current_data2 ATTACH PARTITION %[2]s FOR VALUES IN (%[3]d)`,
-		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group)
+		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group, curKey)
 }
 
 // layoutCache remembers each group's layout: a group's storage version

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncpipe/syncpipe/model"
 	"github.com/syncpipe/syncpipe/stages/checksum"
@@ -19,8 +20,17 @@ import (
 // of groups an earlier syncpipe created.
 func openStoreV1(t testing.TB) (*Store, Group) {
 	t.Helper()
-	s, _ := openStore(t)
-	g, err := s.Catalog().createGroup(context.Background(), "bucket_definitions: {}", "syncpipe_", storageV1)
+	return openStoreVersion(t, storageV1)
+}
+
+// openStoreVersion is openStore with a group of storage version.
+func openStoreVersion(t testing.TB, version int) (*Store, Group) {
+	t.Helper()
+	s, g := openStore(t)
+	if version == g.StorageVersion {
+		return s, g
+	}
+	g, err := s.Catalog().createGroup(context.Background(), "bucket_definitions: {}", "syncpipe_", version)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +40,10 @@ func openStoreV1(t testing.TB) (*Store, Group) {
 // onVersions runs f in a parallel subtest per storage version, on a
 // store with a group of that version.
 func onVersions(t *testing.T, f func(t *testing.T, s *Store, g Group)) {
-	for _, version := range []int{storageV1, storageV2} {
+	for _, version := range []int{storageV1, storageV2, storageV3} {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			t.Parallel()
-			open := openStore
-			if version == storageV1 {
-				open = openStoreV1
-			}
-			s, g := open(t)
+			s, g := openStoreVersion(t, version)
 			if g.StorageVersion != version {
 				t.Fatalf("group of storage version %d, want %d", g.StorageVersion, version)
 			}
@@ -126,9 +132,11 @@ func memberBuckets(t testing.TB, s *Store, group int, stored []byte) []string {
 
 // TestLayoutVersions runs every path over a group of each storage
 // version: a snapshot, a random stream history with bucket moves and
-// deletes, reads, checksums, compaction, a truncate and Clear. The
-// package's other tests run on version 2 (CreateGroup's), so this is the
-// v1 coverage a storage written by an earlier syncpipe relies on.
+// deletes, reads, checksums, compaction, a truncate and Clear, on rows
+// with key orders of their own (v3 stores and finds rows by them). The
+// package's other tests run on the current version (CreateGroup's), so
+// this is the v1 and v2 coverage a storage written by an earlier syncpipe
+// relies on.
 func TestLayoutVersions(t *testing.T) {
 	t.Parallel()
 	onVersions(t, func(t *testing.T, s *Store, g Group) {
@@ -190,7 +198,10 @@ func TestLayoutVersions(t *testing.T) {
 		}
 		checkAll("compacted")
 
-		rows, err := s.Writes().RowData(ctx, g.ID, []RowRef{{Table: todos.ID, Key: key(1)}})
+		if g.StorageVersion >= storageV3 {
+			checkKeyOrders(t, s, g.ID)
+		}
+		rows, err := s.Writes().RowData(ctx, g.ID, []RowRef{{Table: todos.ID, Key: key(1), KeyOrder: keyOrder(1)}})
 		if err != nil || len(rows) != 0 {
 			t.Fatalf("row data %v (%v), want none stored", rows, err)
 		}
@@ -210,13 +221,54 @@ func TestLayoutVersions(t *testing.T) {
 	})
 }
 
+// keyOrder is the key order of test row i (model.Change.KeyOrder): from
+// negative to positive, three rows to a value, so that rows differ in it
+// and share it as a source's rows do.
+func keyOrder(i int) int32 { return int32(i/3) - 50 }
+
+// checkKeyOrders fails t unless every current row of a v3 group holds its
+// row's keyOrder and the partition's primary key leads with it.
+func checkKeyOrders(t *testing.T, s *Store, group int) {
+	t.Helper()
+	ctx := context.Background()
+	_, cur := partitions(group)
+	var def string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, cur).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	if def != "PRIMARY KEY (source_table, key_order, source_key)" {
+		t.Errorf("%s: %s, want the key order before the key", cur, def)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT source_key, key_order FROM current_data2 WHERE group_id = $1`, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uuid.UUID]int32{}
+	for i := range 300 {
+		want[key(i)] = keyOrder(i)
+	}
+	var k uuid.UUID
+	var order int32
+	n := 0
+	_, err = pgx.ForEachRow(rows, []any{&k, &order}, func() error {
+		n++
+		if w, ok := want[k]; !ok || w != order {
+			return fmt.Errorf("row %s has key order %d, want %d (%v)", k, order, w, ok)
+		}
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("current rows: %d, %v", n, err)
+	}
+}
+
 // writeSnapshotRows writes rows lo…hi-1 as loadSpread does, in one batch.
 func writeSnapshotRows(t testing.TB, w *Writer, tb *model.Table, lo, hi int) Result {
 	t.Helper()
 	var cs []model.Change
 	for i := lo; i < hi; i++ {
 		id := fmt.Sprint(i)
-		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+		cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
 			Puts: []model.Put{put(bucketName(i%12), "todos", id, `{"id":"`+id+`"}`)}})
 	}
 	res, err := w.WriteSnapshot(context.Background(), cs)

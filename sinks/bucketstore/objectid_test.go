@@ -84,7 +84,7 @@ func TestObjectIDsReadBackExactly(t *testing.T) {
 		if fmt.Sprint(viewed) != fmt.Sprint(wantIDs) {
 			t.Errorf("bucket_ops shows ids %q, want %q", viewed, wantIDs)
 		}
-		if g.StorageVersion == storageV2 {
+		if g.StorageVersion >= storageV2 {
 			var packed int
 			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM bucket_data2 WHERE group_id = $1 AND object_uuid IS NOT NULL`, g.ID).Scan(&packed); err != nil {
 				t.Fatal(err)

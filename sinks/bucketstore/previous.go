@@ -77,17 +77,18 @@ func (s *prevState) keep(b []byte) span {
 }
 
 // currentProbe reads the current_data rows of group $1 named by the
-// (table, key) pairs in $2 and $3 as c, with k the pair and k.i its
-// 1-based position: one primary key probe per pair. LATERAL … OFFSET 0
+// (table, key) pairs in $2 and $3 (v3: and the key orders in $4) as c,
+// with k the pair and k.i its 1-based position: one primary key probe
+// per pair. LATERAL … OFFSET 0
 // keeps it that way: joined plainly, the planner (which guesses the size
 // of unnest) may instead hash every stored row of the group and spill to
 // disk, paying for the whole group per batch.
 // It is a template (see newLayout).
 const currentProbe = `
-	FROM unnest($2::{ttype}[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
+	FROM {probe}
 	CROSS JOIN LATERAL (
 		SELECT ctid, buckets, lookups, data FROM {cur}
-		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
+		WHERE group_id = $1 AND {probed}
 		OFFSET 0) c`
 
 // loadPreviousSQL reads the stored state of a batch's rows.
@@ -96,16 +97,18 @@ const loadPreviousSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data` + cur
 // rowDataSQL reads the row data of the rows that have some.
 const rowDataSQL = `SELECT k.i, c.data` + currentProbe + ` WHERE c.data IS NOT NULL`
 
-// probeArgs are currentProbe's $2 and $3 for the rows ref names.
-func probeArgs[T any](rows []T, ref func(T) (string, [16]byte)) ([]string, []pgtype.UUID) {
+// probeRows are the table ids, keys and key orders of the rows ref
+// names, for currentProbe (see layout.probeArgs).
+func probeRows[T any](rows []T, ref func(T) (string, [16]byte, int32)) ([]string, []pgtype.UUID, []int32) {
 	tables := make([]string, len(rows))
 	keys := make([]pgtype.UUID, len(rows))
+	orders := make([]int32, len(rows))
 	for i, r := range rows {
 		var k [16]byte
-		tables[i], k = ref(r)
+		tables[i], k, orders[i] = ref(r)
 		keys[i] = pgtype.UUID{Bytes: k, Valid: true}
 	}
-	return tables, keys
+	return tables, keys, orders
 }
 
 var errPreviousFormat = errors.New("unexpected format of stored row state")

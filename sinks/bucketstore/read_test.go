@@ -52,7 +52,7 @@ func loadSpread(t testing.TB, s *Store, w *Writer, tb *model.Table, n, buckets i
 		for i := lo; i < min(lo+5000, n); i++ {
 			id := fmt.Sprint(i)
 			data := `{"id":"` + id + `","description":"row ` + id + ` with some text to make it realistic"}`
-			cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i),
+			cs = append(cs, model.Change{Table: tb, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
 				Puts: []model.Put{put(bucketName(i%buckets), "todos", id, data)}})
 		}
 		res, err := w.WriteSnapshot(context.Background(), cs)
@@ -139,10 +139,10 @@ func TestReadBucketDataPaging(t *testing.T) {
 	var cs []model.Change
 	for i := 0; i < 600; i += 9 {
 		id := fmt.Sprint(i)
-		c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i),
+		c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
 			Puts: []model.Put{put(bucketName((i+1)%7), "todos", id, `{"id":"`+id+`","moved":true}`)}}
 		if i%2 == 0 {
-			c = model.Change{Table: todos, Kind: model.Delete, Key: key(i)}
+			c = model.Change{Table: todos, Kind: model.Delete, Key: key(i), KeyOrder: keyOrder(i)}
 		}
 		cs = append(cs, c)
 	}
@@ -331,12 +331,9 @@ type readBench struct {
 }
 
 // newReadBench loads the read's test data into a group of storage
-// version (see openStoreV1).
+// version (see openStoreVersion).
 func newReadBench(t testing.TB, version int) *readBench {
-	s, g := openStore(t)
-	if version == storageV1 {
-		s, g = openStoreV1(t)
-	}
+	s, g := openStoreVersion(t, version)
 	w := newWriter(t, s, g.ID)
 	todos := registerTable(t, s, g.ID, "todos")
 	readyGroup(t, s, g.ID, todos)

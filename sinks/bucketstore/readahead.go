@@ -2,6 +2,7 @@ package bucketstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -25,12 +26,11 @@ import (
 // own: a group's stream has one writer, see streamLockClass), so its write
 // reads those rows again, inside its transaction.
 type Prepared struct {
-	seq    uint64 // the writer's completed writes when the read began
-	final  []*model.Change
-	byRow  []int32
-	prev   prevState
-	tables any // the probe's arguments (see db.tableArg)
-	keys   []pgtype.UUID
+	seq   uint64 // the writer's completed writes when the read began
+	final []*model.Change
+	byRow []int32
+	prev  prevState
+	probe []any // loadPrevious's arguments (layout.probeArgs)
 }
 
 // readAhead is how a write uses a Prepared: the state it read, and which
@@ -46,8 +46,8 @@ type readAhead struct {
 // state read ahead of later writes.
 type written struct {
 	seq   uint64
-	rows  []rowKey // in collapse order
-	every bool     // it may have changed any row (a TRUNCATE)
+	rows  []writtenRow // in collapse order
+	every bool         // it may have changed any row (a TRUNCATE)
 }
 
 // writtenKept is how many completed writes a StreamWriter remembers; a
@@ -77,18 +77,19 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []model.Change) (*P
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	ids, p.keys = probeArgs(p.final, func(c *model.Change) (string, [16]byte) { return c.Table.ID, c.Key })
+	ids, keys, orders := probeRows(p.final, probedRow)
 	p.prev.reset(len(p.final))
 	conn, err := sw.s.acquire(ctx, sw.fence.Epoch, "read stored row state")
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	if p.tables, err = sw.s.tableArg(ctx, conn, lay, sw.group, ids); err != nil {
+	tables, err := sw.s.tableArg(ctx, conn, lay, sw.group, ids)
+	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}
-	rows, err := conn.Query(ctx, lay.loadPrevious, sw.group, p.tables, p.keys)
+	p.probe = lay.probeArgs(sw.group, tables, keys, orders)
+	rows, err := conn.Query(ctx, lay.loadPrevious, p.probe...)
 	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}
@@ -122,12 +123,13 @@ func (sw *StreamWriter) stale(p *Prepared) (pos []int32, all bool) {
 
 // appendCommon appends the positions of the rows of final that rows also
 // holds: both are in collapse order, so one merge walk finds them.
-func appendCommon(pos []int32, final []*model.Change, rows []rowKey) []int32 {
+func appendCommon(pos []int32, final []*model.Change, rows []writtenRow) []int32 {
 	i, j := 0, 0
 	for i < len(final) && j < len(rows) {
-		c := strings.Compare(final[i].Table.ID, rows[j].table)
+		r := &rows[j]
+		c := cmp.Or(strings.Compare(final[i].Table.ID, r.table), cmp.Compare(final[i].KeyOrder, r.order))
 		if c == 0 {
-			c = bytes.Compare(final[i].Key[:], rows[j].key[:])
+			c = bytes.Compare(final[i].Key[:], r.key[:])
 		}
 		switch {
 		case c < 0:
@@ -143,6 +145,14 @@ func appendCommon(pos []int32, final []*model.Change, rows []rowKey) []int32 {
 	return pos
 }
 
+// writtenRow is a row a completed write changed, ordered as collapse
+// orders changes (compareRow): by table id, key order and key.
+type writtenRow struct {
+	table string
+	order int32
+	key   [16]byte
+}
+
 // remember records a completed write of final (every: it may have
 // changed any row) as the writer's next.
 func (sw *StreamWriter) remember(final []*model.Change, every bool) {
@@ -150,7 +160,7 @@ func (sw *StreamWriter) remember(final []*model.Change, every bool) {
 	h := &sw.history[seq%writtenKept]
 	h.seq, h.every, h.rows = seq, every, h.rows[:0]
 	for _, c := range final {
-		h.rows = append(h.rows, rowKey{c.Table.ID, c.Key})
+		h.rows = append(h.rows, writtenRow{c.Table.ID, c.KeyOrder, c.Key})
 	}
 	sw.done.Store(seq)
 }
@@ -159,12 +169,11 @@ func (sw *StreamWriter) remember(final []*model.Change, every bool) {
 func (sw *StreamWriter) release(p *Prepared) {
 	p.prev.trim(keptBufBytes(len(p.final)))
 	clear(p.final)
-	p.final, p.tables, p.keys = p.final[:0], nil, nil
+	p.final, p.probe = p.final[:0], nil
 	sw.prepared.Put(p)
 }
 
-// probeSubset returns loadPreviousSQL's $2 and $3 for the rows of final at
-// pos.
-func probeSubset(final []*model.Change, pos []int32) ([]string, []pgtype.UUID) {
-	return probeArgs(pos, func(i int32) (string, [16]byte) { return final[i].Table.ID, final[i].Key })
+// probeSubset returns probeRows of the rows of final at pos.
+func probeSubset(final []*model.Change, pos []int32) ([]string, []pgtype.UUID, []int32) {
+	return probeRows(pos, func(i int32) (string, [16]byte, int32) { return probedRow(final[i]) })
 }

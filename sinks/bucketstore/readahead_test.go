@@ -97,28 +97,31 @@ func TestPreparedStateReadBeforeAWrite(t *testing.T) {
 }
 
 // TestAppendCommon checks the merge walk that finds a batch's rows in a
-// completed write.
+// completed write, on rows whose key orders sort them otherwise than their
+// keys do (collapse orders by key order first).
 func TestAppendCommon(t *testing.T) {
 	a, b := &model.Table{ID: "a"}, &model.Table{ID: "b"}
 	var changes []model.Change
-	for _, tk := range []struct {
-		t *model.Table
-		k int
-	}{{a, 1}, {a, 2}, {a, 3}, {b, 1}, {b, 4}} {
-		changes = append(changes, model.Change{Table: tk.t, Key: key(tk.k)})
+	for k := range 40 {
+		tb := a
+		if k >= 30 {
+			tb = b
+		}
+		changes = append(changes, model.Change{Table: tb, Key: key(k), KeyOrder: int32(k % 7)})
 	}
+	written := func(c *model.Change) bool { return c.Table == b || int(c.Key[0])%3 == 0 }
 	final, _ := collapse(nil, nil, changes)
-	var rows []rowKey
+	var rows []writtenRow
 	for _, c := range final {
-		if c.Key == key(2) || c.Table == b {
-			rows = append(rows, rowKey{c.Table.ID, c.Key})
+		if written(c) {
+			rows = append(rows, writtenRow{c.Table.ID, c.KeyOrder, c.Key})
 		}
 	}
-	rows = append(rows, rowKey{"c", key(9)})
+	rows = append(rows, writtenRow{"c", 0, key(99)})
 	got := appendCommon(nil, final, rows)
 	var want []int32
 	for i, c := range final {
-		if c.Key == key(2) || c.Table == b {
+		if written(c) {
 			want = append(want, int32(i))
 		}
 	}

@@ -6,10 +6,12 @@ import (
 )
 
 // RowRef names one replicated source row of a group: its table (the
-// model.Table ID) and replica id.
+// model.Table ID), replica id and key order (model.Change.KeyOrder: a v3
+// group finds the row by it).
 type RowRef struct {
-	Table string
-	Key   [16]byte
+	Table    string
+	Key      [16]byte
+	KeyOrder int32
 }
 
 // RowData returns the stored row data (model.Change.RowData, written with
@@ -27,12 +29,12 @@ func (s *Writes) RowData(ctx context.Context, group int, rows []RowRef) (map[Row
 	if err != nil {
 		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
 	}
-	ids, keys := probeArgs(rows, func(r RowRef) (string, [16]byte) { return r.Table, r.Key })
+	ids, keys, orders := probeRows(rows, func(r RowRef) (string, [16]byte, int32) { return r.Table, r.Key, r.KeyOrder })
 	tables, err := s.tableArg(ctx, s.pool, lay, group, ids)
 	if err != nil {
 		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
 	}
-	res, err := s.pool.Query(ctx, lay.rowData, group, tables, keys)
+	res, err := s.pool.Query(ctx, lay.rowData, lay.probeArgs(group, tables, keys, orders)...)
 	if err != nil {
 		return nil, fmt.Errorf("read stored row data of %d rows: %w", len(rows), err)
 	}

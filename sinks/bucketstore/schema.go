@@ -281,6 +281,15 @@ CREATE VIEW bucket_ops AS
   JOIN bucket_names n ON n.group_id = d.group_id AND n.id = d.bucket
   LEFT JOIN source_tables t ON t.num = d.source_table;
 `,
+	// 12: storage layout v3 (see doc.go, "Storage versions"): a v3
+	// group's current rows carry key_order, an order-preserving prefix of
+	// the row's first key column, and its partition of current_data2 is
+	// keyed by (source_table, key_order, source_key). v2 partitions get
+	// the column too, NULL (no rewrite: a nullable column without a
+	// default is a catalog change), and keep their primary key.
+	`
+ALTER TABLE current_data2 ADD COLUMN key_order int4;
+`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

@@ -74,8 +74,8 @@ type Writer struct {
 
 // The templates of the write path's layout statements (see newLayout).
 const (
-	copyCurrentSQL = `COPY {cur} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
-	copyStageSQL   = `COPY {stage} (group_id, source_table, source_key, buckets, lookups, data) FROM STDIN BINARY`
+	copyCurrentSQL = `COPY {cur} ({curcols}) FROM STDIN BINARY`
+	copyStageSQL   = `COPY {stage} ({curcols}) FROM STDIN BINARY`
 	copyOpsSQL     = `COPY {ops} (group_id, {bucket}, op_id, op, source_table, source_key, object_type, {objcols}, checksum, data) FROM STDIN BINARY`
 	// createStageSQL: the staging table is needed only on the rare
 	// resume path, so it is created there rather than per writer; it
@@ -568,7 +568,11 @@ func (w *Writer) checksum(b *copyBuf, sum uint32) {
 
 func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
-	b.row(6)
+	if w.lay.ordered {
+		b.row(7)
+	} else {
+		b.row(6)
+	}
 	b.int4(int32(w.group))
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
@@ -592,6 +596,9 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 		b.null()
 	}
 	b.bytes(c.RowData)
+	if w.lay.ordered {
+		b.int4(c.KeyOrder)
+	}
 }
 
 func (w *Writer) encodePut(c *model.Change, p *model.Put, id int64, res *Result) {

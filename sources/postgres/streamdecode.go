@@ -49,11 +49,13 @@ type RowStore interface {
 	RowData(ctx context.Context, refs []RowRef) (map[RowRef][]byte, error)
 }
 
-// RowRef names one row of a sink: its table's id (model.Table.ID) and
-// replica id.
+// RowRef names one row of a sink: its table's id (model.Table.ID), its
+// replica id and its order key (model.Change.KeyOrder: storage finds the
+// row by it).
 type RowRef struct {
-	Table string
-	Key   [16]byte
+	Table    string
+	Key      [16]byte
+	KeyOrder int32
 }
 
 // StreamDecoder is the stream's decode stage's state: per-row TOAST state
@@ -132,8 +134,9 @@ func (w *decodeWorker) decode(ctx context.Context, items []StreamItem, seq uint6
 		it := &items[i]
 		if it.Change == nil {
 			if rc := &it.Row; rc.Kind == model.Upsert && w.d.rows != nil {
-				rc.Key, rc.RowData, rc.Derived = w.replicaID(it.Table, rc.Row), stages.RowDataFor(rc.Spec, rc.Row), true
-				w.d.rows.remember(rc.Spec, rc.Key, rc.RowData, seq)
+				ref := w.rowRef(it.Table, rc.Row)
+				rc.Key, rc.RowData, rc.Derived = ref.Key, stages.RowDataFor(rc.Spec, rc.Row), true
+				w.d.rows.remember(rc.Spec, ref, rc.RowData, seq)
 			}
 			out = append(out, it.Row)
 			continue
@@ -147,8 +150,10 @@ func (w *decodeWorker) decode(ctx context.Context, items []StreamItem, seq uint6
 	return out, nil
 }
 
-func (w *decodeWorker) replicaID(t *StreamTable, row []model.Value) [16]byte {
-	return stages.ReplicaID(&w.rk, t.Spec, row)
+// rowRef names row of t: op build derives the same key and order key
+// from the row's values (stages.ReplicaID, stages.KeyOrder).
+func (w *decodeWorker) rowRef(t *StreamTable, row []model.Value) RowRef {
+	return RowRef{Table: t.Spec.Table.ID, Key: stages.ReplicaID(&w.rk, t.Spec, row), KeyOrder: stages.KeyOrder(t.Spec, row)}
 }
 
 // change decodes one INSERT, UPDATE or DELETE.
@@ -163,8 +168,9 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 		}
 		rc.Kind, rc.Row = model.Delete, row
 		if rows != nil {
-			rc.Key, rc.Derived = w.replicaID(t, row), true
-			rows.remember(t.Spec, rc.Key, nil, seq)
+			ref := w.rowRef(t, row)
+			rc.Key, rc.Derived = ref.Key, true
+			rows.remember(t.Spec, ref, nil, seq)
 		}
 		return rc, nil
 	}
@@ -189,12 +195,12 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 		rc.Row = row
 		return rc, nil
 	}
-	key := w.replicaID(t, row)
+	key := w.rowRef(t, row)
 	prev := key
 	if rc.Old != nil {
-		prev = w.replicaID(t, rc.Old)
+		prev = w.rowRef(t, rc.Old)
 	}
-	rc.Key = key
+	rc.Key = key.Key
 	if len(missing) > 0 {
 		// Unchanged TOAST values come from the row's previous state,
 		// stored under its previous key.
@@ -203,7 +209,7 @@ func (w *decodeWorker) change(ctx context.Context, it *StreamItem, seq uint64) (
 		}
 		// The merge may have filled identity columns the key was made
 		// without: op build takes the merged row's.
-		rc.Key = w.replicaID(t, row)
+		rc.Key = w.rowRef(t, row).Key
 	}
 	// Op build takes the key and the row data as they are (Derived): a
 	// merged row, always a big one, is encoded once.

@@ -148,14 +148,13 @@ func TestReaderTruncateAlone(t *testing.T) {
 func TestRowStatesNewestUntilCommitted(t *testing.T) {
 	spec := &stages.TableSpec{Table: &model.Table{ID: "public.items"}, Toast: []int{1}}
 	var rs rowStates
-	k := [16]byte{1}
-	ref := RowRef{Table: "public.items", Key: k}
-	rs.remember(spec, k, []byte("a"), 0)
-	rs.remember(spec, k, []byte("b"), 1)
+	ref := RowRef{Table: "public.items", Key: [16]byte{1}, KeyOrder: 7}
+	rs.remember(spec, ref, []byte("a"), 0)
+	rs.remember(spec, ref, []byte("b"), 1)
 	if d, ok := rs.pendingRow(ref); !ok || string(d) != "b" {
 		t.Fatalf("pending %q %v, want b", d, ok)
 	}
-	rs.remember(spec, k, nil, 1)
+	rs.remember(spec, ref, nil, 1)
 	if d, ok := rs.pendingRow(ref); !ok || d != nil {
 		t.Fatalf("after a delete: pending %q %v, want nil", d, ok)
 	}

@@ -54,7 +54,7 @@ type rowBatch struct {
 // remember records data as the newest state of a row of a table with
 // TOASTable columns, decoded in batch seq (nil data: the row is gone).
 // Batches are decoded in order, so seq never decreases.
-func (t *rowStates) remember(spec *stages.TableSpec, key [16]byte, data []byte, seq uint64) {
+func (t *rowStates) remember(spec *stages.TableSpec, ref RowRef, data []byte, seq uint64) {
 	if len(spec.Toast) == 0 {
 		return
 	}
@@ -67,7 +67,7 @@ func (t *rowStates) remember(spec *stages.TableSpec, key [16]byte, data []byte, 
 		b = &rowBatch{seq: seq}
 		t.pending = append(t.pending, b)
 	}
-	b.refs = append(b.refs, RowRef{Table: spec.Table.ID, Key: key})
+	b.refs = append(b.refs, ref)
 	b.data = append(b.data, data)
 	if b.index != nil {
 		b.index[b.refs[len(b.refs)-1]] = len(b.refs) - 1
@@ -126,7 +126,7 @@ func (w *decodeWorker) prefetch(ctx context.Context, items []StreamItem) error {
 		if err != nil {
 			continue
 		}
-		ref := RowRef{Table: t.Spec.Table.ID, Key: w.replicaID(t, row)}
+		ref := w.rowRef(t, row)
 		if _, pending := w.d.rows.pendingRow(ref); !pending {
 			refs = append(refs, ref)
 		}
@@ -152,9 +152,8 @@ func hasUnchanged(tup logrepl.Tuple) bool {
 }
 
 // merge fills the missing (unchanged TOAST) columns of row from the
-// previous state of the row stored under prevKey.
-func (w *decodeWorker) merge(ctx context.Context, t *StreamTable, prevKey [16]byte, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error) {
-	ref := RowRef{Table: t.Spec.Table.ID, Key: prevKey}
+// previous state of the row stored as ref.
+func (w *decodeWorker) merge(ctx context.Context, t *StreamTable, ref RowRef, tup logrepl.Tuple, row []model.Value, missing []int) ([]model.Value, error) {
 	data, pending := w.d.rows.pendingRow(ref)
 	if !pending {
 		var ok bool
