@@ -212,10 +212,17 @@ func (c *conn) sendData(ctx context.Context) (next bucketstore.Checkpoint, super
 				reqs = append(reqs, bucketstore.BucketRequest{Bucket: st.name, After: st.after})
 			}
 		}
-		if c.s.cfg.Baseline.ReadShape == bucketstore.ReadORChain {
-			// The benchmark baseline reads in bucket name order.
-			slices.SortFunc(reqs, func(a, b bucketstore.BucketRequest) int { return strings.Compare(a.Bucket, b.Bucket) })
-		}
+		// Read in bucket name order (byte order), the order in which the
+		// snapshot writes each chunk's PUTs (bucketstore.Writer): a
+		// bucket's ops sit in short runs, one per chunk, beside the
+		// runs of its neighbours in that order, so reading the next
+		// bucket in that order finds the heap pages the previous read
+		// just brought into shared buffers. In any other order (the
+		// rules' order is the parameter query's) a drain larger than
+		// shared buffers reads each heap page once per bucket on it:
+		// measured at 10M todos, 0.16 heap reads per op instead of
+		// 0.04. The ReadORChain baseline needs this order too.
+		slices.SortFunc(reqs, func(a, b bucketstore.BucketRequest) int { return strings.Compare(a.Bucket, b.Bucket) })
 		for len(reqs) > 0 {
 			more, err := c.readBatch(ctx, cp, reqs)
 			if err != nil {

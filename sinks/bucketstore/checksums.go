@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -442,6 +444,12 @@ CROSS JOIN LATERAL (
 // fetch runs one query for all of fetches, then completes their flights
 // and caches the results.
 func (c *ChecksumCache) fetch(ctx context.Context, group int, checkpoint int64, fetches []fetch) {
+	// Sum in bucket name order, the order the snapshot writes each
+	// chunk's ops in (Writer): the next bucket's runs share heap pages
+	// with the previous one's, which are still in shared buffers; in the
+	// caller's order a storage larger than shared buffers reads a page per
+	// run (see syncapi's sendData).
+	slices.SortFunc(fetches, func(a, b fetch) int { return strings.Compare(a.key.bucket, b.key.bucket) })
 	names := make([]string, len(fetches))
 	starts := make([]int64, len(fetches))
 	for i, fe := range fetches {
