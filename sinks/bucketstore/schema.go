@@ -285,11 +285,11 @@ CREATE VIEW bucket_ops AS
 	// group's current rows carry key_order, an order-preserving prefix of
 	// the row's first key column, and live in its partition of
 	// current_data3, keyed by (source_table, key_order, source_key). A
-	// parent of its own rather than a column added to current_data2: an
-	// added column goes last, after the varlenas, where it costs its 4
-	// bytes and 4 of alignment padding in every row; here the three int4s
-	// and the uuid are 28 fixed bytes, then the varlenas, with no pad.
-	// v2's current_data2 stays as it was.
+	// parent of its own rather than a column added to current_data2, so
+	// that v2's parent stays as it was and key_order is NOT NULL, in
+	// alignment order: the three int4s and the uuid, 28 fixed bytes, then
+	// the varlenas. (It saves no bytes over the column added last: a
+	// heap tuple is padded to 8 bytes either way; see doc.go.)
 	`
 CREATE TABLE current_data3 (
   group_id     int NOT NULL,
