@@ -219,7 +219,7 @@ func dumpStored(ctx context.Context, pool *pgxpool.Pool, chunk int) ([]rawBatch,
 		}
 		return splitTuples(buf.Bytes())
 	}
-	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data2 ORDER BY ctid) TO STDOUT (FORMAT binary)")
+	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data3 ORDER BY ctid) TO STDOUT (FORMAT binary)")
 	if err != nil {
 		return nil, err
 	}

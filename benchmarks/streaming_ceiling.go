@@ -36,7 +36,7 @@ const ceilingBatchRows = 7500
 // cluster of its own: a consumer of a slot of its own that decodes pgoutput
 // as decodeOnly does, then runs per change only the storage statements
 // syncpipe's stream writes cost storage for these updates — the primary
-// key probe of the row's stored state (current_data2 of syncpipe's group,
+// key probe of the row's stored state (current_data3 of syncpipe's group,
 // the statement the stream write runs) and the insert of one op row (binary
 // COPY into raw_ops, shaped and indexed like a group's partition of bucket_data2) — in
 // transactions of whole source transactions. Nothing else: no sync rules
@@ -157,7 +157,7 @@ type ceilingBatch struct {
 const ceilingProbeSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data
 	FROM unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
 	CROSS JOIN LATERAL (
-		SELECT ctid, buckets, lookups, data FROM current_data2
+		SELECT ctid, buckets, lookups, data FROM current_data3
 		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
 		OFFSET 0) c`
 
@@ -444,7 +444,7 @@ func ceilingNote(res Result, primary *streamTarget, costs ceilingCosts) string {
 		return ""
 	}
 	return fmt.Sprintf("Ceilings, %s, in the same runs (streaming_ceiling.go): a consumer of a slot of its own that decodes as the baseline does, then runs only storage's statements for these updates — "+
-		"the stream write's primary-key probe of current_data2 and one op row COPYed into raw_ops (shaped and indexed like a group's partition of bucket_data2, started as a copy of the ops), whole source transactions per write of ≥ %d changes, decode, probe and write on goroutines of their own — "+
+		"the stream write's primary-key probe of current_data3 and one op row COPYed into raw_ops (shaped and indexed like a group's partition of bucket_data2, started as a copy of the ops), whole source transactions per write of ≥ %d changes, decode, probe and write on goroutines of their own — "+
 		"with no sync rules, no checksums of their output, no pipeline: %s. syncpipe, evaluating the rules and writing the same ops, reached %.0f changes/s = %.0f%% of the probe ceiling.",
 		topologyLabel(primary.topology), ceilingBatchRows, strings.Join(parts, "; "), sp, 100*sp/max(baseRate(res, streamCeiling), 1))
 }

@@ -114,7 +114,7 @@ func logf(w io.Writer, format string, args ...any) {
 // reset empties the written tables and checkpoints, so every run starts
 // from the same state without paying for the previous run's dirty pages.
 func reset(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, `TRUNCATE current_data, bucket_data, current_data2, bucket_data2, bucket_parameters, raw_current, raw_ops`)
+	_, err := pool.Exec(ctx, `TRUNCATE current_data, bucket_data, current_data2, current_data3, bucket_data2, bucket_parameters, raw_current, raw_ops`)
 	if err == nil {
 		_, err = pool.Exec(ctx, `CHECKPOINT`)
 	}

@@ -51,7 +51,7 @@ const (
 func registerStorageGauge(mp metric.MeterProvider, store groupSizer, groups groupVersions, log *slog.Logger) error {
 	m := mp.Meter("github.com/syncpipe/syncpipe/cli")
 	size, err := m.Int64ObservableGauge("syncpipe_storage_bytes", metric.WithUnit("By"),
-		metric.WithDescription("On-disk bytes of bucket storage (bucket_data, current_data, bucket_parameters, with indexes and TOAST) the group's data takes, apportioned by its share of each table's row bytes; estimated from a sample of a table over about 20 MiB; plus, for a group of storage version 2 or later, the whole size of its partitions of bucket_data2 and current_data2."))
+		metric.WithDescription("On-disk bytes of bucket storage (bucket_data, current_data, bucket_parameters, with indexes and TOAST) the group's data takes, apportioned by its share of each table's row bytes; estimated from a sample of a table over about 20 MiB; plus, for a group of storage version 2 or later, the whole size of its partitions of bucket_data2 and current_data2 (version 3: current_data3)."))
 	if err != nil {
 		return fmt.Errorf("metric syncpipe_storage_bytes: %w", err)
 	}

@@ -199,7 +199,7 @@ replication:
 		t.Fatal(err)
 	}
 	defer lock.Close(context.Background())
-	if _, err := lock.Exec(ctx, "BEGIN; SELECT 1 FROM syncpipe.current_data2 WHERE group_id = 1 FOR UPDATE"); err != nil {
+	if _, err := lock.Exec(ctx, "BEGIN; SELECT 1 FROM syncpipe.current_data3 WHERE group_id = 1 FOR UPDATE"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := src.Begin(ctx)
@@ -247,7 +247,7 @@ replication:
 	var pieces int64
 	waitFor("the paused write committed or rolled back", func() bool {
 		var open int
-		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data2'::regclass
+		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data3'::regclass
 				AND mode = 'RowExclusiveLock'),
 			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`).Scan(&open, &pieces)
 		return err == nil && (open == 0 || pieces > 0)

@@ -153,7 +153,7 @@ replication:
 		t.Errorf("active group's commit → checkpoint lag reached %s (p99 %s) while a reprocessing group snapshots: the stream lost its worker; want < 5s", worst, p99)
 	}
 	var rows int64
-	if err := db.QueryRow(ctx, "SELECT count(*) FROM syncpipe.current_data2 WHERE group_id = 2").Scan(&rows); err != nil {
+	if err := db.QueryRow(ctx, "SELECT count(*) FROM syncpipe.current_data3 WHERE group_id = 2").Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
 	if rows < 1_000_000 {

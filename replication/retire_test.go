@@ -133,7 +133,7 @@ func (e *env) waitTakeover(t *testing.T, ctx context.Context, old bucketstore.Gr
 		}
 		var left int
 		if err := e.store.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM syncpipe.bucket_ops WHERE group_id = $1)
-			+ (SELECT count(*) FROM syncpipe.current_data2 WHERE group_id = $1)`, old.ID).Scan(&left); err != nil {
+			+ (SELECT count(*) FROM syncpipe.current_data3 WHERE group_id = $1)`, old.ID).Scan(&left); err != nil {
 			t.Fatal(err)
 		}
 		if n == 0 && cur.State == bucketstore.StateTerminated && left == 0 {

@@ -234,6 +234,7 @@ func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string)
 		{"bucket_parameters", "group_id = $1"},
 		{"bucket_changes", "group_id = $1"},
 		{"current_data2", "group_id = $1"},
+		{"current_data3", "group_id = $1"},
 		{"snapshot_ranges", "source_table_id IN (SELECT id FROM syncpipe.source_tables WHERE group_id = $1)"},
 		{"source_tables", "group_id = $1"},
 		{"op_reservations", "group_id = $1"},
@@ -251,7 +252,7 @@ func groupLeftovers(ctx context.Context, e *harness.Env, group int, slot string)
 	err := e.Storage.QueryRow(ctx, `SELECT coalesce(string_agg(c.relname || CASE WHEN i.inhrelid IS NULL THEN ' (detached)'
 			WHEN i.inhdetachpending THEN ' (detach pending)' ELSE ' (attached)' END, ', ' ORDER BY c.relname), '')
 		FROM pg_class c LEFT JOIN pg_inherits i ON i.inhrelid = c.oid
-		WHERE c.relnamespace = 'syncpipe'::regnamespace AND c.relname IN ('bucket_data2_g' || $1::int, 'current_data2_g' || $1::int)`, group).Scan(&parts)
+		WHERE c.relnamespace = 'syncpipe'::regnamespace AND c.relname IN ('bucket_data2_g' || $1::int, 'current_data2_g' || $1::int, 'current_data3_g' || $1::int)`, group).Scan(&parts)
 	if err != nil {
 		left = append(left, fmt.Sprintf("partitions: %v", err))
 	} else if parts != "" {

@@ -92,7 +92,7 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 
 	// Hold the stored rows: the holder's write of the transaction's first
 	// piece waits where it replaces them, with its ops to write after.
-	rows := lockRow(ctx, e, `SELECT 1 FROM syncpipe.current_data2 WHERE group_id = 1 FOR UPDATE`)
+	rows := lockRow(ctx, e, `SELECT 1 FROM syncpipe.current_data3 WHERE group_id = 1 FOR UPDATE`)
 	tx, err := e.Src.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestPausedStreamHolderIsFencedOut(t *testing.T) {
 	// nothing), or, unfenced, committed.
 	e.WaitFor(ctx, "the woken process's write committed or rolled back", func() bool {
 		var open int
-		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data2'::regclass
+		err := e.Storage.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_locks WHERE relation = 'syncpipe.current_data3'::regclass
 				AND mode = 'RowExclusiveLock'),
 			(SELECT coalesce(stream_txn_changes, 0) FROM syncpipe.groups WHERE id = 1)`).Scan(&open, &pieces)
 		return err == nil && (open == 0 || pieces > 0)

@@ -103,7 +103,7 @@ func (s *Compactor) clear(ctx context.Context, group int, opts ClearOptions, ret
 	}
 	for _, t := range tables {
 		if lay.interned && (t.name == "bucket_data" || t.name == "current_data") {
-			ops, cur := partitions(group)
+			ops, cur := lay.partitions(group)
 			parent, part := lay.ops, ops
 			if t.name == "current_data" {
 				parent, part = lay.cur, cur

@@ -88,7 +88,7 @@ func TestClearLargeGroupInBatchesCancelAndResume(t *testing.T) {
 // attached (and detach pending) or a table of its own.
 func partitionState(t testing.TB, s *Store, group int) string {
 	t.Helper()
-	ops, cur := partitions(group)
+	ops, cur := testLayout(t, s, group).partitions(group)
 	var state string
 	err := s.pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(c.relname || CASE
 			WHEN i.inhrelid IS NULL THEN ' (a table)' WHEN i.inhdetachpending THEN ' (detach pending)' ELSE ' (attached)' END, ', '
@@ -104,8 +104,9 @@ func partitionState(t testing.TB, s *Store, group int) string {
 // groupRows counts group's ops, current rows and bucket names.
 func groupRows(t testing.TB, s *Store, group int) (ops, cur, names int) {
 	t.Helper()
-	err := s.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM bucket_data2 WHERE group_id = $1),
-		(SELECT count(*) FROM current_data2 WHERE group_id = $1), (SELECT count(*) FROM bucket_names WHERE group_id = $1)`,
+	lay := testLayout(t, s, group)
+	err := s.pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM `+lay.ops+` WHERE group_id = $1),
+		(SELECT count(*) FROM `+lay.cur+` WHERE group_id = $1), (SELECT count(*) FROM bucket_names WHERE group_id = $1)`,
 		group).Scan(&ops, &cur, &names)
 	if err != nil {
 		t.Fatal(err)
@@ -201,12 +202,10 @@ func TestRetiringListsUnfinishedRetirements(t *testing.T) {
 		check(string(st)+", not cleared", g.ID)
 	}
 	// Cut off after the partitions went: its tables and names are left.
-	for _, part := range []string{"bucket_data2", "current_data2"} {
-		ops, cur := partitions(g.ID)
-		if part == "current_data2" {
-			ops = cur
-		}
-		if err := s.Compactor().dropPartition(ctx, part, ops, 0); err != nil {
+	lay := testLayout(t, s, g.ID)
+	ops, cur := lay.partitions(g.ID)
+	for _, p := range [][2]string{{lay.ops, ops}, {lay.cur, cur}} {
+		if err := s.Compactor().dropPartition(ctx, p[0], p[1], 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -116,7 +116,7 @@ func TestTerminateNeverBlocksOtherGroups(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Terminate after the reader ended: %v", err)
 	}
-	ops, _ := partitions(b.ID)
+	ops, _ := testLayout(t, s, b.ID).partitions(b.ID)
 	if p := partitionState(t, s, b.ID); !strings.Contains(p, ops+" (a table)") {
 		t.Fatalf("after another group's retire group %d's partitions are %s, want %s detached", b.ID, p, ops)
 	}

@@ -70,7 +70,7 @@ func (s *Compactor) groupBytes(ctx context.Context, limit int64) (map[int]int64,
 func (s *Compactor) partitionBytes(ctx context.Context) (map[int]int64, error) {
 	rows, err := s.pool.Query(ctx, `SELECT c.relname::text, pg_total_relation_size(c.oid)
 		FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent IN ('bucket_data2'::regclass, 'current_data2'::regclass) AND pg_relation_size(c.oid) > 0`)
+		WHERE i.inhparent IN ('bucket_data2'::regclass, 'current_data2'::regclass, 'current_data3'::regclass) AND pg_relation_size(c.oid) > 0`)
 	if err != nil {
 		return nil, fmt.Errorf("read the partition sizes of bucket storage: %w", err)
 	}

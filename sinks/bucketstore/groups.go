@@ -162,7 +162,8 @@ func (s *Catalog) SetRulesWarnings(ctx context.Context, rules string, warnings [
 // last) or a partition (named as partitions names them).
 const retiringSQL = `SELECT ` + groupColumns + ` FROM groups g WHERE state = 'STOP' OR (state = 'TERMINATED' AND (
 	EXISTS (SELECT 1 FROM source_tables t WHERE t.group_id = g.id) OR EXISTS (SELECT 1 FROM bucket_names n WHERE n.group_id = g.id)
-	OR to_regclass('bucket_data2_g' || g.id) IS NOT NULL OR to_regclass('current_data2_g' || g.id) IS NOT NULL))
+	OR to_regclass('bucket_data2_g' || g.id) IS NOT NULL OR to_regclass('current_data2_g' || g.id) IS NOT NULL
+	OR to_regclass('current_data3_g' || g.id) IS NOT NULL))
 	ORDER BY id`
 
 // Retiring lists the groups to retire, oldest first: the stopped ones,

@@ -22,10 +22,10 @@ const (
 	// storageV2: a partition per group of bucket_data2 and
 	// current_data2, buckets and tables named by interned integers.
 	storageV2 = 2
-	// storageV3 is the layout of every group created now: v2 with
-	// current_data2 keyed by (source_table, key_order, source_key), so
-	// that a snapshot appends to its primary key instead of writing to
-	// random leaves of it (key_order: model.Change.KeyOrder).
+	// storageV3 is the layout of every group created now: v2 with its
+	// current rows in current_data3, keyed by (source_table, key_order,
+	// source_key), so that a snapshot appends to its primary key instead
+	// of writing to random leaves of it (key_order: model.Change.KeyOrder).
 	storageV3 = 3
 )
 
@@ -90,6 +90,9 @@ func newLayout(version int) *layout {
 	case storageV2, storageV3:
 		l.interned = true
 		l.ops, l.cur = "bucket_data2", "current_data2"
+		if version == storageV3 {
+			l.cur = "current_data3"
+		}
 		v2 := []string{"{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
 			"{stage}", "stage_current2", "{objcols}", "object_uuid, object_id",
 			"{objid}", "coalesce(object_id, object_uuid::text)", "{d.objid}", "coalesce(d.object_id, d.object_uuid::text) AS object_id",
@@ -156,11 +159,12 @@ func (l *layout) truncateArgs(group int, tables any, after uuid.UUID, afterOrder
 	return []any{group, tables, after, limit}
 }
 
-// partitions are the names of a v2 group's partitions of bucket_data2
-// and current_data2.
-func partitions(group int) (ops, cur string) {
-	g := strconv.Itoa(group)
-	return "bucket_data2_g" + g, "current_data2_g" + g
+// partitions are the names of a v2 or v3 group's partitions of its
+// layout's ops and current rows parents (l.ops, l.cur): the parent's name
+// and _g<group>, which groupbytes.go reads the group from.
+func (l *layout) partitions(group int) (ops, cur string) {
+	g := "_g" + strconv.Itoa(group)
+	return l.ops + g, l.cur + g
 }
 
 // createPartitionsSQL creates a v2 or v3 group's partitions, each with
@@ -171,16 +175,17 @@ func partitions(group int) (ops, cur string) {
 // every other group's reads and writes go on, where CREATE TABLE …
 // PARTITION OF would wait for them and stop them until it commits.
 func createPartitionsSQL(group, version int) string {
-	ops, cur := partitions(group)
+	l := layouts[version]
+	ops, cur := l.partitions(group)
 	curKey := "source_table, source_key"
-	if layouts[version].ordered {
+	if l.ordered {
 		curKey = "source_table, key_order, source_key"
 	}
-	return fmt.Sprintf(`CREATE TABLE %[1]s (LIKE bucket_data2 INCLUDING ALL, PRIMARY KEY (bucket, op_id));
-ALTER TABLE bucket_data2 ATTACH PARTITION %[1]s FOR VALUES IN (%[3]d);
-CREATE TABLE %[2]s (LIKE current_data2 INCLUDING ALL, PRIMARY KEY (%[4]s));
-ALTER TABLE current_data2 ATTACH PARTITION %[2]s FOR VALUES IN (%[3]d)`,
-		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group, curKey)
+	return fmt.Sprintf(`CREATE TABLE %[1]s (LIKE %[5]s INCLUDING ALL, PRIMARY KEY (bucket, op_id));
+ALTER TABLE %[5]s ATTACH PARTITION %[1]s FOR VALUES IN (%[3]d);
+CREATE TABLE %[2]s (LIKE %[6]s INCLUDING ALL, PRIMARY KEY (%[4]s));
+ALTER TABLE %[6]s ATTACH PARTITION %[2]s FOR VALUES IN (%[3]d)`,
+		pgx.Identifier{ops}.Sanitize(), pgx.Identifier{cur}.Sanitize(), group, curKey, l.ops, l.cur)
 }
 
 // layoutCache remembers each group's layout: a group's storage version

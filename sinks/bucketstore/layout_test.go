@@ -69,7 +69,7 @@ func relations(t testing.TB, s *Store, group int) (ops, opsKey, cur string) {
 	if !testLayout(t, s, group).interned {
 		return "bucket_data", "bucket_data_pkey", "current_data"
 	}
-	ops, cur = partitions(group)
+	ops, cur = testLayout(t, s, group).partitions(group)
 	return ops, ops + "_pkey", cur
 }
 
@@ -231,7 +231,7 @@ func keyOrder(i int) int32 { return int32(i/3) - 50 }
 func checkKeyOrders(t *testing.T, s *Store, group int) {
 	t.Helper()
 	ctx := context.Background()
-	_, cur := partitions(group)
+	_, cur := testLayout(t, s, group).partitions(group)
 	var def string
 	if err := s.pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, cur).Scan(&def); err != nil {
 		t.Fatal(err)
@@ -239,7 +239,19 @@ func checkKeyOrders(t *testing.T, s *Store, group int) {
 	if def != "PRIMARY KEY (source_table, key_order, source_key)" {
 		t.Errorf("%s: %s, want the key order before the key", cur, def)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT source_key, key_order FROM current_data2 WHERE group_id = $1`, group)
+	// Its own parent, its columns in alignment order: the fixed-width
+	// ones first, no padding before the varlenas (migration 12).
+	var parent, cols string
+	err := s.pool.QueryRow(ctx, `SELECT i.inhparent::regclass::text, (SELECT string_agg(attname, ',' ORDER BY attnum)
+		FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped)
+		FROM pg_inherits i WHERE i.inhrelid = $1::regclass`, cur).Scan(&parent, &cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "group_id,source_table,key_order,source_key,buckets,lookups,data"; parent != "current_data3" || cols != want {
+		t.Errorf("%s: a partition of %s with columns %s, want of current_data3 with %s", cur, parent, cols, want)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT source_key, key_order FROM current_data3 WHERE group_id = $1`, group)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +410,7 @@ func TestLayoutClear(t *testing.T) {
 	}
 	partRows := func(group int) (ops, cur int64) {
 		t.Helper()
-		o, c := partitions(group)
+		o, c := testLayout(t, s, group).partitions(group)
 		if err := s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+o+`), (SELECT count(*) FROM `+c+`)`).Scan(&ops, &cur); err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +432,7 @@ func TestLayoutClear(t *testing.T) {
 	}
 	// Emptied by TRUNCATE, not by deletes: new files of no pages.
 	var pages int64
-	o, c := partitions(g.ID)
+	o, c := testLayout(t, s, g.ID).partitions(g.ID)
 	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size($1::regclass) + pg_relation_size($2::regclass)`, o, c).Scan(&pages); err != nil || pages != 0 {
 		t.Fatalf("partitions of %d bytes after Clear (%v), want 0", pages, err)
 	}

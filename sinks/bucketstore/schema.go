@@ -283,12 +283,23 @@ CREATE VIEW bucket_ops AS
 `,
 	// 12: storage layout v3 (see doc.go, "Storage versions"): a v3
 	// group's current rows carry key_order, an order-preserving prefix of
-	// the row's first key column, and its partition of current_data2 is
-	// keyed by (source_table, key_order, source_key). v2 partitions get
-	// the column too, NULL (no rewrite: a nullable column without a
-	// default is a catalog change), and keep their primary key.
+	// the row's first key column, and live in its partition of
+	// current_data3, keyed by (source_table, key_order, source_key). A
+	// parent of its own rather than a column added to current_data2, so
+	// that v2's parent stays as it was and key_order is NOT NULL, in
+	// alignment order: the three int4s and the uuid, 28 fixed bytes, then
+	// the varlenas. (It saves no bytes over the column added last: a
+	// heap tuple is padded to 8 bytes either way; see doc.go.)
 	`
-ALTER TABLE current_data2 ADD COLUMN key_order int4;
+CREATE TABLE current_data3 (
+  group_id     int NOT NULL,
+  source_table int NOT NULL,
+  key_order    int NOT NULL,
+  source_key   uuid NOT NULL,
+  buckets      bytea NOT NULL,
+  lookups      bytea[],
+  data         bytea
+) PARTITION BY LIST (group_id);
 `,
 }
 
