@@ -17,6 +17,7 @@ import (
 	"github.com/sourcegraph/conc/pool"
 
 	"github.com/syncpipe/syncpipe/model"
+	"github.com/syncpipe/syncpipe/stages"
 	"github.com/syncpipe/syncpipe/stages/checksum"
 )
 
@@ -149,16 +150,17 @@ func (c *storageCeiling) Close(ctx context.Context) {
 type ceilingBatch struct {
 	tables []int32
 	keys   []pgtype.UUID
-	ops    []byte // binary COPY of its op rows
+	orders []int32 // the rows' key orders (storage version 3's key_order)
+	ops    []byte  // binary COPY of its op rows
 }
 
 // ceilingProbeSQL is the stream write's probe (bucketstore's
 // loadPreviousSQL).
 const ceilingProbeSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data
-	FROM unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)
+	FROM unnest($2::int4[], $3::uuid[], $4::int4[]) WITH ORDINALITY AS k (t, key, ord, i)
 	CROSS JOIN LATERAL (
 		SELECT ctid, buckets, lookups, data FROM current_data3
-		WHERE group_id = $1 AND source_table = k.t AND source_key = k.key
+		WHERE group_id = $1 AND source_table = k.t AND key_order = k.ord AND source_key = k.key
 		OFFSET 0) c`
 
 const ceilingCopySQL = `COPY raw_ops (group_id, bucket, op_id, op, source_table, source_key, object_type, object_uuid, object_id, checksum, data) FROM STDIN BINARY`
@@ -269,6 +271,7 @@ func (c *storageCeiling) add(b *ceilingBatch, rk *checksum.ReplicaKey, cols map[
 	key := rk.UUID()
 	b.tables = append(b.tables, c.table)
 	b.keys = append(b.keys, pgtype.UUID{Bytes: key, Valid: true})
+	b.orders = append(b.orders, stages.KeyOrderOf(model.Text(string(id))))
 
 	d := append(c.data[:0], `{"id":"`...)
 	d = append(append(d, id...), `","list_id":"`...)
@@ -316,7 +319,7 @@ func appendField(b, v []byte) []byte {
 // probeRows runs the stream write's probe for b's rows and reads what it
 // returns, as the stream write does (raw values, no scanning).
 func (c *storageCeiling) probeRows(ctx context.Context, b *ceilingBatch) error {
-	rows, err := c.probe.Query(ctx, ceilingProbeSQL, c.group, b.tables, b.keys)
+	rows, err := c.probe.Query(ctx, ceilingProbeSQL, c.group, b.tables, b.keys, b.orders)
 	if err != nil {
 		return fmt.Errorf("storage ceiling: probe: %w", err)
 	}
