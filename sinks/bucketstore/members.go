@@ -35,14 +35,15 @@ import (
 // object type the name of its table (then left out: 1M todos rows of 72
 // bytes instead of 80, after alignment). A
 // bytea[] of (id, "type\x1fid") elements took 24 bytes of array header, 4
-// per element and 8 per id besides the repeated text. Version 3 folds the
-// count, the shared/each byte and version 2's three bytes of a table-typed
-// UUID object (type 0, objUUID) into one header byte: a todo's
-// memberships (one bucket id of two bytes) take 19 bytes instead of 22,
-// and with its varlena header current_data3's tuple 72 bytes instead of
-// 80 after alignment. Its other modes are version 2's bytes with one byte
-// for count and mode where version 2 spends two (n < 63), so no row packs
-// larger than in version 2.
+// per element and 8 per id besides the repeated text. Version 3 folds
+// four of version 2's bytes into its header byte: the count, the
+// shared/each byte and a table-typed UUID object's two tags (type 0,
+// objUUID). A todo's memberships (one bucket id of two bytes) take 19
+// bytes instead of 22, and with its varlena header current_data3's tuple
+// 72 bytes instead of 80 after alignment. Its other modes carry version
+// 2's ids and object references after a header of one byte where version
+// 2 spends two (count and mode; from 63 memberships on, the same bytes as
+// version 2's), so no row packs larger than in version 2.
 const (
 	membersShared = 0
 	membersEach   = 1
