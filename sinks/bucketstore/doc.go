@@ -311,7 +311,9 @@
 // with current_data3's 52 bytes of tuple header and fixed-width columns
 // and a 1-byte varlena header the tuple is 72 bytes instead of 75, which
 // alignment made 80: 8 bytes a row for most rows. No other row packs
-// larger than in version 2. MEASURE
+// larger than in version 2. Measured on 200k todo-like snapshot rows (one
+// bucket of 1,000, ids over 127): current_data3's heap 84.46 → 76.60
+// bytes per row, its whole size with the key 125.26 → 117.39.
 //
 // # Clearing
 //
