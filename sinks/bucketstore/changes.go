@@ -77,11 +77,11 @@ func (w *Writer) writeChanges(ctx context.Context, changes []model.Change, p *St
 		switch {
 		case ahead == nil || ahead.all || attempts > 0:
 			prev.reset(len(final))
-			b.Queue(w.lay.loadPrevious, probe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, probe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev, w.lay) })
 		case len(ahead.stale) > 0:
 			// Rows a write since the read ahead changed: read again.
 			prev.forget(ahead.stale)
-			b.Queue(w.lay.loadPrevious, staleProbe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev) })
+			b.Queue(w.lay.loadPrevious, staleProbe...).Query(func(rows pgx.Rows) error { return scanPrevious(rows, prev, w.lay) })
 		}
 		attempts++
 		w.queueAllocate(b, estimateIDs(final))
@@ -211,7 +211,7 @@ func (w *Writer) findLeaving(ctx context.Context, tx pgx.Tx, final []*model.Chan
 		if prev.rows[i].unchanged {
 			continue
 		}
-		forMembers(prev.bytes(prev.rows[i].buckets), func(m *member) bool {
+		forMembers(prev.bytes(prev.rows[i].buckets), prev.compact, func(m *member) bool {
 			if !hasPutMember(c.Puts, c.Table.Name, m, w.bucketIDs) {
 				w.leaving = append(w.leaving, leaving{int32(i), *m})
 			}

@@ -130,11 +130,12 @@ func (c *copyBuf) elemMember(bucket, objectType, objectID string) {
 	c.buf = append(c.buf, objectID...)
 }
 
-// members writes a v2 row's memberships as one bytea (appendMembers).
-func (c *copyBuf) members(puts []model.Put, table string, ids map[string]int64) {
+// members writes a v2 or v3 row's memberships as one bytea
+// (appendMembers; compact: v3's form).
+func (c *copyBuf) members(compact bool, puts []model.Put, table string, ids map[string]int64) {
 	start := len(c.buf)
 	c.buf = append(c.buf, 0, 0, 0, 0)
-	c.buf = appendMembers(c.buf, puts, table, ids)
+	c.buf = appendMembers(c.buf, compact, puts, table, ids)
 	binary.BigEndian.PutUint32(c.buf[start:], uint32(len(c.buf)-start-4))
 }
 

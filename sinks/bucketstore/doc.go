@@ -301,6 +301,20 @@
 // 153 and its key 113 MB against 105 (the same 32-byte entries; leaves
 // about 62 % full against 66 %).
 //
+// Version 3 also packs a current row's memberships more tightly
+// (layout.compactMembers; the format in members.go): one header byte holds
+// the count (below 63) and a mode, and the commonest object — the table's
+// name as type and a UUID id, shared by every membership — is then its
+// 16 bytes and nothing else. Version 2 spends a byte on the count, one on
+// shared or each, and two on the object's type and id tags, so a todo's
+// memberships (one bucket id of two bytes) take 19 bytes instead of 22;
+// with current_data3's 52 bytes of tuple header and fixed-width columns
+// and a 1-byte varlena header the tuple is 72 bytes instead of 75, which
+// alignment made 80: 8 bytes a row for most rows. No other row packs
+// larger than in version 2. Measured on 200k todo-like snapshot rows (one
+// bucket of 1,000, ids over 127): current_data3's heap 84.46 → 76.60
+// bytes per row, its whole size with the key 125.26 → 117.39.
+//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan

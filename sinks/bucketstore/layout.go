@@ -41,6 +41,9 @@ type layout struct {
 	interned bool
 	// ordered: current rows carry key_order and are found by it (v3).
 	ordered bool
+	// compactMembers: current rows' memberships are packed in version
+	// 3's form, 3 bytes shorter for most rows (see appendMembers).
+	compactMembers bool
 	// ops and cur are the tables (v2: the partitioned parents).
 	ops, cur string
 
@@ -102,7 +105,7 @@ func newLayout(version int) *layout {
 				"{probe}", "unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)...)
 			break
 		}
-		l.ordered = true
+		l.ordered, l.compactMembers = true, true
 		r = strings.NewReplacer(append(v2,
 			"{curcols}", "group_id, source_table, source_key, buckets, lookups, data, key_order",
 			"{probe}", "unnest($2::int4[], $3::uuid[], $4::int4[]) WITH ORDINALITY AS k (t, key, o, i)",

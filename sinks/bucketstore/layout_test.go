@@ -110,16 +110,17 @@ func countCurrent(t testing.TB, s *Store, group int, table string) int64 {
 	return n
 }
 
-// memberBuckets returns the bucket names of a v2 stored row's packed
-// memberships (current_data2.buckets).
+// memberBuckets returns the bucket names of a v2 or v3 stored row's
+// packed memberships (current_data2.buckets, current_data3.buckets).
 func memberBuckets(t testing.TB, s *Store, group int, stored []byte) []string {
 	t.Helper()
 	var out []string
-	if err := checkMembers(stored); err != nil {
+	compact := testLayout(t, s, group).compactMembers
+	if err := checkMembers(stored, compact); err != nil {
 		t.Fatal(err)
 	}
 	var ids []int64
-	forMembers(stored, func(m *member) bool { ids = append(ids, m.bucket); return true })
+	forMembers(stored, compact, func(m *member) bool { ids = append(ids, m.bucket); return true })
 	names, err := s.bucketNamesOf(context.Background(), s.pool, group, ids)
 	if err != nil {
 		t.Fatal(err)
@@ -443,5 +444,35 @@ func TestLayoutClear(t *testing.T) {
 	todos := registerTable(t, s, g.ID, "todos")
 	if res := writeSnapshotRows(t, newWriter(t, s, g.ID), todos, 0, 100); res.Rows != 100 || res.Ops != 100 {
 		t.Fatalf("write after Clear: %+v, want 100 rows with their ops", res)
+	}
+}
+
+// TestCurrentRowTodoTuple checks the bytes of the common current row, a
+// todo's (one bucket, its table's name as object type, a UUID id, no
+// lookups or data): its heap tuple fits 72 bytes, which version 3's
+// packed memberships allow and version 2's (3 bytes more) would not.
+func TestCurrentRowTodoTuple(t *testing.T) {
+	t.Parallel()
+	s, g := openStore(t)
+	if !testLayout(t, s, g.ID).compactMembers {
+		t.Fatalf("storage version %d packs memberships in version 2's form", g.StorageVersion)
+	}
+	todos := registerTable(t, s, g.ID, "todos")
+	id := uuid.UUID(key(1)).String()
+	c := model.Change{Table: todos, Kind: model.Upsert, Key: key(1), KeyOrder: 3,
+		Puts: []model.Put{put(`1#by_list["a"]`, todos.Name, id, `{"id":"`+id+`"}`)}}
+	if _, err := newWriter(t, s, g.ID).WriteSnapshot(context.Background(), []model.Change{c}); err != nil {
+		t.Fatal(err)
+	}
+	var size, members int
+	err := s.pool.QueryRow(context.Background(), `SELECT pg_column_size(c.*), length(buckets) FROM current_data3 c WHERE group_id = $1`, g.ID).Scan(&size, &members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 24 bytes of header with the null bitmap, 28 of fixed-width columns,
+	// the memberships with a 1-byte varlena header: 18 bytes with this
+	// group's first bucket id (< 128), a todo's 19 with a two-byte one.
+	if size > 72 || members != 18 {
+		t.Errorf("a todo's current row is %d bytes with %d of memberships, want at most 72 with 18", size, members)
 	}
 }

@@ -20,7 +20,7 @@ import (
 type previous struct {
 	found   bool
 	tid     pgtype.TID // where the row is, to delete it without an index probe
-	buckets span       // v1: text[] of membership elements (copyBuf.elemMember); v2: packed (appendMembers)
+	buckets span       // v1: text[] of membership elements (copyBuf.elemMember); v2, v3: packed (appendMembers)
 	lookups span       // bytea[] of lookup keys; empty span: NULL
 	data    span       // bytea; NULL and empty alike (as Change.RowData)
 	// unchanged is set by the write once it found the row's new state
@@ -39,9 +39,10 @@ type prevState struct {
 	// at, when set, maps a probe's ordinals to rows: the probe read the
 	// rows at these positions only (forget).
 	at []int32
-	// packed: the buckets are v2's packed memberships (a bytea column),
-	// not v1's array of elements.
-	packed bool
+	// packed: the buckets are packed memberships (a bytea column: v2,
+	// v3), not v1's array of elements; compact: in v3's form. scanPrevious
+	// sets them from the group's layout.
+	packed, compact bool
 }
 
 // trim drops an arena grown beyond limit bytes (see keptBufBytes).
@@ -113,8 +114,8 @@ func probeRows[T any](rows []T, ref func(T) (string, [16]byte, int32)) ([]string
 
 var errPreviousFormat = errors.New("unexpected format of stored row state")
 
-// scanPrevious reads the stored state of a batch's rows (loadPreviousSQL)
-// into s, which reset sized for the batch. It takes no row locks: the
+// scanPrevious reads the stored state of a batch's rows (loadPreviousSQL
+// of layout l) into s, which reset sized for the batch. It takes no row locks: the
 // transaction holds the group's stream lock (see streamLockClass), and no
 // other writer changes stored rows of a streaming group — snapshot writes
 // only insert, and an insert racing ours fails on the primary key and is
@@ -123,7 +124,7 @@ var errPreviousFormat = errors.New("unexpected format of stored row state")
 // It reads the columns' binary forms as sent rather than through Scan,
 // which would allocate a string per bucket and a slice per value of every
 // row of the batch.
-func scanPrevious(rows pgx.Rows, s *prevState) error {
+func scanPrevious(rows pgx.Rows, s *prevState, l *layout) error {
 	fds := rows.FieldDescriptions()
 	for _, fd := range fds {
 		if fd.Format != pgx.BinaryFormatCode {
@@ -131,8 +132,10 @@ func scanPrevious(rows pgx.Rows, s *prevState) error {
 			return fmt.Errorf("load previous row state: %w: column %s in text", errPreviousFormat, fd.Name)
 		}
 	}
-	if len(fds) > 2 {
-		s.packed = fds[2].DataTypeOID == oidBytea
+	s.packed, s.compact = l.interned, l.compactMembers
+	if len(fds) > 2 && (fds[2].DataTypeOID == oidBytea) != s.packed {
+		rows.Close()
+		return fmt.Errorf("load previous row state: %w: memberships of type %d in storage version %d", errPreviousFormat, fds[2].DataTypeOID, l.version)
 	}
 	for rows.Next() {
 		if err := s.add(rows.RawValues()); err != nil {
@@ -163,7 +166,7 @@ func (s *prevState) add(v [][]byte) error {
 		return fmt.Errorf("%w: ordinal %d of %d", errPreviousFormat, i+1, len(s.rows))
 	}
 	if s.packed {
-		if err := checkMembers(v[2]); err != nil {
+		if err := checkMembers(v[2], s.compact); err != nil {
 			return err
 		}
 	} else if _, err := arrayLen(v[2]); err != nil {
@@ -260,7 +263,7 @@ func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) boo
 	}
 	same := true
 	if s.packed {
-		forMembers(s.bytes(p.buckets), func(m *member) bool { same = hasPutMember(c.Puts, c.Table.Name, m, ids); return same })
+		forMembers(s.bytes(p.buckets), s.compact, func(m *member) bool { same = hasPutMember(c.Puts, c.Table.Name, m, ids); return same })
 	} else {
 		elems(s.bytes(p.buckets), func(m []byte) bool { same = hasPut(c.Puts, m); return same })
 	}
@@ -274,7 +277,7 @@ func (s *prevState) same(p *previous, c *model.Change, ids map[string]int64) boo
 // memberCount is the number of buckets the stored row p is in.
 func (s *prevState) memberCount(p *previous) int {
 	if s.packed {
-		return countMembers(s.bytes(p.buckets))
+		return countMembers(s.bytes(p.buckets), s.compact)
 	}
 	return count(s.bytes(p.buckets))
 }
@@ -297,7 +300,7 @@ func hasPut(puts []model.Put, m []byte) bool {
 }
 
 // hasPutMember reports whether puts of a row of table (its name), whose
-// bucket ids ids holds, contain the v2 membership m.
+// bucket ids ids holds, contain the v2 or v3 membership m.
 func hasPutMember(puts []model.Put, table string, m *member, ids map[string]int64) bool {
 	for i := range puts {
 		p := &puts[i]

@@ -3,7 +3,6 @@ package bucketstore
 import (
 	"bytes"
 	"encoding/binary"
-	"fmt"
 	"testing"
 
 	"github.com/syncpipe/syncpipe/model"
@@ -70,27 +69,41 @@ func FuzzArrayLen(f *testing.F) {
 }
 
 // TestPrevStateSame checks the stored state's comparison with a change
-// in both storage versions' membership encodings.
+// in every storage version's membership encoding: v3's in each of its
+// modes that one membership can take (a table-typed UUID object, and
+// another object).
 func TestPrevStateSame(t *testing.T) {
-	todos := &model.Table{ID: "t1"}
-	put := model.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: "7"}
-	moved := put
-	moved.Bucket = `1#by_list["b"]`
-	ids := map[string]int64{put.Bucket: 5, moved.Bucket: 6}
 	for _, tc := range []struct {
+		name    string
 		version int
-		stored  []byte
-		ids     map[string]int64
+		table   string // the table's name
+		id      string // the object id
 	}{
-		{storageV1, binaryArray(oidText, []byte(put.Bucket+"\x1f"+put.ObjectType+"\x1f"+put.ObjectID)), nil},
-		{storageV2, appendMembers(nil, []model.Put{put}, todos.Name, ids), ids},
+		{"v1", storageV1, "", "7"},
+		{"v2", storageV2, "", "7"},
+		{"v2 table uuid", storageV2, "todos", "0b1e5f0c-3a4d-4c2b-9f1e-7d6a5b4c3d2e"},
+		{"v3", storageV3, "", "7"},
+		{"v3 table uuid", storageV3, "todos", "0b1e5f0c-3a4d-4c2b-9f1e-7d6a5b4c3d2e"},
 	} {
-		t.Run(fmt.Sprintf("v%d", tc.version), func(t *testing.T) {
-			s := prevState{packed: tc.version == storageV2}
+		t.Run(tc.name, func(t *testing.T) {
+			todos := &model.Table{ID: "t1", Name: tc.table}
+			put := model.Put{Bucket: `1#by_list["a"]`, ObjectType: "todos", ObjectID: tc.id}
+			moved, other := put, put
+			moved.Bucket = `1#by_list["b"]`
+			other.ObjectID = "0b1e5f0c-3a4d-4c2b-9f1e-7d6a5b4c3d2f"
+			ids := map[string]int64{put.Bucket: 5, moved.Bucket: 6}
+			l := layouts[tc.version]
+			var stored []byte
+			if l.interned {
+				stored = appendMembers(nil, l.compactMembers, []model.Put{put}, todos.Name, ids)
+			} else {
+				stored, ids = binaryArray(oidText, []byte(put.Bucket+"\x1f"+put.ObjectType+"\x1f"+put.ObjectID)), nil
+			}
+			s := prevState{packed: l.interned, compact: l.compactMembers}
 			s.reset(1)
 			ctid := []byte{0, 0, 0, 3, 0, 9}
 			ord := binary.BigEndian.AppendUint64(nil, 1)
-			if err := s.add([][]byte{ord, ctid, tc.stored, nil, nil}); err != nil {
+			if err := s.add([][]byte{ord, ctid, stored, nil, nil}); err != nil {
 				t.Fatal(err)
 			}
 			p := &s.rows[0]
@@ -98,25 +111,26 @@ func TestPrevStateSame(t *testing.T) {
 				t.Fatalf("stored state %+v", p)
 			}
 			same := model.Change{Table: todos, Kind: model.Upsert, Puts: []model.Put{put}}
-			if !s.same(p, &same, tc.ids) {
+			if !s.same(p, &same, ids) {
 				t.Error("the same membership reads as changed")
 			}
 			for name, c := range map[string]model.Change{
 				"other bucket": {Table: todos, Kind: model.Upsert, Puts: []model.Put{moved}},
+				"other object": {Table: todos, Kind: model.Upsert, Puts: []model.Put{other}},
 				"one more":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put, moved}},
 				"deleted":      {Table: todos, Kind: model.Delete},
 				"lookup added": {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, Lookups: []model.Lookup{{Key: []byte("k")}}},
 				"row data":     {Table: todos, Kind: model.Upsert, Puts: []model.Put{put}, RowData: []byte{1}},
 			} {
-				if s.same(p, &c, tc.ids) {
+				if s.same(p, &c, ids) {
 					t.Errorf("%s: reads as the same", name)
 				}
 			}
 			for _, bad := range [][][]byte{
-				{binary.BigEndian.AppendUint64(nil, 2), ctid, tc.stored, nil, nil}, // ordinal past the batch
-				{ord, ctid[:5], tc.stored, nil, nil},
+				{binary.BigEndian.AppendUint64(nil, 2), ctid, stored, nil, nil}, // ordinal past the batch
+				{ord, ctid[:5], stored, nil, nil},
 				{ord, ctid, nil, nil, nil},
-				{ord, ctid, tc.stored[:len(tc.stored)-1], nil, nil}, // cut short
+				{ord, ctid, stored[:len(stored)-1], nil, nil}, // cut short
 			} {
 				if err := s.add(bad); err == nil {
 					t.Errorf("add(%x) accepted it", bad)

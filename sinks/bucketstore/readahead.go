@@ -93,7 +93,7 @@ func (sw *StreamWriter) Prepare(ctx context.Context, changes []model.Change) (*P
 	if err != nil {
 		return nil, fmt.Errorf("read stored state of %d rows: %w", len(p.final), err)
 	}
-	if err := scanPrevious(rows, &p.prev); err != nil {
+	if err := scanPrevious(rows, &p.prev, lay); err != nil {
 		return nil, err
 	}
 	return p, nil

@@ -577,7 +577,7 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
 	if w.lay.interned {
-		b.members(c.Puts, c.Table.Name, w.bucketIDs)
+		b.members(w.lay.compactMembers, c.Puts, c.Table.Name, w.bucketIDs)
 	} else {
 		start := b.beginArray(oidText, len(c.Puts))
 		for j := range c.Puts {
