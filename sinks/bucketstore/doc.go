@@ -315,6 +315,24 @@
 // bucket of 1,000, ids over 127): current_data3's heap 84.46 → 76.60
 // bytes per row, its whole size with the key 125.26 → 117.39.
 //
+// At 10M todos (scale benchmark, one run against version 2's build in the
+// same run; benchmarks/README.md, "the Scale benchmark at 10M todos"),
+// before the compact memberships: P1 1.27× version 2's rate on two
+// clusters and 1.55× on one, Postgres CPU per source row on one cluster
+// 15.2 → 9.8 µs, and on one cluster snapshot done → first checkpoint
+// 11.3 → 9.8 s (the stream decodes less of storage's WAL). The first
+// checkpoint on one cluster is why the order pays: the stream still
+// reads the snapshot's storage WAL after the snapshot (consuming the slot
+// during the snapshot, holding back the changes of tables not yet
+// snapshotted, is the next lever if 10 s is not enough), and storage
+// writes less of it when the snapshot appends to the key. The cost is the
+// key's fill: ascending inserts into the middle of a B-tree (the two
+// snapshot workers' ranges) split pages 50/50 and never come back to them
+// — PostgreSQL fills only the rightmost page to its fillfactor — so the
+// key's leaves are about 58 % full (617 MB at 10M against version 2's
+// 526 MB, whose random inserts refill half-empty pages); rebuilding it
+// after a group's snapshot would take it to 90 %.
+//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan
