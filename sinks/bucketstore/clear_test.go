@@ -120,14 +120,7 @@ func groupRows(t testing.TB, s *Store, group int) (ops, cur, names int) {
 func TestTerminateDropsPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, g := openStore(t)
-	other, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, grp := range []int{g.ID, other.ID} {
-		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, 100)
-	}
+	s, g, other := twoGroupsWithRows(t, 100)
 	if ops, cur, names := groupRows(t, s, g.ID); ops != 100 || cur != 100 || names != 12 {
 		t.Fatalf("group holds %d ops, %d rows and %d bucket names, want 100, 100 and 12", ops, cur, names)
 	}
@@ -168,14 +161,7 @@ func TestTerminateDropsPartitions(t *testing.T) {
 func TestRetiringListsUnfinishedRetirements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, serving := openStore(t)
-	g, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, grp := range []int{serving.ID, g.ID} {
-		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, 10)
-	}
+	s, _, g := twoGroupsWithRows(t, 10)
 	retiring := func() []int {
 		t.Helper()
 		gs, err := s.Catalog().Retiring(ctx)
@@ -218,4 +204,19 @@ func TestRetiringListsUnfinishedRetirements(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("a bucket name left", g.ID)
+}
+
+// twoGroupsWithRows opens a store with two groups (the second created
+// with empty rules) and writes rows snapshot rows of a todos table to each.
+func twoGroupsWithRows(t *testing.T, rows int) (s *Store, g, other Group) {
+	t.Helper()
+	s, g = openStore(t)
+	other, err := s.Catalog().CreateGroup(context.Background(), "bucket_definitions: {}", "syncpipe_")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, grp := range []int{g.ID, other.ID} {
+		writeSnapshotRows(t, newWriter(t, s, grp), registerTable(t, s, grp, "todos"), 0, rows)
+	}
+	return s, g, other
 }

@@ -400,15 +400,7 @@ func TestReaderDoesNotIntern(t *testing.T) {
 func TestLayoutClear(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, g := openStore(t)
-	other, err := s.Catalog().CreateGroup(ctx, "bucket_definitions: {}", "syncpipe_")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, grp := range []int{g.ID, other.ID} {
-		todos := registerTable(t, s, grp, "todos")
-		writeSnapshotRows(t, newWriter(t, s, grp), todos, 0, 100)
-	}
+	s, g, other := twoGroupsWithRows(t, 100)
 	partRows := func(group int) (ops, cur int64) {
 		t.Helper()
 		o, c := testLayout(t, s, group).partitions(group)
