@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -274,22 +275,27 @@ func (t *tableNums) load(ctx context.Context, q dbQuerier, group int) (*tableMap
 
 // nums returns the numbers of the tables ids (in order).
 func (t *tableNums) nums(ctx context.Context, q dbQuerier, group int, ids []string) ([]int32, error) {
+	g, err := t.mapWith(ctx, q, group, ids)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = g.num[id]
+	}
+	return out, nil
+}
+
+// mapWith returns group's table map once it holds every table of ids,
+// reading the tables again (once) when it does not. A map is never
+// changed once loaded (a load makes a new one), so callers may keep it.
+func (t *tableNums) mapWith(ctx context.Context, q dbQuerier, group int, ids []string) (*tableMap, error) {
 	t.mu.Lock()
 	g := t.byGroup[group]
 	t.mu.Unlock()
 	for reloaded := false; ; reloaded = true {
-		missing := g == nil
-		for i, id := range ids {
-			if missing {
-				break
-			}
-			n, ok := g.num[id]
-			missing = !ok
-			out[i] = n
-		}
-		if !missing {
-			return out, nil
+		if g != nil && !slices.ContainsFunc(ids, func(id string) bool { _, ok := g.num[id]; return !ok }) {
+			return g, nil
 		}
 		if reloaded {
 			return nil, fmt.Errorf("group %d has no table among %q", group, ids)

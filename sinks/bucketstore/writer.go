@@ -58,7 +58,7 @@ type Writer struct {
 	bucketIDs map[string]int64
 	idNames   map[int64]string
 	leaving   []leaving // the memberships a stream write's rows leave
-	nums      map[string]int32
+	tables    *tableMap // the group's tables the writer has written, and maybe more
 
 	writeBufs
 	blocks  []int64 // allocate's nextval results
@@ -468,21 +468,19 @@ func (w *Writer) prepareNames(ctx context.Context, n int, at func(i int) *model.
 		for j := range c.Puts {
 			names = append(names, c.Puts[j].Bucket)
 		}
-		if _, ok := w.nums[c.Table.ID]; !ok && !slices.Contains(tables, c.Table.ID) {
+		if !w.hasTable(c.Table.ID) && !slices.Contains(tables, c.Table.ID) {
 			tables = append(tables, c.Table.ID)
 		}
 	}
 	if len(tables) > 0 {
-		nums, err := w.s.tables.nums(ctx, w.conn, w.group, tables)
+		// The store's map of the group's tables, which it loads again
+		// when a table is new to it; the writer keeps the one that has
+		// its tables (maps are never changed once loaded).
+		m, err := w.s.tables.mapWith(ctx, w.conn, w.group, tables)
 		if err != nil {
 			return err
 		}
-		if w.nums == nil {
-			w.nums = map[string]int32{}
-		}
-		for i, t := range tables {
-			w.nums[t] = nums[i]
-		}
+		w.tables = m
 	}
 	ids, err := w.s.bucketIDs(ctx, w.conn, w.group, names, true)
 	if err != nil {
@@ -492,19 +490,28 @@ func (w *Writer) prepareNames(ctx context.Context, n int, at func(i int) *model.
 	return nil
 }
 
+// hasTable tells whether the writer has the number of table id.
+func (w *Writer) hasTable(id string) bool {
+	if w.tables == nil {
+		return false
+	}
+	_, ok := w.tables.num[id]
+	return ok
+}
+
 // tableText is the source_table column of table id as text: the id (v1)
 // or its number (v2).
 func (w *Writer) tableText(id string) string {
 	if !w.lay.interned {
 		return id
 	}
-	return strconv.Itoa(int(w.nums[id]))
+	return strconv.Itoa(int(w.tables.num[id]))
 }
 
 // table writes the source_table column of table id.
 func (w *Writer) table(b *copyBuf, id string) {
 	if w.lay.interned {
-		b.int4(w.nums[id])
+		b.int4(w.tables.num[id])
 	} else {
 		b.text(id)
 	}
