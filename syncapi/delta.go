@@ -233,8 +233,8 @@ func (s *Server) readSegment(ctx context.Context, seg *opSegment, buckets []stri
 		// may lack ops, and its sums would advance the checksum cache
 		// short of them. Streams that read for themselves check too.
 		var v bucketstore.Validity
-		if v, err = s.store.ReadValidity(ctx, seg.group); err == nil && !v.Serving {
-			err = fmt.Errorf("op segment of group %d: %w", seg.group, bucketstore.ErrGroupStopped)
+		if v, err = s.store.ReadValidity(ctx, seg.group); err == nil {
+			err = v.Stopped(seg.group)
 		}
 	}
 	if ctx.Err() != nil {

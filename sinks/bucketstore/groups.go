@@ -173,13 +173,19 @@ const retiringSQL = `SELECT ` + groupColumns + ` FROM groups g WHERE state = 'ST
 // by the next process that looks, while Groups leaves terminated groups
 // out.
 func (s *Catalog) Retiring(ctx context.Context) ([]Group, error) {
-	rows, err := s.pool.Query(ctx, retiringSQL)
+	return s.listGroups(ctx, retiringSQL, "list groups to retire")
+}
+
+// listGroups reads the groups query q returns (groupColumns); what names
+// the operation in errors.
+func (s *Catalog) listGroups(ctx context.Context, q, what string) ([]Group, error) {
+	rows, err := s.pool.Query(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("list groups to retire: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Group, error) { return scanGroup(r) })
 	if err != nil {
-		return nil, fmt.Errorf("list groups to retire: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return gs, nil
 }
@@ -198,15 +204,7 @@ func (s *Catalog) Group(ctx context.Context, id int) (Group, error) {
 
 // Groups lists the groups that are not terminated, oldest first.
 func (s *Catalog) Groups(ctx context.Context) ([]Group, error) {
-	rows, err := s.pool.Query(ctx, "SELECT "+groupColumns+" FROM groups WHERE state <> 'TERMINATED' ORDER BY id")
-	if err != nil {
-		return nil, fmt.Errorf("list groups: %w", err)
-	}
-	gs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Group, error) { return scanGroup(r) })
-	if err != nil {
-		return nil, fmt.Errorf("list groups: %w", err)
-	}
-	return gs, nil
+	return s.listGroups(ctx, "SELECT "+groupColumns+" FROM groups WHERE state <> 'TERMINATED' ORDER BY id", "list groups")
 }
 
 // SetState moves a group to state.

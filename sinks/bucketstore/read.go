@@ -348,17 +348,23 @@ func (s *Reader) ReadValidity(ctx context.Context, group int) (Validity, error) 
 	return v, nil
 }
 
-// stillServing returns an error wrapping ErrGroupStopped unless the group
-// still serves: a checksum fetch calls it after its query, so that
-// nothing read from a group whose clearing may have begun is cached or
-// returned (see Validity.Serving).
+// Stopped returns an error wrapping ErrGroupStopped for group, whose
+// Validity v is, unless it still serves: what a shared load (a checksum
+// fetch, an op segment) read before v must then be neither cached nor
+// returned, as the group's clearing may have begun.
+func (v Validity) Stopped(group int) error {
+	if v.Serving {
+		return nil
+	}
+	return fmt.Errorf("group %d: %w", group, ErrGroupStopped)
+}
+
+// stillServing is ReadValidity's Stopped: a checksum fetch calls it after
+// its query.
 func (s *Reader) stillServing(ctx context.Context, group int) error {
 	v, err := s.ReadValidity(ctx, group)
 	if err != nil {
 		return err
 	}
-	if !v.Serving {
-		return fmt.Errorf("group %d: %w", group, ErrGroupStopped)
-	}
-	return nil
+	return v.Stopped(group)
 }
