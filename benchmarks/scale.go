@@ -420,6 +420,12 @@ func (sc *scaleSet) p3(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	if err != nil {
 		return err
 	}
+	var before []statementStat
+	if stmts != nil {
+		if before, err = readStatements(ctx, stmts, t.storageDB); err != nil {
+			return err
+		}
+	}
 	cu, err := sr.catchUpTimed(ctx, t, &t.smallCost, int64(sr.opt.Updates), false)
 	if err != nil {
 		return err
@@ -431,6 +437,13 @@ func (sc *scaleSet) p3(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	}
 	run.p3, run.p3StorageCPU = cu.Sample, t.smallCost.cpu["storage backends"]
 	run.p3Misses, run.p3Grown, run.p3SharedRead = io1.since(io0)
+	if stmts != nil {
+		after, err := readStatements(ctx, stmts, t.storageDB)
+		if err != nil {
+			return err
+		}
+		logStatements(sc.opt.Log, run.label()+run.suffix+": P3 storage statements", statementsSince(before, after), run.p3.Rows)
+	}
 	logf(sc.opt.Log, "%s%s: P3 %.0f changes/s, storage backends %s per change, %.2f buffer misses per change", run.label(), run.suffix,
 		rate(run.p3), (run.p3StorageCPU / time.Duration(max(run.p3.Rows, 1))).Round(100*time.Nanosecond), float64(run.p3Misses)/float64(max(run.p3.Rows, 1)))
 	return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -265,4 +266,20 @@ func countStatements(stmts []statementStat) *StatementCounts {
 		c.LeaseTime += time.Duration(float64(txnTime) * float64(min(2*c.Acquires, txnCalls)) / float64(txnCalls))
 	}
 	return c
+}
+
+// logStatements logs the busiest statements of stmts (statementsSince's
+// order) with their time per unit of work (units: changes, rows), so that
+// a figure's cost per unit can be split by statement.
+func logStatements(log io.Writer, title string, stmts []statementStat, units int64) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (pg_stat_statements; µs per unit of %d):", title, units)
+	for _, s := range stmts[:min(len(stmts), 8)] {
+		q := strings.Join(strings.Fields(s.query), " ")
+		if len(q) > 100 {
+			q = q[:100] + "…"
+		}
+		fmt.Fprintf(&b, "\n  %6.2f µs/unit  %7d calls  %8.1f rows/call  %s", float64(s.time.Microseconds())/float64(max(units, 1)), s.calls, float64(s.rows)/float64(max(s.calls, 1)), q)
+	}
+	logf(log, "%s", b.String())
 }

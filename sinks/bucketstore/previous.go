@@ -68,6 +68,19 @@ func (s *prevState) forget(pos []int32) {
 	s.at = pos
 }
 
+// append takes the rows of part (a slice of the batch read apart) as
+// rows [at, at+len(part.rows)) of s, copying their bytes into s's arena.
+func (s *prevState) append(at int, part *prevState) {
+	off := int32(len(s.arena))
+	s.arena = append(s.arena, part.arena...)
+	s.packed, s.compact = part.packed, part.compact
+	shift := func(sp span) span { return span{sp.start + off, sp.end + off} }
+	for j, r := range part.rows {
+		r.buckets, r.lookups, r.data = shift(r.buckets), shift(r.lookups), shift(r.data)
+		s.rows[at+j] = r
+	}
+}
+
 func (s *prevState) bytes(sp span) []byte { return s.arena[sp.start:sp.end] }
 
 // keep copies b into the arena.

@@ -1,8 +1,11 @@
 package bucketstore
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/syncpipe/syncpipe/model"
@@ -127,5 +130,91 @@ func TestAppendCommon(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("appendCommon = %v, want %v", got, want)
+	}
+}
+
+// TestPreparedInSlices checks a read ahead large enough to be read in
+// slices on several connections (readSlices): every row's stored state —
+// memberships, lookups, row data, where it is — equals one statement's
+// read of the whole batch, on every storage version, and the write that
+// uses it takes each row out of the bucket it was in.
+func TestPreparedInSlices(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int{storageV1, storageV2, storageV3} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			s, g := openStoreVersion(t, version)
+			todos := registerTable(t, s, g.ID, "todos")
+			sw := s.Writes().NewStreamWriter(g.ID, Fence{})
+			const n = 3*probeSliceRows + 17 // three slices, uneven
+			batch := func(bucket func(i int) string) []model.Change {
+				cs := make([]model.Change, n+1)
+				for i := range n {
+					c := model.Change{Table: todos, Kind: model.Upsert, Key: key(i), KeyOrder: keyOrder(i),
+						Puts: []model.Put{put(bucket(i), "todos", fmt.Sprint(i), `{}`)}}
+					if i%5 == 0 {
+						c.Lookups = []model.Lookup{{Key: fmt.Appendf(nil, "lk-%d", i), Params: []byte(`[{"x":1}]`)}}
+					}
+					if i%7 == 0 {
+						c.RowData = fmt.Appendf(nil, `{"big":"%d"}`, i)
+					}
+					cs[i] = c
+				}
+				// A row storage does not have.
+				cs[n] = model.Change{Table: todos, Kind: model.Upsert, Key: key(n + 1), KeyOrder: keyOrder(n + 1),
+					Puts: []model.Put{put("1#new[]", "todos", "new", `{}`)}}
+				return cs
+			}
+			if _, err := sw.Write(ctx, batch(func(i int) string { return fmt.Sprintf("1#b%d[]", i%11) })[:n], StreamProgress{LSN: 10}, nil); err != nil {
+				t.Fatal(err)
+			}
+			moved := batch(func(int) string { return "1#moved[]" })
+			p, err := sw.Prepare(ctx, moved)
+			if err != nil || p == nil {
+				t.Fatalf("Prepare: %v, %v", p, err)
+			}
+			// The same rows read by one statement.
+			lay, err := s.layout(ctx, g.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var whole prevState
+			whole.reset(len(p.final))
+			rows, err := s.pool.Query(ctx, lay.loadPrevious, p.probe...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := scanPrevious(rows, &whole, lay); err != nil {
+				t.Fatal(err)
+			}
+			found := 0
+			for i := range whole.rows {
+				a, b := &p.prev.rows[i], &whole.rows[i]
+				if a.found != b.found || a.tid != b.tid || !bytes.Equal(p.prev.bytes(a.buckets), whole.bytes(b.buckets)) ||
+					!bytes.Equal(p.prev.bytes(a.lookups), whole.bytes(b.lookups)) || !bytes.Equal(p.prev.bytes(a.data), whole.bytes(b.data)) {
+					t.Fatalf("row %d read in slices differs from the whole read", i)
+				}
+				if a.found {
+					found++
+				}
+			}
+			if found != n {
+				t.Fatalf("%d rows found, want %d", found, n)
+			}
+			before := len(ops(t, s, g.ID))
+			if _, err := sw.Write(ctx, moved, StreamProgress{LSN: 20}, p); err != nil {
+				t.Fatal(err)
+			}
+			removes := 0
+			for _, o := range opSummary(ops(t, s, g.ID)[before:]) {
+				if strings.HasPrefix(o, "REMOVE 1#b") {
+					removes++
+				}
+			}
+			if removes != n {
+				t.Fatalf("%d REMOVEs from the rows' old buckets, want %d", removes, n)
+			}
+		})
 	}
 }
