@@ -30,7 +30,8 @@
 //     with flush_writers writers; a stream of bucket storage gets one
 //     writer in batch order (sinks.OrderedStream) and, before it, the
 //     "probe" stage (sinks.Preparer) that reads the rows' stored state
-//     while the batch before is written. Each batch is durable when Write
+//     while the batch before is written (a large batch in slices on
+//     several connections at once). Each batch is durable when Write
 //     returns.
 //  6. Commit. The commit stage (pipeline.Commit) sees batches in source
 //     order only: a snapshot range records its last key; a stream batch

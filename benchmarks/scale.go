@@ -173,9 +173,29 @@ func runScale(ctx context.Context, opt ScaleOptions) (Result, []*scaleRun, error
 		return res, nil, fmt.Errorf("scale scenario: no syncpipe harness")
 	}
 	sc := &scaleSet{opt: opt, settings: settings, statements: settings["shared_preload_libraries"] != ""}
+	// Every size is set up first and the runs then go round the sizes
+	// (run 1 of each, then run 2 of each, …): the bars are ratios between
+	// sizes, and on a shared machine whose speed drifts over the tens of
+	// minutes a run takes, measuring each size's runs together would put
+	// the drift into the ratio.
+	var sets []*scaleSize
+	defer func() {
+		for _, z := range sets {
+			z.stop(ctx)
+		}
+	}()
 	for _, n := range opt.Sizes {
-		if err := sc.measureSize(ctx, n); err != nil {
+		z, err := sc.setUp(ctx, n)
+		if err != nil {
 			return res, sc.runs, err
+		}
+		sets = append(sets, z)
+	}
+	for range opt.Runs {
+		for _, z := range sets {
+			if err := sc.measureRun(ctx, z); err != nil {
+				return res, sc.runs, err
+			}
 		}
 	}
 	res.PeakRSS = sc.peakRSS
@@ -221,53 +241,87 @@ type scaleSet struct {
 	k          int // configurations measured, for the binaries' order
 }
 
-// measureSize loads a data set of n todos on fresh clusters and measures
-// every topology, run and binary on it.
-func (sc *scaleSet) measureSize(ctx context.Context, n int) error {
+// scaleSize is one size's data set: its source cluster, a storage
+// cluster for the two-cluster topology, and a streamRun per topology.
+type scaleSize struct {
+	n        int
+	cluster  *pgcluster.Cluster
+	src      *pgx.Conn
+	storage  *pgcluster.Cluster
+	byTopo   map[string]*streamRun
+	finished bool
+}
+
+// setUp loads a data set of n todos on fresh clusters.
+func (sc *scaleSet) setUp(ctx context.Context, n int) (z *scaleSize, err error) {
 	opt := sc.opt
-	cluster, src, err := startClusterWith(ctx, "app", sc.settings)
-	if err != nil {
-		return err
+	z = &scaleSize{n: n, byTopo: map[string]*streamRun{}}
+	defer func() {
+		if err != nil {
+			z.stop(ctx)
+		}
+	}()
+	if z.cluster, z.src, err = startClusterWith(ctx, "app", sc.settings); err != nil {
+		return z, err
 	}
-	defer cluster.Stop()
-	defer src.Close(context.WithoutCancel(ctx))
 	logf(opt.Log, "loading %d todos / %d lists…", n, opt.Lists)
 	start := time.Now()
-	if _, err := todos.LoadParallel(ctx, cluster.URI("app"), todos.Size{Lists: opt.Lists, Todos: n, Seed: 42}, 2); err != nil {
-		return err
+	if _, err := todos.LoadParallel(ctx, z.cluster.URI("app"), todos.Size{Lists: opt.Lists, Todos: n, Seed: 42}, 2); err != nil {
+		return z, err
 	}
 	logf(opt.Log, "loaded in %s", time.Since(start).Round(time.Millisecond))
-	if err := createMarks(ctx, src); err != nil {
-		return err
+	if err := createMarks(ctx, z.src); err != nil {
+		return z, err
 	}
-	ids, err := sampleIDs(ctx, src, n, opt.Updates+int(float64(opt.SteadyRate)*opt.SteadyFor.Seconds()))
+	ids, err := sampleIDs(ctx, z.src, n, opt.Updates+int(float64(opt.SteadyRate)*opt.SteadyFor.Seconds()))
 	if err != nil {
-		return err
+		return z, err
 	}
-	var storage *pgcluster.Cluster
 	if slices.Contains(opt.Topologies, TwoClusters) {
 		logf(opt.Log, "starting the storage cluster…")
-		if storage, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: sc.settings}); err != nil {
-			return err
+		if z.storage, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: sc.settings}); err != nil {
+			return z, err
 		}
-		defer storage.Stop()
 	}
 	for _, topo := range opt.Topologies {
-		sr := &streamRun{cluster: cluster, src: src, ids: ids,
+		sr := &streamRun{cluster: z.cluster, src: z.src, ids: ids,
 			opt: StreamingOptions{Todos: n, Lists: opt.Lists, Updates: opt.Updates, TxnRows: opt.TxnRows, Runs: 1,
 				SteadyRate: opt.SteadyRate, SteadyFor: opt.SteadyFor, SteadyTxnRows: opt.SteadyTxnRows, Log: opt.Log}}
 		if topo == TwoClusters {
-			sr.storageCluster = storage
+			sr.storageCluster = z.storage
 		}
-		for range opt.Runs {
-			sc.k++
-			for _, v := range interleaved(opt.Harness.variants(), sc.k-1) {
-				run := &scaleRun{size: n, topology: topo, suffix: v.suffix, rows: int64(n + opt.Lists + 1)}
-				if err := sc.measure(ctx, sr, v, run); err != nil {
-					return fmt.Errorf("%s%s: %w", run.label(), v.suffix, err)
-				}
-				sc.add(run)
+		z.byTopo[topo] = sr
+	}
+	return z, nil
+}
+
+// stop stops z's clusters.
+func (z *scaleSize) stop(ctx context.Context) {
+	if z.finished {
+		return
+	}
+	z.finished = true
+	if z.src != nil {
+		z.src.Close(context.WithoutCancel(ctx))
+	}
+	if z.storage != nil {
+		_ = z.storage.Stop()
+	}
+	if z.cluster != nil {
+		_ = z.cluster.Stop()
+	}
+}
+
+// measureRun measures one run of every topology and binary on z.
+func (sc *scaleSet) measureRun(ctx context.Context, z *scaleSize) error {
+	for _, topo := range sc.opt.Topologies {
+		sc.k++
+		for _, v := range interleaved(sc.opt.Harness.variants(), sc.k-1) {
+			run := &scaleRun{size: z.n, topology: topo, suffix: v.suffix, rows: int64(z.n + sc.opt.Lists + 1)}
+			if err := sc.measure(ctx, z.byTopo[topo], v, run); err != nil {
+				return fmt.Errorf("%s%s: %w", run.label(), v.suffix, err)
 			}
+			sc.add(run)
 		}
 	}
 	return nil
