@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -333,36 +334,72 @@ func (g *pauseGate) hold(ctx context.Context) {
 }
 
 // smallReceiveBuffer is the socket receive buffer of a client that
-// PauseAtFirstData slows down.
-const smallReceiveBuffer = 4 << 10
+// PauseAtFirstData slows down until it is resumed; resumedReceiveBuffer
+// is its buffer after that. Left at 4 KB, a resumed client read about
+// 100 KB/s (each 4 KB window waits for a delayed ACK), so that a test's
+// download of a few megabytes after a resume took a minute.
+const (
+	smallReceiveBuffer   = 4 << 10
+	resumedReceiveBuffer = 1 << 20
+)
 
 // PauseAtFirstData makes the client stop reading once it has read its
 // first data line, until resume is called: a slow client, whose first
-// download a test makes span something (a takeover, say). Its connections
-// read through a small socket receive buffer, so that while it is paused
-// the server's writes wait for it instead of filling buffers of
-// megabytes. paused closes when it has stopped. Call it before Run.
+// download a test makes span something (a takeover, say). Until resume its
+// connections read through a small socket receive buffer, so that while it
+// is paused the server's writes wait for it instead of filling buffers of
+// megabytes; resume enlarges them. paused closes when it has stopped. Call
+// it before Run.
 func (c *SyncClient) PauseAtFirstData() (paused <-chan struct{}, resume func()) {
 	g := &pauseGate{paused: make(chan struct{}), resume: make(chan struct{})}
 	c.pause = g
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	var mu sync.Mutex
+	var slowed []*net.TCPConn
+	resumed := false
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		if tc, ok := conn.(*net.TCPConn); ok {
+		mu.Lock()
+		defer mu.Unlock()
+		if tc, ok := conn.(*net.TCPConn); ok && !resumed {
 			if err := tc.SetReadBuffer(smallReceiveBuffer); err != nil {
 				conn.Close()
 				return nil, err
 			}
+			slowed = append(slowed, tc)
 		}
 		return conn, nil
 	}
 	c.http = &http.Client{Transport: tr}
 	var once sync.Once
-	return g.paused, func() { once.Do(func() { close(g.resume) }) }
+	return g.paused, func() {
+		once.Do(func() {
+			mu.Lock()
+			resumed = true
+			for _, tc := range slowed {
+				widen(tc) // a closed one fails: nothing to do
+			}
+			mu.Unlock()
+			close(g.resume)
+		})
+	}
+}
+
+// widen gives a connection slowed by PauseAtFirstData its receive buffer
+// back. Enlarging SO_RCVBUF alone is not enough: Linux clamped the
+// connection's window to the small buffer (TCP_WINDOW_CLAMP) and keeps it
+// there.
+func widen(tc *net.TCPConn) {
+	_ = tc.SetReadBuffer(resumedReceiveBuffer)
+	if rc, err := tc.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_WINDOW_CLAMP, resumedReceiveBuffer)
+		})
+	}
 }
 
 // CountRows counts the rows of every bucket whose name has prefix … (any
