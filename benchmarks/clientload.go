@@ -626,11 +626,7 @@ func loadReport(f loadFigures) string {
 	if len(f.stmts) > 0 {
 		b.WriteString("\nStorage's busiest statements during the load (pg_stat_statements):\n\n| statement | calls/s | rows/call | mean | share of execution time |\n| --- | ---: | ---: | ---: | ---: |\n")
 		for _, s := range f.stmts[:min(len(f.stmts), 8)] {
-			q := strings.Join(strings.Fields(s.query), " ")
-			if len(q) > 120 {
-				q = q[:120] + "…"
-			}
-			fmt.Fprintf(&b, "| `%s` | %.0f | %.1f | %s | %.0f %% |\n", strings.ReplaceAll(q, "|", "\\|"), float64(s.calls)/f.elapsed.Seconds(),
+			fmt.Fprintf(&b, "| `%s` | %.0f | %.1f | %s | %.0f %% |\n", strings.ReplaceAll(shortStatement(s.query, 120), "|", "\\|"), float64(s.calls)/f.elapsed.Seconds(),
 				float64(s.rows)/float64(s.calls), (s.time / time.Duration(s.calls)).Round(time.Microsecond), 100*s.time.Seconds()/max(busy.Seconds(), 1e-9))
 		}
 	}

@@ -244,43 +244,43 @@ type scaleSet struct {
 // scaleSize is one size's data set: its source cluster, a storage
 // cluster for the two-cluster topology, and a streamRun per topology.
 type scaleSize struct {
-	n        int
-	cluster  *pgcluster.Cluster
-	src      *pgx.Conn
-	storage  *pgcluster.Cluster
-	byTopo   map[string]*streamRun
-	finished bool
+	n       int
+	cluster *pgcluster.Cluster
+	src     *pgx.Conn
+	storage *pgcluster.Cluster
+	byTopo  map[string]*streamRun
 }
 
-// setUp loads a data set of n todos on fresh clusters.
-func (sc *scaleSet) setUp(ctx context.Context, n int) (z *scaleSize, err error) {
+// setUp loads a data set of n todos on fresh clusters (stopped again if
+// it fails).
+func (sc *scaleSet) setUp(ctx context.Context, n int) (_ *scaleSize, err error) {
 	opt := sc.opt
-	z = &scaleSize{n: n, byTopo: map[string]*streamRun{}}
+	z := &scaleSize{n: n, byTopo: map[string]*streamRun{}}
 	defer func() {
 		if err != nil {
 			z.stop(ctx)
 		}
 	}()
 	if z.cluster, z.src, err = startClusterWith(ctx, "app", sc.settings); err != nil {
-		return z, err
+		return nil, err
 	}
 	logf(opt.Log, "loading %d todos / %d lists…", n, opt.Lists)
 	start := time.Now()
 	if _, err := todos.LoadParallel(ctx, z.cluster.URI("app"), todos.Size{Lists: opt.Lists, Todos: n, Seed: 42}, 2); err != nil {
-		return z, err
+		return nil, err
 	}
 	logf(opt.Log, "loaded in %s", time.Since(start).Round(time.Millisecond))
 	if err := createMarks(ctx, z.src); err != nil {
-		return z, err
+		return nil, err
 	}
 	ids, err := sampleIDs(ctx, z.src, n, opt.Updates+int(float64(opt.SteadyRate)*opt.SteadyFor.Seconds()))
 	if err != nil {
-		return z, err
+		return nil, err
 	}
 	if slices.Contains(opt.Topologies, TwoClusters) {
 		logf(opt.Log, "starting the storage cluster…")
 		if z.storage, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true, Settings: sc.settings}); err != nil {
-			return z, err
+			return nil, err
 		}
 	}
 	for _, topo := range opt.Topologies {
@@ -297,10 +297,6 @@ func (sc *scaleSet) setUp(ctx context.Context, n int) (z *scaleSize, err error) 
 
 // stop stops z's clusters.
 func (z *scaleSize) stop(ctx context.Context) {
-	if z.finished {
-		return
-	}
-	z.finished = true
 	if z.src != nil {
 		z.src.Close(context.WithoutCancel(ctx))
 	}

@@ -157,11 +157,7 @@ func statementMix(stmts []statementStat, units int) string {
 		if i == 14 {
 			break
 		}
-		q := strings.Join(strings.Fields(s.query), " ")
-		if r := []rune(q); len(r) > 110 {
-			q = string(r[:110]) + "…"
-		}
-		fmt.Fprintf(&b, "| %.2f | %s | `%s` |\n", float64(s.calls)/float64(max(units, 1)), statementKind(s.query), strings.ReplaceAll(q, "|", "\\|"))
+		fmt.Fprintf(&b, "| %.2f | %s | `%s` |\n", float64(s.calls)/float64(max(units, 1)), statementKind(s.query), strings.ReplaceAll(shortStatement(s.query, 110), "|", "\\|"))
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
@@ -275,11 +271,17 @@ func logStatements(log io.Writer, title string, stmts []statementStat, units int
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (pg_stat_statements; µs per unit of %d):", title, units)
 	for _, s := range stmts[:min(len(stmts), 8)] {
-		q := strings.Join(strings.Fields(s.query), " ")
-		if len(q) > 100 {
-			q = q[:100] + "…"
-		}
-		fmt.Fprintf(&b, "\n  %6.2f µs/unit  %7d calls  %8.1f rows/call  %s", float64(s.time.Microseconds())/float64(max(units, 1)), s.calls, float64(s.rows)/float64(max(s.calls, 1)), q)
+		fmt.Fprintf(&b, "\n  %6.2f µs/unit  %7d calls  %8.1f rows/call  %s", float64(s.time.Microseconds())/float64(max(units, 1)), s.calls, float64(s.rows)/float64(max(s.calls, 1)), shortStatement(s.query, 100))
 	}
 	logf(log, "%s", b.String())
+}
+
+// shortStatement is a statement's text on one line, cut to at most n
+// characters (with an ellipsis), for reports and logs.
+func shortStatement(q string, n int) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if r := []rune(q); len(r) > n {
+		q = string(r[:n]) + "…"
+	}
+	return q
 }

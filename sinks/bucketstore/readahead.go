@@ -120,17 +120,18 @@ const (
 // else in slices on conn and connections acquired for them, released as
 // each is read.
 func (sw *StreamWriter) readSlices(ctx context.Context, conn *pgxpool.Conn, p *Prepared, lay *layout, tables any, keys []pgtype.UUID, orders []int32) error {
-	n := len(p.final)
-	// Half the pool at most: the stream's writer, checkpoints and other
-	// groups need theirs.
-	k := min(probeSlices, n/probeSliceRows, int(sw.s.pool.Config().MaxConns)/2)
-	if k <= 1 {
-		defer conn.Release()
-		rows, err := conn.Query(ctx, lay.loadPrevious, p.probe...)
+	read := func(ctx context.Context, c *pgxpool.Conn, args []any, into *prevState) error {
+		defer c.Release()
+		rows, err := c.Query(ctx, lay.loadPrevious, args...)
 		if err != nil {
 			return err
 		}
-		return scanPrevious(rows, &p.prev, lay)
+		return scanPrevious(rows, into, lay)
+	}
+	n := len(p.final)
+	k := min(sw.slices, n/probeSliceRows)
+	if k <= 1 {
+		return read(ctx, conn, p.probe, &p.prev)
 	}
 	if len(p.parts) < k {
 		p.parts = append(p.parts, make([]prevState, k-len(p.parts))...)
@@ -149,12 +150,7 @@ func (sw *StreamWriter) readSlices(ctx context.Context, conn *pgxpool.Conn, p *P
 					return err
 				}
 			}
-			defer c.Release()
-			rows, err := c.Query(ctx, lay.loadPrevious, args...)
-			if err != nil {
-				return err
-			}
-			return scanPrevious(rows, part, lay)
+			return read(ctx, c, args, part)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -166,15 +162,13 @@ func (sw *StreamWriter) readSlices(ctx context.Context, conn *pgxpool.Conn, p *P
 	return nil
 }
 
-// sliceArg is rows [lo, hi) of a probe's table argument (db.tableArg).
+// sliceArg is rows [lo, hi) of a probe's table argument: db.tableArg's
+// table numbers (v2, v3) or ids (v1).
 func sliceArg(tables any, lo, hi int) any {
-	switch t := tables.(type) {
-	case []int32:
-		return t[lo:hi]
-	case []string:
-		return t[lo:hi]
+	if nums, ok := tables.([]int32); ok {
+		return nums[lo:hi]
 	}
-	return tables
+	return tables.([]string)[lo:hi]
 }
 
 // stale returns the positions of p's rows that a write completed since p

@@ -182,12 +182,17 @@ type StreamWriter struct {
 	history  [writtenKept]written
 	broken   bool
 	prepared freelist.List[*Prepared]
+	// slices bounds the slices a read ahead takes (readSlices): probeSlices,
+	// and half the storage pool at most, for the stream's writer,
+	// checkpoints and other groups need theirs.
+	slices int
 }
 
 // NewStreamWriter returns a stream writer for group whose writes carry f
 // (see Fence; the zero Fence checks nothing).
 func (s *Writes) NewStreamWriter(group int, f Fence) *StreamWriter {
-	return &StreamWriter{s: s, group: group, fence: f, prepared: freelist.List[*Prepared]{Max: writtenKept}}
+	return &StreamWriter{s: s, group: group, fence: f, prepared: freelist.List[*Prepared]{Max: writtenKept},
+		slices: min(probeSlices, int(s.pool.Config().MaxConns)/2)}
 }
 
 // Write persists one stream batch durably with its progress (WriteStream).
