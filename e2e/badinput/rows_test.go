@@ -16,6 +16,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -510,6 +511,7 @@ func portInUseRow(t *testing.T, h *badHarness) badCheck {
 type badAPI struct {
 	p    *badProc
 	addr chan string // receives the address once the API serves a checkpoint ("" if it never does)
+	mu   sync.Mutex  // guards got: parallel subtests ask for the address at once
 	got  string
 }
 
@@ -562,9 +564,11 @@ func (a *badAPI) serving() string {
 // ready returns the API's address once it serves.
 func (a *badAPI) ready(t *testing.T) string {
 	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.got == "" {
 		a.got = <-a.addr
-		a.addr <- a.got
+		a.addr <- a.got // for slowClient
 		if a.got == "" {
 			t.Fatalf("the sync API never served; stderr:\n%s", a.p.Tail(4<<10))
 		}
