@@ -2,11 +2,13 @@ package benchmarks
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -91,6 +93,10 @@ type scaleRun struct {
 	// snapshot's first range starts right after), "snapshot done" and the
 	// first published checkpoint.
 	launched, slotCreated, snapshotDone, firstCheckpoint time.Time
+	// settle is what storage version 4's settle of the current rows took
+	// (bucketstore's settle.go), inside the snapshot's time, by step; ""
+	// when the binary logged none.
+	settle string
 
 	p1            Sample
 	p1StorageCPU  time.Duration // storage backends (live processes)
@@ -380,8 +386,9 @@ func (sc *scaleSet) measure(ctx context.Context, sr *streamRun, v variant, run *
 	if err := sc.p1(ctx, sr, t, stmts, run); err != nil {
 		return err
 	}
-	logf(opt.Log, "%s: P1 %.0f rows/s (snapshot %.0f rows/s; snapshot done → first checkpoint %s)", name,
-		rate(run.p1), float64(run.rows)/run.snapshotDone.Sub(run.slotCreated).Seconds(), run.firstCheckpoint.Sub(run.snapshotDone).Round(time.Millisecond))
+	logf(opt.Log, "%s: P1 %.0f rows/s (snapshot %.0f rows/s%s; snapshot done → first checkpoint %s)", name,
+		rate(run.p1), float64(run.rows)/run.snapshotDone.Sub(run.slotCreated).Seconds(), run.settle,
+		run.firstCheckpoint.Sub(run.snapshotDone).Round(time.Millisecond))
 	if run.storageBytes, run.relations, err = storageSize(ctx, t.storage); err != nil {
 		return err
 	}
@@ -432,6 +439,9 @@ func (sc *scaleSet) p1(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	}
 	if err == nil {
 		run.firstCheckpoint, err = t.waitCheckpointPast(ctx, "0/1", child)
+	}
+	if line, ok := child.Line(settledMsg); ok {
+		run.settle = settleSteps(line)
 	}
 	cpu1 := readCPU()
 	if err == nil {
@@ -535,4 +545,23 @@ func (sc *scaleSet) add(run *scaleRun) {
 	for _, d := range run.drains {
 		sc.rows.add(run.rowName(scaleP4), "", d)
 	}
+}
+
+// settledMsg is the log line of storage version 4's settle of a group's
+// current rows, which ends the snapshot (bucketstore's settle.go).
+const settledMsg = "current rows settled for streaming"
+
+// settleSteps reads the step times of a settledMsg line: ", of which
+// settle 9.1 s (key 6.0 s, vacuum 2.1 s, warm 1.0 s)".
+func settleSteps(line string) string {
+	var rec struct {
+		Rebuilt               bool
+		Reindex, Vacuum, Warm time.Duration // slog writes a duration in ns
+	}
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		return ", settle: " + err.Error()
+	}
+	sec := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s" }
+	return fmt.Sprintf(", of which settle %s (key %s%s, vacuum %s, warm %s)", sec(rec.Reindex+rec.Vacuum+rec.Warm),
+		sec(rec.Reindex), map[bool]string{false: " not rebuilt", true: ""}[rec.Rebuilt], sec(rec.Vacuum), sec(rec.Warm))
 }

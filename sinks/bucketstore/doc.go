@@ -357,39 +357,43 @@
 // shared_buffers' 1 GB. A light row — no lookups, no row data, packed
 // memberships of at most coveredMax (64) bytes: nearly every row of a
 // typical config — keeps its memberships in members and leaves buckets
-// NULL; the partition's key INCLUDEs (group_id, members), so the probe
-// (loadCoveredSQL) is an index-only scan, and reads the heap only for
-// other rows (members NULL), through a second probe PostgreSQL runs for
-// those rows only. group_id is INCLUDEd because the statements name the
-// parent and PostgreSQL keeps group_id = $1 as a filter, which an
-// index-only scan applies only to a column the index holds; it costs no
-// byte at a todo's size (the entry's 8-byte alignment had room for it).
-// An index-only scan yields no ctid, so v4 deletes stored rows by key
-// (deleteCurrentByKeySQL) — only rows whose state changed, few per batch.
-// Migration 13 adds members to current_data3 (last, so a v3 row's tuple
-// is unchanged: its NULL costs no byte, the null bitmap already had
-// room) and lets buckets be NULL; v3's statements name their columns and
-// are unchanged. The key only stays small if it is rebuilt: parallel
-// snapshot ranges each insert into the middle of it, where PostgreSQL
-// splits a leaf page in half (it fills a page to the fillfactor only at
-// the index's right edge, or after the new item when entries are at most
-// two int8s wide, and ours are wider), leaving it about 58 % full: with
-// members 900 MB at 10M. So once a group's snapshot is written, before
-// its stream starts, MarkSnapshotDone settles its current rows
-// (settle.go): it rebuilds the key (90 % full: about 58 bytes a row,
-// 580 MB at 10M), vacuums the partition (the visibility map must mark a
-// page all-visible for an index-only scan to skip it; autovacuum has
-// done most pages during the load, and vacuum skips those) and reads the
-// key once through shared_buffers (a rebuilt index is written past the
-// buffer cache). It does so under an advisory lock, and only while the
-// snapshot is not yet marked done, so a group is settled once and never
-// while it streams. The rebuild stops writes to the partition for its
-// length — and, through generic plans, which lock every partition of the
-// parent, another group's deletes of current rows: a rules change's old
-// group can wait that long (about 7 s at 10M) once, at the new group's
-// snapshot end. Rows the stream writes afterwards go into the key as
-// version 3's do, and a page they change is not all-visible until
-// autovacuum passes, so probes of its rows read it until then.
+// NULL; once the group is settled (below) the partition's key INCLUDEs
+// (group_id, members), so the probe (loadCoveredSQL) is an index-only
+// scan, and reads the heap only for other rows (members NULL), through a
+// second probe PostgreSQL runs for those rows only. group_id is INCLUDEd
+// because the statements name the parent and PostgreSQL keeps
+// group_id = $1 as a filter, which an index-only scan applies only to a
+// column the index holds (at a todo's size the entry's 8-byte alignment
+// has room for it). An index-only scan yields no ctid, so v4 deletes
+// stored rows by key (deleteCurrentByKeySQL) — only rows whose state
+// changed, few per batch. Migration 13 adds members to current_data3
+// (last, so a v3 row's tuple is unchanged: its NULL costs no byte, the
+// null bitmap already had room) and lets buckets be NULL; v3's
+// statements name their columns and are unchanged.
+//
+// The snapshot writes the partition with version 3's key, without the
+// memberships: narrower entries make a cheaper load, and parallel ranges,
+// each inserting into the middle of the key, leave its leaves about 58 %
+// full whatever their width (PostgreSQL splits such a page in half; it
+// fills a page to the fillfactor only at the index's right edge, or after
+// the new item when entries are at most two int8s wide, and ours are
+// wider). Once the group's snapshot is written, before its stream starts,
+// MarkSnapshotDone settles its current rows (settle.go): it builds the
+// covering key whole (90 % full) and makes it the primary key in the same
+// transaction, vacuums the partition (the visibility map must mark a page
+// all-visible for an index-only scan to skip it; autovacuum has done most
+// pages during the load, and vacuum skips those) and reads the key once
+// through shared_buffers (a new index is written past the buffer cache).
+// It does so under an advisory lock, and only while the snapshot is not
+// yet marked done, so a group is settled once and never while it streams.
+// The build stops writes to the partition for its length — and, through
+// generic plans, which lock every partition of the parent, another
+// group's deletes of current rows: a rules change's old group can wait
+// that long once, at the new group's snapshot end; it waits at most 5 s
+// for its locks and is otherwise skipped (the probe then reads the heap).
+// Rows the stream writes afterwards go into the key as they come, and a
+// page they change is not all-visible until autovacuum passes, so probes
+// of its rows read it until then.
 //
 // # Clearing
 //

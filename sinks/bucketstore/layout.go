@@ -28,10 +28,11 @@ const (
 	// source_key), so that a snapshot appends to its primary key instead
 	// of writing to random leaves of it (key_order: model.Change.KeyOrder).
 	storageV3 = 3
-	// storageV4 is the layout of every group created now: v3 with a
-	// covering primary key, which INCLUDEs a light row's memberships
-	// (members), so that the stream's probe is an index-only scan and
-	// the hot part of current rows is the key alone (see doc.go).
+	// storageV4 is the layout of every group created now: v3 whose
+	// current rows' primary key, once the snapshot is settled, INCLUDEs
+	// a light row's memberships (members), so that the stream's probe is
+	// an index-only scan and the hot part of current rows is the key
+	// alone (see doc.go).
 	storageV4 = 4
 )
 
@@ -211,13 +212,6 @@ func createPartitionsSQL(group, version int) string {
 	curKey := "source_table, source_key"
 	if l.ordered {
 		curKey = "source_table, key_order, source_key"
-	}
-	if l.covering {
-		// group_id too: the statements name the parent, so the planner
-		// keeps group_id = $1 as a filter, which an index-only scan can
-		// only apply to a column the index holds (4 bytes, mostly taken
-		// by the entry's alignment padding).
-		curKey += ") INCLUDE (group_id, members"
 	}
 	return fmt.Sprintf(`CREATE TABLE %[1]s (LIKE %[5]s INCLUDING ALL, PRIMARY KEY (bucket, op_id));
 ALTER TABLE %[5]s ATTACH PARTITION %[1]s FOR VALUES IN (%[3]d);

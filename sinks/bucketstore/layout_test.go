@@ -239,6 +239,8 @@ func checkKeyOrders(t *testing.T, s *Store, group int) {
 	}
 	want := "PRIMARY KEY (source_table, key_order, source_key)"
 	if testLayout(t, s, group).covering {
+		// The group's snapshot is marked done, which settled it (see
+		// TestMarkSnapshotDoneSettlesOnce).
 		want += " INCLUDE (group_id, members)"
 	}
 	if def != want {

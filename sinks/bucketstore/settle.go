@@ -21,7 +21,8 @@ const settleLockTimeout = 5 * time.Second
 type settleStats struct {
 	// settled is false for a layout settle has nothing to do for (v1–v3).
 	settled bool
-	// rebuilt is false when the key's rebuild could not get its lock.
+	// rebuilt is false when the key could not be rebuilt (its lock was
+	// held).
 	rebuilt bool
 	// keyBytes is the size of the current rows' primary key afterwards.
 	keyBytes int64
@@ -68,14 +69,14 @@ func (d *db) settleOnce(ctx context.Context, group int) (release func(), err err
 // snapshot is written, and before its stream starts (it does nothing for
 // other versions):
 //
-//  1. it rebuilds the partition's primary key, which the snapshot left
-//     about 58 % full (see doc.go, "Storage versions"), to 90 %: at 10M
-//     todos about 580 MB instead of 900 MB with the memberships it
-//     INCLUDEs, which decides whether the stream's probes stay in
-//     shared_buffers. The rebuild stops writes to the partition, and to
-//     the parent by a generic plan (which locks every partition), for
-//     its length; it waits at most settleLockTimeout for its lock and is
-//     otherwise skipped — the key is then only larger;
+//  1. it replaces the partition's primary key, which the snapshot wrote
+//     without the memberships (narrower entries: a cheaper load) and
+//     left about 58 % full (see doc.go, "Storage versions"), with one
+//     built whole, 90 % full, that INCLUDEs (group_id, members): the key
+//     the probe reads alone. The build stops writes to the partition, and
+//     to the parent by a generic plan (which locks every partition), for
+//     its length; it waits at most settleLockTimeout for its locks and is
+//     otherwise skipped — the probe then reads the heap, as version 3's;
 //  2. it vacuums the partition, so that the visibility map marks its
 //     pages all-visible and the probe is index-only (autovacuum has done
 //     most pages during the load; vacuum skips those);
@@ -98,18 +99,28 @@ func (d *db) settle(ctx context.Context, group int) (settleStats, error) {
 	}
 	start := time.Now()
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		var covering bool
+		err := tx.QueryRow(ctx, "SELECT indnatts > indnkeyatts FROM pg_index WHERE indexrelid = $1::regclass", key).Scan(&covering)
+		if err != nil || covering {
+			return err
+		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", settleLockTimeout.Milliseconds())); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "REINDEX INDEX "+key)
+		// One transaction: a crash leaves the old key or the new one.
+		// USING INDEX renames the new index to the constraint's name.
+		cover := pgx.Identifier{cur + "_cover"}.Sanitize()
+		_, err = tx.Exec(ctx, fmt.Sprintf(`CREATE UNIQUE INDEX %[1]s ON %[2]s (source_table, key_order, source_key) INCLUDE (group_id, members);
+ALTER TABLE %[2]s DROP CONSTRAINT %[3]s, ADD CONSTRAINT %[3]s PRIMARY KEY USING INDEX %[1]s`, cover, part, key))
 		return err
 	})
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "55P03": // lock_not_available
-		d.log.Warn("current rows' key not rebuilt: its lock was held", "group", group, "waited", settleLockTimeout)
+		d.log.Warn("current rows' covering key not built: a lock it needs was held; the stream's probes read the heap",
+			"group", group, "waited", settleLockTimeout)
 	case err != nil:
-		return fail("rebuild the primary key", err)
+		return fail("build the covering key", err)
 	default:
 		st.rebuilt = true
 	}

@@ -87,8 +87,9 @@ func TestCoveredRows(t *testing.T) {
 }
 
 // TestMarkSnapshotDoneSettlesOnce checks that marking a v4 group's
-// snapshot done settles its current rows first — the key rebuilt (a new
-// relfilenode) and every heap page all-visible — and that marking it
+// snapshot done settles its current rows first — the key replaced by one
+// that INCLUDEs the memberships, and every heap page all-visible — and
+// that marking it
 // again, as a second process finishing the same snapshot does, while the
 // group streams, leaves the key alone: the rebuild would stop the
 // stream's probes. Four processes marking at once settle it once.
@@ -134,6 +135,11 @@ func TestMarkSnapshotDoneSettlesOnce(t *testing.T) {
 	settled, notVisible := state()
 	if settled == before || notVisible != 0 {
 		t.Fatalf("after the mark: key file %d (was %d), %d heap pages not all-visible; want a rebuilt key and none", settled, before, notVisible)
+	}
+	var def string
+	err := s.pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, cur).Scan(&def)
+	if want := "PRIMARY KEY (source_table, key_order, source_key) INCLUDE (group_id, members)"; err != nil || def != want {
+		t.Fatalf("%s after the mark: %s (%v), want %s", cur, def, err, want)
 	}
 	if err := s.Catalog().MarkSnapshotDone(ctx, g.ID, 30); err != nil {
 		t.Fatal(err)
