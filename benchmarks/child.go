@@ -71,7 +71,6 @@ type Child struct {
 
 	mu      sync.Mutex
 	seen    map[string]time.Time // first time each log message was read
-	first   map[string]string    // the first line of each log message
 	changed chan struct{}        // closed and replaced when seen grows
 	summary string               // the stage-time summary logged at exit
 	tail    []string             // last log lines, for error reports
@@ -128,7 +127,7 @@ func StartChild(ctx context.Context, opt ChildOptions) (*Child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start syncpipe: %w", err)
 	}
-	c := &Child{cmd: cmd, config: f.Name(), seen: map[string]time.Time{}, first: map[string]string{}, changed: make(chan struct{}),
+	c := &Child{cmd: cmd, config: f.Name(), seen: map[string]time.Time{}, changed: make(chan struct{}),
 		logDone: make(chan struct{}), exited: make(chan struct{})}
 	c.started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -219,7 +218,6 @@ func (c *Child) readLog(r io.Reader) {
 		}
 		if _, ok := c.seen[msg]; !ok {
 			c.seen[msg] = now
-			c.first[msg] = line
 			close(c.changed)
 			c.changed = make(chan struct{})
 		}
@@ -261,14 +259,6 @@ func (c *Child) Seen(msg string) (time.Time, bool) {
 	defer c.mu.Unlock()
 	t, ok := c.seen[msg]
 	return t, ok
-}
-
-// Line returns the first log line (JSON) whose message is msg, if any.
-func (c *Child) Line(msg string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	l, ok := c.first[msg]
-	return l, ok
 }
 
 // Tail returns the child's last log lines.

@@ -2,13 +2,11 @@ package benchmarks
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -93,10 +91,6 @@ type scaleRun struct {
 	// snapshot's first range starts right after), "snapshot done" and the
 	// first published checkpoint.
 	launched, slotCreated, snapshotDone, firstCheckpoint time.Time
-	// settle is what storage version 4's settle of the current rows took
-	// (bucketstore's settle.go), inside the snapshot's time, by step; ""
-	// when the binary logged none.
-	settle string
 
 	p1            Sample
 	p1StorageCPU  time.Duration // storage backends (live processes)
@@ -281,8 +275,7 @@ func (sc *scaleSet) setUp(ctx context.Context, n int) (_ *scaleSize, err error) 
 	}
 	// The first read of freshly loaded rows sets their hint bits, which
 	// dirties and writes the whole table: without this, the first P1 of
-	// a size (always the same binary's) paid for it — measured at 1M on
-	// two clusters, 0.59 and 0.73 of the other binary's rate in two runs.
+	// a size (always the same binary's) paid for it.
 	start = time.Now()
 	for _, sql := range []string{"VACUUM ANALYZE", "CHECKPOINT"} {
 		if _, err := z.src.Exec(ctx, sql); err != nil {
@@ -397,9 +390,8 @@ func (sc *scaleSet) measure(ctx context.Context, sr *streamRun, v variant, run *
 	if err := sc.p1(ctx, sr, t, stmts, run); err != nil {
 		return err
 	}
-	logf(opt.Log, "%s: P1 %.0f rows/s (snapshot %.0f rows/s%s; snapshot done → first checkpoint %s)", name,
-		rate(run.p1), float64(run.rows)/run.snapshotDone.Sub(run.slotCreated).Seconds(), run.settle,
-		run.firstCheckpoint.Sub(run.snapshotDone).Round(time.Millisecond))
+	logf(opt.Log, "%s: P1 %.0f rows/s (snapshot %.0f rows/s; snapshot done → first checkpoint %s)", name,
+		rate(run.p1), float64(run.rows)/run.snapshotDone.Sub(run.slotCreated).Seconds(), run.firstCheckpoint.Sub(run.snapshotDone).Round(time.Millisecond))
 	if run.storageBytes, run.relations, err = storageSize(ctx, t.storage); err != nil {
 		return err
 	}
@@ -450,9 +442,6 @@ func (sc *scaleSet) p1(ctx context.Context, sr *streamRun, t *streamTarget, stmt
 	}
 	if err == nil {
 		run.firstCheckpoint, err = t.waitCheckpointPast(ctx, "0/1", child)
-	}
-	if line, ok := child.Line(settledMsg); ok {
-		run.settle = settleSteps(line)
 	}
 	cpu1 := readCPU()
 	if err == nil {
@@ -556,23 +545,4 @@ func (sc *scaleSet) add(run *scaleRun) {
 	for _, d := range run.drains {
 		sc.rows.add(run.rowName(scaleP4), "", d)
 	}
-}
-
-// settledMsg is the log line of storage version 4's settle of a group's
-// current rows, which ends the snapshot (bucketstore's settle.go).
-const settledMsg = "current rows settled for streaming"
-
-// settleSteps reads the step times of a settledMsg line: ", of which
-// settle 9.1 s (key 6.0 s, vacuum 2.1 s, warm 1.0 s)".
-func settleSteps(line string) string {
-	var rec struct {
-		Rebuilt               bool
-		Reindex, Vacuum, Warm time.Duration // slog writes a duration in ns
-	}
-	if err := json.Unmarshal([]byte(line), &rec); err != nil {
-		return ", settle: " + err.Error()
-	}
-	sec := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 1, 64) + " s" }
-	return fmt.Sprintf(", of which settle %s (key %s%s, vacuum %s, warm %s)", sec(rec.Reindex+rec.Vacuum+rec.Warm),
-		sec(rec.Reindex), map[bool]string{false: " not rebuilt", true: ""}[rec.Rebuilt], sec(rec.Vacuum), sec(rec.Warm))
 }

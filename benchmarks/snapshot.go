@@ -219,9 +219,7 @@ func dumpStored(ctx context.Context, pool *pgxpool.Pool, chunk int) ([]rawBatch,
 		}
 		return splitTuples(buf.Bytes())
 	}
-	// A v4 row keeps its memberships in members or in buckets
-	// (bucketstore's doc.go); raw_current has buckets only.
-	cur, err := dump("COPY (SELECT group_id, source_table, source_key, coalesce(members, buckets), lookups, data FROM current_data3 ORDER BY ctid) TO STDOUT (FORMAT binary)")
+	cur, err := dump("COPY (SELECT " + rawCurrentCols + " FROM current_data3 ORDER BY ctid) TO STDOUT (FORMAT binary)")
 	if err != nil {
 		return nil, err
 	}

@@ -155,19 +155,13 @@ type ceilingBatch struct {
 }
 
 // ceilingProbeSQL is the stream write's probe (bucketstore's
-// loadCoveredSQL, storage version 4: the key alone, and the heap only for
-// a row whose memberships are not in it).
-const ceilingProbeSQL = `SELECT k.i, c.members, h.buckets, h.lookups, h.data
+// loadPreviousSQL).
+const ceilingProbeSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data
 	FROM unnest($2::int4[], $3::uuid[], $4::int4[]) WITH ORDINALITY AS k (t, key, ord, i)
 	CROSS JOIN LATERAL (
-		SELECT source_table, key_order, source_key, members FROM current_data3
+		SELECT ctid, buckets, lookups, data FROM current_data3
 		WHERE group_id = $1 AND source_table = k.t AND key_order = k.ord AND source_key = k.key
-		OFFSET 0) c
-	LEFT JOIN LATERAL (
-		SELECT buckets, lookups, data FROM current_data3 h
-		WHERE c.members IS NULL AND h.group_id = $1 AND h.source_table = c.source_table
-			AND h.key_order = c.key_order AND h.source_key = c.source_key
-		OFFSET 0) h ON true`
+		OFFSET 0) c`
 
 const ceilingCopySQL = `COPY raw_ops (group_id, bucket, op_id, op, source_table, source_key, object_type, object_uuid, object_id, checksum, data) FROM STDIN BINARY`
 

@@ -293,14 +293,6 @@ func estimateIDs(final []*model.Change) int {
 // group names the partition of a v2 group, whose ctids are its own.
 const deleteCurrentSQL = `DELETE FROM {cur} WHERE ctid = ANY($1::tid[]) AND group_id = $2`
 
-// deleteCurrentByKeySQL deletes a v4 group's ($1) stored rows by key
-// (layout.probeArgs), as its probe read no ctids: one key probe per row,
-// the same as currentProbe's, and a TID scan, so that the planner has no
-// join to choose.
-const deleteCurrentByKeySQL = `DELETE FROM {cur} WHERE group_id = $1 AND ctid = ANY (ARRAY(
-	SELECT c.ctid FROM {probe}
-	CROSS JOIN LATERAL (SELECT ctid FROM {cur} WHERE group_id = $1 AND {probed} OFFSET 0) c))`
-
 // truncateKeysSQL lists up to $4 keys and key orders of table $2[1] of
 // group $1 after key $3 (v3: after key order $5 and key $3, the primary
 // key's order).
@@ -312,7 +304,6 @@ const truncateKeysSQL = `SELECT source_key, {order} FROM {cur}
 // the same untouched.
 func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.Change, prev *prevState) error {
 	var tids []pgtype.TID
-	var gone []int32 // v4: the positions of the rows to delete
 	w.cur.reset()
 	upserts := 0
 	for i, c := range final {
@@ -320,11 +311,7 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.C
 			if p.unchanged = prev.same(p, c, w.bucketIDs); p.unchanged {
 				continue
 			}
-			if w.lay.covering {
-				gone = append(gone, int32(i))
-			} else {
-				tids = append(tids, p.tid)
-			}
+			tids = append(tids, p.tid)
 		}
 		if c.Kind == model.Upsert {
 			w.encodeCurrent(c)
@@ -335,16 +322,6 @@ func (w *Writer) replaceCurrent(ctx context.Context, tx pgx.Tx, final []*model.C
 		// No other writer changes the group's stored rows while this one holds
 		// the stream lock, so the ctids read by loadPrevious still hold.
 		if _, err := tx.Exec(ctx, w.lay.deleteCurrent, tids, w.group); err != nil {
-			return fmt.Errorf("delete previous row state: %w", err)
-		}
-	}
-	if len(gone) > 0 {
-		ids, keys, orders := probeSubset(final, gone)
-		tables, err := w.s.tableArg(ctx, tx, w.lay, w.group, ids)
-		if err != nil {
-			return fmt.Errorf("delete previous row state: %w", err)
-		}
-		if _, err := tx.Exec(ctx, w.lay.deleteCurrent, w.lay.probeArgs(w.group, tables, keys, orders)...); err != nil {
 			return fmt.Errorf("delete previous row state: %w", err)
 		}
 	}

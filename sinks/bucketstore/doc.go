@@ -102,9 +102,7 @@
 // scale benchmark) against 8 µs with every page held; slices overlap the
 // waits (and with every page held they use a second core). Slices are
 // contiguous in the batch's key order, so each walks its own part of the
-// key; they take at most half the storage pool. In version 4 the probe
-// reads the key alone (an index-only scan, see "Storage versions"), which
-// keeps the pages it needs few enough to stay in shared_buffers.
+// key; they take at most half the storage pool.
 //
 // Error state (last_error) is written with plain autocommit statements,
 // never inside a write transaction, so reporting errors cannot make
@@ -267,7 +265,7 @@
 // and current_data's primary key, whose random inserts (keys are UUIDv5)
 // leave its leaves about 70 % full.
 //
-// Version 3 is version 2 with its
+// Version 3 (every group CreateGroup makes now) is version 2 with its
 // current rows in partitions of current_data3, keyed by (source_table,
 // key_order, source_key). Why: source_key is the replica id, a UUIDv5, so a
 // snapshot, which reads each table in primary key chunks, inserted its
@@ -349,58 +347,12 @@
 // 526 MB, whose random inserts refill half-empty pages); rebuilding it
 // after a group's snapshot would take it to 90 %.
 //
-// Version 4 (every group CreateGroup makes now) is version 3 whose stream
-// probe reads the primary key alone. Why: at 10M todos a 1k-row stream
-// transaction paid 1.3 buffer misses per change, each a disk read once
-// WAL had pushed the files out of the OS cache, because the probe read
-// the key (607 MB) and then a heap page (766 MB) per row, 1.4 GB against
-// shared_buffers' 1 GB. A light row — no lookups, no row data, packed
-// memberships of at most coveredMax (64) bytes: nearly every row of a
-// typical config — keeps its memberships in members and leaves buckets
-// NULL; once the group is settled (below) the partition's key INCLUDEs
-// (group_id, members), so the probe (loadCoveredSQL) is an index-only
-// scan, and reads the heap only for other rows (members NULL), through a
-// second probe PostgreSQL runs for those rows only. group_id is INCLUDEd
-// because the statements name the parent and PostgreSQL keeps
-// group_id = $1 as a filter, which an index-only scan applies only to a
-// column the index holds (at a todo's size the entry's 8-byte alignment
-// has room for it). An index-only scan yields no ctid, so v4 deletes
-// stored rows by key (deleteCurrentByKeySQL) — only rows whose state
-// changed, few per batch. Migration 13 adds members to current_data3
-// (last, so a v3 row's tuple is unchanged: its NULL costs no byte, the
-// null bitmap already had room) and lets buckets be NULL; v3's
-// statements name their columns and are unchanged.
-//
-// The snapshot writes the partition with version 3's key, without the
-// memberships: narrower entries make a cheaper load, and parallel ranges,
-// each inserting into the middle of the key, leave its leaves about 58 %
-// full whatever their width (PostgreSQL splits such a page in half; it
-// fills a page to the fillfactor only at the index's right edge, or after
-// the new item when entries are at most two int8s wide, and ours are
-// wider). Once the group's snapshot is written, before its stream starts,
-// MarkSnapshotDone settles its current rows (settle.go): it builds the
-// covering key whole (90 % full) and makes it the primary key in the same
-// transaction, vacuums the partition (the visibility map must mark a page
-// all-visible for an index-only scan to skip it; autovacuum has done most
-// pages during the load, and vacuum skips those) and reads the key once
-// through shared_buffers (a new index is written past the buffer cache).
-// It does so under an advisory lock, and only while the snapshot is not
-// yet marked done, so a group is settled once and never while it streams.
-// The build stops writes to the partition for its length — and, through
-// generic plans, which lock every partition of the parent, another
-// group's deletes of current rows: a rules change's old group can wait
-// that long once, at the new group's snapshot end; it waits at most 5 s
-// for its locks and is otherwise skipped (the probe then reads the heap).
-// Rows the stream writes afterwards go into the key as they come, and a
-// page they change is not all-visible until autovacuum passes, so probes
-// of its rows read it until then.
-//
 // # Clearing
 //
 // Clear and Terminate delete a group's rows in bounded batches (a TID scan
 // over at most BatchSize ctids per statement, each its own transaction), so
 // clearing millions of ops never holds one giant transaction; they can be
-// interrupted and resumed. A group of version 2, 3 or 4 has its ops and current
+// interrupted and resumed. A group of version 2 or 3 has its ops and current
 // rows in partitions of its own. Clear, which resets a group that is
 // written again, TRUNCATEs them and keeps its bucket names. Terminate,
 // which retires a group for good, drops them and deletes its bucket

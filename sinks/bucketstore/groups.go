@@ -243,16 +243,9 @@ func (s *Catalog) ClearError(ctx context.Context, id int) error {
 // MarkSnapshotDone records that every table of the group is snapshotted and
 // raises no_checkpoint_before to lsn: the stream must pass the point at
 // which the last snapshot read finished before a checkpoint is consistent.
-// A v4 group's current rows are settled for streaming first (settleOnce),
-// unless the snapshot is already marked done.
 func (s *Catalog) MarkSnapshotDone(ctx context.Context, id int, lsn pglogrepl.LSN) error {
-	release, err := s.settleOnce(ctx, id)
-	if err != nil {
-		return fmt.Errorf("mark snapshot done for group %d: %w", id, err)
-	}
-	defer release()
 	var tag pgconn.CommandTag
-	err = durably(ctx, s.pool, func(tx pgx.Tx) (err error) {
+	err := durably(ctx, s.pool, func(tx pgx.Tx) (err error) {
 		tag, err = tx.Exec(ctx, `
 		UPDATE groups SET snapshot_done = true,
 		  no_checkpoint_before = GREATEST(coalesce(no_checkpoint_before, '0/0'), $2::pg_lsn),
@@ -309,7 +302,7 @@ const ensureGroupLockClass = 0x5347 // "SG"
 // CurrentStorageVersion is the storage layout of every group created now
 // (see doc.go, "Storage versions"). An ACTIVE group of an older version
 // moves to it through a new group (EnsureGroup).
-const CurrentStorageVersion = storageV4
+const CurrentStorageVersion = storageV3
 
 func (s *Catalog) ensureGroup(ctx context.Context, rules, slotPrefix string) ([]Group, error) {
 	groups, err := s.Groups(ctx)

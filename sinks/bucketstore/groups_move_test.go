@@ -21,7 +21,7 @@ import (
 // from later.
 func TestEnsureGroupMovesOldStorageVersion(t *testing.T) {
 	t.Parallel()
-	for _, from := range []int{storageV1, storageV2, storageV3} {
+	for _, from := range []int{storageV1, storageV2} {
 		t.Run(fmt.Sprintf("v%d", from), func(t *testing.T) {
 			t.Parallel()
 			ensureGroupMoves(t, from)

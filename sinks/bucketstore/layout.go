@@ -28,19 +28,7 @@ const (
 	// source_key), so that a snapshot appends to its primary key instead
 	// of writing to random leaves of it (key_order: model.Change.KeyOrder).
 	storageV3 = 3
-	// storageV4 is the layout of every group created now: v3 whose
-	// current rows' primary key, once the snapshot is settled, INCLUDEs
-	// a light row's memberships (members), so that the stream's probe is
-	// an index-only scan and the hot part of current rows is the key
-	// alone (see doc.go).
-	storageV4 = 4
 )
-
-// coveredMax is the longest packed memberships a v4 row keeps in members,
-// inside its primary key: a longer set (a row in many buckets) would make
-// every key entry of its page heavier, and PostgreSQL refuses an index
-// entry over a third of a page. Such a row keeps them in buckets.
-const coveredMax = 64
 
 // layout is everything that differs between storage versions: the SQL of
 // every statement that reads or writes a group's ops and current rows, and
@@ -57,11 +45,6 @@ type layout struct {
 	// compactMembers: current rows' memberships are packed in version
 	// 3's form, 3 bytes shorter for most rows (see appendMembers).
 	compactMembers bool
-	// covering: a light row's memberships are in members, which the
-	// primary key INCLUDEs, and the probe reads the heap only for the
-	// other rows; stored rows are deleted by key (an index-only probe
-	// has no ctid) (v4).
-	covering bool
 	// ops and cur are the tables (v2: the partitioned parents).
 	ops, cur string
 
@@ -84,7 +67,6 @@ var layouts = map[int]*layout{
 	storageV1: newLayout(storageV1),
 	storageV2: newLayout(storageV2),
 	storageV3: newLayout(storageV3),
-	storageV4: newLayout(storageV4),
 }
 
 // newLayout fills the statements' templates for version: {ops} and {cur}
@@ -109,10 +91,10 @@ func newLayout(version int) *layout {
 		r = strings.NewReplacer(append(unordered, "{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
 			"{stage}", "stage_current", "{objcols}", "object_id", "{objid}", "object_id", "{d.objid}", "d.object_id",
 			"{objnull}", "object_id = NULL", "{probe}", "unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)
-	case storageV2, storageV3, storageV4:
+	case storageV2, storageV3:
 		l.interned = true
 		l.ops, l.cur = "bucket_data2", "current_data2"
-		if version >= storageV3 {
+		if version == storageV3 {
 			l.cur = "current_data3"
 		}
 		v2 := []string{"{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
@@ -124,13 +106,9 @@ func newLayout(version int) *layout {
 				"{probe}", "unnest($2::int4[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)...)
 			break
 		}
-		l.ordered, l.compactMembers, l.covering = true, true, version == storageV4
-		curcols := "group_id, source_table, source_key, buckets, lookups, data, key_order"
-		if l.covering {
-			curcols += ", members"
-		}
+		l.ordered, l.compactMembers = true, true
 		r = strings.NewReplacer(append(v2,
-			"{curcols}", curcols,
+			"{curcols}", "group_id, source_table, source_key, buckets, lookups, data, key_order",
 			"{probe}", "unnest($2::int4[], $3::uuid[], $4::int4[]) WITH ORDINALITY AS k (t, key, o, i)",
 			"{probed}", "source_table = k.t AND key_order = k.o AND source_key = k.key", "{order}", "key_order",
 			"{after}", "(key_order, source_key) > ($5, $3) ORDER BY key_order, source_key")...)
@@ -143,14 +121,8 @@ func newLayout(version int) *layout {
 	l.createStage = r.Replace(createStageSQL)
 	l.insertStaged = r.Replace(insertStagedSQL)
 	l.loadPrevious = r.Replace(loadPreviousSQL)
-	if l.covering {
-		l.loadPrevious = r.Replace(loadCoveredSQL)
-		l.deleteCurrent = r.Replace(deleteCurrentByKeySQL)
-	}
 	l.rowData = r.Replace(rowDataSQL)
-	if !l.covering {
-		l.deleteCurrent = r.Replace(deleteCurrentSQL)
-	}
+	l.deleteCurrent = r.Replace(deleteCurrentSQL)
 	l.truncateKeys = r.Replace(truncateKeysSQL)
 	l.readBucketData = r.Replace(readBucketDataSQL)
 	l.checksumRange = r.Replace(checksumRangeSQL)

@@ -40,7 +40,7 @@ func openStoreVersion(t testing.TB, version int) (*Store, Group) {
 // onVersions runs f in a parallel subtest per storage version, on a
 // store with a group of that version.
 func onVersions(t *testing.T, f func(t *testing.T, s *Store, g Group)) {
-	for _, version := range []int{storageV1, storageV2, storageV3, storageV4} {
+	for _, version := range []int{storageV1, storageV2, storageV3} {
 		t.Run(fmt.Sprintf("v%d", version), func(t *testing.T) {
 			t.Parallel()
 			s, g := openStoreVersion(t, version)
@@ -237,18 +237,11 @@ func checkKeyOrders(t *testing.T, s *Store, group int) {
 	if err := s.pool.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`, cur).Scan(&def); err != nil {
 		t.Fatal(err)
 	}
-	want := "PRIMARY KEY (source_table, key_order, source_key)"
-	if testLayout(t, s, group).covering {
-		// The group's snapshot is marked done, which settled it (see
-		// TestMarkSnapshotDoneSettlesOnce).
-		want += " INCLUDE (group_id, members)"
-	}
-	if def != want {
-		t.Errorf("%s: %s, want %s", cur, def, want)
+	if def != "PRIMARY KEY (source_table, key_order, source_key)" {
+		t.Errorf("%s: %s, want the key order before the key", cur, def)
 	}
 	// Its own parent, its columns in alignment order: the fixed-width
-	// ones first, no padding before the varlenas (migration 12), and v4's
-	// members last (migration 13).
+	// ones first, no padding before the varlenas (migration 12).
 	var parent, cols string
 	err := s.pool.QueryRow(ctx, `SELECT i.inhparent::regclass::text, (SELECT string_agg(attname, ',' ORDER BY attnum)
 		FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped)
@@ -256,23 +249,23 @@ func checkKeyOrders(t *testing.T, s *Store, group int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "group_id,source_table,key_order,source_key,buckets,lookups,data,members"; parent != "current_data3" || cols != want {
+	if want := "group_id,source_table,key_order,source_key,buckets,lookups,data"; parent != "current_data3" || cols != want {
 		t.Errorf("%s: a partition of %s with columns %s, want of current_data3 with %s", cur, parent, cols, want)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT source_key, key_order FROM current_data3 WHERE group_id = $1`, group)
 	if err != nil {
 		t.Fatal(err)
 	}
-	orders := map[uuid.UUID]int32{}
+	want := map[uuid.UUID]int32{}
 	for i := range 300 {
-		orders[key(i)] = keyOrder(i)
+		want[key(i)] = keyOrder(i)
 	}
 	var k uuid.UUID
 	var order int32
 	n := 0
 	_, err = pgx.ForEachRow(rows, []any{&k, &order}, func() error {
 		n++
-		if w, ok := orders[k]; !ok || w != order {
+		if w, ok := want[k]; !ok || w != order {
 			return fmt.Errorf("row %s has key order %d, want %d (%v)", k, order, w, ok)
 		}
 		return nil
@@ -464,14 +457,9 @@ func TestCurrentRowTodoTuple(t *testing.T) {
 		t.Fatal(err)
 	}
 	var size, members int
-	var covered bool
-	err := s.pool.QueryRow(context.Background(), `SELECT pg_column_size(c.*), length(coalesce(members, buckets)), buckets IS NULL AND members IS NOT NULL
-		FROM current_data3 c WHERE group_id = $1`, g.ID).Scan(&size, &members, &covered)
+	err := s.pool.QueryRow(context.Background(), `SELECT pg_column_size(c.*), length(buckets) FROM current_data3 c WHERE group_id = $1`, g.ID).Scan(&size, &members)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if !covered {
-		t.Error("a todo's memberships are in buckets, want them in members, inside the primary key")
 	}
 	// 24 bytes of header with the null bitmap, 28 of fixed-width columns,
 	// the memberships with a 1-byte varlena header: 18 bytes with this

@@ -19,7 +19,7 @@ import (
 // one, and only the memberships a row left are ever turned into strings.
 type previous struct {
 	found   bool
-	tid     pgtype.TID // where the row is, to delete it without an index probe (v1–v3)
+	tid     pgtype.TID // where the row is, to delete it without an index probe
 	buckets span       // v1: text[] of membership elements (copyBuf.elemMember); v2, v3: packed (appendMembers)
 	lookups span       // bytea[] of lookup keys; empty span: NULL
 	data    span       // bytea; NULL and empty alike (as Change.RowData)
@@ -40,10 +40,9 @@ type prevState struct {
 	// rows at these positions only (forget).
 	at []int32
 	// packed: the buckets are packed memberships (a bytea column: v2,
-	// v3, v4), not v1's array of elements; compact: in v3's form; covered:
-	// read by loadCoveredSQL (v4), without ctids. scanPrevious sets them
-	// from the group's layout.
-	packed, compact, covered bool
+	// v3), not v1's array of elements; compact: in v3's form. scanPrevious
+	// sets them from the group's layout.
+	packed, compact bool
 }
 
 // trim drops an arena grown beyond limit bytes (see keptBufBytes).
@@ -74,7 +73,7 @@ func (s *prevState) forget(pos []int32) {
 func (s *prevState) append(at int, part *prevState) {
 	off := int32(len(s.arena))
 	s.arena = append(s.arena, part.arena...)
-	s.packed, s.compact, s.covered = part.packed, part.compact, part.covered
+	s.packed, s.compact = part.packed, part.compact
 	shift := func(sp span) span { return span{sp.start + off, sp.end + off} }
 	for j, r := range part.rows {
 		r.buckets, r.lookups, r.data = shift(r.buckets), shift(r.lookups), shift(r.data)
@@ -108,25 +107,6 @@ const currentProbe = `
 
 // loadPreviousSQL reads the stored state of a batch's rows.
 const loadPreviousSQL = `SELECT k.i, c.ctid, c.buckets, c.lookups, c.data` + currentProbe
-
-// loadCoveredSQL reads the stored state of a batch's rows in a v4 group:
-// members from the primary key alone (an index-only scan, which reads no
-// heap page once vacuum has marked it all-visible), and, only for a row
-// whose members are NULL, its buckets, lookups and data from the heap (the
-// gate "c.members IS NULL" depends on the outer row only, so PostgreSQL
-// skips the inner probe for every other row). It selects no ctid: an
-// index-only scan has none, so v4 deletes by key (deleteCurrentByKeySQL).
-const loadCoveredSQL = `SELECT k.i, c.members, h.buckets, h.lookups, h.data
-	FROM {probe}
-	CROSS JOIN LATERAL (
-		SELECT source_table, key_order, source_key, members FROM {cur}
-		WHERE group_id = $1 AND {probed}
-		OFFSET 0) c
-	LEFT JOIN LATERAL (
-		SELECT buckets, lookups, data FROM {cur} h
-		WHERE c.members IS NULL AND h.group_id = $1 AND h.source_table = c.source_table
-			AND h.key_order = c.key_order AND h.source_key = c.source_key
-		OFFSET 0) h ON true`
 
 // rowDataSQL reads the row data of the rows that have some.
 const rowDataSQL = `SELECT k.i, c.data` + currentProbe + ` WHERE c.data IS NOT NULL`
@@ -165,7 +145,7 @@ func scanPrevious(rows pgx.Rows, s *prevState, l *layout) error {
 			return fmt.Errorf("load previous row state: %w: column %s in text", errPreviousFormat, fd.Name)
 		}
 	}
-	s.packed, s.compact, s.covered = l.interned, l.compactMembers, l.covering
+	s.packed, s.compact = l.interned, l.compactMembers
 	if len(fds) > 2 && (fds[2].DataTypeOID == oidBytea) != s.packed {
 		rows.Close()
 		return fmt.Errorf("load previous row state: %w: memberships of type %d in storage version %d", errPreviousFormat, fds[2].DataTypeOID, l.version)
@@ -183,23 +163,10 @@ func scanPrevious(rows pgx.Rows, s *prevState, l *layout) error {
 }
 
 // add records one row of loadPreviousSQL: ordinal, ctid, buckets,
-// lookups, data; or of loadCoveredSQL: ordinal, members, and buckets,
-// lookups and data when members is NULL.
+// lookups, data.
 func (s *prevState) add(v [][]byte) error {
-	if len(v) != 5 || len(v[0]) != 8 {
+	if len(v) != 5 || len(v[0]) != 8 || len(v[1]) != 6 || v[2] == nil {
 		return errPreviousFormat
-	}
-	var tid pgtype.TID
-	switch {
-	case s.covered && (v[1] == nil) == (v[2] == nil):
-		return fmt.Errorf("%w: a row with both or neither of members and buckets", errPreviousFormat)
-	case s.covered && v[1] != nil:
-		v[2] = v[1]
-	case s.covered:
-	case len(v[1]) != 6 || v[2] == nil:
-		return errPreviousFormat
-	default:
-		tid = pgtype.TID{BlockNumber: binary.BigEndian.Uint32(v[1]), OffsetNumber: binary.BigEndian.Uint16(v[1][4:]), Valid: true}
 	}
 	i := int64(binary.BigEndian.Uint64(v[0])) - 1
 	if s.at != nil {
@@ -220,7 +187,7 @@ func (s *prevState) add(v [][]byte) error {
 	}
 	p := &s.rows[i]
 	p.found = true
-	p.tid = tid
+	p.tid = pgtype.TID{BlockNumber: binary.BigEndian.Uint32(v[1]), OffsetNumber: binary.BigEndian.Uint16(v[1][4:]), Valid: true}
 	p.buckets = s.keep(v[2])
 	p.lookups, p.data = span{}, span{}
 	if v[3] != nil {

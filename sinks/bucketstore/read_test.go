@@ -275,7 +275,6 @@ type planNode struct {
 	Plans        []planNode `json:"Plans"`
 	IndexCond    string     `json:"Index Cond"`
 	RowsFiltered float64    `json:"Rows Removed by Filter"`
-	HeapFetches  float64    `json:"Heap Fetches"`
 }
 
 func walkPlan(n *planNode, f func(n *planNode, path []string), path []string) {

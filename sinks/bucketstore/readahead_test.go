@@ -140,7 +140,7 @@ func TestAppendCommon(t *testing.T) {
 // uses it takes each row out of the bucket it was in.
 func TestPreparedInSlices(t *testing.T) {
 	t.Parallel()
-	for _, version := range []int{storageV1, storageV2, storageV3, storageV4} {
+	for _, version := range []int{storageV1, storageV2, storageV3} {
 		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()

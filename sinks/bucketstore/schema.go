@@ -301,16 +301,6 @@ CREATE TABLE current_data3 (
   data         bytea
 ) PARTITION BY LIST (group_id);
 `,
-	// 13: storage layout v4 (see doc.go, "Storage versions"): a v4 row
-	// whose state is only a few memberships keeps them in members, which
-	// its partition's primary key INCLUDEs, and leaves buckets NULL, so
-	// that the stream's probe reads the key alone (an index-only scan).
-	// The same parent as v3: the column comes last, so a v3 row costs
-	// nothing more (a trailing NULL is not stored) and v3's statements,
-	// which name their columns, are unchanged.
-	`
-ALTER TABLE current_data3 ADD COLUMN members bytea, ALTER COLUMN buckets DROP NOT NULL;
-`,
 }
 
 // SchemaVersion is the version the code expects after migrating.

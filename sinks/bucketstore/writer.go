@@ -64,7 +64,6 @@ type Writer struct {
 	blocks  []int64 // allocate's nextval results
 	fresh   []bool
 	subkey  []byte
-	members []byte       // a v4 row's packed memberships (encodeCurrent)
 	changed changeRecord // what this transaction touched (changerecords.go)
 	home    *writeBufs   // where Close returns the buffers; nil = dropped
 
@@ -574,35 +573,19 @@ func (w *Writer) checksum(b *copyBuf, sum uint32) {
 	}
 }
 
-// encodeCurrent encodes c's current row ({curcols}).
 func (w *Writer) encodeCurrent(c *model.Change) {
 	b := &w.cur
-	switch {
-	case w.lay.covering:
-		b.row(8)
-	case w.lay.ordered:
+	if w.lay.ordered {
 		b.row(7)
-	default:
+	} else {
 		b.row(6)
 	}
 	b.int4(int32(w.group))
 	w.table(b, c.Table.ID)
 	b.uuid(c.Key)
-	covered := false
-	if w.lay.covering {
-		// A light row — memberships only, and few — keeps them in
-		// members, inside the primary key; any other in buckets.
-		w.members = appendMembers(w.members[:0], true, c.Puts, c.Table.Name, w.bucketIDs)
-		covered = len(w.members) <= coveredMax && !c.TracksLookups && len(c.Lookups) == 0 && len(c.RowData) == 0
-	}
-	switch {
-	case covered:
-		b.null()
-	case w.lay.covering:
-		b.bytes(w.members)
-	case w.lay.interned:
+	if w.lay.interned {
 		b.members(w.lay.compactMembers, c.Puts, c.Table.Name, w.bucketIDs)
-	default:
+	} else {
 		start := b.beginArray(oidText, len(c.Puts))
 		for j := range c.Puts {
 			p := &c.Puts[j]
@@ -622,12 +605,6 @@ func (w *Writer) encodeCurrent(c *model.Change) {
 	b.bytes(c.RowData)
 	if w.lay.ordered {
 		b.int4(c.KeyOrder)
-	}
-	switch {
-	case covered:
-		b.bytes(w.members)
-	case w.lay.covering:
-		b.null()
 	}
 }
 
