@@ -70,8 +70,11 @@ var layouts = map[int]*layout{
 }
 
 // newLayout fills the statements' templates for version: {ops} and {cur}
-// are the tables, {bucket} the bucket column and {btype} its type,
-// {ttype} the source_table column's type; {objcols} are the object id's
+// are the tables, {stage} the session's staging table for {cur} (a name
+// per shape: a pooled connection may stage rows for groups of several
+// versions, and CREATE … IF NOT EXISTS would keep the first shape),
+// {bucket} the bucket column and {btype} its type, {ttype} the
+// source_table column's type; {objcols} are the object id's
 // columns as written, {objid} and {d.objid} (of alias d) read it as
 // text, {objnull} sets it to NULL (v2 keeps a canonical UUID id in
 // object_uuid and any other in object_id). {curcols} are current rows'
@@ -98,7 +101,7 @@ func newLayout(version int) *layout {
 			l.cur = "current_data3"
 		}
 		v2 := []string{"{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
-			"{stage}", "stage_current2", "{objcols}", "object_uuid, object_id",
+			"{stage}", "stage_" + l.cur, "{objcols}", "object_uuid, object_id",
 			"{objid}", "coalesce(object_id, object_uuid::text)", "{d.objid}", "coalesce(d.object_id, d.object_uuid::text) AS object_id",
 			"{objnull}", "object_id = NULL, object_uuid = NULL"}
 		if version == storageV2 {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -466,5 +467,32 @@ func TestCurrentRowTodoTuple(t *testing.T) {
 	// group's first bucket id (< 128), a todo's 19 with a two-byte one.
 	if size > 72 || members != 18 {
 		t.Errorf("a todo's current row is %d bytes with %d of memberships, want at most 72 with 18", size, members)
+	}
+}
+
+// TestStagingTablePerShape checks that layouts whose current rows have
+// different shapes stage resumed snapshot rows in differently named
+// temporary tables: a writer's pooled connection can stage for a group of
+// one version and later for one of another, and the staging table, made
+// with CREATE … IF NOT EXISTS (LIKE {cur}), would keep the first shape.
+func TestStagingTablePerShape(t *testing.T) {
+	t.Parallel()
+	byStage := map[string]string{} // staging table → the table it copies
+	for version, l := range layouts {
+		f := strings.Fields(l.createStage) // CREATE TEMP TABLE IF NOT EXISTS <stage> (LIKE <cur>) …
+		if len(f) < 9 || f[7] != "(LIKE" {
+			t.Fatalf("v%d: createStage %q", version, l.createStage)
+		}
+		stage, like := f[6], strings.TrimSuffix(f[8], ")")
+		if like != l.cur {
+			t.Errorf("v%d: stages like %s, its current rows are in %s", version, like, l.cur)
+		}
+		if other, ok := byStage[stage]; ok && other != like {
+			t.Errorf("v%d: staging table %s is also the one for %s", version, stage, other)
+		}
+		byStage[stage] = like
+		if !strings.Contains(l.copyStage, " "+stage+" ") || !strings.Contains(l.insertStaged, " "+stage+" ") {
+			t.Errorf("v%d: copyStage %q or insertStaged %q do not use %s", version, l.copyStage, l.insertStaged, stage)
+		}
 	}
 }
