@@ -70,9 +70,7 @@ var layouts = map[int]*layout{
 }
 
 // newLayout fills the statements' templates for version: {ops} and {cur}
-// are the tables, {stage} the session's staging table for {cur} (a name
-// per shape: a pooled connection may stage rows for groups of several
-// versions, and CREATE … IF NOT EXISTS would keep the first shape),
+// are the tables (stage_{cur} the session's staging table for {cur}),
 // {bucket} the bucket column and {btype} its type, {ttype} the
 // source_table column's type; {objcols} are the object id's
 // columns as written, {objid} and {d.objid} (of alias d) read it as
@@ -92,7 +90,7 @@ func newLayout(version int) *layout {
 	case storageV1:
 		l.ops, l.cur = "bucket_data", "current_data"
 		r = strings.NewReplacer(append(unordered, "{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket_name", "{btype}", "text", "{ttype}", "text",
-			"{stage}", "stage_current", "{objcols}", "object_id", "{objid}", "object_id", "{d.objid}", "d.object_id",
+			"{objcols}", "object_id", "{objid}", "object_id", "{d.objid}", "d.object_id",
 			"{objnull}", "object_id = NULL", "{probe}", "unnest($2::text[], $3::uuid[]) WITH ORDINALITY AS k (t, key, i)")...)
 	case storageV2, storageV3:
 		l.interned = true
@@ -101,7 +99,7 @@ func newLayout(version int) *layout {
 			l.cur = "current_data3"
 		}
 		v2 := []string{"{ops}", l.ops, "{cur}", l.cur, "{bucket}", "bucket", "{btype}", "int8", "{ttype}", "int4",
-			"{stage}", "stage_" + l.cur, "{objcols}", "object_uuid, object_id",
+			"{objcols}", "object_uuid, object_id",
 			"{objid}", "coalesce(object_id, object_uuid::text)", "{d.objid}", "coalesce(d.object_id, d.object_uuid::text) AS object_id",
 			"{objnull}", "object_id = NULL, object_uuid = NULL"}
 		if version == storageV2 {

@@ -75,13 +75,16 @@ type Writer struct {
 // The templates of the write path's layout statements (see newLayout).
 const (
 	copyCurrentSQL = `COPY {cur} ({curcols}) FROM STDIN BINARY`
-	copyStageSQL   = `COPY {stage} ({curcols}) FROM STDIN BINARY`
+	copyStageSQL   = `COPY stage_{cur} ({curcols}) FROM STDIN BINARY`
 	copyOpsSQL     = `COPY {ops} (group_id, {bucket}, op_id, op, source_table, source_key, object_type, {objcols}, checksum, data) FROM STDIN BINARY`
 	// createStageSQL: the staging table is needed only on the rare
 	// resume path, so it is created there rather than per writer; it
-	// lives for the session and is emptied at every commit.
-	createStageSQL  = `CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {cur}) ON COMMIT DELETE ROWS`
-	insertStagedSQL = `INSERT INTO {cur} SELECT * FROM {stage} ON CONFLICT DO NOTHING RETURNING source_table::text, source_key`
+	// lives for the session and is emptied at every commit. It is named
+	// for the table it copies: a pooled connection may stage rows for
+	// groups of several versions, and CREATE … IF NOT EXISTS would keep
+	// the first shape.
+	createStageSQL  = `CREATE TEMP TABLE IF NOT EXISTS stage_{cur} (LIKE {cur}) ON COMMIT DELETE ROWS`
+	insertStagedSQL = `INSERT INTO {cur} SELECT * FROM stage_{cur} ON CONFLICT DO NOTHING RETURNING source_table::text, source_key`
 )
 
 const (
